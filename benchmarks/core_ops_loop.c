@@ -1,0 +1,27 @@
+/* core_ops_loop.c — the C side of benchmarks/core_ops.py: a tight move+observe loop. */
+#include "kernels.h"
+
+#include "pastset.h"
+#include "waitpoint.h"
+
+double ps_kernel_core_pairs_ns(int64_t pairs) {
+    ps_space *space = ps_space_new();
+    ps_element *e = NULL;
+    if (!space || ps_enter(space, "core-ops", "q", &e) != PS_OK || pairs <= 0) {
+        ps_space_free(space);
+        return -1.0;
+    }
+    int64_t out = 0, checksum = 0;
+    int64_t start = ps_now_ns();
+    for (int64_t i = 0; i < pairs; i++) {
+        ps_move(e, &i, PS_FOREVER);
+        ps_observe(e, &out, NULL, PS_FOREVER);
+        checksum += out;
+        /* Keep the log from growing without bound, as a long-running consumer would. */
+        if ((i & 4095) == 4095) ps_axe(e, i + 1);
+    }
+    int64_t elapsed = ps_now_ns() - start;
+    ps_space_free(space);
+    if (checksum != pairs * (pairs - 1) / 2) return -1.0;
+    return (double)elapsed / (double)pairs;
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# bootstrap.sh — every set-up step a fresh Debian machine needs, then one job.
+#
+#   bash bootstrap.sh main   set up, then run the main job (examples on the built-in local map)
+#   bash bootstrap.sh test   set up, then run the whole test suite (pytest + C sanitizer tests)
+#   bash bootstrap.sh setup  set up only
+#
+# Set-up: system packages when missing (a C compiler, pkg-config, libzmq, Python's venv), a
+# virtual environment in .venv, and the build of the project into it. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")"
+job="${1:-main}"
+case "$job" in main|test|setup) ;; *) echo "usage: bash bootstrap.sh main|test|setup" >&2; exit 2;; esac
+
+need_packages=()
+command -v cc >/dev/null 2>&1 || need_packages+=(build-essential)
+command -v pkg-config >/dev/null 2>&1 || need_packages+=(pkg-config)
+pkg-config --exists libzmq 2>/dev/null || need_packages+=(libzmq3-dev)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_packages+=(python3-venv python3-dev)
+if [ ${#need_packages[@]} -gt 0 ]; then
+    echo "bootstrap: installing system packages: ${need_packages[*]}"
+    if [ "$(id -u)" -ne 0 ]; then echo "bootstrap: run as root to install ${need_packages[*]}" >&2; exit 1; fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need_packages[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "bootstrap: creating .venv"
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q scikit-build-core pybind11 cmake ninja PyYAML pytest pyzmq
+echo "bootstrap: building paths"
+.venv/bin/python -m pip install -q --no-build-isolation -e '.[test]'
+
+case "$job" in
+main) exec .venv/bin/python examples/producer_consumer.py ;;
+test) exec .venv/bin/python -m pytest -q tests ;;
+setup) echo "bootstrap: ready; use .venv/bin/python or .venv/bin/paths" ;;
+esac

@@ -1,0 +1,224 @@
+/* element.c — one PastSet element: an append-only log of fixed-size tuples in chunks.
+ *
+ * The log is a directory of chunks, each holding a power-of-two number of tuples. Tuple i lives
+ * in chunk i >> shift; the directory starts at chunk `chunk_base`, so axe() frees whole chunks
+ * from the front and keeps one spare for reuse. One mutex guards the log and the cursor; waiting
+ * happens outside it, on the `arrived` (observers) and `departed` (movers at the delta bound)
+ * waitpoints.
+ */
+#include "element.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { CHUNK_TARGET_BYTES = 64 * 1024, CHUNK_MIN_TUPLES = 16, DIRECTORY_START = 16 };
+
+static uint32_t chunk_shift_for(size_t tuple_size) {
+    uint32_t shift = 0;
+    while (((size_t)2 << shift) * tuple_size <= CHUNK_TARGET_BYTES) shift++;
+    while (((size_t)1 << shift) < CHUNK_MIN_TUPLES) shift++;
+    return shift;
+}
+
+ps_element *ps_element_new(const char *name, const ps_tuple_format *format) {
+    ps_element *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->name = strdup(name);
+    e->directory = calloc(DIRECTORY_START, sizeof *e->directory);
+    if (!e->name || !e->directory) {
+        free(e->name);
+        free(e->directory);
+        free(e);
+        return NULL;
+    }
+    e->directory_capacity = DIRECTORY_START;
+    e->format = *format;
+    e->tuple_size = format->size;
+    e->chunk_shift = chunk_shift_for(format->size);
+    e->chunk_bytes = ((size_t)1 << e->chunk_shift) * format->size;
+    pthread_mutex_init(&e->lock, NULL);
+    ps_waitpoint_init(&e->arrived);
+    ps_waitpoint_init(&e->departed);
+    return e;
+}
+
+void ps_element_free(ps_element *e) {
+    if (!e) return;
+    for (size_t i = 0; i < e->chunk_count; i++) free(e->directory[i]);
+    free(e->spare);
+    free(e->directory);
+    free(e->name);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+const char *ps_element_name(const ps_element *e) { return e->name; }
+const ps_tuple_format *ps_element_format(const ps_element *e) { return &e->format; }
+size_t ps_element_tuple_size(const ps_element *e) { return e->tuple_size; }
+
+static char *tuple_address(ps_element *e, int64_t index) {
+    int64_t chunk = index >> e->chunk_shift;
+    size_t slot = (size_t)(index & (((int64_t)1 << e->chunk_shift) - 1));
+    return e->directory[chunk - e->chunk_base] + slot * e->tuple_size;
+}
+
+/* Makes room for tuple e->last; called with the lock held. */
+static int ensure_chunk_for_last(ps_element *e) {
+    int64_t chunk = e->last >> e->chunk_shift;
+    if (chunk - e->chunk_base < (int64_t)e->chunk_count) return PS_OK;
+    if (e->chunk_count == e->directory_capacity) {
+        size_t capacity = e->directory_capacity * 2;
+        char **grown = realloc(e->directory, capacity * sizeof *grown);
+        if (!grown) return PS_ENOMEM;
+        e->directory = grown;
+        e->directory_capacity = capacity;
+    }
+    char *fresh = e->spare;
+    e->spare = NULL;
+    if (!fresh) {
+        fresh = malloc(e->chunk_bytes);
+        if (!fresh) return PS_ENOMEM;
+        e->bytes_held += (int64_t)e->chunk_bytes;
+    }
+    e->directory[e->chunk_count++] = fresh;
+    return PS_OK;
+}
+
+int ps_move(ps_element *e, const void *tuple, int64_t timeout_ns) {
+    int64_t deadline = 0;
+    uint32_t spins = 0;
+    for (;;) {
+        uint32_t seen = ps_waitpoint_sequence(&e->departed);
+        pthread_mutex_lock(&e->lock);
+        if (e->delta == 0 || e->last - e->first < e->delta) {
+            int rc = ensure_chunk_for_last(e);
+            if (rc == PS_OK) {
+                memcpy(tuple_address(e, e->last), tuple, e->tuple_size);
+                e->last++;
+                e->moves++;
+            }
+            pthread_mutex_unlock(&e->lock);
+            if (rc == PS_OK) ps_waitpoint_wake(&e->arrived);
+            return rc;
+        }
+        if (spins == 0) {
+            e->waits++;
+            deadline = ps_deadline(timeout_ns);
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (ps_waitpoint_wait(&e->departed, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+    }
+}
+
+int ps_observe(ps_element *e, void *out, int64_t *index_out, int64_t timeout_ns) {
+    int64_t deadline = 0;
+    uint32_t spins = 0;
+    for (;;) {
+        uint32_t seen = ps_waitpoint_sequence(&e->arrived);
+        pthread_mutex_lock(&e->lock);
+        if (e->first < e->last) {
+            int64_t index = e->first++;
+            memcpy(out, tuple_address(e, index), e->tuple_size);
+            e->observes++;
+            int bounded = e->delta != 0;
+            pthread_mutex_unlock(&e->lock);
+            if (bounded) ps_waitpoint_wake(&e->departed);
+            if (index_out) *index_out = index;
+            return PS_OK;
+        }
+        if (spins == 0) {
+            e->waits++;
+            deadline = ps_deadline(timeout_ns);
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (ps_waitpoint_wait(&e->arrived, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+    }
+}
+
+int ps_observe_at(ps_element *e, int64_t index, void *out, int64_t timeout_ns) {
+    if (index < 0) return PS_EINDEX;
+    int64_t deadline = 0;
+    uint32_t spins = 0;
+    for (;;) {
+        uint32_t seen = ps_waitpoint_sequence(&e->arrived);
+        pthread_mutex_lock(&e->lock);
+        if (index < e->axed) {
+            pthread_mutex_unlock(&e->lock);
+            return PS_EAXED;
+        }
+        if (index < e->last) {
+            memcpy(out, tuple_address(e, index), e->tuple_size);
+            e->observes++;
+            pthread_mutex_unlock(&e->lock);
+            return PS_OK;
+        }
+        if (spins == 0) {
+            e->waits++;
+            deadline = ps_deadline(timeout_ns);
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (ps_waitpoint_wait(&e->arrived, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+    }
+}
+
+static int64_t read_locked(ps_element *e, const int64_t *field) {
+    pthread_mutex_lock(&e->lock);
+    int64_t value = *field;
+    pthread_mutex_unlock(&e->lock);
+    return value;
+}
+
+int64_t ps_first(ps_element *e) { return read_locked(e, &e->first); }
+int64_t ps_last(ps_element *e) { return read_locked(e, &e->last); }
+int64_t ps_axed(ps_element *e) { return read_locked(e, &e->axed); }
+int64_t ps_delta(ps_element *e) { return read_locked(e, &e->delta); }
+
+int ps_set_delta(ps_element *e, int64_t bound) {
+    if (bound < 0) return PS_EINVAL;
+    pthread_mutex_lock(&e->lock);
+    e->delta = bound;
+    pthread_mutex_unlock(&e->lock);
+    ps_waitpoint_wake(&e->departed);
+    return PS_OK;
+}
+
+int ps_axe(ps_element *e, int64_t index) {
+    if (index < 0) return PS_EINDEX;
+    pthread_mutex_lock(&e->lock);
+    if (index > e->last) {
+        pthread_mutex_unlock(&e->lock);
+        return PS_EINDEX;
+    }
+    if (index > e->axed) e->axed = index;
+    int cursor_moved = e->first < e->axed;
+    if (cursor_moved) e->first = e->axed;
+    /* Free the chunks that lie wholly before the axe point; keep one spare for reuse. */
+    size_t dead = 0;
+    while (dead < e->chunk_count && ((e->chunk_base + (int64_t)dead + 1) << e->chunk_shift) <= e->axed) dead++;
+    for (size_t i = 0; i < dead; i++) {
+        if (!e->spare) {
+            e->spare = e->directory[i];
+        } else {
+            free(e->directory[i]);
+            e->bytes_held -= (int64_t)e->chunk_bytes;
+        }
+    }
+    if (dead) {
+        memmove(e->directory, e->directory + dead, (e->chunk_count - dead) * sizeof *e->directory);
+        e->chunk_count -= dead;
+        e->chunk_base += (int64_t)dead;
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (cursor_moved) ps_waitpoint_wake(&e->departed);
+    return PS_OK;
+}
+
+void ps_element_stats_read(ps_element *e, ps_element_stats *out) {
+    pthread_mutex_lock(&e->lock);
+    out->live_tuples = e->last - e->axed;
+    out->bytes_held = e->bytes_held;
+    out->moves = e->moves;
+    out->observes = e->observes;
+    out->waits = e->waits;
+    pthread_mutex_unlock(&e->lock);
+}

@@ -1,0 +1,99 @@
+/* pastset.h — the PastSet tuple space: public C API.
+ *
+ * A PastSet (ps_space) holds elements. An element is an ordered, append-only log of tuples of
+ * one fixed-size type, addressed by (name, format), where format is a Python `struct` format
+ * string. Operations: move (append), observe (next unread, shared cursor), observe_at (any index
+ * of the history), first/last, delta (flow-control bound on unread tuples), axe (free history).
+ *
+ * All calls are thread safe. Blocking calls take a timeout in nanoseconds (PS_FOREVER to wait
+ * without limit) and return PS_ETIMEDOUT when it expires. No call allocates in steady state: the
+ * log grows in chunks, and freed chunks are recycled.
+ */
+#ifndef PASTSET_H
+#define PASTSET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tuple_format.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PS_FOREVER ((int64_t)-1)
+
+/* Status codes returned by every operation (0 = success). */
+typedef enum ps_status {
+    PS_OK = 0,
+    PS_ETIMEDOUT,   /* a blocking call's timeout expired */
+    PS_EAXED,       /* the index was freed by axe() */
+    PS_EINDEX,      /* the index is negative or otherwise invalid */
+    PS_EFORMAT,     /* a bad format string */
+    PS_EMISMATCH,   /* the name exists with another format */
+    PS_ENOMEM,      /* out of memory */
+    PS_EINVAL,      /* an invalid argument */
+    PS_ECLOSED,     /* the element or stage is shutting down */
+    PS_ESTATE,      /* the operation does not fit the stage's state (e.g. fan-in exceeded) */
+    PS_ENOTSUP,     /* the stage does not support the operation */
+    PS_EREMOTE,     /* a remote peer failed or answered with an error */
+    PS_EINTR,       /* interrupted by the caller (e.g. a pending signal) */
+    PS_STATUS_COUNT
+} ps_status;
+
+const char *ps_status_name(int status);
+
+/* Monotonic clock in nanoseconds, and the deadline for a timeout (PS_FOREVER stays forever). */
+int64_t ps_now_ns(void);
+int64_t ps_deadline(int64_t timeout_ns);
+
+typedef struct ps_space ps_space;
+typedef struct ps_element ps_element;
+
+/* Counters of one element, read without stopping it. */
+typedef struct ps_element_stats {
+    int64_t live_tuples;   /* tuples held: last - axed */
+    int64_t bytes_held;    /* bytes of log chunks allocated (held or spare) */
+    int64_t moves;
+    int64_t observes;      /* next-observes and indexed observes */
+    int64_t waits;         /* operations that had to wait (spin, yield or sleep) */
+} ps_element_stats;
+
+ps_space *ps_space_new(void);
+/* Frees the space and all its elements. No thread may still use them. */
+void ps_space_free(ps_space *space);
+
+/* Finds or creates the element (name, format). Returns PS_EFORMAT for a bad format string,
+ * PS_EMISMATCH when the name exists with another format. */
+int ps_enter(ps_space *space, const char *name, const char *format, ps_element **out);
+
+/* Number of elements and the i-th element (in creation order), for listing. */
+size_t ps_space_count(ps_space *space);
+ps_element *ps_space_element(ps_space *space, size_t i);
+
+const char *ps_element_name(const ps_element *e);
+const ps_tuple_format *ps_element_format(const ps_element *e);
+size_t ps_element_tuple_size(const ps_element *e);
+
+/* Appends one tuple (tuple_size bytes). Blocks while the unread tuples reach the delta bound. */
+int ps_move(ps_element *e, const void *tuple, int64_t timeout_ns);
+/* Reads the next unread tuple into out and advances the shared cursor; blocks until one exists.
+ * index_out (may be NULL) receives the tuple's index. */
+int ps_observe(ps_element *e, void *out, int64_t *index_out, int64_t timeout_ns);
+/* Reads tuple `index` of the history into out; blocks until it exists. */
+int ps_observe_at(ps_element *e, int64_t index, void *out, int64_t timeout_ns);
+int64_t ps_first(ps_element *e);   /* index of the next unread tuple */
+int64_t ps_last(ps_element *e);    /* number of tuples moved */
+int64_t ps_axed(ps_element *e);    /* tuples before this index are freed */
+/* Sets the bound on unread tuples (0 = unbounded); wakes movers the new bound admits. */
+int ps_set_delta(ps_element *e, int64_t bound);
+int64_t ps_delta(ps_element *e);
+/* Frees the tuples before index (index <= last). A cursor behind index jumps to index. */
+int ps_axe(ps_element *e, int64_t index);
+void ps_element_stats_read(ps_element *e, ps_element_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

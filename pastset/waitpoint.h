@@ -1,0 +1,41 @@
+/* waitpoint.h — the one way a thread waits in PATHS: spin briefly, then yield, then sleep.
+ *
+ * A waitpoint is a 32-bit sequence number. A waiter reads the sequence, checks its condition,
+ * and if the condition is false waits for the sequence to change. A waker changes the state the
+ * condition reads, then bumps the sequence; it makes a system call only when a waiter sleeps.
+ * Spinning first matters: a condition-variable wake-up alone costs tens of microseconds.
+ */
+#ifndef PASTSET_WAITPOINT_H
+#define PASTSET_WAITPOINT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ps_waitpoint {
+    _Atomic uint32_t sequence;
+    _Atomic uint32_t sleepers;
+} ps_waitpoint;
+
+void ps_waitpoint_init(ps_waitpoint *w);
+
+static inline uint32_t ps_waitpoint_sequence(ps_waitpoint *w) {
+    return atomic_load_explicit(&w->sequence, memory_order_acquire);
+}
+
+/* Wakes every waiter. Call after changing the state waiters check. */
+void ps_waitpoint_wake(ps_waitpoint *w);
+
+/* Waits until the sequence differs from `seen` or the deadline passes. `spins` is the caller's
+ * running count of waits for this operation (start at 0): it escalates spin -> yield -> sleep.
+ * Returns 0 when the sequence moved (or may have), PS_ETIMEDOUT at the deadline. */
+int ps_waitpoint_wait(ps_waitpoint *w, uint32_t seen, int64_t deadline_ns, uint32_t *spins);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,87 @@
+"""Path specs: the plain, hashable description of a path before anything is built.
+
+A path is a list of stage specs read from the calling thread down to the element, so list
+order is call order (as in a middleware list).  `stage()` makes one spec, `make_path()` a whole
+path.  Specs are values: two specs with the same kind and parameters are equal, which is what
+lets `build_path` merge the paths of many threads into one tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage of a path: a kind name and its keyword parameters (sorted, hashable)."""
+
+    kind: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def param(self, name: str, default: Any = None) -> Any:
+        for key, value in self.params:
+            if key == name:
+                return value
+        return default
+
+    def replace(self, **changes: Any) -> "StageSpec":
+        """A copy with some parameters changed (None removes a parameter)."""
+        merged = dict(self.params)
+        for key, value in changes.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        return StageSpec(self.kind, tuple(sorted(merged.items())))
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params)
+        return f"{self.kind}({args})"
+
+
+@dataclass(frozen=True)
+class PathSpec:
+    """A whole path: stages from the caller (index 0) down to the element (last)."""
+
+    stages: tuple[StageSpec, ...]
+
+    def __iter__(self):
+        return iter(self.stages)
+
+    def __len__(self) -> int:
+        return len(self.stages)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return PathSpec(self.stages[index])
+        return self.stages[index]
+
+    def __str__(self) -> str:
+        return " -> ".join(str(s) for s in self.stages)
+
+
+def stage(kind: str, **params: Any) -> StageSpec:
+    """Describe one stage: `stage("reduce-sum", num_threads=4, id="g0")`."""
+    if not isinstance(kind, str) or not kind:
+        raise TypeError(f"stage(): kind must be a non-empty string, got {kind!r}")
+    return StageSpec(kind, tuple(sorted(params.items())))
+
+
+def make_path(*stages: StageSpec | Iterable[StageSpec]) -> PathSpec:
+    """Compose stage specs, caller first and element last, into a path spec.
+
+    Nested lists and other paths are flattened, so partial paths compose:
+    `make_path(stage("trace", file="t.bin"), rest_of_path)`.
+    """
+    flat: list[StageSpec] = []
+    for item in stages:
+        if isinstance(item, StageSpec):
+            flat.append(item)
+        elif isinstance(item, (PathSpec, list, tuple)):
+            flat.extend(make_path(*item).stages)
+        else:
+            raise TypeError(f"make_path(): expected stage(...) specs, got {item!r}")
+    if not flat:
+        raise ValueError("make_path(): a path needs at least one stage, ending in stage('core', ...)")
+    return PathSpec(tuple(flat))
