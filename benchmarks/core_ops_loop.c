@@ -1,8 +1,7 @@
-/* core_ops_loop.c — the C side of benchmarks/core_ops.py: a tight move+observe loop. */
+/* core_ops_loop.c — tight single-thread move+observe loops: on an element, and through a path. */
 #include "kernels.h"
 
 #include "pastset.h"
-#include "waitpoint.h"
 
 double ps_kernel_core_pairs_ns(int64_t pairs) {
     ps_space *space = ps_space_new();
@@ -24,4 +23,14 @@ double ps_kernel_core_pairs_ns(int64_t pairs) {
     ps_space_free(space);
     if (checksum != pairs * (pairs - 1) / 2) return -1.0;
     return (double)elapsed / (double)pairs;
+}
+
+double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns) {
+    int64_t out = 0;
+    int64_t start = ps_now_ns();
+    for (int64_t i = 0; i < pairs; i++) {
+        if (ps_link_move(link, &i, timeout_ns) != PS_OK) return -1.0;
+        if (ps_link_observe(link, &out, timeout_ns) != PS_OK || out != i) return -1.0;
+    }
+    return (double)(ps_now_ns() - start) / (double)pairs;
 }

@@ -14,6 +14,7 @@
 extern "C" {
 #include "kernels.h"
 #include "pastset.h"
+#include "stage.h"
 }
 
 namespace py = pybind11;
@@ -166,6 +167,111 @@ private:
     std::vector<unsigned char> heap_;
 };
 
+// ---- the operations every tuple endpoint offers ----------------------------------------------
+
+// An Element and a Handle answer the same calls; they differ only in the C functions behind
+// them. Endpoint<Backend> holds the codec and the error wording once; Backend holds the calls:
+//   int move(const void *, int64_t), observe(void *, int64_t), observe_at(int64_t, void *, int64_t)
+//   int first(int64_t *), last(int64_t *), delta(int64_t, int64_t *), axe(int64_t); int64_t axed()
+template <class Backend>
+class Endpoint : public Backend {
+public:
+    template <class... Args>
+    Endpoint(const std::string &format, std::string label, Args &&...args)
+        : Backend(std::forward<Args>(args)...), codec_(format), label_(std::move(label)) {}
+
+    const std::string &format() const { return codec_.format(); }
+    const std::string &label() const { return label_; }
+
+    void move(const py::handle &t, const py::object &timeout) {
+        py::bytes packed = codec_.pack(t, label_);
+        const char *bytes = PyBytes_AS_STRING(packed.ptr());
+        int rc = wait_in_slices([&](int64_t slice) { return Backend::move(bytes, slice); }, timeout);
+        if (rc != PS_OK) raise_status(rc, label_ + " move");
+    }
+
+    py::object observe(const py::object &index, const py::object &timeout) {
+        TupleBuffer buffer(codec_.size());
+        void *out = buffer.data();
+        if (index.is_none()) {
+            int rc = wait_in_slices([&](int64_t slice) { return Backend::observe(out, slice); }, timeout);
+            if (rc == PS_ESTATE) raise_status(rc, label_ + " observe: each observe answers one earlier move");
+            if (rc != PS_OK) raise_status(rc, label_ + " observe");
+            return codec_.unpack(out);
+        }
+        int64_t i = py::cast<int64_t>(index);
+        std::string call = label_ + " observe(" + std::to_string(i) + ")";
+        int rc = wait_in_slices([&](int64_t slice) { return Backend::observe_at(i, out, slice); }, timeout);
+        if (rc == PS_EAXED)
+            raise_status(rc, call + ": tuple " + std::to_string(i) + " was freed by axe (first live index is " +
+                                 std::to_string(Backend::axed()) + ")");
+        if (rc == PS_EINDEX) raise_status(rc, call + ": expected an index >= 0");
+        if (rc != PS_OK) raise_status(rc, call);
+        return codec_.unpack(out);
+    }
+
+    int64_t first() { return number("first", [&](int64_t *v) { return Backend::first(v); }); }
+    int64_t last() { return number("last", [&](int64_t *v) { return Backend::last(v); }); }
+
+    int64_t delta(const py::object &bound) {
+        int64_t n = -1;
+        if (!bound.is_none()) {
+            n = py::cast<int64_t>(bound);
+            if (n < 0)
+                throw py::value_error(label_ + " delta(" + std::to_string(n) + "): expected a bound >= 0 (0 = unbounded)");
+        }
+        return number("delta", [&](int64_t *v) { return Backend::delta(n, v); });
+    }
+
+    void axe(int64_t index) {
+        int rc;
+        {
+            py::gil_scoped_release released;
+            rc = Backend::axe(index);
+        }
+        if (rc == PS_EINDEX || rc == PS_EINVAL)
+            raise_status(rc, label_ + " axe(" + std::to_string(index) + "): expected 0 <= index <= last() = " +
+                                 std::to_string(last()));
+        if (rc != PS_OK) raise_status(rc, label_ + " axe(" + std::to_string(index) + ")");
+    }
+
+    std::string repr(const char *type) {
+        return std::string("<paths.") + type + " " + label_ + " format '" + format() + "' first=" +
+               std::to_string(first()) + " last=" + std::to_string(last()) + ">";
+    }
+
+private:
+    template <class Call>
+    int64_t number(const char *what, Call call) {
+        int64_t value = 0;
+        int rc;
+        {
+            py::gil_scoped_release released;
+            rc = call(&value);
+        }
+        if (rc != PS_OK) raise_status(rc, label_ + " " + what);
+        return value;
+    }
+
+    TupleCodec codec_;
+    std::string label_;
+};
+
+template <class T, class... Options>
+void bind_endpoint(py::class_<T, Options...> &cls, const char *type) {
+    cls.def_property_readonly("format", &T::format)
+        .def("move", &T::move, py::arg("t"), py::arg("timeout") = py::none(),
+             "Append tuple t; blocks while the unread tuples reach the delta bound.")
+        .def("observe", &T::observe, py::arg("index") = py::none(), py::arg("timeout") = py::none(),
+             "observe() reads the next unread tuple; observe(i) reads tuple i. Both block until it exists.")
+        .def("first", &T::first, "Index of the next unread tuple.")
+        .def("last", &T::last, "Number of tuples moved.")
+        .def("delta", &T::delta, py::arg("bound") = py::none(),
+             "delta(n) bounds the unread tuples (0 = unbounded); delta() reads the bound.")
+        .def("axe", &T::axe, py::arg("index"), "Free the tuples before index.")
+        .def("__repr__", [type](T &self) { return self.repr(type); });
+}
+
 // ---- PastSet and Element ----------------------------------------------------------------------
 
 struct SpaceOwner {
@@ -176,60 +282,25 @@ struct SpaceOwner {
     ~SpaceOwner() { ps_space_free(space); }
 };
 
-class Element {
+// The element calls, straight into the PastSet core.
+class ElementCalls {
 public:
-    Element(std::shared_ptr<SpaceOwner> owner, ps_element *e)
-        : owner_(std::move(owner)), e_(e), codec_(ps_element_format(e)->text),
-          label_(std::string("element '") + ps_element_name(e) + "'") {}
+    ElementCalls(std::shared_ptr<SpaceOwner> owner, ps_element *e) : owner_(std::move(owner)), e_(e) {}
+
+    int move(const void *t, int64_t timeout) { return ps_move(e_, t, timeout); }
+    int observe(void *out, int64_t timeout) { return ps_observe(e_, out, nullptr, timeout); }
+    int observe_at(int64_t i, void *out, int64_t timeout) { return ps_observe_at(e_, i, out, timeout); }
+    int first(int64_t *v) { *v = ps_first(e_); return PS_OK; }
+    int last(int64_t *v) { *v = ps_last(e_); return PS_OK; }
+    int delta(int64_t bound, int64_t *v) {
+        if (bound >= 0) ps_set_delta(e_, bound);
+        *v = ps_delta(e_);
+        return PS_OK;
+    }
+    int axe(int64_t index) { return ps_axe(e_, index); }
+    int64_t axed() { return ps_axed(e_); }
 
     std::string name() const { return ps_element_name(e_); }
-    std::string format() const { return codec_.format(); }
-
-    void move(const py::handle &t, const py::object &timeout) {
-        py::bytes packed = codec_.pack(t, label_);
-        const char *bytes = PyBytes_AS_STRING(packed.ptr());
-        int rc = wait_in_slices([&](int64_t slice) { return ps_move(e_, bytes, slice); }, timeout);
-        if (rc != PS_OK) raise_status(rc, label_ + " move");
-    }
-
-    py::object observe(const py::object &index, const py::object &timeout) {
-        TupleBuffer buffer(codec_.size());
-        void *out = buffer.data();
-        int rc;
-        if (index.is_none()) {
-            rc = wait_in_slices([&](int64_t slice) { return ps_observe(e_, out, nullptr, slice); }, timeout);
-            if (rc != PS_OK) raise_status(rc, label_ + " observe");
-        } else {
-            int64_t i = py::cast<int64_t>(index);
-            rc = wait_in_slices([&](int64_t slice) { return ps_observe_at(e_, i, out, slice); }, timeout);
-            if (rc == PS_EAXED)
-                raise_status(rc, label_ + " observe(" + std::to_string(i) + "): tuple " + std::to_string(i) +
-                                     " was freed by axe (first live index is " + std::to_string(ps_axed(e_)) + ")");
-            if (rc == PS_EINDEX)
-                raise_status(rc, label_ + " observe(" + std::to_string(i) + "): expected an index >= 0");
-            if (rc != PS_OK) raise_status(rc, label_ + " observe(" + std::to_string(i) + ")");
-        }
-        return codec_.unpack(out);
-    }
-
-    int64_t first() const { return ps_first(e_); }
-    int64_t last() const { return ps_last(e_); }
-
-    int64_t delta(const py::object &bound) {
-        if (!bound.is_none()) {
-            int64_t n = py::cast<int64_t>(bound);
-            if (n < 0) throw py::value_error(label_ + " delta(" + std::to_string(n) + "): expected a bound >= 0 (0 = unbounded)");
-            ps_set_delta(e_, n);
-        }
-        return ps_delta(e_);
-    }
-
-    void axe(int64_t index) {
-        int rc = ps_axe(e_, index);
-        if (rc != PS_OK)
-            raise_status(rc, label_ + " axe(" + std::to_string(index) + "): expected 0 <= index <= last() = " +
-                                 std::to_string(ps_last(e_)));
-    }
 
     py::dict stats() const {
         ps_element_stats s;
@@ -243,17 +314,12 @@ public:
         return d;
     }
 
-    std::string repr() const {
-        return "<paths.Element '" + name() + "' format '" + format() + "' first=" + std::to_string(first()) +
-               " last=" + std::to_string(last()) + ">";
-    }
-
 private:
     std::shared_ptr<SpaceOwner> owner_;
     ps_element *e_;
-    TupleCodec codec_;
-    std::string label_;
 };
+
+using Element = Endpoint<ElementCalls>;
 
 class PastSet {
 public:
@@ -263,18 +329,12 @@ public:
         ps_element *e = nullptr;
         int rc = ps_enter(owner_->space, name.c_str(), format.c_str(), &e);
         if (rc == PS_EFORMAT) TupleCodec explain(format);  // throws ValueError with the reason
-        if (rc == PS_EMISMATCH) {
-            std::string existing;
-            for (size_t i = 0; i < ps_space_count(owner_->space); i++) {
-                ps_element *other = ps_space_element(owner_->space, i);
-                if (name == ps_element_name(other)) existing = ps_element_format(other)->text;
-            }
+        if (rc == PS_EMISMATCH)
             throw py::value_error("enter('" + name + "', '" + format + "'): element '" + name +
-                                  "' exists with format '" + existing + "'");
-        }
+                                  "' exists with format '" + existing_format(name) + "'");
         if (rc == PS_EINVAL) throw py::value_error("enter(): expected a name of 1 to 255 bytes, got '" + name + "'");
         if (rc != PS_OK) raise_status(rc, "enter('" + name + "', '" + format + "')");
-        return Element(owner_, e);
+        return Element(format, "element '" + name + "'", owner_, e);
     }
 
     std::vector<std::pair<std::string, std::string>> elements() const {
@@ -287,9 +347,234 @@ public:
         return out;
     }
 
+    const std::shared_ptr<SpaceOwner> &owner() const { return owner_; }
+
 private:
+    std::string existing_format(const std::string &name) const {
+        for (auto &[n, f] : elements())
+            if (n == name) return f;
+        return "";
+    }
+
     std::shared_ptr<SpaceOwner> owner_;
 };
+
+// ---- stages and handles -----------------------------------------------------------------------
+
+// One reference to a built C stage, owned by Python. Keeps the PastSet alive for the core.
+class Stage {
+public:
+    Stage(ps_stage *stage, std::shared_ptr<SpaceOwner> owner) : stage_(stage), owner_(std::move(owner)) {}
+    ~Stage() {
+        py::gil_scoped_release released;  // a trace may write its file here
+        ps_stage_release(stage_);
+    }
+    Stage(const Stage &) = delete;
+    Stage &operator=(const Stage &) = delete;
+
+    ps_stage *get() const { return stage_; }
+    const std::shared_ptr<SpaceOwner> &owner() const { return owner_; }
+    std::string kind() const { return ps_stage_kind_name(stage_); }
+    uint32_t max_links() const { return ps_stage_max_links(stage_); }
+    uint32_t link_count() const { return ps_stage_link_count(stage_); }
+    std::string format() const { return ps_stage_format(stage_)->text; }
+
+    py::dict counters() const {
+        ps_counter values[32];
+        int n = ps_stage_counters(stage_, values, 32);
+        py::dict d;
+        for (int i = 0; i < n; i++) d[values[i].name] = values[i].value;
+        return d;
+    }
+
+private:
+    ps_stage *stage_;
+    std::shared_ptr<SpaceOwner> owner_;
+};
+
+// The calls of one caller's link. The link is owned (a thread's handle) or borrowed (the view a
+// Python stage gets of its link below).
+class LinkCalls {
+public:
+    LinkCalls(std::shared_ptr<Stage> stage, ps_link *borrowed) : stage_(std::move(stage)), link_(borrowed) {
+        if (!link_) {
+            link_ = &owned_;
+            int rc = ps_stage_attach(stage_->get(), &owned_);
+            if (rc != PS_OK) raise_status(rc, "attach to stage '" + stage_->kind() + "'");
+            owns_ = true;
+        }
+    }
+    ~LinkCalls() {
+        if (owns_) ps_link_detach(&owned_);
+    }
+    LinkCalls(const LinkCalls &) = delete;
+
+    int move(const void *t, int64_t timeout) { return ps_link_move(link_, t, timeout); }
+    int observe(void *out, int64_t timeout) { return ps_link_observe(link_, out, timeout); }
+    int observe_at(int64_t i, void *out, int64_t timeout) { return ps_link_observe_at(link_, i, out, timeout); }
+    int first(int64_t *v) { return ps_link_first(link_, v); }
+    int last(int64_t *v) { return ps_link_last(link_, v); }
+    int delta(int64_t bound, int64_t *v) { return ps_link_delta(link_, bound, v); }
+    int axe(int64_t index) { return ps_link_axe(link_, index); }
+    int64_t axed() { return -1; }
+
+    ps_link *link() { return link_; }
+    const std::shared_ptr<Stage> &stage() const { return stage_; }
+    uint32_t slot() const { return link_->slot; }
+
+private:
+    std::shared_ptr<Stage> stage_;
+    ps_link owned_{};
+    ps_link *link_;
+    bool owns_ = false;
+};
+
+using Handle = Endpoint<LinkCalls>;
+
+std::shared_ptr<Handle> attach(const std::shared_ptr<Stage> &stage, const std::string &label) {
+    return std::make_shared<Handle>(stage->format(), label, stage, nullptr);
+}
+
+// ---- the stage registry, seen from Python -----------------------------------------------------
+
+py::object param_default(const ps_param_spec &spec) {
+    if (!spec.default_value) return py::none();
+    if (spec.type == PS_PARAM_INT) return py::int_(std::stoll(spec.default_value));
+    if (spec.type == PS_PARAM_FLOAT) return py::float_(std::stod(spec.default_value));
+    return py::str(spec.default_value);
+}
+
+py::dict stage_kinds() {
+    py::dict kinds;
+    for (size_t i = 0; i < ps_stage_kind_count(); i++) {
+        const ps_stage_kind *kind = ps_stage_kind_at(i);
+        py::dict params;
+        for (size_t k = 0; k < kind->param_count; k++) {
+            const ps_param_spec &spec = kind->params[k];
+            py::dict p;
+            p["type"] = spec.type == PS_PARAM_INT ? "int" : spec.type == PS_PARAM_FLOAT ? "float" : "str";
+            p["required"] = static_cast<bool>(spec.required);
+            p["default"] = param_default(spec);
+            p["min"] = spec.min <= spec.max ? py::object(py::int_(spec.min)) : py::object(py::none());
+            p["max"] = spec.min <= spec.max ? py::object(py::int_(spec.max)) : py::object(py::none());
+            py::list choices;
+            if (spec.choices) {
+                for (auto &c : py::str(spec.choices).attr("split")("|")) choices.append(c);
+            }
+            p["choices"] = spec.choices ? py::object(choices) : py::object(py::none());
+            p["doc"] = spec.doc;
+            params[spec.name] = p;
+        }
+        py::dict entry;
+        entry["doc"] = kind->doc;
+        entry["params"] = params;
+        kinds[kind->name] = entry;
+    }
+    return kinds;
+}
+
+// Creates a C stage of a registered kind above `below` (None for the core). Parameters are a
+// dict of int, float or str; the registry checks them again, naming the stage and parameter.
+std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict &params,
+                                    const std::shared_ptr<Stage> &below, const PastSet &pastset) {
+    const ps_stage_kind *kind = ps_stage_kind_find(kind_name.c_str());
+    if (!kind) throw py::value_error("unknown stage kind '" + kind_name + "'");
+    std::vector<std::string> names, texts;
+    std::vector<ps_param_value> values;
+    names.reserve(params.size());
+    texts.reserve(params.size());
+    for (auto item : params) {
+        names.push_back(py::str(item.first));
+        ps_param_value v{nullptr, PS_PARAM_STR, 0, 0.0, nullptr};
+        py::handle value = item.second;
+        if (py::isinstance<py::bool_>(value)) {
+            throw py::type_error("stage '" + kind_name + "': parameter '" + names.back() + "' must not be a bool");
+        } else if (py::isinstance<py::int_>(value)) {
+            v.type = PS_PARAM_INT;
+            v.i = value.cast<int64_t>();
+        } else if (py::isinstance<py::float_>(value)) {
+            v.type = PS_PARAM_FLOAT;
+            v.f = value.cast<double>();
+        } else if (py::isinstance<py::str>(value)) {
+            texts.push_back(value.cast<std::string>());
+            v.s = texts.back().c_str();
+        } else {
+            throw py::type_error("stage '" + kind_name + "': parameter '" + names.back() +
+                                 "' must be an int, float or str, got " + py::repr(value).cast<std::string>());
+        }
+        values.push_back(v);
+    }
+    for (size_t i = 0; i < values.size(); i++) values[i].name = names[i].c_str();
+    ps_params checked{values.data(), values.size()};
+    ps_build_context context{pastset.owner()->space};
+    char error[512] = "";
+    ps_stage *stage = nullptr;
+    int rc = ps_stage_create(kind, &checked, &context, below ? below->get() : nullptr, &stage, error, sizeof error);
+    if (rc != PS_OK) {
+        if (!error[0]) snprintf(error, sizeof error, "stage '%s': %s", kind_name.c_str(), ps_status_name(rc));
+        if (rc == PS_ENOMEM) throw std::bad_alloc();
+        throw py::value_error(error);
+    }
+    return std::make_shared<Stage>(stage, pastset.owner());
+}
+
+// ---- kernels ----------------------------------------------------------------------------------
+
+std::vector<ps_link *> links_of(const std::vector<std::shared_ptr<Handle>> &handles, const char *kernel) {
+    if (handles.empty()) throw py::value_error(std::string(kernel) + ": expected at least one handle");
+    std::vector<ps_link *> links;
+    for (auto &h : handles) {
+        const ps_tuple_format *f = ps_stage_format(h->stage()->get());
+        if (f->size != 8 || f->run_count != 1 || f->runs[0].code != 'q')
+            throw py::value_error(std::string(kernel) + ": expected paths over a 'q' element, got format '" +
+                                  f->text + "'");
+        links.push_back(h->link());
+    }
+    return links;
+}
+
+void check_report(const ps_kernel_report &report, const char *kernel) {
+    if (report.status != PS_OK)
+        raise_status(report.status, std::string(kernel) + ": thread " + std::to_string(report.failed_thread) + " failed");
+}
+
+py::dict gsum(const std::vector<std::shared_ptr<Handle>> &handles, int64_t rounds, py::object contributors,
+              const py::object &timeout) {
+    std::vector<ps_link *> links = links_of(handles, "gsum");
+    if (rounds <= 0) throw py::value_error("gsum: expected rounds > 0, got " + std::to_string(rounds));
+    int64_t expected = contributors.is_none() ? static_cast<int64_t>(links.size()) : contributors.cast<int64_t>();
+    int64_t wait = timeout_ns(timeout);
+    std::vector<double> latencies(static_cast<size_t>(rounds), 0.0);
+    ps_kernel_report report;
+    {
+        py::gil_scoped_release released;
+        ps_kernel_gsum(links.data(), static_cast<int>(links.size()), rounds, expected, wait, latencies.data(), &report);
+    }
+    check_report(report, "gsum");
+    py::dict out;
+    out["latencies"] = latencies;
+    out["seconds"] = report.seconds;
+    out["bad_totals"] = report.bad_totals;
+    return out;
+}
+
+py::dict mcpi(const std::vector<std::shared_ptr<Handle>> &handles, int64_t darts, uint64_t seed,
+              const py::object &timeout) {
+    std::vector<ps_link *> links = links_of(handles, "mcpi");
+    if (darts <= 0) throw py::value_error("mcpi: expected darts > 0, got " + std::to_string(darts));
+    int64_t wait = timeout_ns(timeout);
+    int64_t hits = 0;
+    ps_kernel_report report;
+    {
+        py::gil_scoped_release released;
+        ps_kernel_mcpi(links.data(), static_cast<int>(links.size()), darts, seed, wait, &hits, &report);
+    }
+    check_report(report, "mcpi");
+    py::dict out;
+    out["hits"] = hits;
+    out["seconds"] = report.seconds;
+    return out;
+}
 
 }  // namespace
 
@@ -300,20 +585,10 @@ PYBIND11_MODULE(_native, m) {
                                              PyExc_IndexError, nullptr);
     m.add_object("AxedError", py::handle(g_axed_error));
 
-    py::class_<Element>(m, "Element", "A PastSet element: an ordered, append-only log of tuples of one format.")
-        .def_property_readonly("name", &Element::name)
-        .def_property_readonly("format", &Element::format)
-        .def("move", &Element::move, py::arg("t"), py::arg("timeout") = py::none(),
-             "Append tuple t; blocks while the unread tuples reach the delta bound.")
-        .def("observe", &Element::observe, py::arg("index") = py::none(), py::arg("timeout") = py::none(),
-             "observe() reads the next unread tuple; observe(i) reads tuple i. Both block until it exists.")
-        .def("first", &Element::first, "Index of the next unread tuple.")
-        .def("last", &Element::last, "Number of tuples moved.")
-        .def("delta", &Element::delta, py::arg("bound") = py::none(),
-             "delta(n) bounds the unread tuples (0 = unbounded); delta() reads the bound.")
-        .def("axe", &Element::axe, py::arg("index"), "Free the tuples before index.")
-        .def("stats", &Element::stats, "Counters: live_tuples, bytes_held, moves, observes, waits.")
-        .def("__repr__", &Element::repr);
+    py::class_<Element> element(m, "Element", "A PastSet element: an ordered, append-only log of tuples of one format.");
+    bind_endpoint(element, "Element");
+    element.def_property_readonly("name", &Element::name)
+        .def("stats", &Element::stats, "Counters: live_tuples, bytes_held, moves, observes, waits.");
 
     py::class_<PastSet>(m, "PastSet", "A PastSet tuple space: elements addressed by (name, format).")
         .def(py::init<>())
@@ -321,10 +596,48 @@ PYBIND11_MODULE(_native, m) {
              "Find or create the element (name, format).")
         .def("elements", &PastSet::elements, "[(name, format), ...] in creation order.");
 
+    py::class_<Stage, std::shared_ptr<Stage>>(m, "Stage", "One built C stage (one reference to it).")
+        .def_property_readonly("kind", &Stage::kind)
+        .def_property_readonly("format", &Stage::format)
+        .def_property_readonly("max_links", &Stage::max_links, "The fan-in: callers allowed (0 = any).")
+        .def_property_readonly("link_count", &Stage::link_count, "Callers attached so far.")
+        .def("counters", &Stage::counters, "The stage's counters: operations, waits, bytes, and its own.")
+        .def("attach", &attach, py::arg("label"), "A new caller's handle on this stage.");
+
+    py::class_<Handle, std::shared_ptr<Handle>> handle(m, "Handle", "One caller's handle on a path: use it from one thread.");
+    bind_endpoint(handle, "Handle");
+    handle.def_property_readonly("stage", &Handle::stage).def_property_readonly("slot", &Handle::slot);
+
+    m.def("stage_kinds", &stage_kinds, "{kind: {doc, params: {name: {type, required, default, min, max, choices, doc}}}}");
+    m.def("create_stage", &create_stage, py::arg("kind"), py::arg("params"), py::arg("below"), py::arg("pastset"),
+          "Create one C stage above `below` (None for the core).");
+
     py::module_ bench = m.def_submodule("bench", "C benchmark kernels");
     bench.def("core_pairs_ns", [](int64_t pairs) {
         if (pairs <= 0) throw py::value_error("core_pairs_ns: expected pairs > 0");
         py::gil_scoped_release released;
         return ps_kernel_core_pairs_ns(pairs);
     }, py::arg("pairs"), "Nanoseconds per move+observe pair from a C loop on one element.");
+    bench.def("pairs_ns", [](const std::shared_ptr<Handle> &handle, int64_t pairs, const py::object &timeout) {
+        std::vector<ps_link *> links = links_of({handle}, "pairs_ns");
+        if (pairs <= 0) throw py::value_error("pairs_ns: expected pairs > 0");
+        int64_t wait = timeout_ns(timeout);
+        double ns;
+        {
+            py::gil_scoped_release released;
+            ns = ps_kernel_link_pairs_ns(links[0], pairs, wait);
+        }
+        if (ns < 0) throw std::runtime_error("pairs_ns: an operation failed or returned a wrong tuple");
+        return ns;
+    }, py::arg("handle"), py::arg("pairs"), py::arg("timeout") = 60.0,
+       "Nanoseconds per move+observe pair through one handle, from a C loop (single thread).");
+    bench.def("gsum", &gsum, py::arg("handles"), py::arg("rounds"), py::arg("contributors") = py::none(),
+              py::arg("timeout") = 60.0, "GSum: one C thread per handle, move(i); observe() per round.");
+    bench.def("mcpi", &mcpi, py::arg("handles"), py::arg("darts"), py::arg("seed") = 12345,
+              py::arg("timeout") = 60.0, "MCPi: darts split over one C thread per handle, one global sum of hits.");
+    bench.def("openmp_sum_us", [](int threads, int64_t rounds) {
+        if (threads <= 0 || rounds <= 0) throw py::value_error("openmp_sum_us: expected threads > 0 and rounds > 0");
+        py::gil_scoped_release released;
+        return ps_kernel_openmp_sum_us(threads, rounds);
+    }, py::arg("threads"), py::arg("rounds"), "Median microseconds per OpenMP reduction of one value per thread.");
 }

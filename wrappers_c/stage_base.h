@@ -1,0 +1,75 @@
+/* stage_base.h — what every stage kind's C file builds on: the generic stage struct, its set-up,
+ * and forwarding operations for kinds that pass an operation straight down. Not for C++.
+ */
+#ifndef WRAPPERS_STAGE_BASE_H
+#define WRAPPERS_STAGE_BASE_H
+
+#include <stdatomic.h>
+
+#include "stage.h"
+
+typedef struct ps_stage_ops {
+    int (*move)(ps_link *link, const void *tuple, int64_t timeout_ns);
+    int (*observe)(ps_link *link, void *out, int64_t timeout_ns);
+    int (*observe_at)(ps_link *link, int64_t index, void *out, int64_t timeout_ns);
+    int (*first)(ps_link *link, int64_t *out);
+    int (*last)(ps_link *link, int64_t *out);
+    /* bound >= 0 sets the bound; bound < 0 only reads it. */
+    int (*delta)(ps_link *link, int64_t bound, int64_t *out);
+    int (*axe)(ps_link *link, int64_t index);
+    /* Fills up to max kind-specific counters; returns how many. May be NULL. */
+    int (*counters)(ps_stage *stage, ps_counter *out, int max);
+    /* Flushes and frees the kind's own state (not the stage struct, not the next link). */
+    void (*destroy)(ps_stage *stage);
+} ps_stage_ops;
+
+/* The part of every stage that the generic code owns. Kinds embed it first in their struct. */
+struct ps_stage {
+    const ps_stage_ops *ops;
+    const ps_stage_kind *kind;
+    _Atomic int32_t references;
+    _Atomic uint32_t links;        /* links attached so far: the next slot to give out */
+    uint32_t max_links;            /* fan-in; 0 = any number of callers */
+    ps_stage *below;               /* the next stage toward the element (NULL for the core) */
+    ps_link next;                  /* this stage's own link to `below` (not for pass-through) */
+    ps_link *caller_links;         /* pass-through stages: one link to `below` per caller slot */
+    ps_tuple_format format;        /* of the tuples flowing through, from the element */
+    size_t tuple_size;
+    _Atomic int64_t operations;    /* calls of any operation */
+    _Atomic int64_t waits;         /* calls that had to wait */
+    _Atomic int64_t bytes;         /* tuple bytes moved and observed */
+};
+
+/* How a stage reaches the stage below it.
+ * PS_JOINING: the stage is one caller of the stage below (reduce-sum: its callers' rounds become
+ *   one contribution). It attaches one link when created.
+ * PS_PASS_THROUGH: each caller of the stage stays a distinct caller below (trace, cache, delay), so
+ *   a trace above a reduce-sum of four threads still gives the sum four contributors. The stage
+ *   attaches one link below per caller, when the caller attaches; at most PS_PASS_THROUGH_CALLERS. */
+typedef enum ps_stage_joining { PS_JOINING, PS_PASS_THROUGH } ps_stage_joining;
+enum { PS_PASS_THROUGH_CALLERS = 1024 };
+
+/* Sets up the generic fields of a freshly allocated stage above `below` (NULL for a bottom
+ * stage). Returns PS_ESTATE if below's fan-in is exhausted, PS_ENOMEM. On failure the caller
+ * frees the stage with ps_stage_abandon. */
+int ps_stage_init(ps_stage *stage, const ps_stage_ops *ops, const ps_tuple_format *format,
+                  uint32_t max_links, ps_stage *below, ps_stage_joining joining);
+/* Undoes ps_stage_init for a stage whose constructor failed, and frees it. */
+void ps_stage_abandon(ps_stage *stage);
+
+/* The link an operation arriving on `link` continues on, toward the element. */
+static inline ps_link *ps_stage_down(ps_link *link) {
+    ps_stage *s = link->stage;
+    return s->caller_links ? &s->caller_links[link->slot] : &s->next;
+}
+
+/* Forwarding implementations, for kinds that pass an operation straight down. */
+int ps_forward_move(ps_link *link, const void *tuple, int64_t timeout_ns);
+int ps_forward_observe(ps_link *link, void *out, int64_t timeout_ns);
+int ps_forward_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns);
+int ps_forward_first(ps_link *link, int64_t *out);
+int ps_forward_last(ps_link *link, int64_t *out);
+int ps_forward_delta(ps_link *link, int64_t bound, int64_t *out);
+int ps_forward_axe(ps_link *link, int64_t index);
+
+#endif
