@@ -98,5 +98,5 @@ static const ps_param_spec CACHE_PARAMS[] = {
 
 const ps_stage_kind ps_kind_cache = {
     "cache", "Serves repeated indexed observes locally; tuples are immutable, so it is always correct.",
-    CACHE_PARAMS, sizeof CACHE_PARAMS / sizeof CACHE_PARAMS[0], cache_create,
+    CACHE_PARAMS, sizeof CACHE_PARAMS / sizeof CACHE_PARAMS[0], cache_create, PS_PASS_THROUGH,
 };

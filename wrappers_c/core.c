@@ -95,5 +95,5 @@ static const ps_param_spec CORE_PARAMS[] = {
 
 const ps_stage_kind ps_kind_core = {
     "core", "The PastSet element (name, format) itself: the last stage of every path.",
-    CORE_PARAMS, sizeof CORE_PARAMS / sizeof CORE_PARAMS[0], core_create,
+    CORE_PARAMS, sizeof CORE_PARAMS / sizeof CORE_PARAMS[0], core_create, PS_JOINING,
 };

@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 extern "C" {
 #include "kernels.h"
 #include "pastset.h"
+#include "bridge_stage.h"
 #include "stage.h"
 }
 
@@ -28,7 +30,15 @@ PyObject *g_axed_error = nullptr;
 
 // ---- status codes -> Python exceptions --------------------------------------------------------
 
+// An exception raised inside a Python stage, kept until the operation returns to Python.
+thread_local std::unique_ptr<py::error_already_set> t_python_stage_error;
+
 [[noreturn]] void raise_status(int rc, const std::string &what) {
+    if (t_python_stage_error) {
+        std::unique_ptr<py::error_already_set> error = std::move(t_python_stage_error);
+        error->restore();
+        throw py::error_already_set();
+    }
     std::string msg = what + ": " + ps_status_name(rc);
     switch (rc) {
     case PS_ETIMEDOUT: PyErr_SetString(PyExc_TimeoutError, msg.c_str()); break;
@@ -182,6 +192,7 @@ public:
 
     const std::string &format() const { return codec_.format(); }
     const std::string &label() const { return label_; }
+    const TupleCodec &codec() const { return codec_; }
 
     void move(const py::handle &t, const py::object &timeout) {
         py::bytes packed = codec_.pack(t, label_);
@@ -396,7 +407,8 @@ private:
 // Python stage gets of its link below).
 class LinkCalls {
 public:
-    LinkCalls(std::shared_ptr<Stage> stage, ps_link *borrowed) : stage_(std::move(stage)), link_(borrowed) {
+    LinkCalls(std::shared_ptr<Stage> stage, ps_link *borrowed, py::object owner)
+        : stage_(std::move(stage)), owner_(std::move(owner)), link_(borrowed) {
         if (!link_) {
             link_ = &owned_;
             int rc = ps_stage_attach(stage_->get(), &owned_);
@@ -424,6 +436,7 @@ public:
 
 private:
     std::shared_ptr<Stage> stage_;
+    py::object owner_;  // whatever the builder wants kept alive as long as the handle
     ps_link owned_{};
     ps_link *link_;
     bool owns_ = false;
@@ -431,8 +444,8 @@ private:
 
 using Handle = Endpoint<LinkCalls>;
 
-std::shared_ptr<Handle> attach(const std::shared_ptr<Stage> &stage, const std::string &label) {
-    return std::make_shared<Handle>(stage->format(), label, stage, nullptr);
+std::shared_ptr<Handle> attach(const std::shared_ptr<Stage> &stage, const std::string &label, py::object owner) {
+    return std::make_shared<Handle>(stage->format(), label, stage, nullptr, std::move(owner));
 }
 
 // ---- the stage registry, seen from Python -----------------------------------------------------
@@ -467,6 +480,7 @@ py::dict stage_kinds() {
         }
         py::dict entry;
         entry["doc"] = kind->doc;
+        entry["pass_through"] = kind->joining == PS_PASS_THROUGH;
         entry["params"] = params;
         kinds[kind->name] = entry;
     }
@@ -516,6 +530,80 @@ std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict
         throw py::value_error(error);
     }
     return std::make_shared<Stage>(stage, pastset.owner());
+}
+
+// ---- stages written in Python (the slow path) --------------------------------------------------
+
+// What the bridge stage calls for a stage kind written in Python: the Python object, and one
+// Handle per caller on that caller's own link below (made on first use).
+struct PythonStage {
+    py::object impl;
+    std::shared_ptr<Stage> below;
+    std::vector<std::shared_ptr<Handle>> views;
+};
+
+Handle &below_view(PythonStage &stage, ps_bridge_call *call) {
+    if (call->slot >= stage.views.size()) stage.views.resize(call->slot + 1);
+    std::shared_ptr<Handle> &view = stage.views[call->slot];
+    if (!view)
+        view = std::make_shared<Handle>(stage.below->format(), "below " + std::to_string(call->slot), stage.below,
+                                        call->below, py::none());
+    return *view;
+}
+
+void copy_out(const TupleCodec &codec, const py::object &t, void *out, const char *method) {
+    py::bytes packed = codec.pack(t, std::string("python stage ") + method + "()");
+    std::memcpy(out, PyBytes_AS_STRING(packed.ptr()), codec.size());
+}
+
+// Calls impl.<op>(below, ...) with the GIL held. A Python exception is kept for the caller's
+// thread (raise_status re-raises it when the operation returns to Python); the status is PS_EINVAL.
+int python_bridge_call(void *impl, ps_bridge_call *call) {
+    py::gil_scoped_acquire gil;
+    PythonStage &stage = *static_cast<PythonStage *>(impl);
+    try {
+        Handle &view = below_view(stage, call);
+        py::object below = py::cast(view);
+        const TupleCodec &codec = view.codec();
+        py::object &obj = stage.impl;
+        switch (call->op) {
+        case PS_BRIDGE_MOVE: obj.attr("move")(below, codec.unpack(call->tuple_in)); break;
+        case PS_BRIDGE_OBSERVE: copy_out(codec, obj.attr("observe")(below), call->tuple_out, "observe"); break;
+        case PS_BRIDGE_OBSERVE_AT:
+            copy_out(codec, obj.attr("observe_at")(below, call->argument), call->tuple_out, "observe_at");
+            break;
+        case PS_BRIDGE_FIRST: call->result = obj.attr("first")(below).cast<int64_t>(); break;
+        case PS_BRIDGE_LAST: call->result = obj.attr("last")(below).cast<int64_t>(); break;
+        case PS_BRIDGE_DELTA: {
+            py::object bound = call->argument >= 0 ? py::object(py::int_(call->argument)) : py::object(py::none());
+            call->result = obj.attr("delta")(below, bound).cast<int64_t>();
+            break;
+        }
+        case PS_BRIDGE_AXE: obj.attr("axe")(below, call->argument); break;
+        }
+        return PS_OK;
+    } catch (py::error_already_set &e) {
+        t_python_stage_error = std::make_unique<py::error_already_set>(std::move(e));
+    } catch (py::builtin_exception &e) {
+        e.set_error();
+        t_python_stage_error = std::make_unique<py::error_already_set>();
+    }
+    return PS_EINVAL;
+}
+
+void python_bridge_release(void *impl) {
+    py::gil_scoped_acquire gil;
+    delete static_cast<PythonStage *>(impl);
+}
+
+const ps_bridge kPythonBridge = {python_bridge_call, python_bridge_release};
+
+std::shared_ptr<Stage> create_python_stage(const py::object &impl, const std::shared_ptr<Stage> &below) {
+    if (!below) throw py::value_error("a Python stage needs a stage below it (a path ends with 'core')");
+    ps_stage *stage = nullptr;
+    int rc = ps_bridge_stage_create(&kPythonBridge, new PythonStage{impl, below, {}}, below->get(), &stage);
+    if (rc != PS_OK) raise_status(rc, "python stage");
+    return std::make_shared<Stage>(stage, below->owner());
 }
 
 // ---- kernels ----------------------------------------------------------------------------------
@@ -590,7 +678,7 @@ PYBIND11_MODULE(_native, m) {
     element.def_property_readonly("name", &Element::name)
         .def("stats", &Element::stats, "Counters: live_tuples, bytes_held, moves, observes, waits.");
 
-    py::class_<PastSet>(m, "PastSet", "A PastSet tuple space: elements addressed by (name, format).")
+    py::class_<PastSet>(m, "PastSet", py::dynamic_attr(), "A PastSet tuple space: elements addressed by (name, format).")
         .def(py::init<>())
         .def("enter", &PastSet::enter, py::arg("name"), py::arg("format"),
              "Find or create the element (name, format).")
@@ -602,13 +690,17 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("max_links", &Stage::max_links, "The fan-in: callers allowed (0 = any).")
         .def_property_readonly("link_count", &Stage::link_count, "Callers attached so far.")
         .def("counters", &Stage::counters, "The stage's counters: operations, waits, bytes, and its own.")
-        .def("attach", &attach, py::arg("label"), "A new caller's handle on this stage.");
+        .def("attach", &attach, py::arg("label"), py::arg("owner") = py::none(),
+             "A new caller's handle on this stage; `owner` is kept alive as long as the handle.");
 
     py::class_<Handle, std::shared_ptr<Handle>> handle(m, "Handle", "One caller's handle on a path: use it from one thread.");
     bind_endpoint(handle, "Handle");
     handle.def_property_readonly("stage", &Handle::stage).def_property_readonly("slot", &Handle::slot);
 
     m.def("stage_kinds", &stage_kinds, "{kind: {doc, params: {name: {type, required, default, min, max, choices, doc}}}}");
+    m.def("create_python_stage", &create_python_stage, py::arg("impl"), py::arg("below"),
+          "Wrap a Python object (methods move, observe, observe_at, first, last, delta, axe, each taking\n"
+          "the Handle below first) as a pass-through stage. The slow path: every operation takes the GIL.");
     m.def("create_stage", &create_stage, py::arg("kind"), py::arg("params"), py::arg("below"), py::arg("pastset"),
           "Create one C stage above `below` (None for the core).");
 

@@ -225,5 +225,5 @@ static const ps_param_spec SUM_PARAMS[] = {
 
 const ps_stage_kind ps_kind_reduce_sum = {
     "reduce-sum", "Adds one tuple from each of num_threads contributors per round; each gets the round's total.",
-    SUM_PARAMS, sizeof SUM_PARAMS / sizeof SUM_PARAMS[0], sum_create,
+    SUM_PARAMS, sizeof SUM_PARAMS / sizeof SUM_PARAMS[0], sum_create, PS_JOINING,
 };

@@ -80,6 +80,14 @@ typedef struct ps_build_context {
     ps_space *space;   /* where the core stage finds or creates its element */
 } ps_build_context;
 
+/* How a stage reaches the stage below it.
+ * PS_JOINING: the stage is one caller of the stage below (reduce-sum: its callers' rounds become
+ *   one contribution). It attaches one link when created.
+ * PS_PASS_THROUGH: each caller of the stage stays a distinct caller below (trace, cache, delay), so
+ *   a trace above a reduce-sum of four threads still gives the sum four contributors. The stage
+ *   attaches one link below per caller, when the caller attaches. */
+typedef enum ps_stage_joining { PS_JOINING, PS_PASS_THROUGH } ps_stage_joining;
+
 struct ps_stage_kind {
     const char *name;
     const char *doc;
@@ -89,6 +97,7 @@ struct ps_stage_kind {
      * returns a status and writes a reason into error. */
     int (*create)(const ps_params *params, const ps_build_context *context, ps_stage *next,
                   ps_stage **out, char *error, size_t error_size);
+    ps_stage_joining joining;
 };
 
 /* ---- the registry ------------------------------------------------------------------------- */

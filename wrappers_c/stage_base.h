@@ -40,13 +40,7 @@ struct ps_stage {
     _Atomic int64_t bytes;         /* tuple bytes moved and observed */
 };
 
-/* How a stage reaches the stage below it.
- * PS_JOINING: the stage is one caller of the stage below (reduce-sum: its callers' rounds become
- *   one contribution). It attaches one link when created.
- * PS_PASS_THROUGH: each caller of the stage stays a distinct caller below (trace, cache, delay), so
- *   a trace above a reduce-sum of four threads still gives the sum four contributors. The stage
- *   attaches one link below per caller, when the caller attaches; at most PS_PASS_THROUGH_CALLERS. */
-typedef enum ps_stage_joining { PS_JOINING, PS_PASS_THROUGH } ps_stage_joining;
+/* A pass-through stage serves at most this many callers. */
 enum { PS_PASS_THROUGH_CALLERS = 1024 };
 
 /* Sets up the generic fields of a freshly allocated stage above `below` (NULL for a bottom

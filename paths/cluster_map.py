@@ -1,0 +1,364 @@
+"""Cluster maps: the clusters and nodes, their CPUs and addresses, the root and home nodes, the
+placement policy, the reduction tree's fan-in, emulated slow links and how to launch.
+
+`load_map(path)` and `load_map_text(text)` turn YAML into frozen dataclasses; every problem is a
+`MapError` naming the file, the line, the field path and what was expected.  `builtin_map(name)`
+loads one of the maps shipped in the repository's `maps/` folder.  The schema is in docs/maps.md.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, Optional, Union
+
+import yaml
+
+from .hostlist import expand_hostlist
+from .placement import resolve_policy
+
+MAPS_DIR = Path(__file__).resolve().parent.parent / "maps"
+DEFAULT_POLICY = "bucket"
+DEFAULT_MAX_FANIN = 4
+DEFAULT_SSH = "ssh {host} {command}"
+LAUNCH_MODES = ("local", "ssh", "slurm")
+
+
+class MapError(ValueError):
+    """A cluster map that does not validate: `file:line: field.path: what was expected`."""
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    cluster: str
+    cpus: int  # 0: the node hosts stages (sums, the element) but runs no threads
+    address: Optional[str] = None  # None: the launcher chooses (loopback when emulated)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    nodes: tuple[Node, ...]
+    head: Optional[str] = None  # node hosting the cluster's sum; None: first node with threads
+
+
+@dataclass(frozen=True)
+class Link:
+    """An emulated slow link between two clusters, the same both ways."""
+
+    clusters: tuple[str, str]
+    delay_ms: float
+    jitter_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Launch:
+    mode: str = "local"  # local: each node a process on this machine; ssh; slurm
+    ssh: str = DEFAULT_SSH  # command template with {host} and {command}
+
+
+@dataclass(frozen=True)
+class ClusterMap:
+    name: str
+    source: str
+    clusters: tuple[Cluster, ...]
+    root: str  # node holding the top-level sum
+    home: str  # node holding the element
+    policy: str = DEFAULT_POLICY
+    max_fanin: int = DEFAULT_MAX_FANIN
+    links: tuple[Link, ...] = ()
+    launch: Launch = Launch()
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """Every node, in map order."""
+        return tuple(node for cluster in self.clusters for node in cluster.nodes)
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(f"map {self.name!r} ({self.source}) has no node {name!r}")
+
+    def link_between(self, cluster_a: str, cluster_b: str) -> Optional[Link]:
+        """The emulated link between two clusters, if the map lists one."""
+        ends = {cluster_a, cluster_b}
+        return next((link for link in self.links if set(link.clusters) == ends), None)
+
+
+def load_map(path: Union[str, os.PathLike]) -> ClusterMap:
+    """Read and validate the cluster map in a YAML file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise MapError(f"{path}: cannot read the cluster map: {error.strerror}") from None
+    return load_map_text(text, source=str(path))
+
+
+def builtin_map(name: str) -> ClusterMap:
+    """A map shipped in maps/: "local", "paper-2w", "paper-4w", "paper-8w", "multicluster"."""
+    known = sorted(path.stem for path in MAPS_DIR.glob("*.yaml"))
+    if name not in known:
+        raise MapError(f"no built-in map {name!r}: expected one of {', '.join(known)}")
+    return load_map(MAPS_DIR / f"{name}.yaml")
+
+
+def load_map_text(text: str, source: str = "<string>") -> ClusterMap:
+    """Validate a cluster map given as YAML text; `source` names it in error messages."""
+    fields = _Field(_compose(text, source), "", source).fields(
+        required=("name", "clusters", "root"),
+        optional=("home", "policy", "tree", "links", "launch"),
+    )
+    clusters = _clusters(fields["clusters"])
+    node_names = [node.name for cluster in clusters for node in cluster.nodes]
+    root = fields["root"].member(node_names, "a node listed under clusters")
+    home, policy, tree, links, launch = (
+        fields.get(key) for key in ("home", "policy", "tree", "links", "launch")
+    )
+    return ClusterMap(
+        name=fields["name"].string("a map name"),
+        source=source,
+        clusters=clusters,
+        root=root,
+        home=home.member(node_names, "a node listed under clusters") if home else root,
+        policy=_policy(policy) if policy else DEFAULT_POLICY,
+        max_fanin=_max_fanin(tree) if tree else DEFAULT_MAX_FANIN,
+        links=_links(links, [cluster.name for cluster in clusters]) if links else (),
+        launch=_launch(launch) if launch else Launch(),
+    )
+
+
+class _Field:
+    """A YAML node and the field path that leads to it, so that errors can point at it."""
+
+    def __init__(self, node: yaml.Node, path: str, source: str) -> None:
+        self.node, self.path, self.source = node, path, source
+
+    def fail(self, problem: str) -> NoReturn:
+        line = self.node.start_mark.line + 1
+        raise MapError(f"{self.source}:{line}: {self.path or '(top level)'}: {problem}")
+
+    def expect(self, expected: str) -> NoReturn:
+        if isinstance(self.node, yaml.MappingNode):
+            got = "a mapping"
+        elif isinstance(self.node, yaml.SequenceNode):
+            got = "a list"
+        else:
+            got = repr(self.value())
+        self.fail(f"expected {expected}, got {got}")
+
+    def value(self) -> Any:
+        return yaml.constructor.SafeConstructor().construct_object(self.node, deep=True)
+
+    def entries(self, expected: str) -> dict[str, _Field]:
+        """The values of a mapping by key; keys must be unique names."""
+        if not isinstance(self.node, yaml.MappingNode):
+            self.expect(expected)
+        found: dict[str, _Field] = {}
+        for key_node, value_node in self.node.value:
+            key = _Field(key_node, self.path, self.source).string("a name as key")
+            child = _Field(value_node, f"{self.path}.{key}" if self.path else key, self.source)
+            if key in found:
+                child.fail(f"duplicate key (first at line {found[key].node.start_mark.line + 1})")
+            found[key] = child
+        return found
+
+    def fields(self, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, _Field]:
+        valid = required + optional
+        found = self.entries(f"a mapping with fields {', '.join(valid)}")
+        for key, child in found.items():
+            if key not in valid:
+                child.fail(f"unknown field (valid: {', '.join(valid)})")
+        for key in required:
+            if key not in found:
+                self.fail(f"missing field {key!r} (required: {', '.join(required)})")
+        return found
+
+    def items(self, expected: str) -> list[_Field]:
+        if not isinstance(self.node, yaml.SequenceNode):
+            self.expect(expected)
+        return [
+            _Field(node, f"{self.path}[{i}]", self.source) for i, node in enumerate(self.node.value)
+        ]
+
+    def string(self, expected: str) -> str:
+        value = self.value()
+        if not isinstance(value, str) or not value:
+            self.expect(expected)
+        return value
+
+    def member(self, names: list[str], expected: str) -> str:
+        value = self.string(expected)
+        if value not in names:
+            self.expect(expected)
+        return value
+
+    def integer(self, minimum: int, expected: str) -> int:
+        value = self.value()
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self.expect(expected)
+        return value
+
+    def milliseconds(self) -> float:
+        value = self.value()
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 <= value < math.inf
+        ):
+            self.expect("a number of milliseconds >= 0")
+        return float(value)
+
+
+def _compose(text: str, source: str) -> yaml.Node:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = mark.line if mark else 0
+        lines = text.splitlines()
+        problem = f"{error.problem} (in {lines[line].strip() if line < len(lines) else ''!r})"
+        if error.context and error.context_mark:
+            problem += f", {error.context} at line {error.context_mark.line + 1}"
+        raise MapError(f"{source}:{line + 1}: invalid YAML: {problem}") from None
+    except yaml.YAMLError as error:
+        raise MapError(f"{source}: invalid YAML: {error}") from None
+    if node is None:
+        raise MapError(
+            f"{source}:1: (top level): expected a mapping with fields name, clusters, root, "
+            "got an empty document"
+        )
+    return node
+
+
+def _clusters(field: _Field) -> tuple[Cluster, ...]:
+    entries = field.entries("a mapping of cluster names to {nodes, cpus}")
+    if not entries:
+        field.fail("expected at least one cluster")
+    clusters: list[Cluster] = []
+    cluster_of_node: dict[str, str] = {}
+    for name, cluster_field in entries.items():
+        fields = cluster_field.fields(required=("nodes", "cpus"), optional=("address", "head"))
+        names = _host_names(fields["nodes"])
+        for node in names:
+            if node in cluster_of_node:
+                fields["nodes"].fail(
+                    f"node {node!r} is already in cluster {cluster_of_node[node]!r} "
+                    "(node names must be unique)"
+                )
+            cluster_of_node[node] = name
+        cpus = _cpus(fields["cpus"])
+        addresses = (
+            _addresses(fields["address"], names) if "address" in fields else [None] * len(names)
+        )
+        head = (
+            fields["head"].member(names, f"a node of cluster {name}") if "head" in fields else None
+        )
+        nodes = tuple(Node(node, name, cpus, address) for node, address in zip(names, addresses))
+        clusters.append(Cluster(name, nodes, head))
+    if not any(node.cpus for cluster in clusters for node in cluster.nodes):
+        field.fail("expected at least one cluster with cpus > 0 to run threads on")
+    return tuple(clusters)
+
+
+def _host_names(field: _Field) -> list[str]:
+    expected = "a host list like 'n[0-7]' or a list of them"
+    parts = field.items(expected) if isinstance(field.node, yaml.SequenceNode) else [field]
+    names: list[str] = []
+    for part in parts:
+        text = part.string(expected)
+        try:
+            names.extend(expand_hostlist(text))
+        except ValueError as error:
+            part.fail(str(error))
+    return names
+
+
+def _cpus(field: _Field) -> int:
+    if field.value() == "auto":
+        return os.cpu_count() or 1
+    return field.integer(
+        0, "a non-negative integer or 'auto' (0: the node hosts stages but runs no threads)"
+    )
+
+
+def _addresses(field: _Field, names: list[str]) -> list[str]:
+    if isinstance(field.node, yaml.MappingNode):
+        given = field.entries("a mapping of node names to addresses")
+        for node, address in given.items():
+            if node not in names:
+                address.fail("not a node of this cluster")
+        for node in names:
+            if node not in given:
+                field.fail(f"missing the address of node {node!r}")
+        return [given[node].string("an address like 'tcp://host:7000'") for node in names]
+    template = field.string(
+        "an address template like 'tcp://{node}:7000' or a mapping node: address"
+    )
+    try:
+        addresses = [template.format(node=node) for node in names]
+    except (KeyError, IndexError, ValueError):
+        field.expect("a template where only {node} is replaced, like 'tcp://{node}:7000'")
+    if len(set(addresses)) < len(addresses):
+        field.expect("a template that gives each node its own address, like 'tcp://{node}:7000'")
+    return addresses
+
+
+def _policy(field: _Field) -> str:
+    name = field.string("'bucket', 'even' or a function named 'pkg.mod:func'")
+    try:
+        resolve_policy(name)
+    except ValueError as error:
+        field.fail(str(error))
+    return name
+
+
+def _max_fanin(field: _Field) -> int:
+    fields = field.fields(required=(), optional=("max_fanin",))
+    return (
+        fields["max_fanin"].integer(2, "an integer >= 2")
+        if "max_fanin" in fields
+        else DEFAULT_MAX_FANIN
+    )
+
+
+def _links(field: _Field, cluster_names: list[str]) -> tuple[Link, ...]:
+    links: list[Link] = []
+    for item in field.items("a list of {between: [cluster, cluster], delay_ms, jitter_ms}"):
+        fields = item.fields(required=("between", "delay_ms"), optional=("jitter_ms",))
+        between = fields["between"]
+        ends = between.items("a list of two cluster names")
+        pair = tuple(
+            end.member(cluster_names, f"a cluster of this map ({', '.join(cluster_names)})")
+            for end in ends
+        )
+        if len(pair) != 2 or pair[0] == pair[1]:
+            between.fail("expected two different clusters")
+        if any(set(link.clusters) == set(pair) for link in links):
+            item.fail(f"a second link between {pair[0]} and {pair[1]}")
+        jitter = fields["jitter_ms"].milliseconds() if "jitter_ms" in fields else 0.0
+        links.append(Link(pair, fields["delay_ms"].milliseconds(), jitter))
+    return tuple(links)
+
+
+def _launch(field: _Field) -> Launch:
+    fields = field.fields(required=(), optional=("mode", "ssh"))
+    mode = (
+        fields["mode"].member(list(LAUNCH_MODES), "one of " + ", ".join(LAUNCH_MODES))
+        if "mode" in fields
+        else "local"
+    )
+    if "ssh" not in fields:
+        return Launch(mode)
+    expected = "a command template with {host} and {command}, like 'ssh {host} {command}'"
+    ssh = fields["ssh"].string(expected)
+    try:
+        ssh.format(host="", command="")
+    except (KeyError, IndexError, ValueError):
+        fields["ssh"].expect(expected)
+    if "{host}" not in ssh or "{command}" not in ssh:
+        fields["ssh"].expect(expected)
+    return Launch(mode, ssh)

@@ -1,0 +1,124 @@
+"""Placement: which node runs each thread, from a cluster map and a thread count.
+
+The built-in policies are Slurm's task distributions over the map's nodes, in map order:
+`bucket` is *block* (fill a node up to its CPU count before the next) and `even` is *cyclic*
+(one thread per node in turn, skipping nodes already full).  Nodes with `cpus: 0` get no
+threads.  With more threads than CPUs the same order starts over from the beginning, and a
+`PlacementWarning` says the nodes are oversubscribed.
+
+Any other policy is a function `func(cluster_map, n_threads) -> list[str]` (one node name per
+thread), given directly or named `pkg.mod:func` / `pkg.mod.func`; its answer is checked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import warnings
+from typing import TYPE_CHECKING, Callable, Sequence, Union
+
+if TYPE_CHECKING:
+    from .cluster_map import ClusterMap, Node
+
+Policy = Callable[["ClusterMap", int], Sequence[str]]
+
+_DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*")
+
+
+class PlacementWarning(UserWarning):
+    """More threads than CPUs: some nodes run more threads than they have CPUs."""
+
+
+def bucket(cluster_map: ClusterMap, n_threads: int) -> list[str]:
+    """Slurm *block*: fill each node up to its CPU count before the next one."""
+    slots = [node.name for node in _runners(cluster_map) for _ in range(node.cpus)]
+    return _deal(cluster_map, slots, n_threads)
+
+
+def even(cluster_map: ClusterMap, n_threads: int) -> list[str]:
+    """Slurm *cyclic*: one thread per node in turn, skipping nodes that are full."""
+    runners = _runners(cluster_map)
+    rounds = max(node.cpus for node in runners)
+    slots = [node.name for turn in range(rounds) for node in runners if node.cpus > turn]
+    return _deal(cluster_map, slots, n_threads)
+
+
+BUILTIN_POLICIES: dict[str, Policy] = {"bucket": bucket, "even": even}
+
+
+def resolve_policy(name: str) -> Policy:
+    """The policy function named `name`: a built-in name or a dotted name, imported."""
+    if name in BUILTIN_POLICIES:
+        return BUILTIN_POLICIES[name]
+    if not _DOTTED_NAME.fullmatch(name):
+        raise ValueError(
+            f"unknown policy {name!r}: expected 'bucket', 'even' or a function named "
+            "'pkg.mod:func' or 'pkg.mod.func'"
+        )
+    module_name, _, func_name = name.rpartition(":" if ":" in name else ".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(
+            f"policy {name!r}: cannot import module {module_name!r} ({error})"
+        ) from error
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ValueError(f"policy {name!r}: module {module_name!r} has no function {func_name!r}")
+    return func
+
+
+def place(
+    cluster_map: ClusterMap, n_threads: int, policy: Union[str, Policy, None] = None
+) -> list[str]:
+    """The node name of each thread 0..n_threads-1; `policy` defaults to the map's."""
+    if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1:
+        raise ValueError(f"n_threads: expected a positive integer, got {n_threads!r}")
+    policy = cluster_map.policy if policy is None else policy
+    func = resolve_policy(policy) if isinstance(policy, str) else policy
+    placements = func(cluster_map, n_threads)
+    return _checked(cluster_map, n_threads, policy_name(cluster_map, policy), placements)
+
+
+def policy_name(cluster_map: ClusterMap, policy: Union[str, Policy, None]) -> str:
+    """How to call a policy in messages: its name, a function's qualified name, or the map's."""
+    if policy is None:
+        return cluster_map.policy
+    return policy if isinstance(policy, str) else getattr(policy, "__qualname__", repr(policy))
+
+
+def _runners(cluster_map: ClusterMap) -> list[Node]:
+    return [node for node in cluster_map.nodes if node.cpus > 0]
+
+
+def _deal(cluster_map: ClusterMap, slots: list[str], n_threads: int) -> list[str]:
+    if n_threads > len(slots):
+        warnings.warn(
+            PlacementWarning(
+                f"{n_threads} threads on map {cluster_map.name!r} with {len(slots)} CPUs: "
+                "placement wraps around, nodes are oversubscribed"
+            ),
+            stacklevel=4,
+        )
+    return [slots[thread % len(slots)] for thread in range(n_threads)]
+
+
+def _checked(
+    cluster_map: ClusterMap, n_threads: int, policy_name: str, placements: object
+) -> list[str]:
+    where = f"policy {policy_name!r} (map {cluster_map.source})"
+    if isinstance(placements, str) or not isinstance(placements, Sequence):
+        raise ValueError(f"{where}: expected a list of node names, got {placements!r}")
+    if len(placements) != n_threads:
+        raise ValueError(
+            f"{where}: expected {n_threads} node names (one per thread), got {len(placements)}"
+        )
+    cpus = {node.name: node.cpus for node in cluster_map.nodes}
+    for thread, node in enumerate(placements):
+        if not isinstance(node, str) or node not in cpus:
+            raise ValueError(f"{where}: thread {thread} placed on {node!r}, not a node of the map")
+        if cpus[node] == 0:
+            raise ValueError(
+                f"{where}: thread {thread} placed on {node!r}, which has cpus: 0 (runs no threads)"
+            )
+    return list(placements)

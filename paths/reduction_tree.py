@@ -1,0 +1,228 @@
+"""Reduction plans: where each thread runs and the path spec each thread builds, so that the paths
+of all threads merge into one reduction tree shaped by the cluster map.
+
+Bottom up (a level with a single contributor adds no sum: there are no fan-in-1 sums):
+  node     the threads of a node meet in one reduce-sum on that node, id "node:<node>"; more than
+           max_fanin threads get a local sub-tree of sums under it, ids "node:<node>:<level>:<i>".
+  cluster  the node partial sums of a cluster combine level by level in sums of fan-in at most
+           max_fanin, ids "cluster:<cluster>:<level>:<i>"; a group's sum lives on the node of its
+           first contributor, so no node hosts two sums of a level.  The last level is ONE sum,
+           id "cluster:<cluster>", on the cluster's head (default: its first node with threads).
+  root     one sum of the cluster sums, id "root", on the root node; its fan-in is the number of
+           clusters with threads (max_fanin does not split it), so each cluster crosses to the
+           root exactly once.
+  element  the core element on the home node.
+Between two stages on different nodes the path has `remote(host=<next node>)`, preceded by
+`delay(ms, jitter_ms)` when the hop crosses a link listed in the map.  A stage instance is
+identified by the node it lives on and its specs down to the element.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterator, Optional, Union
+
+from .cluster_map import ClusterMap
+from .path_spec import PathSpec, StageSpec, make_path, stage
+from .placement import Policy, place, policy_name
+
+StageKey = tuple[str, tuple[StageSpec, ...]]  # (node it lives on, specs from it to the element)
+
+
+@dataclass(frozen=True)
+class _Thread:
+    index: int
+    node: str
+
+
+@dataclass(eq=False)
+class _Sum:
+    id: str
+    node: str
+    inputs: list[Union[_Sum, _Thread]]
+
+
+@dataclass(frozen=True)
+class ReductionPlan:
+    """Where each thread runs and the path each thread builds; see the module docstring."""
+
+    cluster_map: ClusterMap
+    policy: str
+    max_fanin: int
+    placements: tuple[str, ...]  # node of each thread
+    paths: tuple[PathSpec, ...]  # path spec of each thread
+
+    def stages_by_node(self) -> dict[str, list[tuple[StageSpec, ...]]]:
+        """The distinct stage instances on each node (in map order), as specs to the element."""
+        found: dict[str, dict[tuple[StageSpec, ...], None]] = defaultdict(dict)
+        for _, keys in self._keyed_paths():
+            for node, specs in keys:
+                found[node][specs] = None
+        return {
+            node.name: list(found[node.name])
+            for node in self.cluster_map.nodes
+            if node.name in found
+        }
+
+    def render(self) -> str:
+        """A text tree from the element (top) down through the stages to the threads."""
+        feeders: dict[StageKey, dict[StageKey, None]] = defaultdict(dict)
+        threads_at: dict[StageKey, list[int]] = defaultdict(list)
+        for thread, keys in self._keyed_paths():
+            threads_at[keys[0]].append(thread)
+            for child, parent in zip(keys, keys[1:]):
+                feeders[parent][child] = None
+        element = keys[-1]
+        lines = [
+            f"map {self.cluster_map.name}: {len(self.paths)} threads on "
+            f"{len(set(self.placements))} nodes, policy {self.policy}, max_fanin {self.max_fanin}",
+            _label(element),
+        ]
+
+        def draw(key: StageKey, indent: str) -> None:
+            below = [(_label(child), child) for child in feeders[key]]
+            if threads_at[key]:
+                below.append((_thread_label(threads_at[key]), None))
+            for i, (label, child) in enumerate(below):
+                last = i == len(below) - 1
+                lines.append(f"{indent}{'└── ' if last else '├── '}{label}")
+                if child is not None:
+                    draw(child, indent + ("    " if last else "│   "))
+
+        draw(element, "")
+        return "\n".join(lines)
+
+    def _keyed_paths(self) -> Iterator[tuple[int, list[StageKey]]]:
+        """Each thread with the stage instances of its path, first stage first."""
+        for thread, (node, path) in enumerate(zip(self.placements, self.paths)):
+            keys = []
+            for index, spec in enumerate(path.stages):
+                keys.append((node, path.stages[index:]))
+                if spec.kind == "remote":
+                    node = spec.param("host")
+            yield thread, keys
+
+
+def plan_reduction(
+    cluster_map: ClusterMap,
+    n_threads: int,
+    element: tuple[str, str],
+    *,
+    policy: Union[str, Policy, None] = None,
+    max_fanin: Optional[int] = None,
+) -> ReductionPlan:
+    """Place the threads and give each its path of the reduction to `element` = (name, format)."""
+    if max_fanin is None:
+        max_fanin = cluster_map.max_fanin
+    elif isinstance(max_fanin, bool) or not isinstance(max_fanin, int) or max_fanin < 2:
+        raise ValueError(f"max_fanin: expected an integer >= 2, got {max_fanin!r}")
+    placements = place(cluster_map, n_threads, policy)
+    threads_on: dict[str, list[_Thread]] = defaultdict(list)
+    for index, node in enumerate(placements):
+        threads_on[node].append(_Thread(index, node))
+
+    cluster_sums = []
+    for cluster in cluster_map.clusters:
+        node_sums = [
+            _combine(threads_on[node.name], max_fanin, f"node:{node.name}")
+            for node in cluster.nodes
+            if threads_on[node.name]
+        ]
+        if node_sums:
+            head = cluster.head or node_sums[0].node
+            node_sums.sort(key=lambda part: part.node != head)  # the head's own part leads
+            cluster_sums.append(_combine(node_sums, max_fanin, f"cluster:{cluster.name}", head))
+    # One root sum takes every cluster sum, whatever max_fanin: one crossing per cluster.
+    top = _combine(cluster_sums, max(len(cluster_sums), 2), "root", cluster_map.root)
+
+    name, format_ = element
+    paths: dict[int, PathSpec] = {}
+
+    def assign(part: Union[_Sum, _Thread], next_node: str, rest: tuple[StageSpec, ...]) -> None:
+        """Give `part` the stages `rest` (starting on `next_node`) and the hop to reach them."""
+        onward = _hop(cluster_map, part.node, next_node) + rest
+        if isinstance(part, _Thread):
+            paths[part.index] = make_path(onward)
+            return
+        own = (stage("reduce-sum", num_threads=len(part.inputs), id=part.id),) + onward
+        for child in part.inputs:
+            assign(child, part.node, own)
+
+    assign(top, cluster_map.home, (stage("core", name=name, format=format_),))
+    return ReductionPlan(
+        cluster_map,
+        policy_name(cluster_map, policy),
+        max_fanin,
+        tuple(placements),
+        tuple(paths[thread] for thread in range(n_threads)),
+    )
+
+
+def _combine(
+    parts: list[Union[_Sum, _Thread]], max_fanin: int, top_id: str, top_node: Optional[str] = None
+) -> Union[_Sum, _Thread]:
+    """Sum `parts` level by level with fan-in <= max_fanin until one part is left.
+
+    A group's sum lives on its first part's node; the final sum on `top_node` if given.
+    """
+    level = 0
+    while len(parts) > 1:
+        level += 1
+        groups = _split(parts, max_fanin)
+        final = len(groups) == 1
+        parts = [
+            (
+                group[0]
+                if len(group) == 1
+                else _Sum(
+                    top_id if final else f"{top_id}:{level}:{index}",
+                    top_node if final and top_node else group[0].node,
+                    group,
+                )
+            )
+            for index, group in enumerate(groups)
+        ]
+    return parts[0]
+
+
+def _split(parts: list, max_fanin: int) -> list[list]:
+    """Consecutive groups of at most max_fanin parts, as even in size as possible."""
+    count = math.ceil(len(parts) / max_fanin)
+    size, larger = divmod(len(parts), count)
+    groups, start = [], 0
+    for index in range(count):
+        end = start + size + (index < larger)
+        groups.append(parts[start:end])
+        start = end
+    return groups
+
+
+def _hop(cluster_map: ClusterMap, from_node: str, to_node: str) -> tuple[StageSpec, ...]:
+    """The stages that carry a partial from one node to the next stage's node."""
+    if from_node == to_node:
+        return ()
+    remote = stage("remote", host=to_node)
+    link = cluster_map.link_between(
+        cluster_map.node(from_node).cluster, cluster_map.node(to_node).cluster
+    )
+    if link is None:
+        return (remote,)
+    return (stage("delay", ms=link.delay_ms, jitter_ms=link.jitter_ms), remote)
+
+
+def _label(key: StageKey) -> str:
+    node, specs = key
+    return f"{specs[0]}  on {node}"
+
+
+def _thread_label(threads: list[int]) -> str:
+    runs: list[list[int]] = []
+    for thread in threads:
+        if runs and thread == runs[-1][-1] + 1:
+            runs[-1].append(thread)
+        else:
+            runs.append([thread])
+    text = ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}" for run in runs)
+    return f"thread{'s' if len(threads) > 1 else ''} {text}"

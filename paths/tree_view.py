@@ -1,0 +1,91 @@
+"""Looking at a built tree: `show(h)` prints it, `to_dot(h)` returns Graphviz DOT.
+
+The tree is drawn from the element (the root) up to the callers (the leaves): each stage with
+its parameters, how many callers it has out of its fan-in, and its counters on request.
+"""
+
+from __future__ import annotations
+
+from .build import StageKey, StageTable, handle_tree
+
+
+def _children(table: StageTable) -> tuple[dict, dict]:
+    """Stages below -> the stages above them, and stage -> the labels of its callers."""
+    stages_above: dict[StageKey, list[StageKey]] = {}
+    for built in table.stages():
+        if len(built.key) > 1:
+            stages_above.setdefault(built.key[1:], []).append(built.key)
+    callers: dict[StageKey, list[str]] = {}
+    for label, key in table.handles():
+        callers.setdefault(key, []).append(label)
+    return stages_above, callers
+
+
+def _stage_line(table: StageTable, key: StageKey, counters: bool) -> str:
+    built = table.live(key)
+    text = str(key[0])
+    if built is None:
+        return text
+    native = built.native
+    if native.max_links:
+        text += f"  [{native.link_count}/{native.max_links} callers]"
+    if counters:
+        values = ", ".join(f"{k}={v}" for k, v in native.counters().items())
+        text += f"  {{{values}}}"
+    return text
+
+
+def render_tree(handle, counters: bool = False) -> str:
+    """The text drawing of the tree `handle` belongs to, element first."""
+    table, top = handle_tree(handle)
+    stages_above, callers = _children(table)
+    lines = [_stage_line(table, top[-1:], counters)]
+
+    def walk(key: StageKey, indent: str) -> None:
+        items = [("stage", k) for k in sorted(stages_above.get(key, []), key=str)]
+        items += [("caller", label) for label in callers.get(key, [])]
+        for n, (kind, item) in enumerate(items):
+            last = n == len(items) - 1
+            branch, extend = ("└── ", "    ") if last else ("├── ", "│   ")
+            if kind == "stage":
+                lines.append(indent + branch + _stage_line(table, item, counters))
+                walk(item, indent + extend)
+            else:
+                lines.append(indent + branch + item)
+
+    walk(top[-1:], "")
+    return "\n".join(lines)
+
+
+def show(handle, counters: bool = False) -> None:
+    """Print the built tree of `handle`: element, stages, callers."""
+    print(render_tree(handle, counters))
+
+
+def to_dot(handle) -> str:
+    """Graphviz DOT of the tree of `handle`; edges point from callers toward the element."""
+    table, top = handle_tree(handle)
+    stages_above, callers = _children(table)
+    names: dict[StageKey, str] = {}
+    lines = ["digraph path {", "  rankdir=BT;", "  node [shape=box];"]
+
+    def name(key: StageKey) -> str:
+        if key not in names:
+            names[key] = f"s{len(names)}"
+            label = str(key[0]).replace('"', '\\"')
+            lines.append(f'  {names[key]} [label="{label}"];')
+        return names[key]
+
+    def walk(key: StageKey) -> None:
+        for above in sorted(stages_above.get(key, []), key=str):
+            lines.append(f"  {name(above)} -> {name(key)};")
+            walk(above)
+        for n, label in enumerate(callers.get(key, [])):
+            caller = f"{name(key)}_c{n}"
+            lines.append(f'  {caller} [shape=ellipse, label="{label}"];')
+            lines.append(f"  {caller} -> {name(key)};")
+
+    name(top[-1:])
+    walk(top[-1:])
+    lines.append("}")
+    return "\n".join(lines)

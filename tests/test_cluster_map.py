@@ -1,0 +1,374 @@
+"""Cluster maps: the shipped maps, the full schema, and errors that name file, line and field."""
+
+import os
+
+import pytest
+
+from paths.cluster_map import MAPS_DIR, Launch, Link, MapError, builtin_map, load_map, load_map_text
+
+SHIPPED = ["local", "paper-2w", "paper-4w", "paper-8w", "multicluster"]
+
+# Line numbers matter below: name 1, clusters 2, 4w 3, nodes 4, cpus 5, root 6.
+BASE = """\
+name: t
+clusters:
+  4w:
+    nodes: n[0-7]
+    cpus: 4
+root: n0
+"""
+
+
+def test_every_shipped_map_loads():
+    assert sorted(path.stem for path in MAPS_DIR.glob("*.yaml")) == sorted(SHIPPED)
+    for name in SHIPPED:
+        cluster_map = builtin_map(name)
+        assert cluster_map.name == name
+        assert cluster_map.policy == "bucket"
+        assert cluster_map.source.endswith(f"{name}.yaml")
+        assert load_map(cluster_map.source) == cluster_map
+
+
+def test_local_map_is_this_machine():
+    local = builtin_map("local")
+    assert [node.name for node in local.nodes] == ["localhost"]
+    assert local.nodes[0].cpus == os.cpu_count()
+    assert local.root == local.home == "localhost"
+
+
+@pytest.mark.parametrize(
+    "name, nodes, cpus", [("paper-2w", 16, 2), ("paper-4w", 8, 4), ("paper-8w", 4, 8)]
+)
+def test_paper_maps(name, nodes, cpus):
+    cluster_map = builtin_map(name)
+    assert [node.name for node in cluster_map.nodes] == [f"n{i}" for i in range(nodes)]
+    assert {node.cpus for node in cluster_map.nodes} == {cpus}
+    assert cluster_map.root == cluster_map.home == "n0"
+    assert cluster_map.max_fanin == 4
+
+
+def test_multicluster_map():
+    multi = builtin_map("multicluster")
+    assert [cluster.name for cluster in multi.clusters] == ["2w", "4w", "8w", "root"]
+    assert [len(cluster.nodes) for cluster in multi.clusters] == [16, 8, 4, 1]
+    assert sum(node.cpus for node in multi.nodes) == 96
+    assert multi.root == multi.home == "root0"
+    assert multi.node("root0").cpus == 0
+    prefixes = {
+        cluster.name: {node.name[:3] for node in cluster.nodes} for cluster in multi.clusters
+    }
+    assert prefixes == {"2w": {"w2n"}, "4w": {"w4n"}, "8w": {"w8n"}, "root": {"roo"}}
+    assert multi.link_between("root", "8w") == Link(("8w", "root"), 1.0, 0.0)
+    assert multi.link_between("2w", "4w") is None
+
+
+def test_builtin_map_unknown_name_lists_the_known_ones():
+    with pytest.raises(
+        MapError, match="no built-in map 'paper-3w': expected one of local, multicluster"
+    ):
+        builtin_map("paper-3w")
+
+
+def test_full_schema():
+    cluster_map = load_map_text("""\
+name: full
+clusters:
+  a:
+    nodes: ["a[1-2]", login]  # brackets inside a flow list need quotes
+    cpus: 2
+    address: "tcp://{node}.example.org:7000"
+    head: a2
+  b:
+    nodes: b0
+    cpus: 1
+    address: {b0: "tcp://10.1.0.9:7000"}
+  top:
+    nodes: hub
+    cpus: 0
+root: hub
+home: b0
+policy: paths.placement:even
+tree: {max_fanin: 3}
+links:
+  - {between: [a, top], delay_ms: 2.5, jitter_ms: 0.5}
+  - {between: [top, b], delay_ms: 0}
+launch:
+  mode: ssh
+  ssh: "ssh -o BatchMode=yes {host} {command}"
+""")
+    assert [node.name for node in cluster_map.nodes] == ["a1", "a2", "login", "b0", "hub"]
+    assert cluster_map.node("login").address == "tcp://login.example.org:7000"
+    assert cluster_map.node("b0").address == "tcp://10.1.0.9:7000"
+    assert cluster_map.clusters[0].head == "a2"
+    assert cluster_map.clusters[1].head is None
+    assert (cluster_map.root, cluster_map.home) == ("hub", "b0")
+    assert (cluster_map.policy, cluster_map.max_fanin) == ("paths.placement:even", 3)
+    assert cluster_map.links == (Link(("a", "top"), 2.5, 0.5), Link(("top", "b"), 0.0, 0.0))
+    assert cluster_map.launch == Launch("ssh", "ssh -o BatchMode=yes {host} {command}")
+    assert cluster_map.source == "<string>"
+
+
+def test_defaults():
+    cluster_map = load_map_text(BASE)
+    assert cluster_map.home == "n0"
+    assert (cluster_map.policy, cluster_map.max_fanin, cluster_map.links) == ("bucket", 4, ())
+    assert cluster_map.launch == Launch("local", "ssh {host} {command}")
+    assert cluster_map.node("n3").address is None
+
+
+def edited(*changes):
+    text = BASE
+    for old, new in changes:
+        assert old in text
+        text = text.replace(old, new)
+    return text
+
+
+BROKEN = {
+    "missing name": (
+        edited(("name: t\n", "")),
+        1,
+        "(top level)",
+        "missing field 'name' (required: name, clusters, root)",
+    ),
+    "missing root": (edited(("root: n0\n", "")), 1, "(top level)", "missing field 'root'"),
+    "missing cpus": (
+        edited(("    cpus: 4\n", "")),
+        4,
+        "clusters.4w",
+        "missing field 'cpus' (required: nodes, cpus)",
+    ),
+    "missing nodes": (
+        edited(("    nodes: n[0-7]\n", "")),
+        4,
+        "clusters.4w",
+        "missing field 'nodes'",
+    ),
+    "unknown top field": (
+        BASE + "polcy: even\n",
+        7,
+        "polcy",
+        "unknown field (valid: name, clusters, root, home, policy, tree, links, launch)",
+    ),
+    "unknown cluster field": (
+        edited(("cpus: 4", "cpus: 4\n    cpu: 4")),
+        6,
+        "clusters.4w.cpu",
+        "unknown field (valid: nodes, cpus, address, head)",
+    ),
+    "unknown policy": (
+        BASE + "policy: random\n",
+        7,
+        "policy",
+        "unknown policy 'random': expected 'bucket', 'even'",
+    ),
+    "unimportable policy": (
+        BASE + "policy: no_such_module_here:spread\n",
+        7,
+        "policy",
+        "cannot import module 'no_such_module_here'",
+    ),
+    "policy names no function": (
+        BASE + "policy: paths.placement:scatter\n",
+        7,
+        "policy",
+        "has no function 'scatter'",
+    ),
+    "negative cpus": (
+        edited(("cpus: 4", "cpus: -2")),
+        5,
+        "clusters.4w.cpus",
+        "expected a non-negative integer or 'auto' (0: the node hosts stages but runs no threads), "
+        "got -2",
+    ),
+    "cpus not a number": (edited(("cpus: 4", "cpus: four")), 5, "clusters.4w.cpus", "got 'four'"),
+    "no cpus at all": (
+        edited(("cpus: 4", "cpus: 0")),
+        3,
+        "clusters",
+        "at least one cluster with cpus > 0",
+    ),
+    "no clusters": (
+        edited(("clusters:\n  4w:\n    nodes: n[0-7]\n    cpus: 4\n", "clusters: {}\n")),
+        2,
+        "clusters",
+        "expected at least one cluster",
+    ),
+    "root the map lacks": (
+        edited(("root: n0", "root: n9")),
+        6,
+        "root",
+        "expected a node listed under clusters, got 'n9'",
+    ),
+    "home the map lacks": (
+        BASE + "home: m0\n",
+        7,
+        "home",
+        "expected a node listed under clusters, got 'm0'",
+    ),
+    "head outside its cluster": (
+        edited(("cpus: 4", "cpus: 4\n    head: m0")),
+        6,
+        "clusters.4w.head",
+        "expected a node of cluster 4w, got 'm0'",
+    ),
+    "bad host list": (
+        edited(("n[0-7]", "n[0-7")),
+        4,
+        "clusters.4w.nodes",
+        "bad host list 'n[0-7': a '[' is never closed",
+    ),
+    "host list not a string": (
+        edited(("n[0-7]", "7")),
+        4,
+        "clusters.4w.nodes",
+        "expected a host list like 'n[0-7]' or a list of them, got 7",
+    ),
+    "duplicate node within a cluster": (
+        edited(("n[0-7]", "n[0-7],n3")),
+        4,
+        "clusters.4w.nodes",
+        "node 'n3' is already in cluster '4w'",
+    ),
+    "duplicate node across clusters": (
+        edited(("root: n0", "  8w:\n    nodes: [m0, n5]\n    cpus: 8\nroot: n0")),
+        7,
+        "clusters.8w.nodes",
+        "node 'n5' is already in cluster '4w'",
+    ),
+    "max_fanin below 2": (
+        BASE + "tree:\n  max_fanin: 1\n",
+        8,
+        "tree.max_fanin",
+        "expected an integer >= 2, got 1",
+    ),
+    "unknown tree field": (
+        BASE + "tree: {fanin: 4}\n",
+        7,
+        "tree.fanin",
+        "unknown field (valid: max_fanin)",
+    ),
+    "link to an unknown cluster": (
+        BASE + "links:\n  - between: [4w, 9w]\n    delay_ms: 1\n",
+        8,
+        "links[0].between[1]",
+        "expected a cluster of this map (4w), got '9w'",
+    ),
+    "link within a cluster": (
+        BASE + "links:\n  - between: [4w, 4w]\n    delay_ms: 1\n",
+        8,
+        "links[0].between",
+        "two different clusters",
+    ),
+    "link without delay": (
+        BASE + "links:\n  - between: [4w, 4w]\n",
+        8,
+        "links[0]",
+        "missing field 'delay_ms'",
+    ),
+    "negative delay": (
+        edited(("root: n0", "  x:\n    nodes: x0\n    cpus: 1\nroot: n0"))
+        + "links:\n  - {between: [4w, x], delay_ms: -1}\n",
+        11,
+        "links[0].delay_ms",
+        "expected a number of milliseconds >= 0, got -1",
+    ),
+    "links not a list": (
+        BASE + "links: {between: [4w, x]}\n",
+        7,
+        "links",
+        "expected a list of {between",
+    ),
+    "bad launch mode": (
+        BASE + "launch: {mode: mpirun}\n",
+        7,
+        "launch.mode",
+        "expected one of local, ssh, slurm, got 'mpirun'",
+    ),
+    "ssh template without command": (
+        BASE + "launch: {mode: ssh, ssh: 'ssh {host}'}\n",
+        7,
+        "launch.ssh",
+        "with {host} and {command}",
+    ),
+    "address shared by all nodes": (
+        edited(("cpus: 4", "cpus: 4\n    address: tcp://10.0.0.1:7000")),
+        6,
+        "clusters.4w.address",
+        "gives each node its own address",
+    ),
+    "address template with unknown field": (
+        edited(("cpus: 4", "cpus: 4\n    address: tcp://{host}:7000")),
+        6,
+        "clusters.4w.address",
+        "only {node} is replaced",
+    ),
+    "address mapping missing a node": (
+        edited(("n[0-7]", "n[0-1]"), ("cpus: 4", "cpus: 4\n    address: {n0: tcp://a:1}")),
+        6,
+        "clusters.4w.address",
+        "missing the address of node 'n1'",
+    ),
+    "name not a string": (
+        edited(("name: t", "name: [t]")),
+        1,
+        "name",
+        "expected a map name, got a list",
+    ),
+    "duplicate key": (BASE + "root: n1\n", 7, "root", "duplicate key (first at line 6)"),
+    "top level not a mapping": (
+        "- name: t\n",
+        1,
+        "(top level)",
+        "expected a mapping with fields name, clusters, root",
+    ),
+    "empty document": ("# nothing\n", 1, "(top level)", "got an empty document"),
+    "bad YAML syntax": (
+        edited(("cpus: 4", "cpus: 4: x")),
+        5,
+        None,
+        "invalid YAML: mapping values are not allowed here (in 'cpus: 4: x')",
+    ),
+    "unclosed flow list": (edited(("nodes: n[0-7]", "nodes: [n0, n1")), 5, None, "invalid YAML"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN, ids=list(BROKEN))
+def test_broken_map_names_file_line_and_field(tmp_path, case):
+    text, line, field, problem = BROKEN[case]
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    with pytest.raises(MapError) as info:
+        load_map(path)
+    message = str(info.value)
+    prefix = f"{path}:{line}: " + (f"{field}: " if field else "")
+    assert message.startswith(prefix), message
+    assert problem in message, message
+
+
+def test_error_from_text_names_the_given_source():
+    with pytest.raises(
+        MapError, match=r"^maps/x\.yaml:5: clusters\.4w\.cpus: expected .*, got -2$"
+    ):
+        load_map_text(edited(("cpus: 4", "cpus: -2")), source="maps/x.yaml")
+
+
+def test_map_error_is_a_value_error():
+    assert issubclass(MapError, ValueError)
+
+
+def test_unreadable_file(tmp_path):
+    with pytest.raises(MapError, match="cannot read the cluster map"):
+        load_map(tmp_path / "absent.yaml")
+
+
+def test_cpus_auto_and_zero():
+    cluster_map = load_map_text(
+        edited(
+            ("root: n0", "  top:\n    nodes: hub\n    cpus: 0\nroot: hub"),
+            ("cpus: 4", "cpus: auto"),
+        )
+    )
+    assert cluster_map.node("n7").cpus == os.cpu_count()
+    assert cluster_map.node("hub").cpus == 0
+    assert cluster_map.root == "hub"
