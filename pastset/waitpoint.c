@@ -13,6 +13,22 @@
 
 enum { SPIN_ROUNDS = 20, SPIN_PAUSES = 32, YIELD_ROUNDS = 50 };
 
+/* Threads spinning right now, in the whole process. Spinning only pays while every spinner has
+ * a core of its own: with more waiters than cores a spinner burns the time slice the thread it
+ * waits for needs, so beyond that the waiter goes straight to sleep. */
+static _Atomic int spinning_threads;
+static int spin_limit;
+
+static int spinners_allowed(void) {
+    int limit = atomic_load_explicit((_Atomic int *)&spin_limit, memory_order_relaxed);
+    if (limit == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        limit = cpus > 1 ? (int)cpus - 1 : 1;
+        atomic_store_explicit((_Atomic int *)&spin_limit, limit, memory_order_relaxed);
+    }
+    return limit;
+}
+
 void ps_waitpoint_init(ps_waitpoint *w) {
     atomic_init(&w->sequence, 0);
     atomic_init(&w->sleepers, 0);
@@ -46,11 +62,18 @@ static inline void cpu_relax(void) {
 int ps_waitpoint_wait(ps_waitpoint *w, uint32_t seen, int64_t deadline_ns, uint32_t *spins) {
     uint32_t round = (*spins)++;
     if (round < SPIN_ROUNDS) {
-        for (int i = 0; i < SPIN_PAUSES; i++) {
-            if (ps_waitpoint_sequence(w) != seen) return 0;
-            cpu_relax();
+        if (atomic_fetch_add_explicit(&spinning_threads, 1, memory_order_relaxed) < spinners_allowed()) {
+            int moved = 0;
+            for (int i = 0; i < SPIN_PAUSES && !moved; i++) {
+                moved = ps_waitpoint_sequence(w) != seen;
+                cpu_relax();
+            }
+            atomic_fetch_sub_explicit(&spinning_threads, 1, memory_order_relaxed);
+            if (moved) return 0;
+            return deadline_ns != PS_FOREVER && ps_now_ns() >= deadline_ns ? PS_ETIMEDOUT : 0;
         }
-        return deadline_ns != PS_FOREVER && ps_now_ns() >= deadline_ns ? PS_ETIMEDOUT : 0;
+        atomic_fetch_sub_explicit(&spinning_threads, 1, memory_order_relaxed);
+        *spins = SPIN_ROUNDS; /* more waiters than cores: yield the core instead of spinning */
     }
     if (round < SPIN_ROUNDS + YIELD_ROUNDS) {
         sched_yield();

@@ -542,13 +542,13 @@ struct PythonStage {
     std::vector<std::shared_ptr<Handle>> views;
 };
 
-Handle &below_view(PythonStage &stage, ps_bridge_call *call) {
+const std::shared_ptr<Handle> &below_view(PythonStage &stage, ps_bridge_call *call) {
     if (call->slot >= stage.views.size()) stage.views.resize(call->slot + 1);
     std::shared_ptr<Handle> &view = stage.views[call->slot];
     if (!view)
         view = std::make_shared<Handle>(stage.below->format(), "below " + std::to_string(call->slot), stage.below,
                                         call->below, py::none());
-    return *view;
+    return view;
 }
 
 void copy_out(const TupleCodec &codec, const py::object &t, void *out, const char *method) {
@@ -562,9 +562,9 @@ int python_bridge_call(void *impl, ps_bridge_call *call) {
     py::gil_scoped_acquire gil;
     PythonStage &stage = *static_cast<PythonStage *>(impl);
     try {
-        Handle &view = below_view(stage, call);
+        const std::shared_ptr<Handle> &view = below_view(stage, call);
         py::object below = py::cast(view);
-        const TupleCodec &codec = view.codec();
+        const TupleCodec &codec = view->codec();
         py::object &obj = stage.impl;
         switch (call->op) {
         case PS_BRIDGE_MOVE: obj.attr("move")(below, codec.unpack(call->tuple_in)); break;

@@ -1,0 +1,58 @@
+"""The anchors every benchmark reports against, measured in the same run: an OpenMP reduction
+and, where MPI is installed, an MPI_Allreduce, at the same thread counts.
+
+MPI is optional: `apt-get install openmpi-bin libopenmpi-dev` provides mpicc and mpirun. The
+anchor program (benchmarks/mpi/allreduce.c) is compiled once into build/mpi-anchor/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from paths import _native
+
+HERE = Path(__file__).resolve().parent
+MPI_SOURCE = HERE / "mpi" / "allreduce.c"
+MPI_BUILD = HERE.parent / "build" / "mpi-anchor"
+
+
+def openmp_sum_us(threads: int, rounds: int) -> float:
+    """Median microseconds per OpenMP reduction of one value per thread."""
+    value = _native.bench.openmp_sum_us(threads, rounds)
+    if value < 0:
+        raise RuntimeError("the OpenMP anchor computed a wrong total")
+    return value
+
+
+def mpi_available() -> bool:
+    return shutil.which("mpicc") is not None and shutil.which("mpirun") is not None
+
+
+def _mpi_program() -> Path:
+    binary = MPI_BUILD / "allreduce"
+    if not binary.exists() or binary.stat().st_mtime < MPI_SOURCE.stat().st_mtime:
+        MPI_BUILD.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mpicc", "-O2", "-o", str(binary), str(MPI_SOURCE)], check=True,
+                       capture_output=True, text=True)
+    return binary
+
+
+def mpi_allreduce_us(processes: int, rounds: int, timeout: float = 120.0) -> float | None:
+    """Median microseconds per MPI_Allreduce of one int64 over `processes` ranks on this
+    machine, or None when MPI is not installed."""
+    if not mpi_available():
+        return None
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl="self,vader", OMPI_MCA_rmaps_base_oversubscribe="1")
+    command = ["mpirun", "--oversubscribe", "-np", str(processes), str(_mpi_program()), str(rounds)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    for line in done.stdout.splitlines():
+        if line.startswith("median_us"):
+            fields = line.split()
+            if done.returncode != 0 or fields[3] != "0":
+                raise RuntimeError(f"the MPI anchor computed wrong totals: {line}")
+            return float(fields[1])
+    raise RuntimeError(f"the MPI anchor failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")

@@ -1,0 +1,108 @@
+"""GSum latency benchmark: microseconds per global sum through a reduce-sum tree, against an
+OpenMP reduction and an MPI_Allreduce at the same thread counts, in one run.
+
+    python -m benchmarks.gsum --threads 1,2,4,8,16 --tree flat,fanin4
+
+Each cell is the median over --repeat runs of the median round latency (thread 0 times each
+round, as the paper's Figure 3). Trees: `flat` (one sum of all threads) and `faninK` (sums of
+at most K contributors, then sums of those). The run ends with the issue's targets: GSum at
+most 0.55x MPI_Allreduce at 4, 8 and 16 threads, fan-in 4 no slower than flat at 16, trace
+overhead at most 60 cycles per operation, MCPi at 2 threads at least 1.8x the darts per second
+of 1 thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+
+import paths
+
+from . import anchors
+from .local_trees import parse_counts, parse_trees, tree_handles
+from .mcpi import mcpi_scaling
+from .trace_overhead import trace_overhead_cycles
+
+
+def gsum_us(n: int, tree: str, rounds: int) -> float:
+    pastset = paths.PastSet()
+    handles = tree_handles(n, tree, pastset)
+    return paths.bench.gsum(handles, rounds).median_us
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gsum", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=parse_counts, default=parse_counts("1,2,4,8,16"),
+                        help="comma-separated thread counts (default 1,2,4,8,16)")
+    parser.add_argument("--tree", type=parse_trees, default=parse_trees("flat,fanin4"),
+                        help="comma-separated trees: flat, faninK (default flat,fanin4)")
+    parser.add_argument("--rounds", type=int, default=2000, help="global sums per run (default 2000)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per cell; the median is shown (default 5)")
+    parser.add_argument("--csv", help="also write the table to this CSV file")
+    parser.add_argument("--no-targets", action="store_true", help="skip the trace and MCPi target checks")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.repeat < 1:
+        parser.error("--rounds and --repeat must be >= 1")
+
+    def median_of(measure) -> float:
+        return statistics.median(measure() for _ in range(args.repeat))
+
+    rows = []
+    mpi_note = "" if anchors.mpi_available() else " (MPI not installed: apt-get install openmpi-bin libopenmpi-dev)"
+    header = ["threads"] + [f"gsum_{t}_us" for t in args.tree] + ["openmp_us", "mpi_us"]
+    header += [f"{t}/mpi" for t in args.tree] + [f"{t}/openmp" for t in args.tree]
+    print(f"GSum, median of {args.repeat} runs x {args.rounds} rounds, microseconds per global sum{mpi_note}")
+    print("  ".join(f"{h:>13}" for h in header))
+    for n in args.threads:
+        cells = {t: median_of(lambda: gsum_us(n, t, args.rounds)) for t in args.tree}
+        omp = median_of(lambda: anchors.openmp_sum_us(n, args.rounds))
+        mpi = median_of(lambda: anchors.mpi_allreduce_us(n, args.rounds)) if anchors.mpi_available() else None
+        row = {"threads": n, **{f"gsum_{t}_us": cells[t] for t in args.tree}, "openmp_us": omp, "mpi_us": mpi}
+        for t in args.tree:
+            row[f"{t}/mpi"] = cells[t] / mpi if mpi else None
+            row[f"{t}/openmp"] = cells[t] / omp if omp else None
+        rows.append(row)
+        print("  ".join(f"{_fmt(row[h]):>13}" for h in header), flush=True)
+
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    print("\nTargets")
+    by_threads = {r["threads"]: r for r in rows}
+    for n in (4, 8, 16):
+        r = by_threads.get(n)
+        if r and r["mpi_us"]:
+            best = min(r[f"{t}/mpi"] for t in args.tree)
+            _target(f"GSum <= 0.55x MPI_Allreduce at {n} threads", best, 0.55, f"{best:.2f}x")
+    r16 = by_threads.get(16)
+    if r16 and "flat" in args.tree and "fanin4" in args.tree:
+        _target("fan-in-4 tree <= flat at 16 threads", r16["gsum_fanin4_us"] / r16["gsum_flat_us"], 1.0,
+                f"{r16['gsum_fanin4_us']:.2f} us vs {r16['gsum_flat_us']:.2f} us")
+    if not args.no_targets:
+        cycles = trace_overhead_cycles(pairs=200_000, runs=args.repeat)
+        _target("trace overhead <= 60 cycles per operation", cycles, 60.0, f"{cycles:.1f} cycles")
+        ratio = mcpi_scaling(darts=20_000_000, runs=args.repeat)
+        _target("MCPi at 2 threads >= 1.8x darts/s of 1 thread", 1.8 / ratio, 1.0, f"{ratio:.2f}x")
+    return 0
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def _target(name: str, value: float, bound: float, shown: str) -> None:
+    print(f"  {'PASS' if value <= bound else 'MISS'}  {name}: {shown}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

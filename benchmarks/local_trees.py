@@ -1,0 +1,38 @@
+"""Sum trees on this machine for the benchmarks: N threads' handles shaped as a named tree
+(`flat`: one sum of all threads; `faninK`: sums of at most K contributors, then sums of those),
+and the parsing of the comma-separated lists the benchmark options take."""
+
+from __future__ import annotations
+
+import argparse
+
+import paths
+from paths.cluster_map import builtin_map
+from paths.reduction_tree import plan_reduction
+
+
+def tree_handles(n: int, tree: str, pastset: paths.PastSet, element=("GSUM", "q")) -> list:
+    """One handle per thread over the element in `pastset`, shaped as `tree`."""
+    fanin = max(n, 2) if tree == "flat" else int(tree.removeprefix("fanin"))
+    plan = plan_reduction(builtin_map("local"), n, element, max_fanin=fanin)
+    return [paths.build_path(p, pastset=pastset) for p in plan.paths]
+
+
+def parse_counts(text: str) -> list[int]:
+    """'1,2,4' -> [1, 2, 4]; each count >= 1."""
+    try:
+        counts = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of counts, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"counts must be >= 1, got {text!r}")
+    return counts
+
+
+def parse_trees(text: str) -> list[str]:
+    """'flat,fanin4' -> ['flat', 'fanin4']."""
+    trees = [t for t in text.split(",") if t]
+    for t in trees:
+        if t != "flat" and not (t.startswith("fanin") and t[5:].isdigit() and int(t[5:]) >= 2):
+            raise argparse.ArgumentTypeError(f"unknown tree {t!r} (expected flat or faninK with K >= 2)")
+    return trees

@@ -1,0 +1,56 @@
+"""MCPi benchmark: darts per second through a global sum of hits, by thread count.
+
+    python -m benchmarks.mcpi --threads 1,2 --darts 20000000
+
+Prints pi, the error, seconds and darts per second per thread count (median of --repeat runs),
+and the speed-up over one thread; the target is at least 1.8x at 2 threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+
+import paths
+
+from .local_trees import parse_counts, tree_handles
+
+
+def mcpi_run(n: int, darts: int) -> paths.bench.MCPiResult:
+    return paths.bench.mcpi(tree_handles(n, "fanin4", paths.PastSet()), darts)
+
+
+def mcpi_rate(n: int, darts: int, runs: int) -> float:
+    return statistics.median(mcpi_run(n, darts).darts_per_second for _ in range(runs))
+
+
+def mcpi_scaling(darts: int, runs: int) -> float:
+    """Darts per second at 2 threads over darts per second at 1 thread."""
+    return mcpi_rate(2, darts, runs) / mcpi_rate(1, darts, runs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.mcpi", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=parse_counts, default=parse_counts("1,2"))
+    parser.add_argument("--darts", type=int, default=20_000_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args(argv)
+    if args.darts < 1 or args.repeat < 1:
+        parser.error("--darts and --repeat must be >= 1")
+    base = None
+    print(f"{'threads':>8} {'pi':>10} {'error':>10} {'seconds':>9} {'Mdarts/s':>9} {'speed-up':>9}")
+    for n in args.threads:
+        results = [mcpi_run(n, args.darts) for _ in range(args.repeat)]
+        rate = statistics.median(r.darts_per_second for r in results)
+        best = results[0]
+        base = base or rate
+        print(f"{n:>8} {best.pi:>10.6f} {abs(best.pi - math.pi):>10.2e} "
+              f"{statistics.median(r.seconds for r in results):>9.4f} {rate / 1e6:>9.1f} {rate / base:>8.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""build_path: merging of equal remainders, id=, validation before building, show/to_dot,
+and stage kinds written in Python."""
+
+import threading
+
+import pytest
+
+import paths
+from paths import build_path, make_path, stage
+
+CORE = stage("core", name="G", format="q")
+
+
+def sum_path(*stages):
+    return make_path(*stages, CORE)
+
+
+def test_equal_remainders_merge_into_one_stage(space):
+    p = sum_path(stage("reduce-sum", num_threads=3))
+    handles = [build_path(p, pastset=space) for _ in range(3)]
+    assert {h.stage.kind for h in handles} == {"reduce-sum"}
+    assert handles[0].stage.link_count == 3
+    assert sorted(h.slot for h in handles) == [0, 1, 2]
+
+
+def test_id_keeps_equal_stages_apart(space):
+    a = build_path(sum_path(stage("reduce-sum", num_threads=1, id="a")), pastset=space)
+    b = build_path(sum_path(stage("reduce-sum", num_threads=1, id="b")), pastset=space)
+    assert a.stage.link_count == 1 and b.stage.link_count == 1
+    a.move(5)
+    b.move(7)
+    assert a.observe() == (5,)  # each single-contributor sum goes down alone
+    assert b.observe() == (7,)
+    # Both reached the same element below them.
+    element = space.enter("G", "q")
+    assert element.last() == 2
+
+
+def test_tree_render_shows_threads_stages_and_element(space):
+    handles = []
+    for g in range(2):
+        p = sum_path(stage("reduce-sum", num_threads=2, id=f"g{g}"), stage("reduce-sum", num_threads=2))
+        handles += [build_path(p, pastset=space, label=f"t{g}{i}") for i in range(2)]
+    text = paths.render_tree(handles[0])
+    lines = text.splitlines()
+    assert lines[0].startswith("core(")
+    assert "reduce-sum(num_threads=2)  [2/2 callers]" in lines[1]
+    assert sum("id='g" in line for line in lines) == 2
+    assert [label for label in ("t00", "t01", "t10", "t11") if label in text] == ["t00", "t01", "t10", "t11"]
+    dot = paths.to_dot(handles[0])
+    assert dot.startswith("digraph path {") and dot.rstrip().endswith("}")
+    assert dot.count("->") == 3 + 4  # three stage edges, four callers
+
+
+@pytest.mark.parametrize(
+    "spec, error, words",
+    [
+        (stage("reduce", num_threads=2), ValueError, ["unknown stage kind 'reduce'", "reduce-sum"]),
+        (stage("reduce-sum"), ValueError, ["missing parameter 'num_threads'"]),
+        (stage("reduce-sum", num_threads=2, fanin=3), ValueError, ["unknown parameter 'fanin'", "num_threads"]),
+        (stage("reduce-sum", num_threads="2"), TypeError, ["'num_threads' must be int", "str"]),
+        (stage("reduce-sum", num_threads=0), ValueError, ["between 1 and"]),
+        (stage("trace", file="t.bin", mode="fast"), ValueError, ["one of timestamp, operation", "'fast'"]),
+        (stage("cache", capacity=True), TypeError, ["'capacity' must be int"]),
+    ],
+)
+def test_validation_names_stage_parameter_and_choices(space, spec, error, words):
+    with pytest.raises(error) as raised:
+        build_path(sum_path(spec), pastset=space)
+    for word in words:
+        assert word in str(raised.value)
+    assert space.elements() == []  # nothing was built
+
+
+def test_path_shape_errors(space):
+    with pytest.raises(ValueError, match="last stage must be stage\\('core'"):
+        build_path(make_path(stage("reduce-sum", num_threads=1)), pastset=space)
+    with pytest.raises(ValueError, match="may only be the last stage"):
+        build_path(make_path(CORE, CORE), pastset=space)
+    with pytest.raises(TypeError, match="make_path"):
+        make_path("reduce-sum")
+    with pytest.raises(ValueError, match="exists with another format"):
+        build_path(make_path(stage("core", name="G", format="q")), pastset=space)
+        build_path(make_path(stage("core", name="G", format="d")), pastset=space)
+
+
+def test_one_caller_too_many_is_refused_before_building(space):
+    p = sum_path(stage("reduce-sum", num_threads=2, id="x"), stage("reduce-sum", num_threads=1))
+    keep = [build_path(p, pastset=space) for _ in range(2)]
+    with pytest.raises(ValueError, match="fan-in 2 is used up.*caller 3, one too many"):
+        build_path(p, pastset=space)
+    # A second group above the fan-in-1 sum would be its second caller: refused too.
+    q = sum_path(stage("reduce-sum", num_threads=2, id="y"), stage("reduce-sum", num_threads=1))
+    with pytest.raises(ValueError, match="reduce-sum\\(num_threads=1\\): fan-in 1 is used up"):
+        build_path(q, pastset=space)
+    assert keep[0].stage.link_count == 2
+
+
+def test_pass_through_stage_keeps_each_caller_distinct_below(space, tmp_path):
+    p = sum_path(stage("cache", capacity=4), stage("reduce-sum", num_threads=4))
+    handles = [build_path(p, pastset=space) for _ in range(4)]
+    assert handles[0].stage.kind == "cache"
+    result = paths.bench.gsum(handles, 200)
+    assert result.bad_totals == 0 and len(result.latencies) == 200
+
+
+def test_tree_is_released_with_its_last_handle(space):
+    p = sum_path(stage("reduce-sum", num_threads=2))
+    a, b = build_path(p, pastset=space), build_path(p, pastset=space)
+    del a, b
+    fresh = [build_path(p, pastset=space) for _ in range(2)]  # a new stage with a fresh fan-in
+    assert fresh[0].stage.link_count == 2
+
+
+@paths.stage_kind("scale")
+class Scale:
+    """Multiplies moved values by `factor` (a Python stage, for the tests)."""
+
+    def __init__(self, factor=2):
+        self.factor = factor
+
+    def move(self, below, t):
+        below.move(tuple(v * self.factor for v in t))
+
+
+@paths.stage_kind("refuse-observe")
+class RefuseObserve:
+    def observe(self, below):
+        raise LookupError("this stage refuses next-observes")
+
+
+def test_python_stage_kind_runs_in_a_path(space):
+    h = build_path(make_path(stage("scale", factor=3), CORE), pastset=space)
+    h.move(7)
+    assert h.observe() == (21,)
+    assert h.last() == 1 and h.first() == 1
+    assert "scale" in paths.kinds()
+
+
+def test_python_stage_exception_reaches_the_caller(space):
+    h = build_path(make_path(stage("refuse-observe"), CORE), pastset=space)
+    h.move(1)
+    with pytest.raises(LookupError, match="refuses"):
+        h.observe()
+    assert h.observe(0) == (1,)  # the stage and the element are intact
+
+
+def test_python_stage_parameters_are_checked(space):
+    with pytest.raises(ValueError, match="unknown parameter 'speed'"):
+        build_path(make_path(stage("scale", speed=3), CORE), pastset=space)
+    with pytest.raises(ValueError, match="a built-in stage kind has that name"):
+        paths.stage_kind("trace")(Scale)
+
+
+def test_python_stage_under_gsum_from_c_threads(space):
+    p = make_path(stage("scale", factor=1), stage("reduce-sum", num_threads=3), CORE)
+    handles = [build_path(p, pastset=space) for _ in range(3)]
+    assert paths.bench.gsum(handles, 100).bad_totals == 0
+
+
+def test_handles_are_independent_across_python_threads(space):
+    p = sum_path(stage("reduce-sum", num_threads=4))
+    handles = [build_path(p, pastset=space) for _ in range(4)]
+    totals = [[] for _ in handles]
+
+    def run(i):
+        for r in range(300):
+            handles[i].move(r + i)
+            totals[i].append(handles[i].observe(timeout=30)[0])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = [4 * r + 6 for r in range(300)]
+    assert totals == [expected] * 4

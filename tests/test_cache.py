@@ -1,0 +1,60 @@
+"""cache: repeated indexed observes are served locally and counted; everything else passes
+through untouched."""
+
+import pytest
+
+from paths import build_path, make_path, stage
+
+
+def cached(space, capacity=8, name="C"):
+    return build_path(make_path(stage("cache", capacity=capacity), stage("core", name=name, format="qd")),
+                      pastset=space)
+
+
+def test_repeated_indexed_observes_hit(space):
+    h = cached(space)
+    for i in range(5):
+        h.move((i, i / 2))
+    assert [h.observe(i) for i in range(5)] == [(i, i / 2) for i in range(5)]
+    assert [h.observe(i) for i in range(5)] == [(i, i / 2) for i in range(5)]
+    counters = h.stage.counters()
+    assert (counters["misses"], counters["hits"]) == (5, 5)
+
+
+def test_direct_mapped_eviction_is_still_correct(space):
+    h = cached(space, capacity=2)
+    for i in range(6):
+        h.move((i, 0.0))
+    for _ in range(2):
+        assert [h.observe(i)[0] for i in range(6)] == list(range(6))
+    assert h.stage.counters()["hits"] == 0  # every index evicted the one two before it
+    assert h.observe(5) == (5, 0.0)
+    assert h.stage.counters()["hits"] == 1
+
+
+def test_other_operations_pass_through(space):
+    h = cached(space)
+    h.move((1, 1.0))
+    h.move((2, 2.0))
+    assert h.observe() == (1, 1.0)
+    assert (h.first(), h.last()) == (1, 2)
+    h.axe(1)
+    element = space.enter("C", "qd")
+    with pytest.raises(IndexError):
+        element.observe(0)
+    assert h.stage.counters()["hits"] == 0
+
+
+def test_a_cached_tuple_outlives_axe_below(space):
+    h = cached(space)
+    h.move((7, 7.0))
+    assert h.observe(0) == (7, 7.0)
+    h.axe(1)
+    assert h.observe(0) == (7, 7.0)  # immutable tuples: the copy is still right
+
+
+def test_missing_tuple_waits_and_times_out(space):
+    h = cached(space)
+    with pytest.raises(TimeoutError):
+        h.observe(3, timeout=0.05)
+    assert h.stage.counters()["misses"] == 1

@@ -1,0 +1,113 @@
+"""reduce-sum: exact totals through flat and multi-level trees, multi-field tuples, rounds that
+never mix however far contributors drift apart, and waits that time out without losing a round."""
+
+import threading
+
+import pytest
+
+import paths
+from paths import build_path, make_path, stage
+
+
+def level_paths(threads, fanins, element=("GSUM", "q")):
+    """Paths for `threads` callers through sums of the given fan-ins, first level first:
+    fanins=(4, 4) gives four sums of four, then one sum of four."""
+    paths_out = []
+    for t in range(threads):
+        stages, group = [], t
+        for level, fanin in enumerate(fanins):
+            group //= fanin
+            stages.append(stage("reduce-sum", num_threads=fanin, id=f"L{level}g{group}"))
+        paths_out.append(make_path(*stages, stage("core", name=element[0], format=element[1])))
+    return paths_out
+
+
+@pytest.mark.parametrize("fanins", [(16,), (4, 4), (2, 2, 4)], ids=["flat", "two-level", "three-level"])
+def test_gsum_16_threads_2000_rounds_exact(space, fanins):
+    handles = [build_path(p, pastset=space) for p in level_paths(16, fanins)]
+    result = paths.bench.gsum(handles, 2000)  # checks every total = 16 * round, in C
+    assert result.bad_totals == 0
+    assert len(result.latencies) == 2000 and min(result.latencies) > 0
+    element = space.enter("GSUM", "q")
+    assert element.last() == 2000  # one move per round reached the element
+    assert [element.observe(i)[0] for i in (0, 1, 1999)] == [0, 16, 16 * 1999]
+
+
+def test_multi_field_tuples_sum_field_by_field(space):
+    threads, rounds = 16, 2000
+    handles = [build_path(p, pastset=space) for p in level_paths(threads, (4, 4), ("QD", "qd"))]
+    wrong = []
+
+    def run(t):
+        h = handles[t]
+        for r in range(rounds):
+            h.move((r + t, 0.5 * t))
+            total = h.observe(timeout=60)
+            if total != (threads * r + 120, 0.5 * 120):
+                wrong.append((t, r, total))
+
+    workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert wrong == []
+
+
+def test_rounds_never_mix_when_contributors_drift(space):
+    a, b = (build_path(make_path(stage("reduce-sum", num_threads=2), stage("core", name="D", format="q")),
+                       pastset=space) for _ in range(2))
+    for r in range(4):  # a runs four rounds ahead without observing
+        a.move(100 + r)
+    with pytest.raises(TimeoutError):
+        a.move(999, timeout=0.05)  # a fifth round ahead waits for its round slot
+    for r in range(4):
+        b.move(r)
+        assert b.observe(timeout=5) == (100 + 2 * r,)
+    assert [a.observe(timeout=5) for _ in range(4)] == [(100 + 2 * r,) for r in range(4)]
+
+
+def test_observe_times_out_and_the_round_completes_later(space):
+    a, b = (build_path(make_path(stage("reduce-sum", num_threads=2), stage("core", name="T", format="q")),
+                       pastset=space) for _ in range(2))
+    a.move(1)
+    with pytest.raises(TimeoutError):
+        a.observe(timeout=0.05)
+    b.move(2)
+    assert a.observe(timeout=5) == (3,)
+    assert b.observe(timeout=5) == (3,)
+
+
+def test_downward_timeout_leaves_the_round_pending(space):
+    element = space.enter("B", "q")
+    element.delta(1)
+    element.move(-1)  # the element is full: the sum cannot go down yet
+    a = build_path(make_path(stage("reduce-sum", num_threads=1), stage("core", name="B", format="q")),
+                   pastset=space)
+    a.move(5, timeout=0.05)  # the contribution is taken; going down times out inside
+    with pytest.raises(TimeoutError):
+        a.observe(timeout=0.05)
+    assert element.observe() == (-1,)  # room again: the next observe drives the round down
+    assert a.observe(timeout=5) == (5,)
+    assert element.last() == 2
+
+
+def test_observe_before_move_is_an_error(space):
+    h = build_path(make_path(stage("reduce-sum", num_threads=1), stage("core", name="E", format="q")), pastset=space)
+    with pytest.raises(RuntimeError, match="each observe answers one earlier move"):
+        h.observe(timeout=1)
+
+
+def test_formats_that_cannot_be_added_are_refused(space):
+    with pytest.raises(ValueError, match="cannot be added"):
+        build_path(make_path(stage("reduce-sum", num_threads=2), stage("core", name="S", format="8s")),
+                   pastset=space)
+
+
+def test_counters_report_rounds_and_operations(space):
+    handles = [build_path(p, pastset=space) for p in level_paths(4, (2, 2))]
+    paths.bench.gsum(handles, 50)
+    top = handles[0].stage.counters()
+    assert top["operations"] == 2 * 2 * 50  # two callers, a move and an observe per round
+    assert top["rounds"] == 50 and top["fan_in"] == 2 and top["links"] == 2
+    assert top["bytes"] == 8 * top["operations"]
