@@ -6,6 +6,7 @@
 static const ps_stage_kind *const KINDS[] = {
     &ps_kind_core,
     &ps_kind_reduce_sum,
+    &ps_kind_trace,
     &ps_kind_cache,
 };
 

@@ -1,0 +1,81 @@
+"""Cycles a `trace` stage adds to each operation: `python -m benchmarks.trace_overhead`.
+
+Each run times a C loop of move+observe pairs through [core] and through [trace -> core] (a trace
+big enough to record every operation), each on a fresh element. The overhead per operation is the
+difference per pair, halved, converted to timestamp-counter ticks with the trace's own calibration
+(read from a trace file's header). The median over the runs is compared with the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import tempfile
+
+import paths
+import paths._native as native
+from paths.trace_file import read_trace
+
+TARGET_CYCLES = 60       # the paper measured 100-120 cycles per operation
+MAX_EVENTS = 1 << 26     # the trace stage's largest capacity
+
+
+def pair_ns(pairs: int, trace_file: str | None) -> float:
+    """Nanoseconds per move+observe pair through [trace -> core], or [core] when trace_file is None."""
+    space = paths.PastSet()
+    top = native.create_stage("core", {"name": "overhead", "format": "q"}, None, space)
+    core = top
+    if trace_file:
+        top = native.create_stage("trace", {"file": trace_file, "capacity": 2 * pairs}, core, space)
+    handle = top.attach("thread 0")
+    ns = native.bench.pairs_ns(handle, pairs)
+    del handle, top, core, space
+    gc.collect()  # releases the trace, which writes its file
+    return ns
+
+
+def ticks_per_ns(directory: str) -> float:
+    """The trace stage's calibration, from the header of a one-event trace."""
+    path = os.path.join(directory, "calibration.bin")
+    pair_ns(1, path)
+    return read_trace(path).ticks_per_ns
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.trace_overhead",
+        description="Measure the cycles a trace stage adds per operation: the time per move+observe pair "
+                    "through [trace -> core] minus through [core], halved, in timestamp-counter ticks; "
+                    f"median over the runs, against the target of {TARGET_CYCLES} cycles.")
+    parser.add_argument("--pairs", type=int, default=1_000_000, help="move+observe pairs per run (default 1000000)")
+    parser.add_argument("--runs", type=int, default=5, help="runs; the median is reported (default 5)")
+    args = parser.parse_args(argv)
+    if not 1 <= args.pairs <= MAX_EVENTS // 2:
+        parser.error(f"--pairs must be between 1 and {MAX_EVENTS // 2} (the trace records 2 events per pair)")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+
+    with tempfile.TemporaryDirectory(prefix="trace-overhead-") as directory:
+        rate = ticks_per_ns(directory)
+        trace_file = os.path.join(directory, "run.bin")
+        print(f"timestamp counter: {rate:.3f} ticks/ns; {args.pairs} pairs per run")
+        print(f"{'run':>3}  {'core ns/pair':>12}  {'traced ns/pair':>14}  {'overhead cycles/op':>18}")
+        overheads = []
+        pair_ns(args.pairs, None)  # warm-up
+        for run in range(1, args.runs + 1):
+            plain = pair_ns(args.pairs, None)
+            traced = pair_ns(args.pairs, trace_file)
+            overheads.append((traced - plain) / 2 * rate)
+            print(f"{run:>3}  {plain:>12.1f}  {traced:>14.1f}  {overheads[-1]:>18.1f}")
+    median = statistics.median(overheads)
+    verdict = "PASS" if median <= TARGET_CYCLES else "MISS"
+    print(f"trace overhead: {median:.1f} cycles per operation (median of {args.runs}), "
+          f"target <= {TARGET_CYCLES}: {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""The `trace` stage (wrappers_c/trace.c) and its file tools (paths/trace_file.py)."""
+
+import gc
+import json
+import shutil
+
+import pytest
+
+import paths
+import paths._native as native
+from paths.trace_file import TraceFileError, read_trace, to_perfetto, trace_command
+
+
+def traced_core(space, path, name="T", format="q", **trace_params):
+    """[trace -> core]: returns (core, trace) stages."""
+    core = native.create_stage("core", {"name": name, "format": format}, None, space)
+    trace = native.create_stage("trace", {"file": str(path), **trace_params}, core, space)
+    return core, trace
+
+
+def traced_gsum(space, path, threads, **trace_params):
+    """[trace -> reduce-sum(threads) -> core] and one handle per thread."""
+    core = native.create_stage("core", {"name": "SUM", "format": "q"}, None, space)
+    total = native.create_stage("reduce-sum", {"num_threads": threads}, core, space)
+    trace = native.create_stage("trace", {"file": str(path), **trace_params}, total, space)
+    return [core, total, trace], [trace.attach(f"t{i}") for i in range(threads)]
+
+
+def test_every_operation_is_one_event(space, tmp_path):
+    path = tmp_path / "t.bin"
+    core, trace = traced_core(space, path)
+    h = trace.attach("thread 0")
+    h.move(5)
+    h.move(6)
+    assert h.observe() == (5,)
+    assert h.observe(1) == (6,)
+    h.first()
+    h.last()
+    h.delta()
+    h.axe(1)
+    with pytest.raises(paths.AxedError):
+        h.observe(0)
+    assert trace.counters()["events"] == 9
+    assert trace.counters()["dropped"] == 0
+    assert not path.exists(), "the file is written when the stage is released"
+    del h, trace, core
+    gc.collect()
+
+    t = read_trace(path)
+    assert [e.op for e in t.events] == ["move", "move", "observe", "observe_at", "first", "last", "delta",
+                                        "axe", "observe_at"]
+    assert [e.index for e in t.events] == [None, None, None, 1, None, None, None, 1, 0]
+    assert [e.status_name for e in t.events] == ["ok"] * 8 + ["axed"]
+    assert {e.thread for e in t.events} == {0}
+    assert all(e.tuple is None for e in t.events), "timestamp mode keeps no tuples"
+    assert (t.mode, t.format, t.node, t.dropped) == ("timestamp", "q", "", 0)
+    assert t.ticks_per_ns > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.bin"], "no temporary file is left behind"
+
+
+def test_pairs_loop_records_two_events_per_pair(space, tmp_path):
+    path = tmp_path / "t.bin"
+    core, trace = traced_core(space, path)
+    h = trace.attach("thread 0")
+    native.bench.pairs_ns(h, 5000)
+    del h, trace, core
+    gc.collect()
+    events = read_trace(path).events
+    assert len(events) == 10000
+    assert [e.op for e in events[:4]] == ["move", "observe", "move", "observe"]
+    assert_monotone_per_thread(events)
+
+
+def test_four_threads_gsum_through_trace_above_reduce_sum(space, tmp_path):
+    path = tmp_path / "gsum.bin"
+    stages, handles = traced_gsum(space, path, threads=4, node="node-a")
+    result = native.bench.gsum(handles, 2000)
+    assert result["bad_totals"] == 0
+    assert stages[2].counters()["events"] == 4 * 2000 * 2
+    del handles, stages, result
+    gc.collect()
+
+    t = read_trace(path)
+    assert t.node == "node-a"
+    assert len(t.events) == 4 * 2000 * 2
+    for thread in range(4):
+        ops = [e.op for e in t.events if e.thread == thread]
+        assert ops == ["move", "observe"] * 2000
+    assert_monotone_per_thread(t.events)
+
+
+def assert_monotone_per_thread(events):
+    last_end = {}
+    for e in events:
+        assert e.start_ns <= e.end_ns
+        assert e.start_ns >= last_end.get(e.thread, e.start_ns)
+        last_end[e.thread] = e.end_ns
+
+
+def test_operation_mode_records_the_tuples(space, tmp_path):
+    path = tmp_path / "op.bin"
+    core, trace = traced_core(space, path, format="qd", mode="operation")
+    h = trace.attach("thread 0")
+    h.move((1, 0.5))
+    h.move((2, 1.5))
+    assert h.observe() == (1, 0.5)
+    assert h.observe(1) == (2, 1.5)
+    h.last()
+    del h, trace, core
+    gc.collect()
+    t = read_trace(path)
+    assert t.mode == "operation"
+    assert [e.tuple for e in t.events] == [(1, 0.5), (2, 1.5), (1, 0.5), (2, 1.5), None]
+
+
+def test_operation_mode_records_gsum_totals(space, tmp_path):
+    path = tmp_path / "gsum.bin"
+    stages, handles = traced_gsum(space, path, threads=4, mode="operation")
+    native.bench.gsum(handles, 100)
+    del handles, stages
+    gc.collect()
+    events = read_trace(path).events
+    for thread in range(4):
+        assert [e.tuple for e in events if e.thread == thread and e.op == "move"] == [(i,) for i in range(100)]
+        assert [e.tuple for e in events if e.thread == thread and e.op == "observe"] == [(4 * i,) for i in range(100)]
+
+
+def test_overflow_counts_dropped_events(space, tmp_path):
+    path = tmp_path / "small.bin"
+    core, trace = traced_core(space, path, capacity=10, mode="operation")
+    h = trace.attach("thread 0")
+    native.bench.pairs_ns(h, 100)
+    counters = trace.counters()
+    assert (counters["events"], counters["dropped"], counters["capacity"]) == (10, 190, 10)
+    assert h.observe(99) == (99,), "the path keeps working when the buffer is full"
+    del h, trace, core
+    gc.collect()
+    t = read_trace(path)
+    assert (len(t.events), t.dropped) == (10, 191)
+    assert [e.tuple for e in t.events[:2]] == [(0,), (0,)]
+
+
+@pytest.mark.parametrize("params, message", [
+    ({}, "missing parameter 'file'"),
+    ({"file": ""}, "parameter 'file'"),
+    ({"file": "x", "mode": "full"}, "timestamp|operation"),
+    ({"file": "x", "capacity": 0}, "parameter 'capacity'"),
+    ({"file": "x", "node": "n" * 200}, "parameter 'node'"),
+    ({"file": "/nonexistent-dir/t.bin"}, "cannot write trace file '/nonexistent-dir/t.bin'"),
+])
+def test_bad_parameters_are_explained(space, params, message):
+    core = native.create_stage("core", {"name": "T", "format": "q"}, None, space)
+    with pytest.raises(ValueError, match="stage 'trace'.*" + message.replace("|", r"\|")):
+        native.create_stage("trace", params, core, space)
+
+
+def test_a_file_that_cannot_be_written_is_reported(space, tmp_path, capfd):
+    directory = tmp_path / "gone"
+    directory.mkdir()
+    core, trace = traced_core(space, directory / "t.bin")
+    h = trace.attach("thread 0")
+    h.move(1)
+    shutil.rmtree(directory)
+    del h, trace, core
+    gc.collect()
+    assert f"cannot write trace file '{directory / 't.bin'}'" in capfd.readouterr().err
+
+
+def test_perfetto_json(space, tmp_path):
+    stages, handles = traced_gsum(space, tmp_path / "a.bin", threads=2, node="node-a")
+    native.bench.gsum(handles, 50)
+    core, trace = traced_core(space, tmp_path / "b.bin", name="B", mode="operation", node="node-b")
+    h = trace.attach("thread 0")
+    h.move(7)
+    h.observe(0)
+    del handles, stages, h, trace, core
+    gc.collect()
+
+    out = tmp_path / "trace.json"
+    to_perfetto([read_trace(tmp_path / "a.bin"), read_trace(tmp_path / "b.bin")], out)
+    with open(out) as f:
+        records = json.load(f)["traceEvents"]
+    names = {r["pid"]: r["args"]["name"] for r in records if r["ph"] == "M" and r["name"] == "process_name"}
+    assert names == {1: "node-a", 2: "node-b"}
+    complete = [r for r in records if r["ph"] == "X"]
+    assert len(complete) == 2 * 50 * 2 + 2
+    threads = {r["tid"]: r["args"]["name"] for r in records if r["ph"] == "M" and r["name"] == "thread_name"}
+    assert threads == {1: "thread 0", 2: "thread 1"}, "tid is the caller slot + 1"
+    assert {r["tid"] for r in complete if r["pid"] == 1} == {1, 2}
+    assert all(isinstance(r["ts"], (int, float)) and r["ts"] >= 0 and r["dur"] >= 0 for r in complete)
+    observe_at = [r for r in complete if r["pid"] == 2 and r["name"] == "observe_at"]
+    assert observe_at[0]["args"] == {"status": "ok", "index": 0, "tuple": [7]}
+
+
+def test_cli_summary_and_perfetto(space, tmp_path, capsys):
+    core, trace = traced_core(space, tmp_path / "t.bin", node="n0")
+    h = trace.attach("thread 0")
+    native.bench.pairs_ns(h, 200)
+    del h, trace, core
+    gc.collect()
+    out = tmp_path / "t.json"
+    assert trace_command([str(tmp_path / "t.bin"), "--perfetto", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "node 'n0'" in printed and "move" in printed and "200" in printed and "p99" in printed
+    assert len(json.loads(out.read_text())["traceEvents"]) == 400 + 2
+
+
+def test_cli_errors(tmp_path, capsys):
+    assert trace_command([]) == 2
+    assert "FILE" in capsys.readouterr().err
+    assert trace_command(["--help"]) == 0
+    assert "Perfetto" in capsys.readouterr().out
+
+    missing = tmp_path / "missing.bin"
+    assert trace_command([str(missing)]) == 1
+    err = capsys.readouterr().err
+    assert str(missing) in err and "No such file" in err and "Traceback" not in err
+
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(b"hello, this is not a trace" * 20)
+    assert trace_command([str(garbage)]) == 1
+    err = capsys.readouterr().err
+    assert str(garbage) in err and "not a PATHS trace" in err and "PATHSTR1" in err
+
+
+def test_truncated_file_is_named(space, tmp_path):
+    path = tmp_path / "t.bin"
+    core, trace = traced_core(space, path)
+    h = trace.attach("thread 0")
+    native.bench.pairs_ns(h, 10)
+    del h, trace, core
+    gc.collect()
+    data = path.read_bytes()
+    for cut in (4, 100, len(data) - 1):
+        path.write_bytes(data[:cut])
+        with pytest.raises(TraceFileError, match=f"'{path}': truncated: expected"):
+            read_trace(path)

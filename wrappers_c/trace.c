@@ -1,0 +1,325 @@
+/* trace.c — the `trace` stage: timestamps every operation that passes through it.
+ *
+ * Each operation becomes one event: its start and end tick (the CPU's timestamp counter), the
+ * operation, the caller's slot (its thread id in the trace), the status and, for observe_at and
+ * axe, the index. The `operation` mode also keeps the tuple moved or observed. Everything is
+ * preallocated and pre-faulted at creation; an operation claims its event slot with one relaxed
+ * atomic add and writes it, with no lock, no allocation and no I/O. When the buffer is full the
+ * slot number runs past the capacity and the event is counted as dropped. The last release writes
+ * the file (format in trace.h) to a temporary name in the same directory, then renames it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+#include "stage_base.h"
+#include "trace.h"
+
+_Static_assert(sizeof(ps_trace_header) == PS_TRACE_HEADER_SIZE, "trace header layout");
+_Static_assert(sizeof(ps_trace_event) == PS_TRACE_EVENT_SIZE, "trace event layout");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "trace files are little-endian");
+
+enum { CACHE_LINE = 64, CALIBRATION_NS = 10 * 1000 * 1000 };
+
+typedef struct trace_stage {
+    ps_stage base;
+    ps_trace_event *events;        /* capacity records */
+    unsigned char *tuples;         /* operation mode: capacity * tuple_size bytes; else NULL */
+    uint64_t capacity;
+    ps_trace_header header;        /* filled at creation; the counts are added when written */
+    char *path;                    /* where the trace goes */
+    char *temporary_path;          /* where it is written first */
+    FILE *out;                     /* open on temporary_path from creation on */
+    _Alignas(CACHE_LINE) _Atomic uint64_t claimed;  /* event slots claimed, dropped ones included */
+} trace_stage;
+
+static inline uint64_t ticks_now(void) {
+#if defined(__x86_64__)
+    return __rdtsc();
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+#endif
+}
+
+static double calibrated_ticks_per_ns;
+static pthread_once_t calibration_once = PTHREAD_ONCE_INIT;
+
+static void calibrate(void) {
+    int64_t ns_start = ps_now_ns();
+    uint64_t ticks_start = ticks_now();
+    struct timespec pause = {0, CALIBRATION_NS};
+    while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {}
+    int64_t ns_end = ps_now_ns();
+    uint64_t ticks_end = ticks_now();
+    calibrated_ticks_per_ns = (double)(ticks_end - ticks_start) / (double)(ns_end - ns_start);
+}
+
+double ps_trace_ticks_per_ns(void) {
+    pthread_once(&calibration_once, calibrate);
+    return calibrated_ticks_per_ns;
+}
+
+/* ---- the hot path ------------------------------------------------------------------------- */
+
+/* Ends the event of an operation that started at `start`; tuple is NULL when it has none. */
+static inline void record(ps_link *link, ps_trace_op op, uint64_t start, int status, int64_t index,
+                          const void *tuple) {
+    uint64_t end = ticks_now();
+    trace_stage *t = (trace_stage *)link->stage;
+    uint64_t slot = atomic_fetch_add_explicit(&t->claimed, 1, memory_order_relaxed);
+    if (slot >= t->capacity) return;
+    ps_trace_event *e = &t->events[slot];
+    e->start_ticks = start;
+    e->end_ticks = end;
+    e->index = index;
+    e->thread = link->slot;
+    e->op = (uint8_t)op;
+    e->status = (uint16_t)status;
+    e->flags = 0;
+    if (t->tuples && tuple) {
+        memcpy(t->tuples + slot * t->base.tuple_size, tuple, t->base.tuple_size);
+        e->flags = PS_TRACE_HAS_TUPLE;
+    }
+}
+
+static int trace_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
+    uint64_t start = ticks_now();
+    int rc = ps_link_move(ps_stage_down(link), tuple, timeout_ns);
+    record(link, PS_TRACE_MOVE, start, rc, -1, tuple);
+    return rc;
+}
+
+static int trace_observe(ps_link *link, void *out, int64_t timeout_ns) {
+    uint64_t start = ticks_now();
+    int rc = ps_link_observe(ps_stage_down(link), out, timeout_ns);
+    record(link, PS_TRACE_OBSERVE, start, rc, -1, rc == PS_OK ? out : NULL);
+    return rc;
+}
+
+static int trace_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
+    uint64_t start = ticks_now();
+    int rc = ps_link_observe_at(ps_stage_down(link), index, out, timeout_ns);
+    record(link, PS_TRACE_OBSERVE_AT, start, rc, index, rc == PS_OK ? out : NULL);
+    return rc;
+}
+
+static int trace_first(ps_link *link, int64_t *out) {
+    uint64_t start = ticks_now();
+    int rc = ps_link_first(ps_stage_down(link), out);
+    record(link, PS_TRACE_FIRST, start, rc, -1, NULL);
+    return rc;
+}
+
+static int trace_last(ps_link *link, int64_t *out) {
+    uint64_t start = ticks_now();
+    int rc = ps_link_last(ps_stage_down(link), out);
+    record(link, PS_TRACE_LAST, start, rc, -1, NULL);
+    return rc;
+}
+
+static int trace_delta(ps_link *link, int64_t bound, int64_t *out) {
+    uint64_t start = ticks_now();
+    int rc = ps_link_delta(ps_stage_down(link), bound, out);
+    record(link, PS_TRACE_DELTA, start, rc, -1, NULL);
+    return rc;
+}
+
+static int trace_axe(ps_link *link, int64_t index) {
+    uint64_t start = ticks_now();
+    int rc = ps_link_axe(ps_stage_down(link), index);
+    record(link, PS_TRACE_AXE, start, rc, index, NULL);
+    return rc;
+}
+
+/* ---- counters, writing, life cycle ---------------------------------------------------------- */
+
+/* Events recorded and operations dropped so far, from one reading of the claimed slots. */
+static void event_counts(trace_stage *t, uint64_t *events, uint64_t *dropped) {
+    uint64_t claimed = atomic_load_explicit(&t->claimed, memory_order_relaxed);
+    *events = claimed < t->capacity ? claimed : t->capacity;
+    *dropped = claimed - *events;
+}
+
+static int trace_counters(ps_stage *stage, ps_counter *out, int max) {
+    trace_stage *t = (trace_stage *)stage;
+    if (max < 3) return 0;
+    uint64_t events, dropped;
+    event_counts(t, &events, &dropped);
+    out[0] = (ps_counter){"events", (int64_t)events};
+    out[1] = (ps_counter){"dropped", (int64_t)dropped};
+    out[2] = (ps_counter){"capacity", (int64_t)t->capacity};
+    return 3;
+}
+
+/* Writes header, events and tuples to the temporary file, then renames it into place.
+ * Returns 0, or -1 with errno set. */
+static int write_trace(trace_stage *t) {
+    uint64_t events;
+    event_counts(t, &events, &t->header.dropped);
+    t->header.event_count = events;
+    size_t tuple_bytes = t->tuples ? (size_t)events * t->base.tuple_size : 0;
+    errno = 0;
+    int written = fwrite(&t->header, sizeof t->header, 1, t->out) == 1 &&
+                  fwrite(t->events, sizeof *t->events, (size_t)events, t->out) == (size_t)events &&
+                  (tuple_bytes == 0 || fwrite(t->tuples, 1, tuple_bytes, t->out) == tuple_bytes);
+    int write_errno = errno ? errno : EIO;
+    int closed = fclose(t->out) == 0;
+    t->out = NULL;
+    if (!written) {
+        errno = write_errno;
+        return -1;
+    }
+    if (!closed) return -1;
+    return rename(t->temporary_path, t->path);
+}
+
+/* Frees what the kind allocated; a file not yet written is discarded. */
+static void free_trace(trace_stage *t) {
+    if (t->out) {
+        fclose(t->out);
+        unlink(t->temporary_path);
+    }
+    free(t->events);
+    free(t->tuples);
+    free(t->path);
+    free(t->temporary_path);
+}
+
+static void trace_destroy(ps_stage *stage) {
+    trace_stage *t = (trace_stage *)stage;
+    if (write_trace(t) != 0) {
+        fprintf(stderr, "paths: stage 'trace': cannot write trace file '%s': %s\n", t->path, strerror(errno));
+        unlink(t->temporary_path);
+    }
+    free_trace(t);
+}
+
+static const ps_stage_ops TRACE_OPS = {
+    trace_move, trace_observe, trace_observe_at, trace_first, trace_last,
+    trace_delta, trace_axe, trace_counters, trace_destroy,
+};
+
+/* Zeroed memory with every page already touched, so that the hot path never takes a page fault
+ * (calloc alone may hand out untouched zero pages). */
+static void *prefaulted(size_t size) {
+    volatile unsigned char *p = calloc(1, size);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; p && i < size; i += page) p[i] = 0;
+    return (void *)p;
+}
+
+/* Opens a fresh temporary file next to path (so that the final rename stays on one file system). */
+static int open_temporary(trace_stage *t, const char *path, char *error, size_t error_size) {
+    static _Atomic uint32_t sequence;
+    size_t size = strlen(path) + 64;
+    t->path = strdup(path);
+    t->temporary_path = malloc(size);
+    if (!t->path || !t->temporary_path) return PS_ENOMEM;
+    snprintf(t->temporary_path, size, "%s.tmp-%ld-%u", path, (long)getpid(), atomic_fetch_add(&sequence, 1));
+    int fd = open(t->temporary_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 || !(t->out = fdopen(fd, "wb"))) {
+        snprintf(error, error_size, "stage 'trace': cannot write trace file '%s': %s", path, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(t->temporary_path);
+        }
+        return PS_EINVAL;
+    }
+    return PS_OK;
+}
+
+static int check_params(const char *file, const char *node, uint64_t capacity, size_t tuple_size,
+                        char *error, size_t error_size) {
+    if (!file[0]) {
+        snprintf(error, error_size, "stage 'trace': parameter 'file' must name the trace file to write, got ''");
+        return PS_EINVAL;
+    }
+    if (strlen(node) >= PS_TRACE_NODE_TEXT) {
+        snprintf(error, error_size, "stage 'trace': parameter 'node' must be at most %d bytes, got %zu",
+                 PS_TRACE_NODE_TEXT - 1, strlen(node));
+        return PS_EINVAL;
+    }
+    if (tuple_size && capacity > SIZE_MAX / tuple_size) {
+        snprintf(error, error_size, "stage 'trace': capacity %llu of %zu-byte tuples does not fit in memory",
+                 (unsigned long long)capacity, tuple_size);
+        return PS_EINVAL;
+    }
+    return PS_OK;
+}
+
+static int trace_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
+                        ps_stage **out, char *error, size_t error_size) {
+    (void)context;
+    if (!below) {
+        snprintf(error, error_size, "stage 'trace': needs a stage below it (a path ends with 'core')");
+        return PS_EINVAL;
+    }
+    const char *file = ps_params_str(params, "file");
+    const char *node = ps_params_str(params, "node");
+    uint64_t capacity = (uint64_t)ps_params_int(params, "capacity");
+    int operation_mode = strcmp(ps_params_str(params, "mode"), "operation") == 0;
+    const ps_tuple_format *format = ps_stage_format(below);
+    int rc = check_params(file, node, capacity, format->size, error, error_size);
+    if (rc != PS_OK) return rc;
+
+    trace_stage *t = aligned_alloc(CACHE_LINE, sizeof *t);
+    if (!t) return PS_ENOMEM;
+    memset(t, 0, sizeof *t);
+    t->capacity = capacity;
+    atomic_init(&t->claimed, 0);
+    rc = ps_stage_init(&t->base, &TRACE_OPS, format, 0, below, PS_PASS_THROUGH);
+    if (rc == PS_OK) rc = open_temporary(t, file, error, error_size);
+    if (rc == PS_OK) {
+        t->events = prefaulted((size_t)capacity * sizeof *t->events);
+        if (operation_mode) t->tuples = prefaulted((size_t)capacity * format->size);
+        if (!t->events || (operation_mode && !t->tuples)) {
+            snprintf(error, error_size, "stage 'trace': cannot preallocate %llu events: out of memory",
+                     (unsigned long long)capacity);
+            rc = PS_ENOMEM;
+        }
+    }
+    if (rc != PS_OK) {
+        free_trace(t);
+        ps_stage_abandon(&t->base);
+        return rc;
+    }
+    ps_trace_header *h = &t->header;
+    memcpy(h->magic, PS_TRACE_MAGIC, sizeof h->magic);
+    h->version = PS_TRACE_VERSION;
+    h->header_size = PS_TRACE_HEADER_SIZE;
+    h->event_size = PS_TRACE_EVENT_SIZE;
+    h->mode = operation_mode ? PS_TRACE_OPERATION : PS_TRACE_TIMESTAMP;
+    h->tuple_size = format->size;
+    h->ticks_per_ns = ps_trace_ticks_per_ns();
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    h->origin_ticks = ticks_now();
+    h->origin_unix_ns = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+    snprintf(h->format, sizeof h->format, "%s", format->text);
+    snprintf(h->node, sizeof h->node, "%s", node);
+    *out = &t->base;
+    return PS_OK;
+}
+
+static const ps_param_spec TRACE_PARAMS[] = {
+    {"file", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "where the trace is written when the stage is released"},
+    {"capacity", PS_PARAM_INT, 0, "1048576", 1, 1 << 26, NULL, "events kept; later ones are counted as dropped"},
+    {"mode", PS_PARAM_STR, 0, "timestamp", 0, -1, "timestamp|operation",
+     "timestamp: times only; operation: also the tuples moved and observed"},
+    {"node", PS_PARAM_STR, 0, "", 0, -1, NULL, "a label for this process or node (the Perfetto process name)"},
+};
+
+const ps_stage_kind ps_kind_trace = {
+    "trace", "Timestamps every operation into a preallocated buffer; writes the trace file when released.",
+    TRACE_PARAMS, sizeof TRACE_PARAMS / sizeof TRACE_PARAMS[0], trace_create, PS_PASS_THROUGH,
+};
