@@ -91,7 +91,9 @@ int ps_tuple_format_parse(const char *text, ps_tuple_format *out, char *error, s
         int is_bytes = (*p == 's' || *p == 'p');
         if (native && !is_bytes && *p != 'x' && item > 1) offset = (offset + item - 1) / item * item;
         p++;
-        if (count == 0 && has_count) continue; /* "0q" is allowed and takes no space */
+        /* "0q" is allowed and takes no space; "0s" and "0p" take no space but, as in struct, still
+         * hold one (empty) value. */
+        if (count == 0 && has_count && !is_bytes) continue;
         size_t run_bytes = is_bytes ? count : count * item;
         if (offset + run_bytes > PS_TUPLE_MAX_SIZE) return fail(error, error_size, text, "tuple larger than 1 MiB");
 

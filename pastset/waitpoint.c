@@ -1,5 +1,4 @@
 /* waitpoint.c — spin, then yield, then sleep on a futex. */
-#define _GNU_SOURCE
 #include "waitpoint.h"
 
 #include <errno.h>

@@ -57,11 +57,27 @@ thread_local std::unique_ptr<py::error_already_set> t_python_stage_error;
 // Seconds (None = forever) to nanoseconds (PS_FOREVER), refusing negative or NaN timeouts.
 int64_t timeout_ns(const py::object &timeout) {
     if (timeout.is_none()) return PS_FOREVER;
+    if (!py::isinstance<py::int_>(timeout) && !py::isinstance<py::float_>(timeout))
+        throw py::type_error("timeout: expected None or a number of seconds, got " + py::repr(timeout).cast<std::string>());
     double seconds = py::cast<double>(timeout);
     if (!(seconds >= 0.0) || std::isinf(seconds))
         throw py::value_error("timeout: expected None or a finite number of seconds >= 0, got " +
                               py::repr(timeout).cast<std::string>());
-    return static_cast<int64_t>(seconds * 1e9);
+    constexpr double kLongest = 1e9;  // seconds: beyond 31 years, a timeout is no timeout
+    return seconds >= kLongest ? PS_FOREVER : static_cast<int64_t>(seconds * 1e9);
+}
+
+// An integer argument, or a TypeError/OverflowError naming it.
+int64_t int_argument(const py::object &value, const char *name) {
+    if (!py::isinstance<py::int_>(value) || py::isinstance<py::bool_>(value))
+        throw py::type_error(std::string(name) + ": expected an int, got " + py::repr(value).cast<std::string>());
+    try {
+        return value.cast<int64_t>();
+    } catch (py::cast_error &) {
+        PyErr_Clear();
+        throw py::value_error(std::string(name) + ": expected an int that fits in 64 bits, got " +
+                              py::repr(value).cast<std::string>());
+    }
 }
 
 // Runs op(slice_timeout_ns) without the GIL, in slices, checking for signals between slices.
@@ -210,7 +226,7 @@ public:
             if (rc != PS_OK) raise_status(rc, label_ + " observe");
             return codec_.unpack(out);
         }
-        int64_t i = py::cast<int64_t>(index);
+        int64_t i = int_argument(index, "index");
         std::string call = label_ + " observe(" + std::to_string(i) + ")";
         int rc = wait_in_slices([&](int64_t slice) { return Backend::observe_at(i, out, slice); }, timeout);
         if (rc == PS_EAXED)
@@ -227,7 +243,7 @@ public:
     int64_t delta(const py::object &bound) {
         int64_t n = -1;
         if (!bound.is_none()) {
-            n = py::cast<int64_t>(bound);
+            n = int_argument(bound, "bound");
             if (n < 0)
                 throw py::value_error(label_ + " delta(" + std::to_string(n) + "): expected a bound >= 0 (0 = unbounded)");
         }
