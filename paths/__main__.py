@@ -1,0 +1,7 @@
+"""`python -m paths ...` is the `paths` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,88 @@
+"""The `paths` command line: one sub-command per job, each parsing its own options.
+
+    paths kinds                      list the stage kinds and their parameters
+    paths trace FILE --perfetto OUT  summarize trace files, convert them to Perfetto JSON
+    paths serve --bind ADDR          host a PastSet and server-side stages over ZeroMQ
+    paths show --map MAP --threads N print a map's placement and generated tree
+    paths run gsum|mcpi --map MAP    run a benchmark on a cluster map
+
+Exit codes: 0 success, 1 a failed run (named in the message), 2 a usage error, 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+
+def _kinds(argv: list[str]) -> int:
+    import argparse
+
+    from .stage_kinds import kinds
+
+    parser = argparse.ArgumentParser(prog="paths kinds", description="List the stage kinds a path may use.")
+    parser.parse_args(argv)
+    for name, info in sorted(kinds().items()):
+        print(f"{name}{'  (pass-through)' if info.pass_through else ''}\n    {info.doc}")
+        for p in info.params.values():
+            default = "required" if p.required else f"default {p.default!r}"
+            extra = f", one of {'|'.join(p.choices)}" if p.choices else ""
+            extra += f", {p.min}..{p.max}" if p.min is not None else ""
+            print(f"    {p.name}: {p.type} ({default}{extra}) {p.doc}")
+    return 0
+
+
+def _trace(argv: list[str]) -> int:
+    from .trace_file import trace_command
+
+    return trace_command(argv)
+
+
+def _serve(argv: list[str]) -> int:
+    from .server import serve_command
+
+    return serve_command(argv)
+
+
+def _show(argv: list[str]) -> int:
+    from .run_command import show_command
+
+    return show_command(argv)
+
+
+def _run(argv: list[str]) -> int:
+    from .run_command import run_command
+
+    return run_command(argv)
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "kinds": _kinds,
+    "trace": _trace,
+    "serve": _serve,
+    "show": _show,
+    "run": _run,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv else 2
+    command = COMMANDS.get(argv[0])
+    if command is None:
+        print(f"paths: unknown command {argv[0]!r} (expected one of {', '.join(COMMANDS)}); see paths --help",
+              file=sys.stderr)
+        return 2
+    try:
+        return command(argv[1:])
+    except KeyboardInterrupt:
+        print("paths: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as e:  # argparse: 0 after --help, 2 for a usage error
+        return int(e.code or 0) if not isinstance(e.code, str) else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
