@@ -17,6 +17,10 @@ double ps_kernel_core_pairs_ns(int64_t pairs);
  * single thread; -1 on a failed operation or a wrong tuple. */
 double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns);
 
+/* The raw ZeroMQ anchor: median microseconds per round trip of a `bytes` message between a
+ * DEALER and a ROUTER echo thread over TCP on loopback; -1 on failure. */
+double ps_kernel_zmq_round_trip_us(int64_t rounds, int64_t bytes);
+
 /* What a kernel run reports. The first failure stops its thread and is kept here. */
 typedef struct ps_kernel_report {
     int status;          /* PS_OK, or the first failing operation's status */

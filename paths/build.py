@@ -17,7 +17,7 @@ import weakref
 from typing import Iterator
 
 from . import _native
-from .path_spec import PathSpec, StageSpec, make_path
+from .path_spec import PathSpec, StageSpec, make_path, path_to_json
 from .stage_kinds import check_spec, kinds, native_params
 
 StageKey = tuple  # tuple[StageSpec, ...]: from a stage down to the element
@@ -65,11 +65,12 @@ class StageTable:
 
     def build(self, path: PathSpec, label: str | None = None) -> _native.Handle:
         specs = check_path(path)
+        local = _local_part(specs)
         with self._lock:
-            existing = [self.live(specs[i:]) for i in range(len(specs))]
-            _check_fan_in(specs, existing)
+            existing = [self.live(specs[i:]) for i in range(local)]
+            _check_fan_in(specs[:local], existing)
             below = None
-            for i in reversed(range(len(specs))):
+            for i in reversed(range(local)):
                 below = existing[i] or self._create(specs[i:], below)
             label = label if label is not None else f"thread {self._callers}"
             self._callers += 1
@@ -85,6 +86,8 @@ class StageTable:
         below_native = below.native if below is not None else None
         if info.python_class is not None:
             native = _native.create_python_stage(info.python_class(**native_params(spec)), below_native)
+        elif spec.kind == "remote":
+            native = _native.create_stage("remote", _remote_params(key), None, self.pastset)
         else:
             native = _native.create_stage(spec.kind, native_params(spec), below_native, self.pastset)
         built = BuiltStage(key, native, below)
@@ -115,6 +118,39 @@ def check_path(path: PathSpec | StageSpec | list) -> StageKey:
         if spec.kind == "core":
             raise ValueError(f"path {path}: stage {spec} may only be the last stage")
     return specs
+
+
+def _local_part(specs: StageKey) -> int:
+    """How many stages are built here: up to and including the first remote stage (the rest is
+    built by the server it names)."""
+    for i, spec in enumerate(specs):
+        if spec.kind == "remote":
+            return i + 1
+    return len(specs)
+
+
+def _identity(host: str) -> str:
+    return host
+
+
+_host_resolver = _identity
+
+
+def set_host_resolver(resolve) -> None:
+    """Set how remote stages turn a `host` (a node name from a map) into an endpoint; None
+    restores the identity. A process that runs a map's node sets it from the map."""
+    global _host_resolver
+    _host_resolver = resolve or _identity
+
+
+def _remote_params(key: StageKey) -> dict:
+    """A remote stage's parameters: the user's, the resolved host, the element's format and
+    the path remainder the server builds."""
+    params = native_params(key[0])
+    params["host"] = _host_resolver(params["host"])
+    params["format"] = key[-1].param("format")
+    params["path"] = path_to_json(PathSpec(key[1:]))
+    return params
 
 
 def _check_fan_in(specs: StageKey, existing: list[BuiltStage | None]) -> None:

@@ -8,6 +8,7 @@ lets `build_path` merge the paths of many threads into one tree.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -85,3 +86,41 @@ def make_path(*stages: StageSpec | Iterable[StageSpec]) -> PathSpec:
     if not flat:
         raise ValueError("make_path(): a path needs at least one stage, ending in stage('core', ...)")
     return PathSpec(tuple(flat))
+
+
+SPEC_VERSION = 1
+_SCALARS = (int, float, str)
+
+
+def path_to_json(path: PathSpec) -> str:
+    """The path as the text a remote stage sends to its server (data only: kinds and scalars)."""
+    stages = []
+    for s in path.stages:
+        for key, value in s.params:
+            if isinstance(value, bool) or not isinstance(value, _SCALARS):
+                raise TypeError(f"stage {s}: parameter {key!r} must be an int, float or str to cross a remote stage")
+        stages.append([s.kind, dict(s.params)])
+    return json.dumps({"version": SPEC_VERSION, "path": stages}, separators=(",", ":"))
+
+
+def path_from_json(text: str) -> PathSpec:
+    """Parse what path_to_json wrote; ValueError naming what is wrong for anything else."""
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"path spec: not JSON ({e})") from None
+    if not isinstance(document, dict) or document.get("version") != SPEC_VERSION:
+        raise ValueError(f"path spec: expected an object with version {SPEC_VERSION}")
+    stages = document.get("path")
+    if not isinstance(stages, list) or not stages:
+        raise ValueError("path spec: expected 'path': a non-empty list of [kind, {params}]")
+    specs = []
+    for item in stages:
+        if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str)
+                or not isinstance(item[1], dict)):
+            raise ValueError(f"path spec: expected [kind, {{params}}], got {item!r:.80}")
+        for key, value in item[1].items():
+            if isinstance(value, bool) or not isinstance(value, _SCALARS):
+                raise ValueError(f"path spec: stage {item[0]!r} parameter {key!r} must be an int, float or str")
+        specs.append(stage(item[0], **item[1]))
+    return make_path(*specs)

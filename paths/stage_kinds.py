@@ -18,6 +18,9 @@ from .path_spec import StageSpec
 # Parameters every kind accepts that the builder uses itself rather than passing on.
 BUILDER_PARAMS = ("id",)
 
+# Parameters the builder fills in itself for some kinds; a user does not give them.
+FILLED_BY_BUILDER = {"remote": ("format", "path")}
+
 _PY_TYPES = {"int": (int,), "float": (int, float), "str": (str,)}
 
 
@@ -57,6 +60,7 @@ def _native_kinds() -> dict[str, KindInfo]:
                 p["doc"],
             )
             for pname, p in entry["params"].items()
+            if pname not in FILLED_BY_BUILDER.get(name, ())
         }
         kinds[name] = KindInfo(name, entry["doc"], params, entry["pass_through"])
     return kinds

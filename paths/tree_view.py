@@ -1,7 +1,8 @@
 """Looking at a built tree: `show(h)` prints it, `to_dot(h)` returns Graphviz DOT.
 
 The tree is drawn from the element (the root) up to the callers (the leaves): each stage with
-its parameters, how many callers it has out of its fan-in, and its counters on request.
+its parameters, how many callers it has out of its fan-in, and its counters on request. Stages
+past a remote stage live on its server; they are drawn too, marked as such.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from .build import StageKey, StageTable, handle_tree
 
 def _children(table: StageTable) -> tuple[dict, dict]:
     """Stages below -> the stages above them, and stage -> the labels of its callers."""
-    stages_above: dict[StageKey, list[StageKey]] = {}
+    stages_above: dict[StageKey, set[StageKey]] = {}
     for built in table.stages():
-        if len(built.key) > 1:
-            stages_above.setdefault(built.key[1:], []).append(built.key)
+        key = built.key
+        while len(key) > 1:  # stages past a remote are not here, but they are in the tree
+            stages_above.setdefault(key[1:], set()).add(key)
+            key = key[1:]
     callers: dict[StageKey, list[str]] = {}
     for label, key in table.handles():
         callers.setdefault(key, []).append(label)
@@ -25,7 +28,7 @@ def _stage_line(table: StageTable, key: StageKey, counters: bool) -> str:
     built = table.live(key)
     text = str(key[0])
     if built is None:
-        return text
+        return text + "  (on the server)"
     native = built.native
     if native.max_links:
         text += f"  [{native.link_count}/{native.max_links} callers]"

@@ -5,6 +5,7 @@
 // slices so that Ctrl-C still interrupts them.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <zmq.h>
 
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,7 @@ extern "C" {
 #include "kernels.h"
 #include "pastset.h"
 #include "bridge_stage.h"
+#include "server.h"
 #include "stage.h"
 }
 
@@ -214,7 +216,7 @@ public:
         py::bytes packed = codec_.pack(t, label_);
         const char *bytes = PyBytes_AS_STRING(packed.ptr());
         int rc = wait_in_slices([&](int64_t slice) { return Backend::move(bytes, slice); }, timeout);
-        if (rc != PS_OK) raise_status(rc, label_ + " move");
+        if (rc != PS_OK) fail(rc, label_ + " move");
     }
 
     py::object observe(const py::object &index, const py::object &timeout) {
@@ -222,18 +224,18 @@ public:
         void *out = buffer.data();
         if (index.is_none()) {
             int rc = wait_in_slices([&](int64_t slice) { return Backend::observe(out, slice); }, timeout);
-            if (rc == PS_ESTATE) raise_status(rc, label_ + " observe: each observe answers one earlier move");
-            if (rc != PS_OK) raise_status(rc, label_ + " observe");
+            if (rc == PS_ESTATE) fail(rc, label_ + " observe: each observe answers one earlier move");
+            if (rc != PS_OK) fail(rc, label_ + " observe");
             return codec_.unpack(out);
         }
         int64_t i = int_argument(index, "index");
         std::string call = label_ + " observe(" + std::to_string(i) + ")";
         int rc = wait_in_slices([&](int64_t slice) { return Backend::observe_at(i, out, slice); }, timeout);
         if (rc == PS_EAXED)
-            raise_status(rc, call + ": tuple " + std::to_string(i) + " was freed by axe (first live index is " +
+            fail(rc, call + ": tuple " + std::to_string(i) + " was freed by axe (first live index is " +
                                  std::to_string(Backend::axed()) + ")");
-        if (rc == PS_EINDEX) raise_status(rc, call + ": expected an index >= 0");
-        if (rc != PS_OK) raise_status(rc, call);
+        if (rc == PS_EINDEX) fail(rc, call + ": expected an index >= 0");
+        if (rc != PS_OK) fail(rc, call);
         return codec_.unpack(out);
     }
 
@@ -257,9 +259,9 @@ public:
             rc = Backend::axe(index);
         }
         if (rc == PS_EINDEX || rc == PS_EINVAL)
-            raise_status(rc, label_ + " axe(" + std::to_string(index) + "): expected 0 <= index <= last() = " +
+            fail(rc, label_ + " axe(" + std::to_string(index) + "): expected 0 <= index <= last() = " +
                                  std::to_string(last()));
-        if (rc != PS_OK) raise_status(rc, label_ + " axe(" + std::to_string(index) + ")");
+        if (rc != PS_OK) fail(rc, label_ + " axe(" + std::to_string(index) + ")");
     }
 
     std::string repr(const char *type) {
@@ -268,6 +270,12 @@ public:
     }
 
 private:
+    // Raises the status as a Python exception, with what the stage could say about it.
+    [[noreturn]] void fail(int rc, const std::string &what) {
+        std::string why = rc == PS_EREMOTE || rc == PS_EINVAL ? Backend::explanation() : "";
+        raise_status(rc, why.empty() ? what : what + " (" + why + ")");
+    }
+
     template <class Call>
     int64_t number(const char *what, Call call) {
         int64_t value = 0;
@@ -276,7 +284,7 @@ private:
             py::gil_scoped_release released;
             rc = call(&value);
         }
-        if (rc != PS_OK) raise_status(rc, label_ + " " + what);
+        if (rc != PS_OK) fail(rc, label_ + " " + what);
         return value;
     }
 
@@ -326,6 +334,7 @@ public:
     }
     int axe(int64_t index) { return ps_axe(e_, index); }
     int64_t axed() { return ps_axed(e_); }
+    std::string explanation() const { return ""; }
 
     std::string name() const { return ps_element_name(e_); }
 
@@ -427,8 +436,15 @@ public:
         : stage_(std::move(stage)), owner_(std::move(owner)), link_(borrowed) {
         if (!link_) {
             link_ = &owned_;
-            int rc = ps_stage_attach(stage_->get(), &owned_);
-            if (rc != PS_OK) raise_status(rc, "attach to stage '" + stage_->kind() + "'");
+            int rc;
+            {
+                py::gil_scoped_release released;  // a remote stage waits for its server here
+                rc = ps_stage_attach(stage_->get(), &owned_);
+            }
+            if (rc != PS_OK) {
+                std::string why = ps_stage_error(stage_->get());
+                raise_status(rc, "attach to stage '" + stage_->kind() + "'" + (why.empty() ? "" : ": " + why));
+            }
             owns_ = true;
         }
     }
@@ -445,6 +461,8 @@ public:
     int delta(int64_t bound, int64_t *v) { return ps_link_delta(link_, bound, v); }
     int axe(int64_t index) { return ps_link_axe(link_, index); }
     int64_t axed() { return -1; }
+    // What the stage could say about its last failure (a remote names its server).
+    std::string explanation() const { return ps_stage_error(stage_->get()); }
 
     ps_link *link() { return link_; }
     const std::shared_ptr<Stage> &stage() const { return stage_; }
@@ -539,9 +557,20 @@ std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict
     ps_build_context context{pastset.owner()->space};
     char error[512] = "";
     ps_stage *stage = nullptr;
-    int rc = ps_stage_create(kind, &checked, &context, below ? below->get() : nullptr, &stage, error, sizeof error);
+    int rc;
+    {
+        py::gil_scoped_release released;  // attaching to a remote stage below waits for its server
+        rc = ps_stage_create(kind, &checked, &context, below ? below->get() : nullptr, &stage, error, sizeof error);
+    }
     if (rc != PS_OK) {
-        if (!error[0]) snprintf(error, sizeof error, "stage '%s': %s", kind_name.c_str(), ps_status_name(rc));
+        std::string why = below ? ps_stage_error(below->get()) : "";
+        if (!error[0])
+            snprintf(error, sizeof error, "stage '%s': %s%s%s", kind_name.c_str(), ps_status_name(rc),
+                     why.empty() ? "" : ": ", why.c_str());
+        if (rc == PS_EREMOTE) {
+            PyErr_SetString(PyExc_ConnectionError, error);
+            throw py::error_already_set();
+        }
         if (rc == PS_ENOMEM) throw std::bad_alloc();
         throw py::value_error(error);
     }
@@ -621,6 +650,91 @@ std::shared_ptr<Stage> create_python_stage(const py::object &impl, const std::sh
     if (rc != PS_OK) raise_status(rc, "python stage");
     return std::make_shared<Stage>(stage, below->owner());
 }
+
+// ---- the server ----------------------------------------------------------------------------
+
+// One BUILD request, waiting for Python to build its path and answer it.
+class BuildRequest {
+public:
+    BuildRequest() : request_(std::make_unique<ps_build_request>()) {}
+    ps_build_request *get() { return request_.get(); }
+    std::string spec() const { return request_->spec; }
+
+private:
+    std::unique_ptr<ps_build_request> request_;
+};
+
+class Server {
+public:
+    Server(const std::string &endpoint, const std::string &curve_secret) {
+        char error[256] = "";
+        int rc = ps_server_start(endpoint.c_str(), curve_secret.c_str(), &server_, error, sizeof error);
+        if (rc != PS_OK) throw py::value_error(std::string("paths server: ") + error);
+    }
+    ~Server() { stop(); }
+
+    std::string endpoint() const { return server_ ? ps_server_endpoint(server_) : ""; }
+
+    py::object next_build(const py::object &timeout) {
+        auto request = std::make_shared<BuildRequest>();
+        int64_t wait = timeout_ns(timeout);
+        int rc;
+        {
+            py::gil_scoped_release released;
+            rc = live()->next_build_wait(request->get(), wait);
+        }
+        if (rc == PS_ETIMEDOUT) return py::none();
+        if (rc != PS_OK) raise_status(rc, "paths server: next_build");
+        return py::cast(request);
+    }
+
+    uint64_t answer_build(BuildRequest &request, const std::shared_ptr<Handle> &handle, const std::string &error) {
+        uint64_t id = 0;
+        int rc = ps_server_answer_build(live()->server_, request.get(), handle ? handle->link() : nullptr,
+                                        error.c_str(), &id);
+        if (rc != PS_OK) raise_status(rc, "paths server: answer_build");
+        return id;
+    }
+
+    std::vector<uint64_t> reap() {
+        std::vector<uint64_t> ids(256);
+        size_t n;
+        {
+            py::gil_scoped_release released;
+            n = ps_server_reap(live()->server_, ids.data(), ids.size());
+        }
+        ids.resize(n);
+        return ids;
+    }
+
+    py::dict counters() {
+        ps_server_counters c;
+        ps_server_read_counters(live()->server_, &c);
+        py::dict d;
+        d["frames"] = c.frames;
+        d["bad_frames"] = c.bad_frames;
+        d["builds"] = c.builds;
+        d["live"] = c.live;
+        return d;
+    }
+
+    void stop() {
+        if (!server_) return;
+        ps_server *server = server_;
+        server_ = nullptr;
+        py::gil_scoped_release released;
+        ps_server_stop(server);
+    }
+
+private:
+    Server *live() {
+        if (!server_) throw std::runtime_error("paths server: already stopped");
+        return this;
+    }
+    int next_build_wait(ps_build_request *request, int64_t wait) { return ps_server_next_build(server_, wait, request); }
+
+    ps_server *server_ = nullptr;
+};
 
 // ---- kernels ----------------------------------------------------------------------------------
 
@@ -713,6 +827,23 @@ PYBIND11_MODULE(_native, m) {
     bind_endpoint(handle, "Handle");
     handle.def_property_readonly("stage", &Handle::stage).def_property_readonly("slot", &Handle::slot);
 
+    py::class_<BuildRequest, std::shared_ptr<BuildRequest>>(m, "BuildRequest", "A BUILD request waiting for its answer.")
+        .def_property_readonly("spec", &BuildRequest::spec);
+    py::class_<Server>(m, "Server", "The C side of a PastSet server: sockets, and one thread per served link.")
+        .def(py::init<const std::string &, const std::string &>(), py::arg("endpoint"), py::arg("curve_secret") = "")
+        .def_property_readonly("endpoint", &Server::endpoint)
+        .def("next_build", &Server::next_build, py::arg("timeout") = py::none(),
+             "The next BUILD request, or None when the timeout passes.")
+        .def("answer_build", &Server::answer_build, py::arg("request"), py::arg("handle"), py::arg("error") = "",
+             "Serve the handle for the requester (its id is returned), or refuse with the error text.")
+        .def("reap", &Server::reap, "Ids of handles whose clients released them.")
+        .def("counters", &Server::counters)
+        .def("stop", &Server::stop, "End every link's thread and close every socket.");
+    m.def("curve_keypair", [] {
+        char public_key[41], secret_key[41];
+        if (zmq_curve_keypair(public_key, secret_key) != 0) throw std::runtime_error("libzmq has no CURVE support");
+        return std::make_pair(std::string(public_key), std::string(secret_key));
+    }, "A new CURVE key pair (public, secret), Z85 text.");
     m.def("stage_kinds", &stage_kinds, "{kind: {doc, params: {name: {type, required, default, min, max, choices, doc}}}}");
     m.def("create_python_stage", &create_python_stage, py::arg("impl"), py::arg("below"),
           "Wrap a Python object (methods move, observe, observe_at, first, last, delta, axe, each taking\n"
@@ -739,6 +870,16 @@ PYBIND11_MODULE(_native, m) {
         return ns;
     }, py::arg("handle"), py::arg("pairs"), py::arg("timeout") = 60.0,
        "Nanoseconds per move+observe pair through one handle, from a C loop (single thread).");
+    bench.def("zmq_round_trip_us", [](int64_t rounds, int64_t bytes) {
+        double us;
+        {
+            py::gil_scoped_release released;
+            us = ps_kernel_zmq_round_trip_us(rounds, bytes);
+        }
+        if (us < 0) throw py::value_error("zmq_round_trip_us: expected rounds > 0 and 0 < bytes <= 65536");
+        return us;
+    }, py::arg("rounds"), py::arg("bytes") = 48,
+       "Median microseconds per raw ZeroMQ round trip (DEALER to a ROUTER echo thread, TCP loopback).");
     bench.def("gsum", &gsum, py::arg("handles"), py::arg("rounds"), py::arg("contributors") = py::none(),
               py::arg("timeout") = 60.0, "GSum: one C thread per handle, move(i); observe() per round.");
     bench.def("mcpi", &mcpi, py::arg("handles"), py::arg("darts"), py::arg("seed") = 12345,

@@ -79,10 +79,13 @@ static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
             } else {
                 round_slot *slot = &s->slots[moved % ROUND_SLOTS];
                 if (atomic_load_explicit(&slot->summed, memory_order_acquire) != moved + 1) break;
-                rc = ps_link_move(down, slot->sum, timeout_ns);
-                if (rc == PS_ETIMEDOUT) break;
-                if (rc != PS_OK) finish_round(s, slot, moved, rc); /* no total will come back */
-                atomic_store(&s->down_moved, moved + 1);
+                /* Move the sum down and observe the total: one round trip through a remote. */
+                int did_move = 0;
+                rc = ps_link_exchange(down, slot->sum, slot->total, timeout_ns, &did_move);
+                if (did_move) atomic_store(&s->down_moved, moved + 1);
+                if (rc == PS_ETIMEDOUT) break; /* moved: the observe is left pending; else both are */
+                if (!did_move) atomic_store(&s->down_moved, moved + 1); /* a failed move: no total comes */
+                finish_round(s, slot, moved, rc);
             }
             rc = PS_OK;
         }

@@ -8,6 +8,7 @@ static const ps_stage_kind *const KINDS[] = {
     &ps_kind_reduce_sum,
     &ps_kind_trace,
     &ps_kind_cache,
+    &ps_kind_remote,
 };
 
 size_t ps_stage_kind_count(void) { return sizeof KINDS / sizeof KINDS[0]; }

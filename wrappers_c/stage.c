@@ -57,6 +57,7 @@ uint32_t ps_stage_link_count(const ps_stage *stage) {
     return atomic_load_explicit(&((ps_stage *)stage)->links, memory_order_relaxed);
 }
 const ps_tuple_format *ps_stage_format(const ps_stage *stage) { return &stage->format; }
+const char *ps_stage_error(const ps_stage *stage) { return stage->error; }
 
 int ps_stage_attach(ps_stage *stage, ps_link *link) {
     uint32_t slot = atomic_load_explicit(&stage->links, memory_order_relaxed);
@@ -68,6 +69,10 @@ int ps_stage_attach(ps_stage *stage, ps_link *link) {
         /* A pass-through stage: the new caller is a new caller below too. */
         int rc = ps_stage_attach(stage->below, &stage->caller_links[slot]);
         if (rc != PS_OK) return rc;  /* the slot stays used: fan-in below is exhausted anyway */
+    }
+    if (stage->ops->attach) {
+        int rc = stage->ops->attach(stage, slot);
+        if (rc != PS_OK) return rc;
     }
     ps_stage_retain(stage);
     link->stage = stage;
@@ -127,6 +132,20 @@ int ps_link_delta(ps_link *link, int64_t bound, int64_t *out) {
 int ps_link_axe(ps_link *link, int64_t index) {
     count(link->stage, 0);
     return link->stage->ops->axe(link, index);
+}
+
+int ps_link_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved) {
+    ps_stage *s = link->stage;
+    *moved = 0;
+    if (s->ops->exchange) {
+        int rc = s->ops->exchange(link, tuple, out, timeout_ns, moved);
+        count(s, *moved ? (int64_t)s->tuple_size * (rc == PS_OK ? 2 : 1) : 0);
+        return rc;
+    }
+    int rc = ps_link_move(link, tuple, timeout_ns);
+    if (rc != PS_OK) return rc;
+    *moved = 1;
+    return ps_link_observe(link, out, timeout_ns);
 }
 
 int ps_stage_counters(ps_stage *stage, ps_counter *out, int max) {

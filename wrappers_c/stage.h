@@ -123,6 +123,8 @@ const char *ps_stage_kind_name(const ps_stage *stage);
 uint32_t ps_stage_max_links(const ps_stage *stage);
 uint32_t ps_stage_link_count(const ps_stage *stage);
 const ps_tuple_format *ps_stage_format(const ps_stage *stage);
+/* The last failure the stage explained ("" if none): what a status code alone cannot say. */
+const char *ps_stage_error(const ps_stage *stage);
 
 /* Attaches a new caller: fills link with a fresh slot and a reference. PS_ESTATE when the
  * stage's fan-in is already used up. */
@@ -138,6 +140,9 @@ int ps_link_first(ps_link *link, int64_t *out);
 int ps_link_last(ps_link *link, int64_t *out);
 int ps_link_delta(ps_link *link, int64_t bound, int64_t *out);
 int ps_link_axe(ps_link *link, int64_t index);
+/* Move then observe (one round trip through a remote stage). *moved tells whether the move
+ * took effect: after a timeout with *moved set, only the observe remains to be done. */
+int ps_link_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved);
 
 /* Reads the generic and the kind's counters: returns how many were written (at most max). */
 int ps_stage_counters(ps_stage *stage, ps_counter *out, int max);

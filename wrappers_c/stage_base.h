@@ -21,6 +21,11 @@ typedef struct ps_stage_ops {
     int (*counters)(ps_stage *stage, ps_counter *out, int max);
     /* Flushes and frees the kind's own state (not the stage struct, not the next link). */
     void (*destroy)(ps_stage *stage);
+    /* Optional: move then observe as one operation (a remote stage does it in one round trip).
+     * *moved tells whether the move part took effect, so a timed-out observe can be retried. */
+    int (*exchange)(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved);
+    /* Optional: a new caller got `slot` (a remote stage connects it to its server here). */
+    int (*attach)(ps_stage *stage, uint32_t slot);
 } ps_stage_ops;
 
 /* The part of every stage that the generic code owns. Kinds embed it first in their struct. */
@@ -38,6 +43,7 @@ struct ps_stage {
     _Atomic int64_t operations;    /* calls of any operation */
     _Atomic int64_t waits;         /* calls that had to wait */
     _Atomic int64_t bytes;         /* tuple bytes moved and observed */
+    char error[256];               /* the last failure worth explaining, for messages */
 };
 
 /* A pass-through stage serves at most this many callers. */

@@ -8,5 +8,6 @@ extern const ps_stage_kind ps_kind_core;        /* core.c */
 extern const ps_stage_kind ps_kind_reduce_sum;  /* reduce_sum.c */
 extern const ps_stage_kind ps_kind_trace;       /* trace.c */
 extern const ps_stage_kind ps_kind_cache;       /* cache.c */
+extern const ps_stage_kind ps_kind_remote;      /* remote.c */
 
 #endif

@@ -1,0 +1,144 @@
+"""The PastSet server: hosts a PastSet and server-side stages for remote callers.
+
+A remote stage's caller sends the remainder of its path; the server builds it into its own
+stage table, exactly as build_path does in a process, so the paths of many clients merge into
+one tree here. From then on the C side serves that caller's operations on a socket and a
+thread of its own; Python only builds, and reaps what clients release.
+
+    paths serve --bind tcp://127.0.0.1:7000        (also: python -m paths serve)
+
+The server prints one line `READY <endpoint>` when it accepts requests (scripts and tests wait
+for it), and stops cleanly on SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from . import _native
+from .build import default_pastset, stage_table
+from .path_spec import path_from_json
+
+POLL_SECONDS = 0.1
+
+
+class PathServer:
+    """A server over one PastSet (the process's own by default)."""
+
+    def __init__(self, bind: str = "tcp://127.0.0.1:7000", curve_secret: str = "",
+                 pastset: _native.PastSet | None = None):
+        self.pastset = pastset if pastset is not None else default_pastset()
+        self.table = stage_table(self.pastset)
+        self.native = _native.Server(bind, curve_secret)
+        self.endpoint = self.native.endpoint
+        self._served: dict[int, _native.Handle] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.build_errors = 0
+
+    def serve_once(self, timeout: float = POLL_SECONDS) -> None:
+        """Answer at most one BUILD request, then drop the handles clients released."""
+        request = self.native.next_build(timeout)
+        if request is not None:
+            self._answer(request)
+        for handle_id in self.native.reap():
+            self._served.pop(handle_id, None)
+
+    def _answer(self, request) -> None:
+        try:
+            path = path_from_json(request.spec)
+            handle = self.table.build(path, label=f"remote caller {self.native.counters()['builds']}")
+        except (ValueError, TypeError) as e:
+            self.build_errors += 1
+            self.native.answer_build(request, None, str(e))
+            return
+        self._served[self.native.answer_build(request, handle)] = handle
+
+    def serve_forever(self) -> None:
+        while not self._stop.is_set():
+            self.serve_once()
+
+    def start(self) -> "PathServer":
+        """Serve from a background thread of this process (for processes that also run work)."""
+        self._thread = threading.Thread(target=self.serve_forever, name="paths-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self.native.stop()
+        self._served.clear()
+
+    def __enter__(self) -> "PathServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_key_file(path: str, what: str) -> str:
+    """A Z85 CURVE key from a file (its first line); SystemExit naming the file otherwise."""
+    try:
+        key = Path(path).read_text().strip().splitlines()[0].strip()
+    except (OSError, IndexError) as e:
+        raise SystemExit(f"paths serve: cannot read {what} '{path}': {getattr(e, 'strerror', None) or 'empty file'}")
+    if len(key) != 40:
+        raise SystemExit(f"paths serve: {what} '{path}': expected a 40-character Z85 key, got {len(key)} characters")
+    return key
+
+
+def serve_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="paths serve",
+        description="Host a PastSet and server-side stages for remote stages over ZeroMQ. Prints "
+                    "'READY <endpoint>' when it accepts requests; stops on SIGINT/SIGTERM.")
+    parser.add_argument("--bind", default="tcp://127.0.0.1:7000",
+                        help="ZeroMQ endpoint to bind (default tcp://127.0.0.1:7000; port * picks a free one). "
+                             "Binding beyond loopback needs --curve-secret, or --insecure.")
+    parser.add_argument("--curve-secret", metavar="FILE",
+                        help="file holding the server's CURVE secret key (Z85); clients then need its public key")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow binding a non-loopback address without CURVE")
+    parser.add_argument("--keygen", metavar="PREFIX",
+                        help="write a new CURVE key pair to PREFIX.key (secret) and PREFIX.pub, then exit")
+    args = parser.parse_args(argv)
+    if args.keygen:
+        public, secret = _native.curve_keypair()
+        Path(args.keygen + ".key").write_text(secret + "\n")
+        Path(args.keygen + ".key").chmod(0o600)
+        Path(args.keygen + ".pub").write_text(public + "\n")
+        print(f"wrote {args.keygen}.key (secret) and {args.keygen}.pub (public)")
+        return 0
+    secret = read_key_file(args.curve_secret, "CURVE secret key") if args.curve_secret else ""
+    if not _is_local(args.bind) and not secret and not args.insecure:
+        print(f"paths serve: --bind {args.bind} reaches beyond this machine: give --curve-secret FILE "
+              "(see --keygen), or --insecure", file=sys.stderr)
+        return 2
+    try:
+        server = PathServer(args.bind, secret)
+    except ValueError as e:
+        print(f"paths serve: {e}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"READY {server.endpoint}", flush=True)
+    try:
+        while not stop.is_set():
+            server.serve_once()
+    finally:
+        server.close()
+    return 0
+
+
+def _is_local(endpoint: str) -> bool:
+    if endpoint.startswith(("ipc://", "inproc://")):
+        return True
+    host = endpoint.split("://", 1)[-1].rsplit(":", 1)[0]
+    return host == "localhost" or host.startswith("127.") or host == "[::1]"

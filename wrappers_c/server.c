@@ -1,0 +1,351 @@
+/* server.c — the PastSet server: a main socket for BUILD requests, one socket and one thread
+ * per served link. */
+#include "server.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "pastset.h"
+#include "wire.h"
+#include "zmq_context.h"
+
+enum {
+    POLL_SLICE_MS = 100,          /* how often a link's thread looks at the stop flag */
+    ANSWER_TEXT_MAX = 1024,       /* error texts in answers are cut to this */
+};
+static const int64_t OP_SLICE_NS = 1000000000LL; /* the longest one operation waits here */
+
+typedef struct link_worker {
+    ps_server *server;
+    uint64_t id;
+    ps_link *link;
+    void *socket;
+    pthread_t thread;
+    _Atomic int finished;
+    size_t tuple_size;
+    unsigned char *tuple;   /* observe results */
+    unsigned char *answer;  /* the encoded answer */
+    struct link_worker *next;
+} link_worker;
+
+struct ps_server {
+    void *main_socket;
+    char endpoint[256];
+    char curve_secret[41];
+    pthread_mutex_t lock; /* guards workers and next_id */
+    link_worker *workers;
+    uint64_t next_id;
+    _Atomic int stopping;
+    _Atomic int64_t frames, bad_frames, builds, live;
+    unsigned char main_answer[PS_WIRE_HEADER + ANSWER_TEXT_MAX + 256];
+};
+
+static int make_server_socket(ps_server *s, void **out) {
+    void *socket = zmq_socket(ps_zmq_context(), ZMQ_ROUTER);
+    if (!socket) return -1;
+    int zero = 0, one = 1;
+    zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
+    if (s->curve_secret[0]) {
+        if (zmq_setsockopt(socket, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+            zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, s->curve_secret, 41) != 0) {
+            zmq_close(socket);
+            return -1;
+        }
+    }
+    *out = socket;
+    return 0;
+}
+
+/* Sends [routing id, answer]. */
+static void send_answer(void *socket, const void *routing_id, size_t routing_length, const unsigned char *buf,
+                        size_t length) {
+    if (zmq_send(socket, routing_id, routing_length, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) return;
+    zmq_send(socket, buf, length, ZMQ_DONTWAIT);
+}
+
+/* Receives [routing id, frame] into the two messages; 0, or -1 if it is not exactly two parts. */
+static int receive_request(void *socket, zmq_msg_t *routing_id, zmq_msg_t *frame) {
+    if (zmq_msg_recv(routing_id, socket, 0) < 0 || !zmq_msg_more(routing_id)) return -1;
+    if (zmq_msg_recv(frame, socket, 0) < 0) return -1;
+    if (!zmq_msg_more(frame)) return 0;
+    for (int more = 1; more;) { /* drain the parts beyond two, then refuse the request */
+        zmq_msg_t rest;
+        zmq_msg_init(&rest);
+        more = zmq_msg_recv(&rest, socket, 0) >= 0 && zmq_msg_more(&rest);
+        zmq_msg_close(&rest);
+    }
+    return -1;
+}
+
+static size_t encode_answer(unsigned char *buf, size_t capacity, uint8_t op, int status, uint64_t request_id,
+                            uint64_t handle_id, int64_t value, const void *payload, size_t payload_length) {
+    ps_frame answer = {op, (uint16_t)status, request_id, handle_id, 0, value, payload, (uint32_t)payload_length};
+    return ps_wire_encode(&answer, buf, capacity);
+}
+
+static int64_t bounded_timeout(int64_t requested) {
+    return requested < 0 || requested > OP_SLICE_NS ? OP_SLICE_NS : requested;
+}
+
+/* Runs one request on the worker's link; fills the answer's status, value and payload. */
+static int run_request(link_worker *w, const ps_frame *request, int64_t *value, size_t *payload_length) {
+    int64_t timeout = bounded_timeout(request->value);
+    *value = 0;
+    *payload_length = 0;
+    if (request->handle_id != w->id) return PS_EINVAL;
+    int takes_tuple = request->op == PS_OP_MOVE || request->op == PS_OP_EXCHANGE;
+    if (request->payload_length != (takes_tuple ? w->tuple_size : 0)) return PS_EINVAL;
+    int rc;
+    switch (request->op) {
+    case PS_OP_MOVE: return ps_link_move(w->link, request->payload, timeout);
+    case PS_OP_EXCHANGE: {
+        int moved = 0;
+        rc = ps_link_exchange(w->link, request->payload, w->tuple, timeout, &moved);
+        *value = moved;
+        if (rc == PS_OK) *payload_length = w->tuple_size;
+        return rc;
+    }
+    case PS_OP_OBSERVE: rc = ps_link_observe(w->link, w->tuple, timeout); break;
+    case PS_OP_OBSERVE_AT: rc = ps_link_observe_at(w->link, request->argument, w->tuple, timeout); break;
+    case PS_OP_FIRST: return ps_link_first(w->link, value);
+    case PS_OP_LAST: return ps_link_last(w->link, value);
+    case PS_OP_DELTA: return ps_link_delta(w->link, request->argument, value);
+    case PS_OP_AXE: return ps_link_axe(w->link, request->argument);
+    case PS_OP_PING: case PS_OP_RELEASE: return PS_OK;
+    default: return PS_EINVAL;
+    }
+    if (rc == PS_OK) *payload_length = w->tuple_size;
+    return rc;
+}
+
+static void *serve_link(void *arg) {
+    link_worker *w = arg;
+    ps_server *s = w->server;
+    size_t capacity = PS_WIRE_HEADER + w->tuple_size;
+    int released = 0;
+    while (!released && !atomic_load(&s->stopping)) {
+        zmq_pollitem_t item = {w->socket, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&item, 1, POLL_SLICE_MS) <= 0) continue;
+        zmq_msg_t routing_id, frame;
+        zmq_msg_init(&routing_id);
+        zmq_msg_init(&frame);
+        ps_frame request;
+        atomic_fetch_add(&s->frames, 1);
+        int rc = PS_EINVAL;
+        int64_t value = 0;
+        size_t payload_length = 0;
+        uint8_t op = 0;
+        uint64_t request_id = 0;
+        if (receive_request(w->socket, &routing_id, &frame) == 0 &&
+            ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0) {
+            op = request.op;
+            request_id = request.request_id;
+            rc = run_request(w, &request, &value, &payload_length);
+            released = request.op == PS_OP_RELEASE && rc == PS_OK;
+        }
+        if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
+        size_t length = encode_answer(w->answer, capacity, op, rc, request_id, w->id, value, w->tuple, payload_length);
+        send_answer(w->socket, zmq_msg_data(&routing_id), zmq_msg_size(&routing_id), w->answer, length);
+        zmq_msg_close(&routing_id);
+        zmq_msg_close(&frame);
+    }
+    zmq_close(w->socket);
+    w->socket = NULL;
+    atomic_store(&w->finished, 1);
+    return NULL;
+}
+
+int ps_server_start(const char *endpoint, const char *curve_secret_z85, ps_server **out, char *error,
+                    size_t error_size) {
+    *out = NULL;
+    ps_server *s = calloc(1, sizeof *s);
+    if (!s) return PS_ENOMEM;
+    pthread_mutex_init(&s->lock, NULL);
+    s->next_id = 1;
+    if (curve_secret_z85 && *curve_secret_z85) {
+        if (strlen(curve_secret_z85) != 40 || !zmq_has("curve")) {
+            snprintf(error, error_size, "CURVE secret key: expected 40 Z85 characters (and libzmq with CURVE)");
+            free(s);
+            return PS_EINVAL;
+        }
+        memcpy(s->curve_secret, curve_secret_z85, 41);
+    }
+    size_t length = sizeof s->endpoint;
+    if (make_server_socket(s, &s->main_socket) != 0 || zmq_bind(s->main_socket, endpoint) != 0 ||
+        zmq_getsockopt(s->main_socket, ZMQ_LAST_ENDPOINT, s->endpoint, &length) != 0) {
+        snprintf(error, error_size, "cannot bind '%s': %s", endpoint, zmq_strerror(zmq_errno()));
+        if (s->main_socket) zmq_close(s->main_socket);
+        free(s);
+        return PS_EINVAL;
+    }
+    *out = s;
+    return PS_OK;
+}
+
+const char *ps_server_endpoint(const ps_server *server) { return server->endpoint; }
+
+static void answer_main(ps_server *s, const zmq_msg_t *routing_id, uint8_t op, int status, uint64_t request_id,
+                        uint64_t handle_id, const char *text) {
+    size_t text_length = text ? strnlen(text, ANSWER_TEXT_MAX) : 0;
+    size_t length = encode_answer(s->main_answer, sizeof s->main_answer, op, status, request_id, handle_id, 0,
+                                  text, text_length);
+    send_answer(s->main_socket, zmq_msg_data((zmq_msg_t *)routing_id), zmq_msg_size((zmq_msg_t *)routing_id),
+                s->main_answer, length);
+}
+
+int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out) {
+    int64_t deadline = ps_deadline(timeout_ns);
+    for (;;) {
+        int64_t left_ms = deadline == PS_FOREVER ? POLL_SLICE_MS : (deadline - ps_now_ns()) / 1000000;
+        if (left_ms < 0) return PS_ETIMEDOUT;
+        zmq_pollitem_t item = {s->main_socket, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&item, 1, (long)left_ms) <= 0) {
+            if (deadline != PS_FOREVER && ps_now_ns() >= deadline) return PS_ETIMEDOUT;
+            continue;
+        }
+        zmq_msg_t routing_id, frame;
+        zmq_msg_init(&routing_id);
+        zmq_msg_init(&frame);
+        atomic_fetch_add(&s->frames, 1);
+        ps_frame request;
+        int whole = receive_request(s->main_socket, &routing_id, &frame) == 0;
+        int valid = whole && ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0;
+        int found = 0;
+        if (valid && request.op == PS_OP_BUILD && request.payload_length > 0 && request.payload_length <= PS_SPEC_MAX &&
+            zmq_msg_size(&routing_id) <= PS_ROUTING_ID_MAX) {
+            out->routing_id_length = zmq_msg_size(&routing_id);
+            memcpy(out->routing_id, zmq_msg_data(&routing_id), out->routing_id_length);
+            out->request_id = request.request_id;
+            memcpy(out->spec, request.payload, request.payload_length);
+            out->spec[request.payload_length] = 0;
+            found = 1;
+        } else if (valid && request.op == PS_OP_PING) {
+            answer_main(s, &routing_id, PS_OP_PING, PS_OK, request.request_id, 0, NULL);
+        } else if (whole) {
+            atomic_fetch_add(&s->bad_frames, 1);
+            answer_main(s, &routing_id, valid ? request.op : 0, PS_EINVAL, valid ? request.request_id : 0, 0,
+                        "malformed or misaddressed frame: the main endpoint takes BUILD and PING");
+        } else {
+            atomic_fetch_add(&s->bad_frames, 1);
+        }
+        zmq_msg_close(&routing_id);
+        zmq_msg_close(&frame);
+        if (found) return PS_OK;
+    }
+}
+
+/* The endpoint a new link's socket binds: the main endpoint's host with a free port, or the
+ * main ipc/inproc name with the link's id appended. */
+static void link_endpoint(const ps_server *s, uint64_t id, char *out, size_t size) {
+    if (strncmp(s->endpoint, "tcp://", 6) == 0) {
+        const char *colon = strrchr(s->endpoint, ':');
+        snprintf(out, size, "%.*s:*", (int)(colon - s->endpoint), s->endpoint);
+    } else {
+        snprintf(out, size, "%s.%llu", s->endpoint, (unsigned long long)id);
+    }
+}
+
+static void reply_build(ps_server *s, const ps_build_request *request, int status, uint64_t id, const char *text) {
+    size_t text_length = text ? strnlen(text, ANSWER_TEXT_MAX) : 0;
+    size_t length = encode_answer(s->main_answer, sizeof s->main_answer, PS_OP_BUILD, status, request->request_id, id,
+                                  0, text, text_length);
+    send_answer(s->main_socket, request->routing_id, request->routing_id_length, s->main_answer, length);
+}
+
+int ps_server_answer_build(ps_server *s, const ps_build_request *request, ps_link *link, const char *error_text,
+                           uint64_t *handle_id) {
+    if (!link) {
+        reply_build(s, request, PS_EINVAL, 0, error_text ? error_text : "build failed");
+        return PS_OK;
+    }
+    link_worker *w = calloc(1, sizeof *w);
+    if (!w) return PS_ENOMEM;
+    w->server = s;
+    w->link = link;
+    w->tuple_size = ps_stage_format(link->stage)->size;
+    w->tuple = malloc(w->tuple_size);
+    w->answer = malloc(PS_WIRE_HEADER + w->tuple_size);
+    pthread_mutex_lock(&s->lock);
+    w->id = s->next_id++;
+    pthread_mutex_unlock(&s->lock);
+    char bind_to[300], bound[256];
+    size_t bound_length = sizeof bound;
+    int rc = w->tuple && w->answer ? PS_OK : PS_ENOMEM;
+    if (rc == PS_OK) {
+        link_endpoint(s, w->id, bind_to, sizeof bind_to);
+        if (make_server_socket(s, &w->socket) != 0 || zmq_bind(w->socket, bind_to) != 0 ||
+            zmq_getsockopt(w->socket, ZMQ_LAST_ENDPOINT, bound, &bound_length) != 0)
+            rc = PS_EREMOTE;
+    }
+    if (rc == PS_OK && pthread_create(&w->thread, NULL, serve_link, w) != 0) rc = PS_ENOMEM;
+    if (rc != PS_OK) {
+        if (w->socket) zmq_close(w->socket);
+        free(w->tuple);
+        free(w->answer);
+        free(w);
+        reply_build(s, request, rc, 0, "the server could not open a socket for the link");
+        return rc;
+    }
+    pthread_mutex_lock(&s->lock);
+    w->next = s->workers;
+    s->workers = w;
+    pthread_mutex_unlock(&s->lock);
+    atomic_fetch_add(&s->builds, 1);
+    atomic_fetch_add(&s->live, 1);
+    *handle_id = w->id;
+    reply_build(s, request, PS_OK, w->id, bound);
+    return PS_OK;
+}
+
+static void free_worker(link_worker *w) {
+    pthread_join(w->thread, NULL);
+    free(w->tuple);
+    free(w->answer);
+    free(w);
+}
+
+size_t ps_server_reap(ps_server *s, uint64_t *ids, size_t max) {
+    size_t n = 0;
+    pthread_mutex_lock(&s->lock);
+    for (link_worker **at = &s->workers; *at && n < max;) {
+        link_worker *w = *at;
+        if (atomic_load(&w->finished)) {
+            *at = w->next;
+            ids[n++] = w->id;
+            free_worker(w);
+            atomic_fetch_sub(&s->live, 1);
+        } else {
+            at = &w->next;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+void ps_server_read_counters(ps_server *s, ps_server_counters *out) {
+    out->frames = atomic_load(&s->frames);
+    out->bad_frames = atomic_load(&s->bad_frames);
+    out->builds = atomic_load(&s->builds);
+    out->live = atomic_load(&s->live);
+}
+
+void ps_server_stop(ps_server *s) {
+    if (!s) return;
+    atomic_store(&s->stopping, 1);
+    pthread_mutex_lock(&s->lock);
+    link_worker *w = s->workers;
+    s->workers = NULL;
+    pthread_mutex_unlock(&s->lock);
+    while (w) {
+        link_worker *next = w->next;
+        free_worker(w);
+        w = next;
+    }
+    zmq_close(s->main_socket);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}

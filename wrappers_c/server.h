@@ -1,0 +1,69 @@
+/* server.h — the PastSet server: serves remote callers' operations on server-side links.
+ *
+ * The main socket (a ROUTER at the server's endpoint) only takes BUILD requests, which the
+ * owner (Python, in paths/server.py) answers by building the path remainder into the server's
+ * stage table and handing over the new link. Each link then gets its own socket, on an
+ * endpoint of its own, and its own thread: a caller blocked in an observe holds only its own
+ * thread, never the server, and a round trip crosses no extra hop. Frames are checked
+ * (wire.h) before anything is done with them; a malformed one is answered with PS_EINVAL.
+ */
+#ifndef WRAPPERS_SERVER_H
+#define WRAPPERS_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { PS_ROUTING_ID_MAX = 256, PS_SPEC_MAX = 65536 };
+
+typedef struct ps_server ps_server;
+
+/* One BUILD request waiting for its answer. */
+typedef struct ps_build_request {
+    unsigned char routing_id[PS_ROUTING_ID_MAX];
+    size_t routing_id_length;
+    uint64_t request_id;
+    char spec[PS_SPEC_MAX + 1]; /* the path remainder as sent (NUL-terminated) */
+} ps_build_request;
+
+typedef struct ps_server_counters {
+    int64_t frames;      /* frames received, all sockets */
+    int64_t bad_frames;  /* frames refused as malformed or misaddressed */
+    int64_t builds;      /* links handed over */
+    int64_t live;        /* links being served */
+} ps_server_counters;
+
+/* Binds the main socket. curve_secret_z85 (40 characters) makes every socket a CURVE server;
+ * NULL or "" serves in the clear. */
+int ps_server_start(const char *endpoint, const char *curve_secret_z85, ps_server **out, char *error,
+                    size_t error_size);
+/* The endpoint actually bound (a '*' port resolved). */
+const char *ps_server_endpoint(const ps_server *server);
+
+/* Waits up to timeout_ns for the next BUILD request (answering PINGs and refusing anything
+ * else meanwhile). PS_OK with *out filled, or PS_ETIMEDOUT. */
+int ps_server_next_build(ps_server *server, int64_t timeout_ns, ps_build_request *out);
+
+/* Answers a BUILD: with a link to serve (the caller keeps it alive until ps_server_reap returns
+ * its id, or until ps_server_stop) and *handle_id set, or with link NULL and an error text. */
+int ps_server_answer_build(ps_server *server, const ps_build_request *request, ps_link *link,
+                           const char *error_text, uint64_t *handle_id);
+
+/* Ids of links whose clients released them (their threads have ended); up to max. */
+size_t ps_server_reap(ps_server *server, uint64_t *ids, size_t max);
+
+void ps_server_read_counters(ps_server *server, ps_server_counters *out);
+
+/* Ends every link's thread and closes every socket; then frees the server. */
+void ps_server_stop(ps_server *server);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

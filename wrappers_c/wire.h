@@ -1,0 +1,64 @@
+/* wire.h — the PATHS wire protocol: small binary frames between a remote stage and a server.
+ *
+ * Every frame is one ZeroMQ message: a fixed 40-byte little-endian header, then a payload of
+ * payload_length bytes (a tuple, a path spec, an endpoint or an error text). No code travels:
+ * the payload of a request is data of a checked length, never executed. docs/wire.md tells
+ * the layout in full.
+ */
+#ifndef WRAPPERS_WIRE_H
+#define WRAPPERS_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+    PS_WIRE_VERSION = 1,
+    PS_WIRE_HEADER = 40,
+    PS_WIRE_MAX_PAYLOAD = (1 << 20) + 4096, /* a tuple of the largest format, or a path spec */
+};
+
+typedef enum ps_wire_op {
+    PS_OP_BUILD = 1,   /* payload: a path spec (JSON); answer: handle id, payload: endpoint */
+    PS_OP_MOVE,        /* payload: the tuple */
+    PS_OP_OBSERVE,     /* answer payload: the tuple */
+    PS_OP_OBSERVE_AT,  /* argument: the index; answer payload: the tuple */
+    PS_OP_FIRST,       /* answer value */
+    PS_OP_LAST,        /* answer value */
+    PS_OP_DELTA,       /* argument: the bound (< 0 reads); answer value */
+    PS_OP_AXE,         /* argument: the index */
+    PS_OP_RELEASE,     /* the client is done with the handle */
+    PS_OP_PING,        /* liveness; answer is empty */
+    PS_OP_EXCHANGE,    /* move then observe in one round trip; answer value 1 once the move is done */
+    PS_OP_LIMIT
+} ps_wire_op;
+
+/* A decoded frame. For a request, `status` is 0 and `value` holds the timeout in nanoseconds
+ * (< 0: none); for an answer, `status` is the operation's status and `argument` is 0. */
+typedef struct ps_frame {
+    uint8_t op;
+    uint16_t status;
+    uint64_t request_id;
+    uint64_t handle_id;
+    int64_t argument;
+    int64_t value;
+    const unsigned char *payload;
+    uint32_t payload_length;
+} ps_frame;
+
+/* Writes frame's header and copies its payload into buf (capacity bytes). Returns the frame's
+ * length, or 0 when it does not fit. */
+size_t ps_wire_encode(const ps_frame *frame, unsigned char *buf, size_t capacity);
+
+/* Checks and decodes a received frame: version, op, lengths. payload points into buf.
+ * Returns 0, or -1 for a malformed frame (nothing in out is to be trusted then). */
+int ps_wire_decode(const unsigned char *buf, size_t length, ps_frame *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
