@@ -129,25 +129,25 @@ def _local_part(specs: StageKey) -> int:
     return len(specs)
 
 
-def _identity(host: str) -> str:
-    return host
+def _unchanged(params: dict) -> dict:
+    return params
 
 
-_host_resolver = _identity
+_remote_resolver = _unchanged
 
 
-def set_host_resolver(resolve) -> None:
-    """Set how remote stages turn a `host` (a node name from a map) into an endpoint; None
-    restores the identity. A process that runs a map's node sets it from the map."""
-    global _host_resolver
-    _host_resolver = resolve or _identity
+def set_remote_resolver(resolve) -> None:
+    """Set how a remote stage's parameters are completed before it is built: resolve(params)
+    returns them with `host` turned from a node name into an endpoint (and, for a map run,
+    the CURVE key added). None restores the parameters as given."""
+    global _remote_resolver
+    _remote_resolver = resolve or _unchanged
 
 
 def _remote_params(key: StageKey) -> dict:
     """A remote stage's parameters: the user's, the resolved host, the element's format and
     the path remainder the server builds."""
-    params = native_params(key[0])
-    params["host"] = _host_resolver(params["host"])
+    params = _remote_resolver(native_params(key[0]))
     params["format"] = key[-1].param("format")
     params["path"] = path_to_json(PathSpec(key[1:]))
     return params

@@ -94,6 +94,28 @@ class ReductionPlan:
         draw(element, "")
         return "\n".join(lines)
 
+    def to_dot(self) -> str:
+        """Graphviz DOT of the tree: a cluster box per node, edges from threads toward the element."""
+        names: dict[StageKey, str] = {}
+        by_node: dict[str, list[str]] = defaultdict(list)
+        edges: dict[tuple[str, str], None] = {}
+        for thread, keys in self._keyed_paths():
+            for key in keys:
+                if key not in names:
+                    names[key] = f"s{len(names)}"
+                    label = str(key[1][0]).replace('"', '\\"')
+                    by_node[key[0]].append(f'    {names[key]} [label="{label}"];')
+            by_node[self.placements[thread]].append(f'    t{thread} [shape=ellipse, label="thread {thread}"];')
+            edges[(f"t{thread}", names[keys[0]])] = None
+            for child, parent in zip(keys, keys[1:]):
+                edges[(names[child], names[parent])] = None
+        lines = ["digraph reduction {", "  rankdir=BT;", "  node [shape=box];"]
+        for i, (node, body) in enumerate(by_node.items()):
+            lines += [f"  subgraph cluster_{i} {{", f'    label="{node}";', *body, "  }"]
+        lines += [f"  {a} -> {b};" for a, b in edges]
+        lines.append("}")
+        return "\n".join(lines)
+
     def _keyed_paths(self) -> Iterator[tuple[int, list[StageKey]]]:
         """Each thread with the stage instances of its path, first stage first."""
         for thread, (node, path) in enumerate(zip(self.placements, self.paths)):

@@ -9,5 +9,6 @@ extern const ps_stage_kind ps_kind_reduce_sum;  /* reduce_sum.c */
 extern const ps_stage_kind ps_kind_trace;       /* trace.c */
 extern const ps_stage_kind ps_kind_cache;       /* cache.c */
 extern const ps_stage_kind ps_kind_remote;      /* remote.c */
+extern const ps_stage_kind ps_kind_delay;       /* delay.c */
 
 #endif

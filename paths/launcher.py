@@ -1,0 +1,213 @@
+"""Starting, talking to and reaping the node processes of a map run.
+
+Three ways to start a node (the map's `launch.mode`, or --launch):
+  local  emulation on this machine: each node a local process with its own server on loopback;
+  ssh    the map's command template, e.g. "ssh {host} {command}", per node;
+  slurm  inside an allocation: the allocation's hosts (SLURM_JOB_NODELIST) take the map's
+         nodes in order, each started with srun on its host.
+Off this machine (ssh, slurm) servers bind every interface, so the run makes a CURVE key pair
+and hands it to each node on its standard input: traffic between nodes is encrypted and only
+the run's own nodes are answered.
+
+Every process started is reaped: on success, on error and on Ctrl-C. A node also exits by
+itself when its standard input closes, so even a killed launcher leaves no node behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from . import _native
+from .cluster_map import ClusterMap
+from .hostlist import expand_hostlist
+
+START_SECONDS = 60.0
+QUIT_SECONDS = 5.0
+
+
+class LaunchError(RuntimeError):
+    """A node that could not be started or that failed; the message names it."""
+
+
+@dataclass
+class NodeCommand:
+    node: str
+    argv: list[str]
+
+
+def node_commands(cluster_map: ClusterMap, nodes: list[str], mode: str | None = None,
+                  environ: dict | None = None) -> list[NodeCommand]:
+    """The command that starts each node, for the given (or the map's) launch mode."""
+    mode = mode or cluster_map.launch.mode
+    environ = os.environ if environ is None else environ
+    python = [sys.executable, "-m", "paths.node"]
+    if mode == "local":
+        return [NodeCommand(n, python + ["--name", n, "--bind", "tcp://127.0.0.1:*"]) for n in nodes]
+    if mode == "ssh":
+        commands = []
+        for n in nodes:
+            remote = shlex.join(python + ["--name", n] + _bind_options(cluster_map, n, n))
+            argv = [part.format(host=n, command=remote) for part in shlex.split(cluster_map.launch.ssh)]
+            commands.append(NodeCommand(n, argv))
+        return commands
+    if mode == "slurm":
+        hosts = slurm_hosts(environ)
+        if len(hosts) < len(cluster_map.nodes):
+            raise LaunchError(f"slurm: the allocation has {len(hosts)} hosts ({', '.join(hosts)}) but map "
+                              f"{cluster_map.name} has {len(cluster_map.nodes)} nodes")
+        host_of = {node.name: host for node, host in zip(cluster_map.nodes, hosts)}
+        return [NodeCommand(n, ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", host_of[n]] + python
+                            + ["--name", n] + _bind_options(cluster_map, n, host_of[n]))
+                for n in nodes]
+    raise LaunchError(f"unknown launch mode {mode!r} (expected local, ssh or slurm)")
+
+
+def _bind_options(cluster_map: ClusterMap, node: str, host: str) -> list[str]:
+    """Where a node off this machine binds: its address in the map, or every interface with a
+    free port, advertised to the others by its host name."""
+    address = cluster_map.node(node).address
+    if address:
+        return ["--bind", address]
+    return ["--bind", "tcp://0.0.0.0:*", "--advertise", host]
+
+
+def slurm_hosts(environ) -> list[str]:
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    if not nodelist:
+        raise LaunchError("slurm: no SLURM_JOB_NODELIST: run inside an allocation (salloc or sbatch)")
+    return expand_hostlist(nodelist)
+
+
+class _Node:
+    """One started node: its process and a line reader on its standard output."""
+
+    def __init__(self, command: NodeCommand, keys: str):
+        self.name = command.node
+        self.command = command
+        self.errors = tempfile.TemporaryFile(mode="w+")  # a file, so a chatty node never blocks
+        self.process = subprocess.Popen(command.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.errors, text=True, bufsize=1)
+        self.process.stdin.write(keys + "\n")
+        self.process.stdin.flush()
+        self.endpoint = ""
+
+    def send(self, request: dict) -> None:
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise LaunchError(self._death("stopped taking requests")) from None
+
+    def _death(self, what: str) -> str:
+        self.process.poll()
+        tail = ""
+        if self.process.returncode is not None:
+            self.errors.seek(0)
+            tail = self.errors.read().strip()[-600:]
+        code = f" (exit {self.process.returncode})" if self.process.returncode is not None else ""
+        return f"node {self.name} {what}{code}" + (f":\n{tail}" if tail else "")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.process.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            try:
+                self.process.wait(QUIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process.stdout.close()
+        self.errors.close()
+
+
+class NodeProcesses:
+    """The running nodes of one map run; use as a context manager so they are always reaped."""
+
+    def __init__(self, cluster_map: ClusterMap, nodes: list[str], mode: str | None = None):
+        self.commands = node_commands(cluster_map, nodes, mode)
+        self.secure = (mode or cluster_map.launch.mode) != "local"
+        self.nodes: dict[str, _Node] = {}
+
+    def __enter__(self) -> "NodeProcesses":
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        keys = " ".join(_native.curve_keypair()) if self.secure else "-"
+        for command in self.commands:
+            try:
+                self.nodes[command.node] = _Node(command, keys)
+            except OSError as e:
+                raise LaunchError(f"node {command.node}: cannot start {command.argv[0]!r}: {e.strerror}") from None
+        ready = self._read_lines(list(self.nodes.values()), START_SECONDS, "to be READY")
+        for node, line in ready.items():
+            if not line.startswith("READY "):
+                raise LaunchError(f"node {node}: expected 'READY <endpoint>', got {line!r}")
+            self.nodes[node].endpoint = line.split(" ", 1)[1].strip()
+        self.request_all({n: {"op": "addresses", "addresses": self.addresses()} for n in self.nodes})
+
+    def addresses(self) -> dict[str, str]:
+        return {name: node.endpoint for name, node in self.nodes.items()}
+
+    def request_all(self, requests: dict[str, dict], timeout: float = 600.0) -> dict[str, dict]:
+        """Send each node its request (all at once: they may wait for each other), then collect
+        every answer. A failed answer raises LaunchError naming the node."""
+        for name, request in requests.items():
+            self.nodes[name].send(request)
+        lines = self._read_lines([self.nodes[n] for n in requests], timeout, "to answer")
+        answers = {}
+        for name, line in lines.items():
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                raise LaunchError(f"node {name}: expected one JSON answer, got {line[:200]!r}") from None
+            if not answer.get("ok"):
+                raise LaunchError(answer.get("error") or f"node {name}: failed")
+            answers[name] = answer
+        return answers
+
+    def _read_lines(self, nodes: list[_Node], timeout: float, what: str) -> dict[str, str]:
+        selector = selectors.DefaultSelector()
+        for node in nodes:
+            selector.register(node.process.stdout, selectors.EVENT_READ, node)
+        lines: dict[str, str] = {}
+        deadline = time.monotonic() + timeout
+        try:
+            while len(lines) < len(nodes):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    late = [n.name for n in nodes if n.name not in lines]
+                    raise LaunchError(f"nodes {', '.join(late)} did not answer within {timeout:.0f} s ({what})")
+                for key, _ in selector.select(min(left, 1.0)):
+                    node = key.data
+                    line = node.process.stdout.readline()
+                    if not line:
+                        raise LaunchError(node._death(f"exited while waiting {what}"))
+                    lines[node.name] = line.rstrip("\n")
+                    selector.unregister(node.process.stdout)
+        finally:
+            selector.close()
+        return lines
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
+        self.nodes.clear()

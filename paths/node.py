@@ -1,0 +1,129 @@
+"""A node process: one node of a cluster map, with its own server and its own threads.
+
+The launcher starts one per node (locally, over ssh, or with srun) and talks to it over its
+standard input and output, one JSON object per line. The node first prints `READY <endpoint>`
+(its server's endpoint), then answers each request with one line:
+
+    {"op": "addresses", "addresses": {node: endpoint}}   how remote stages reach other nodes
+    {"op": "build", "paths": [spec, ...]}                 build this node's threads' paths (JSON specs)
+    {"op": "gsum", "rounds": R, "contributors": N}       run GSum on the built handles
+    {"op": "mcpi", "darts": D, "total_darts": T}         run MCPi on the built handles
+    {"op": "counters"}                                   every live stage here, with its counters
+    {"op": "release"}                                    drop the handles (the tree goes with them)
+    {"op": "quit"}                                       stop; so does the end of standard input
+
+Answers are {"ok": true, ...} or {"ok": false, "error": "..."}. The node's server shares the
+node's stage table, so remainders other nodes send here merge with this node's own paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import bench
+from .build import default_pastset, set_remote_resolver, stage_table
+from .path_spec import path_from_json
+from .server import PathServer
+
+
+class Node:
+    def __init__(self, name: str, server: PathServer, curve_public: str):
+        self.name = name
+        self.server = server
+        self.curve_public = curve_public
+        self.table = stage_table(default_pastset())
+        self.handles: list = []
+        self.addresses: dict[str, str] = {}
+
+    def addresses_op(self, request: dict) -> dict:
+        self.addresses = dict(request["addresses"])
+        set_remote_resolver(self._resolve)
+        return {}
+
+    def _resolve(self, params: dict) -> dict:
+        """Node names become the endpoints the launcher gathered; the run's CURVE key is added."""
+        params = dict(params, host=self.addresses.get(params["host"], params["host"]))
+        if self.curve_public and not params.get("curve_server_key"):
+            params["curve_server_key"] = self.curve_public
+        return params
+
+    def build_op(self, request: dict) -> dict:
+        specs = [path_from_json(text) for text in request["paths"]]
+        self.handles = [self.table.build(p, label=f"{self.name} thread {i}") for i, p in enumerate(specs)]
+        return {"threads": len(self.handles)}
+
+    def gsum_op(self, request: dict) -> dict:
+        if not self.handles:
+            return {"threads": 0}
+        result = bench.gsum(self.handles, request["rounds"], request["contributors"], request.get("timeout", 120))
+        return {"threads": len(self.handles), "median_us": result.median_us, "seconds": result.seconds,
+                "latencies": result.latencies if request.get("latencies") else None}
+
+    def mcpi_op(self, request: dict) -> dict:
+        if not self.handles:
+            return {"threads": 0}
+        result = bench.mcpi(self.handles, request["darts"], request.get("seed", 12345),
+                            request.get("timeout", 120), request["total_darts"])
+        return {"threads": len(self.handles), "hits": result.hits, "pi": result.pi, "seconds": result.seconds}
+
+    def counters_op(self, request: dict) -> dict:
+        stages = [{"stage": " -> ".join(str(s) for s in built.key), "kind": built.spec.kind,
+                   "counters": built.native.counters()} for built in self.table.stages()]
+        return {"stages": stages, "server": self.server.native.counters()}
+
+    def release_op(self, request: dict) -> dict:
+        self.handles = []
+        return {}
+
+    def answer(self, request: dict) -> dict:
+        operation = getattr(self, f"{request.get('op')}_op", None)
+        if operation is None:
+            return {"ok": False, "error": f"node {self.name}: unknown request {request.get('op')!r}"}
+        try:
+            return {"ok": True, **operation(request)}
+        except (ValueError, TypeError, KeyError, ConnectionError, TimeoutError, RuntimeError, AssertionError) as e:
+            return {"ok": False, "error": f"node {self.name}: {type(e).__name__}: {e}"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m paths.node", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--name", required=True, help="this node's name in the map")
+    parser.add_argument("--bind", default="tcp://127.0.0.1:*", help="the server's endpoint")
+    parser.add_argument("--advertise", help="the host other nodes reach this one by (when binding *)")
+    args = parser.parse_args(argv)
+    # The run's CURVE key pair comes on the first line of standard input, "PUBLIC SECRET", or
+    # "-" for none (never on the command line, where other users could read it).
+    keys = sys.stdin.readline().split()
+    public, secret = keys if len(keys) == 2 else ("", "")
+    server = PathServer(args.bind, secret).start()
+    endpoint = server.endpoint
+    if args.advertise:
+        endpoint = endpoint.replace("0.0.0.0", args.advertise)
+    node = Node(args.name, server, public)
+    print(f"READY {endpoint}", flush=True)
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            try:
+                request = json.loads(line)
+            except ValueError:
+                reply = {"ok": False, "error": f"node {args.name}: a request must be one JSON object per line"}
+            else:
+                if request.get("op") == "quit":
+                    break
+                reply = node.answer(request)
+            print(json.dumps(reply), flush=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        node.handles = []
+        server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

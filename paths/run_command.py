@@ -1,0 +1,220 @@
+"""`paths run` and `paths show`: the user's main job on a cluster map.
+
+    paths run gsum --map maps/paper-4w.yaml --threads 1-32 --policy even --max-fanin 4 \\
+                   --repeat 5 --csv out.csv --plot out.png
+    paths run mcpi --map paper-4w --threads 1-32 --darts 10000000
+    paths show --map maps/paper-4w.yaml --threads 12 [--dot]
+
+A map is a YAML file or the name of a shipped one (local, paper-2w, paper-4w, paper-8w,
+multicluster); with no --map the local machine's map is used. Swap the map, not the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+import warnings
+
+from .cluster_map import ClusterMap, MapError, builtin_map, load_map
+from .experiment import KERNELS, Measurement, RunSettings, plans_for, run_experiment
+from .launcher import LaunchError
+from .placement import PlacementWarning
+from .reduction_tree import plan_reduction
+
+
+def parse_thread_counts(text: str) -> list[int]:
+    """'1-4,8,16' -> [1, 2, 3, 4, 8, 16]."""
+    counts: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--threads: expected counts and ranges like 1-32 or 1,2,4,8, got {text!r}") from None
+        if first < 1 or last < first:
+            raise argparse.ArgumentTypeError(f"--threads: expected positive counts, low-high ranges; got {part!r}")
+        counts.extend(range(first, last + 1))
+    return list(dict.fromkeys(counts))
+
+
+def positive(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name}: expected a positive integer, got {text!r}")
+        return value
+    return parse
+
+
+def open_map(text: str | None) -> ClusterMap:
+    if text is None:
+        return builtin_map("local")
+    if text.endswith((".yaml", ".yml")) or "/" in text:
+        return load_map(text)
+    return builtin_map(text)
+
+
+def _map_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
+    parser.add_argument("--policy", help="placement: bucket (fill a node first), even (round-robin), "
+                                         "or a Python dotted name; default: the map's")
+    parser.add_argument("--max-fanin", type=positive("--max-fanin"), help="most contributors per sum stage "
+                                                                          "(default: the map's)")
+
+
+def run_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="paths run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kernel", choices=KERNELS, help="gsum: global-sum latency; mcpi: Monte Carlo pi")
+    _map_options(parser)
+    parser.add_argument("--threads", type=parse_thread_counts, default=[1, 2, 4],
+                        help="thread counts: ranges and lists, e.g. 1-32 or 1,2,4,8 (default 1,2,4)")
+    parser.add_argument("--repeat", type=positive("--repeat"), default=5, help="runs per thread count (default 5)")
+    parser.add_argument("--rounds", type=positive("--rounds"), default=1000, help="gsum: global sums per run")
+    parser.add_argument("--darts", type=positive("--darts"), default=10_000_000, help="mcpi: darts per run")
+    parser.add_argument("--launch", choices=("local", "ssh", "slurm"), help="how nodes start (default: the map's)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds any one step may take")
+    parser.add_argument("--csv", help="write every measurement to this CSV file")
+    parser.add_argument("--plot", help="write a plot (min/avg/max per thread count) to this PNG file")
+    args = parser.parse_args(argv)
+    try:
+        cluster_map = open_map(args.map)
+        settings = RunSettings(args.kernel, args.threads, args.policy, args.max_fanin, args.repeat,
+                               args.rounds, args.darts, args.launch, args.timeout)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", PlacementWarning)
+            plans_for(cluster_map, settings)  # every count checked before anything starts
+        for message in {str(w.message) for w in caught}:
+            print(f"paths run: warning: {message}", file=sys.stderr)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PlacementWarning)
+            report = _run_with_progress(cluster_map, settings)
+    except (MapError, ValueError, LaunchError, OSError) as e:
+        print(f"paths run: {e}", file=sys.stderr)
+        return 1 if isinstance(e, LaunchError) else 2
+    print(results_table(cluster_map, settings, report.measurements))
+    if args.csv:
+        write_csv(args.csv, cluster_map, settings, report.measurements)
+        print(f"wrote {args.csv}")
+    if args.plot:
+        write_plot(args.plot, cluster_map, settings, report.measurements)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _run_with_progress(cluster_map: ClusterMap, settings: RunSettings):
+    from tqdm import tqdm
+
+    total = len(settings.thread_counts) * settings.repeat
+    with tqdm(total=total, desc=f"{settings.kernel} on {cluster_map.name}", unit="run", file=sys.stderr,
+              disable=None, leave=False) as bar:
+        def step(threads: int, repeat: int) -> None:
+            bar.set_postfix_str(f"{threads} threads")
+            bar.update()
+        return run_experiment(cluster_map, settings, step)
+
+
+def _summary(measurements: list[Measurement]) -> list[tuple[int, int, list[Measurement]]]:
+    by_count: dict[int, list[Measurement]] = {}
+    for m in measurements:
+        by_count.setdefault(m.threads, []).append(m)
+    return [(n, ms[0].nodes, ms) for n, ms in by_count.items()]
+
+
+def results_table(cluster_map: ClusterMap, settings: RunSettings, measurements: list[Measurement]) -> str:
+    policy = settings.policy or cluster_map.policy
+    fanin = settings.max_fanin or cluster_map.max_fanin
+    lines = []
+    if settings.kernel == "gsum":
+        lines.append(f"GSum on map {cluster_map.name} (policy {policy}, max fan-in {fanin}), {settings.rounds} "
+                     f"rounds x {settings.repeat} runs: microseconds per global sum (median round per run)")
+        lines.append(f"{'threads':>8} {'nodes':>6} {'min':>10} {'avg':>10} {'max':>10}")
+        for n, nodes, ms in _summary(measurements):
+            values = [m.value for m in ms]
+            lines.append(f"{n:>8} {nodes:>6} {min(values):>10.2f} {statistics.fmean(values):>10.2f} "
+                         f"{max(values):>10.2f}")
+    else:
+        lines.append(f"MCPi on map {cluster_map.name} (policy {policy}, max fan-in {fanin}), {settings.darts} "
+                     f"darts x {settings.repeat} runs: seconds per run")
+        lines.append(f"{'threads':>8} {'nodes':>6} {'pi':>10} {'|error|':>9} {'min s':>9} {'avg s':>9} "
+                     f"{'max s':>9} {'Mdarts/s':>9}")
+        for n, nodes, ms in _summary(measurements):
+            seconds = [m.value for m in ms]
+            pi = statistics.fmean(m.pi for m in ms)
+            rate = settings.darts / statistics.fmean(seconds) / 1e6
+            lines.append(f"{n:>8} {nodes:>6} {pi:>10.6f} {abs(pi - math.pi):>9.2e} {min(seconds):>9.4f} "
+                         f"{statistics.fmean(seconds):>9.4f} {max(seconds):>9.4f} {rate:>9.1f}")
+    return "\n".join(lines)
+
+
+def write_csv(path: str, cluster_map: ClusterMap, settings: RunSettings, measurements: list[Measurement]) -> None:
+    unit = "us_per_global_sum" if settings.kernel == "gsum" else "seconds"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["kernel", "map", "policy", "max_fanin", "threads", "nodes", "repeat", unit, "pi"])
+        for m in measurements:
+            writer.writerow([m.kernel, cluster_map.name, settings.policy or cluster_map.policy,
+                             settings.max_fanin or cluster_map.max_fanin, m.threads, m.nodes, m.repeat,
+                             f"{m.value:.6g}", "" if m.pi is None else f"{m.pi:.8f}"])
+
+
+def write_plot(path: str, cluster_map: ClusterMap, settings: RunSettings, measurements: list[Measurement]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = _summary(measurements)
+    counts = [n for n, _, _ in rows]
+    values = [[m.value for m in ms] for _, _, ms in rows]
+    averages = [statistics.fmean(v) for v in values]
+    below = [a - min(v) for a, v in zip(averages, values)]
+    above = [max(v) - a for a, v in zip(averages, values)]
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    axes.errorbar(counts, averages, yerr=[below, above], marker="o", capsize=3,
+                  label=f"{cluster_map.name}, {settings.policy or cluster_map.policy}")
+    axes.set_xlabel("threads")
+    axes.set_ylabel("microseconds per global sum" if settings.kernel == "gsum" else "seconds per run")
+    axes.set_title(f"{settings.kernel.upper()} on {cluster_map.name}: min / average / max of {settings.repeat} runs")
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def show_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="paths show", description="Print a map's placement of N threads and "
+                                     "the reduction tree their paths build.")
+    _map_options(parser)
+    parser.add_argument("--threads", type=positive("--threads"), required=True, help="how many threads")
+    parser.add_argument("--dot", action="store_true", help="print Graphviz DOT instead of text")
+    args = parser.parse_args(argv)
+    try:
+        cluster_map = open_map(args.map)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", PlacementWarning)
+            plan = plan_reduction(cluster_map, args.threads, ("GSUM", "q"), policy=args.policy,
+                                  max_fanin=args.max_fanin)
+    except (MapError, ValueError, OSError) as e:
+        print(f"paths show: {e}", file=sys.stderr)
+        return 2
+    for message in {str(w.message) for w in caught}:
+        print(f"paths show: warning: {message}", file=sys.stderr)
+    if args.dot:
+        print(plan.to_dot())
+        return 0
+    print("placement:")
+    for node in cluster_map.nodes:
+        threads = [str(i) for i, p in enumerate(plan.placements) if p == node.name]
+        if threads:
+            print(f"  {node.name:<12} threads {', '.join(threads)}")
+    print(plan.render())
+    return 0
