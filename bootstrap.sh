@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bootstrap.sh — every set-up step a fresh Debian machine needs, then one job.
 #
-#   bash bootstrap.sh main   set up, then run the main job (examples on the built-in local map)
+#   bash bootstrap.sh main   set up, then run the main job: GSum and MCPi on the local map
 #   bash bootstrap.sh test   set up, then run the whole test suite (pytest + C sanitizer tests)
+#   bash bootstrap.sh bench  set up (with MPI for the MPI_Allreduce anchor), then the benchmarks
 #   bash bootstrap.sh setup  set up only
 #
 # Set-up: system packages when missing (a C compiler, pkg-config, libzmq, Python's venv), a
@@ -10,13 +11,16 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 job="${1:-main}"
-case "$job" in main|test|setup) ;; *) echo "usage: bash bootstrap.sh main|test|setup" >&2; exit 2;; esac
+case "$job" in main|test|bench|setup) ;; *) echo "usage: bash bootstrap.sh main|test|bench|setup" >&2; exit 2;; esac
 
 need_packages=()
-command -v cc >/dev/null 2>&1 || need_packages+=(build-essential)
+{ command -v cc && command -v c++; } >/dev/null 2>&1 || need_packages+=(build-essential)
 command -v pkg-config >/dev/null 2>&1 || need_packages+=(pkg-config)
 pkg-config --exists libzmq 2>/dev/null || need_packages+=(libzmq3-dev)
-python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_packages+=(python3-venv python3-dev)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_packages+=(python3-venv)
+python3 -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
+    >/dev/null 2>&1 || need_packages+=(python3-dev)
+if [ "$job" = bench ]; then command -v mpicc >/dev/null 2>&1 || need_packages+=(openmpi-bin libopenmpi-dev); fi
 if [ ${#need_packages[@]} -gt 0 ]; then
     echo "bootstrap: installing system packages: ${need_packages[*]}"
     if [ "$(id -u)" -ne 0 ]; then echo "bootstrap: run as root to install ${need_packages[*]}" >&2; exit 1; fi
@@ -35,7 +39,13 @@ echo "bootstrap: building paths"
 .venv/bin/python -m pip install -q --no-build-isolation -e '.[test]'
 
 case "$job" in
-main) exec .venv/bin/python examples/producer_consumer.py ;;
+main)
+    .venv/bin/paths run gsum --threads 1,2,4,8 --repeat 3 --rounds 2000
+    exec .venv/bin/paths run mcpi --threads 1,2,4 --repeat 3 --darts 20000000 ;;
 test) exec .venv/bin/python -m pytest -q tests ;;
+bench)
+    .venv/bin/python -m benchmarks.core_ops
+    .venv/bin/python -m benchmarks.gsum
+    exec .venv/bin/python -m benchmarks.remote ;;
 setup) echo "bootstrap: ready; use .venv/bin/python or .venv/bin/paths" ;;
 esac
