@@ -10,22 +10,23 @@
 
 #include "pastset.h"
 
-enum { SPIN_ROUNDS = 20, SPIN_PAUSES = 32, YIELD_ROUNDS = 50 };
+enum { SPIN_ROUNDS = 20, SPIN_PAUSES = 32, YIELD_ROUNDS = 200 };
 
-/* Threads spinning right now, in the whole process. Spinning only pays while every spinner has
- * a core of its own: with more waiters than cores a spinner burns the time slice the thread it
- * waits for needs, so beyond that the waiter goes straight to sleep. */
-static _Atomic int spinning_threads;
-static int spin_limit;
+/* Threads waiting awake (spinning or yielding) right now, in the whole process. Spinning only
+ * pays while each of them has a core of its own; beyond that a spinner burns the time slice the
+ * thread it waits for needs, so the waiter yields its core instead. */
+static _Atomic int awake_waiters;
+static _Atomic int cores;
 
-static int spinners_allowed(void) {
-    int limit = atomic_load_explicit((_Atomic int *)&spin_limit, memory_order_relaxed);
-    if (limit == 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        limit = cpus > 1 ? (int)cpus - 1 : 1;
-        atomic_store_explicit((_Atomic int *)&spin_limit, limit, memory_order_relaxed);
+static int spinning_pays(void) {
+    int n = atomic_load_explicit(&cores, memory_order_relaxed);
+    if (n == 0) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        n = online > 1 ? (int)online : 1;
+        atomic_store_explicit(&cores, n, memory_order_relaxed);
     }
-    return limit;
+    /* The thread being waited for needs a core too. */
+    return atomic_load_explicit(&awake_waiters, memory_order_relaxed) < n;
 }
 
 void ps_waitpoint_init(ps_waitpoint *w) {
@@ -58,25 +59,24 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+static int timed_out(int64_t deadline_ns) { return deadline_ns != PS_FOREVER && ps_now_ns() >= deadline_ns; }
+
 int ps_waitpoint_wait(ps_waitpoint *w, uint32_t seen, int64_t deadline_ns, uint32_t *spins) {
     uint32_t round = (*spins)++;
-    if (round < SPIN_ROUNDS) {
-        if (atomic_fetch_add_explicit(&spinning_threads, 1, memory_order_relaxed) < spinners_allowed()) {
-            int moved = 0;
+    if (round < SPIN_ROUNDS + YIELD_ROUNDS) {
+        atomic_fetch_add_explicit(&awake_waiters, 1, memory_order_relaxed);
+        int moved = 0;
+        if (round < SPIN_ROUNDS && spinning_pays()) {
             for (int i = 0; i < SPIN_PAUSES && !moved; i++) {
                 moved = ps_waitpoint_sequence(w) != seen;
                 cpu_relax();
             }
-            atomic_fetch_sub_explicit(&spinning_threads, 1, memory_order_relaxed);
-            if (moved) return 0;
-            return deadline_ns != PS_FOREVER && ps_now_ns() >= deadline_ns ? PS_ETIMEDOUT : 0;
+        } else {
+            if (round < SPIN_ROUNDS) *spins = SPIN_ROUNDS; /* more waiters than cores: go on yielding */
+            sched_yield();
         }
-        atomic_fetch_sub_explicit(&spinning_threads, 1, memory_order_relaxed);
-        *spins = SPIN_ROUNDS; /* more waiters than cores: yield the core instead of spinning */
-    }
-    if (round < SPIN_ROUNDS + YIELD_ROUNDS) {
-        sched_yield();
-        return deadline_ns != PS_FOREVER && ps_now_ns() >= deadline_ns ? PS_ETIMEDOUT : 0;
+        atomic_fetch_sub_explicit(&awake_waiters, 1, memory_order_relaxed);
+        return !moved && timed_out(deadline_ns) ? PS_ETIMEDOUT : 0;
     }
     struct timespec relative, *timeout = NULL;
     if (deadline_ns != PS_FOREVER) {

@@ -13,9 +13,11 @@ int ps_stage_init(ps_stage *stage, const ps_stage_ops *ops, const ps_tuple_forma
     stage->max_links = max_links;
     stage->format = *format;
     stage->tuple_size = format->size;
-    atomic_init(&stage->operations, 0);
     atomic_init(&stage->waits, 0);
-    atomic_init(&stage->bytes, 0);
+    pthread_mutex_init(&stage->links_lock, NULL);
+    stage->attached = NULL;
+    stage->attached_count = stage->attached_capacity = 0;
+    stage->retired_operations = stage->retired_bytes = 0;
     memset(&stage->next, 0, sizeof stage->next);
     stage->caller_links = NULL;
     stage->below = below;
@@ -40,7 +42,41 @@ static void release_below(ps_stage *stage) {
 
 void ps_stage_abandon(ps_stage *stage) {
     release_below(stage);
+    free(stage->attached);
+    pthread_mutex_destroy(&stage->links_lock);
     free(stage);
+}
+
+/* Keeps the link in the stage's list, so its counters can be read. */
+static int remember_link(ps_stage *stage, ps_link *link) {
+    int rc = PS_OK;
+    pthread_mutex_lock(&stage->links_lock);
+    if (stage->attached_count == stage->attached_capacity) {
+        uint32_t capacity = stage->attached_capacity ? stage->attached_capacity * 2 : 8;
+        ps_link **grown = realloc(stage->attached, capacity * sizeof *grown);
+        if (grown) {
+            stage->attached = grown;
+            stage->attached_capacity = capacity;
+        } else {
+            rc = PS_ENOMEM;
+        }
+    }
+    if (rc == PS_OK) stage->attached[stage->attached_count++] = link;
+    pthread_mutex_unlock(&stage->links_lock);
+    return rc;
+}
+
+static void forget_link(ps_stage *stage, ps_link *link) {
+    pthread_mutex_lock(&stage->links_lock);
+    for (uint32_t i = 0; i < stage->attached_count; i++) {
+        if (stage->attached[i] == link) {
+            stage->attached[i] = stage->attached[--stage->attached_count];
+            stage->retired_operations += __atomic_load_n(&link->operations, __ATOMIC_RELAXED);
+            stage->retired_bytes += __atomic_load_n(&link->bytes, __ATOMIC_RELAXED);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&stage->links_lock);
 }
 
 void ps_stage_retain(ps_stage *stage) { atomic_fetch_add_explicit(&stage->references, 1, memory_order_relaxed); }
@@ -74,63 +110,67 @@ int ps_stage_attach(ps_stage *stage, ps_link *link) {
         int rc = stage->ops->attach(stage, slot);
         if (rc != PS_OK) return rc;
     }
+    *link = (ps_link){stage, slot, 0, 0, 0, 0};
+    if (remember_link(stage, link) != PS_OK) {
+        link->stage = NULL;
+        return PS_ENOMEM;
+    }
     ps_stage_retain(stage);
-    link->stage = stage;
-    link->slot = slot;
-    link->moves = 0;
-    link->observes = 0;
     return PS_OK;
 }
 
 void ps_link_detach(ps_link *link) {
     ps_stage *stage = link->stage;
     link->stage = NULL;
-    if (stage) ps_stage_release(stage);
+    if (!stage) return;
+    forget_link(stage, link);
+    ps_stage_release(stage);
 }
 
-static inline void count(ps_stage *stage, int64_t bytes) {
-    atomic_fetch_add_explicit(&stage->operations, 1, memory_order_relaxed);
-    if (bytes) atomic_fetch_add_explicit(&stage->bytes, bytes, memory_order_relaxed);
+/* One operation through the link: only the link's own user writes these. */
+static inline void count(ps_link *link, int64_t bytes) {
+    __atomic_store_n(&link->operations, link->operations + 1, __ATOMIC_RELAXED);
+    if (bytes) __atomic_store_n(&link->bytes, link->bytes + bytes, __ATOMIC_RELAXED);
 }
 
 int ps_link_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
     ps_stage *s = link->stage;
     int rc = s->ops->move(link, tuple, timeout_ns);
-    count(s, rc == PS_OK ? (int64_t)s->tuple_size : 0);
+    count(link, rc == PS_OK ? (int64_t)s->tuple_size : 0);
     return rc;
 }
 
 int ps_link_observe(ps_link *link, void *out, int64_t timeout_ns) {
     ps_stage *s = link->stage;
     int rc = s->ops->observe(link, out, timeout_ns);
-    count(s, rc == PS_OK ? (int64_t)s->tuple_size : 0);
+    count(link, rc == PS_OK ? (int64_t)s->tuple_size : 0);
     return rc;
 }
 
 int ps_link_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
     ps_stage *s = link->stage;
     int rc = s->ops->observe_at(link, index, out, timeout_ns);
-    count(s, rc == PS_OK ? (int64_t)s->tuple_size : 0);
+    count(link, rc == PS_OK ? (int64_t)s->tuple_size : 0);
     return rc;
 }
 
 int ps_link_first(ps_link *link, int64_t *out) {
-    count(link->stage, 0);
+    count(link, 0);
     return link->stage->ops->first(link, out);
 }
 
 int ps_link_last(ps_link *link, int64_t *out) {
-    count(link->stage, 0);
+    count(link, 0);
     return link->stage->ops->last(link, out);
 }
 
 int ps_link_delta(ps_link *link, int64_t bound, int64_t *out) {
-    count(link->stage, 0);
+    count(link, 0);
     return link->stage->ops->delta(link, bound, out);
 }
 
 int ps_link_axe(ps_link *link, int64_t index) {
-    count(link->stage, 0);
+    count(link, 0);
     return link->stage->ops->axe(link, index);
 }
 
@@ -139,7 +179,7 @@ int ps_link_exchange(ps_link *link, const void *tuple, void *out, int64_t timeou
     *moved = 0;
     if (s->ops->exchange) {
         int rc = s->ops->exchange(link, tuple, out, timeout_ns, moved);
-        count(s, *moved ? (int64_t)s->tuple_size * (rc == PS_OK ? 2 : 1) : 0);
+        count(link, *moved ? (int64_t)s->tuple_size * (rc == PS_OK ? 2 : 1) : 0);
         return rc;
     }
     int rc = ps_link_move(link, tuple, timeout_ns);
@@ -149,10 +189,19 @@ int ps_link_exchange(ps_link *link, const void *tuple, void *out, int64_t timeou
 }
 
 int ps_stage_counters(ps_stage *stage, ps_counter *out, int max) {
+    int64_t operations, bytes;
+    pthread_mutex_lock(&stage->links_lock);
+    operations = stage->retired_operations;
+    bytes = stage->retired_bytes;
+    for (uint32_t i = 0; i < stage->attached_count; i++) {
+        operations += __atomic_load_n(&stage->attached[i]->operations, __ATOMIC_RELAXED);
+        bytes += __atomic_load_n(&stage->attached[i]->bytes, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&stage->links_lock);
     const ps_counter generic[] = {
-        {"operations", atomic_load_explicit(&stage->operations, memory_order_relaxed)},
+        {"operations", operations},
         {"waits", atomic_load_explicit(&stage->waits, memory_order_relaxed)},
-        {"bytes", atomic_load_explicit(&stage->bytes, memory_order_relaxed)},
+        {"bytes", bytes},
         {"links", (int64_t)atomic_load_explicit(&stage->links, memory_order_relaxed)},
     };
     int n = 0;

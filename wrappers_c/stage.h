@@ -34,6 +34,10 @@ typedef struct ps_link {
     uint32_t slot;      /* this caller's contributor number at the stage: 0, 1, ... */
     uint64_t moves;     /* moves this caller made through the link */
     uint64_t observes;  /* next-observes this caller made through the link */
+    /* Counted by the link's one user, read by anyone (relaxed atomics): no shared cache line
+     * is written per operation. The stage adds them up when asked. */
+    int64_t operations;
+    int64_t bytes;
 } ps_link;
 
 /* A named counter a stage reports (operations, hits, events, ...). */

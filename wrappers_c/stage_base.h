@@ -4,6 +4,7 @@
 #ifndef WRAPPERS_STAGE_BASE_H
 #define WRAPPERS_STAGE_BASE_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "stage.h"
@@ -40,9 +41,12 @@ struct ps_stage {
     ps_link *caller_links;         /* pass-through stages: one link to `below` per caller slot */
     ps_tuple_format format;        /* of the tuples flowing through, from the element */
     size_t tuple_size;
-    _Atomic int64_t operations;    /* calls of any operation */
     _Atomic int64_t waits;         /* calls that had to wait */
-    _Atomic int64_t bytes;         /* tuple bytes moved and observed */
+    pthread_mutex_t links_lock;    /* guards the four fields below (attach, detach, reading) */
+    ps_link **attached;            /* the links attached now, whose counters are live */
+    uint32_t attached_count, attached_capacity;
+    int64_t retired_operations;    /* counters of links already detached */
+    int64_t retired_bytes;
     char error[256];               /* the last failure worth explaining, for messages */
 };
 
