@@ -84,6 +84,18 @@ static int ensure_chunk_for_last(ps_element *e) {
     return PS_OK;
 }
 
+/* Called with the lock held when an operation must wait: counts the wait (once per operation),
+ * releases the lock and waits for the waitpoint to move past `seen`. */
+static int wait_unlocked(ps_element *e, ps_waitpoint *w, uint32_t seen, int64_t timeout_ns, int64_t *deadline,
+                         uint32_t *spins) {
+    if (*spins == 0) {
+        e->waits++;
+        *deadline = ps_deadline(timeout_ns);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return ps_waitpoint_wait(w, seen, *deadline, spins);
+}
+
 int ps_move(ps_element *e, const void *tuple, int64_t timeout_ns) {
     int64_t deadline = 0;
     uint32_t spins = 0;
@@ -101,12 +113,7 @@ int ps_move(ps_element *e, const void *tuple, int64_t timeout_ns) {
             if (rc == PS_OK) ps_waitpoint_wake(&e->arrived);
             return rc;
         }
-        if (spins == 0) {
-            e->waits++;
-            deadline = ps_deadline(timeout_ns);
-        }
-        pthread_mutex_unlock(&e->lock);
-        if (ps_waitpoint_wait(&e->departed, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+        if (wait_unlocked(e, &e->departed, seen, timeout_ns, &deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
     }
 }
 
@@ -126,12 +133,7 @@ int ps_observe(ps_element *e, void *out, int64_t *index_out, int64_t timeout_ns)
             if (index_out) *index_out = index;
             return PS_OK;
         }
-        if (spins == 0) {
-            e->waits++;
-            deadline = ps_deadline(timeout_ns);
-        }
-        pthread_mutex_unlock(&e->lock);
-        if (ps_waitpoint_wait(&e->arrived, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+        if (wait_unlocked(e, &e->arrived, seen, timeout_ns, &deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
     }
 }
 
@@ -152,12 +154,7 @@ int ps_observe_at(ps_element *e, int64_t index, void *out, int64_t timeout_ns) {
             pthread_mutex_unlock(&e->lock);
             return PS_OK;
         }
-        if (spins == 0) {
-            e->waits++;
-            deadline = ps_deadline(timeout_ns);
-        }
-        pthread_mutex_unlock(&e->lock);
-        if (ps_waitpoint_wait(&e->arrived, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+        if (wait_unlocked(e, &e->arrived, seen, timeout_ns, &deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
     }
 }
 
