@@ -95,9 +95,12 @@ class _Node:
         self.errors = tempfile.TemporaryFile(mode="w+")  # a file, so a chatty node never blocks
         self.process = subprocess.Popen(command.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.errors, text=True, bufsize=1)
-        self.process.stdin.write(keys + "\n")
-        self.process.stdin.flush()
         self.endpoint = ""
+        try:
+            self.process.stdin.write(keys + "\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it died at once: waiting for READY reports it, with what it wrote on stderr
 
     def send(self, request: dict) -> None:
         try:
@@ -107,7 +110,12 @@ class _Node:
             raise LaunchError(self._death("stopped taking requests")) from None
 
     def _death(self, what: str) -> str:
-        self.process.poll()
+        # Its output ended, so it is ending: its exit status (and all it wrote on stderr) may
+        # come a moment later, ssh's in particular. Wait for them, a bounded time.
+        try:
+            self.process.wait(QUIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
         tail = ""
         if self.process.returncode is not None:
             self.errors.seek(0)
@@ -115,20 +123,42 @@ class _Node:
         code = f" (exit {self.process.returncode})" if self.process.returncode is not None else ""
         return f"node {self.name} {what}{code}" + (f":\n{tail}" if tail else "")
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
+    def ask_to_quit(self) -> None:
+        """Ask the node to stop (it does once idle): quit, then the end of its standard input."""
+        try:
+            self.process.stdin.write(json.dumps({"op": "quit"}) + "\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+        try:
+            self.process.stdin.close()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+    def reap(self, deadline: float) -> None:
+        """Wait for the node until `deadline` (time.monotonic), then kill it; always reaped."""
+        try:
+            self.process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout, self.errors):
             try:
-                self.process.stdin.write(json.dumps({"op": "quit"}) + "\n")
-                self.process.stdin.close()
+                stream.close()
             except (BrokenPipeError, OSError, ValueError):
                 pass
-            try:
-                self.process.wait(QUIT_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process.stdout.close()
-        self.errors.close()
+
+
+def _answer(name: str, line: str) -> dict:
+    """A node's answer line as a dict; LaunchError naming the node for a failure."""
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        raise LaunchError(f"node {name}: expected one JSON answer, got {line[:200]!r}") from None
+    if not isinstance(answer, dict) or not answer.get("ok"):
+        error = answer.get("error") if isinstance(answer, dict) else None
+        raise LaunchError(error or f"node {name}: failed")
+    return answer
 
 
 class NodeProcesses:
@@ -143,12 +173,12 @@ class NodeProcesses:
         try:
             self.start()
         except BaseException:
-            self.close()
+            self.close(graceful=False)
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(graceful=exc_type is None)
 
     def start(self) -> None:
         keys = " ".join(_native.curve_keypair()) if self.secure else "-"
@@ -169,26 +199,18 @@ class NodeProcesses:
 
     def request_all(self, requests: dict[str, dict], timeout: float = 600.0) -> dict[str, dict]:
         """Send each node its request (all at once: they may wait for each other), then collect
-        every answer. A failed answer raises LaunchError naming the node."""
+        every answer. The first failed answer raises LaunchError naming the node at once: the
+        others may be waiting for the failed node and would only answer at their timeout."""
         for name, request in requests.items():
             self.nodes[name].send(request)
-        lines = self._read_lines([self.nodes[n] for n in requests], timeout, "to answer")
-        answers = {}
-        for name, line in lines.items():
-            try:
-                answer = json.loads(line)
-            except ValueError:
-                raise LaunchError(f"node {name}: expected one JSON answer, got {line[:200]!r}") from None
-            if not answer.get("ok"):
-                raise LaunchError(answer.get("error") or f"node {name}: failed")
-            answers[name] = answer
-        return answers
+        return self._read_lines([self.nodes[n] for n in requests], timeout, "to answer", _answer)
 
-    def _read_lines(self, nodes: list[_Node], timeout: float, what: str) -> dict[str, str]:
+    def _read_lines(self, nodes: list[_Node], timeout: float, what: str, parse=lambda name, line: line) -> dict:
+        """One line from each node, each passed through parse(name, line) as it comes."""
         selector = selectors.DefaultSelector()
         for node in nodes:
             selector.register(node.process.stdout, selectors.EVENT_READ, node)
-        lines: dict[str, str] = {}
+        lines: dict = {}
         deadline = time.monotonic() + timeout
         try:
             while len(lines) < len(nodes):
@@ -201,13 +223,24 @@ class NodeProcesses:
                     line = node.process.stdout.readline()
                     if not line:
                         raise LaunchError(node._death(f"exited while waiting {what}"))
-                    lines[node.name] = line.rstrip("\n")
+                    lines[node.name] = parse(node.name, line.rstrip("\n"))
                     selector.unregister(node.process.stdout)
         finally:
             selector.close()
         return lines
 
-    def close(self) -> None:
-        for node in self.nodes.values():
-            node.stop()
+    def close(self, graceful: bool = True) -> None:
+        """Stop and reap every node. Graceful (after a run that went well): each node is asked to
+        quit and finishes what it holds. Otherwise (an error, Ctrl-C) nodes may be busy in a
+        kernel that waits for a node that is gone, so each is terminated at once. Either way the
+        nodes are stopped together, and one still there after QUIT_SECONDS is killed."""
+        nodes = list(self.nodes.values())
+        for node in nodes:
+            if graceful:
+                node.ask_to_quit()
+            elif node.process.poll() is None:
+                node.process.terminate()
+        deadline = time.monotonic() + QUIT_SECONDS
+        for node in nodes:
+            node.reap(deadline)
         self.nodes.clear()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import statistics
 import sys
 import warnings
@@ -88,6 +89,10 @@ def run_command(argv: list[str]) -> int:
         cluster_map = open_map(args.map)
         settings = RunSettings(args.kernel, args.threads, args.policy, args.max_fanin, args.repeat,
                                args.rounds, args.darts, args.launch, args.timeout)
+        for option, path in (("--csv", args.csv), ("--plot", args.plot)):  # not after a long run
+            folder = os.path.dirname(os.path.abspath(path)) if path else ""
+            if path and not os.path.isdir(folder):
+                raise ValueError(f"{option} {path}: no folder {folder} to write it in")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PlacementWarning)
             plans_for(cluster_map, settings)  # every count checked before anything starts
@@ -100,12 +105,15 @@ def run_command(argv: list[str]) -> int:
         print(f"paths run: {e}", file=sys.stderr)
         return 1 if isinstance(e, LaunchError) else 2
     print(results_table(cluster_map, settings, report.measurements))
-    if args.csv:
-        write_csv(args.csv, cluster_map, settings, report.measurements)
-        print(f"wrote {args.csv}")
-    if args.plot:
-        write_plot(args.plot, cluster_map, settings, report.measurements)
-        print(f"wrote {args.plot}")
+    for option, path, write in (("--csv", args.csv, write_csv), ("--plot", args.plot, write_plot)):
+        if not path:
+            continue
+        try:
+            write(path, cluster_map, settings, report.measurements)
+        except OSError as e:
+            print(f"paths run: {option} {path}: cannot write it: {e.strerror or e}", file=sys.stderr)
+            return 1
+        print(f"wrote {path}")
     return 0
 
 
@@ -186,7 +194,8 @@ def write_plot(path: str, cluster_map: ClusterMap, settings: RunSettings, measur
     axes.grid(True, alpha=0.3)
     axes.legend()
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    kind = os.path.splitext(path)[1][1:].lower()  # exactly this file: PNG unless it names another format
+    figure.savefig(path, dpi=120, format=kind if kind in figure.canvas.get_supported_filetypes() else "png")
     plt.close(figure)
 
 

@@ -1,0 +1,368 @@
+"""The launcher of map runs: every node process is reaped on success, on a node's failure and on
+Ctrl-C; the commands of the ssh and slurm modes; a real run through a fake ssh on loopback
+addresses, with the run's CURVE key; a node that exits by itself when its standard input closes.
+
+Node processes carry a probe (tests/node_probe.py): the tests wait for its events, never sleep,
+and check that no node process is left, running or unreaped.
+"""
+
+import dataclasses
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from node_probe import NodeProbe
+
+import paths
+from paths import build_path, experiment, launcher, make_path, stage
+from paths.cluster_map import builtin_map, load_map_text
+from paths.experiment import RunSettings, run_experiment
+from paths.launcher import LaunchError, NodeProcesses, node_commands
+from paths.path_spec import path_to_json
+
+RUN_TIMEOUT = 60.0  # seconds any one step may wait; a failure must be reported long before
+PROMPT = 5.0        # the longest a failed or interrupted run may take to report and reap
+
+
+@pytest.fixture
+def probe(tmp_path, monkeypatch):
+    """A probe in every node process started by this test (in-process runs and `paths run`)."""
+    node_probe = NodeProbe(tmp_path / "probe")
+    for key, value in node_probe.env.items():
+        monkeypatch.setenv(key, value)
+    yield node_probe
+    left = node_probe.close()
+    assert not left, f"processes left behind (now killed): {left}"
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The NodeProcesses of each run_experiment in this test, so a test can reach the nodes."""
+    runs = []
+
+    class Recorded(NodeProcesses):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            runs.append(self)
+
+    monkeypatch.setattr(experiment, "NodeProcesses", Recorded)
+    return runs
+
+
+def assert_all_reaped(probe: NodeProbe, nodes: list[str]) -> None:
+    assert sorted(probe.started().values()) == sorted(nodes)
+    assert probe.unreaped() == [], "node processes still there (running, or zombies nobody waited for)"
+    assert probe.alive() == []
+
+
+# ---- reaped on success and on a node's failure --------------------------------------------------
+
+def test_every_node_is_reaped_after_a_run(probe, launched):
+    report = run_experiment(builtin_map("paper-4w"), RunSettings("gsum", [2, 9], repeat=1, rounds=20,
+                                                                 timeout=RUN_TIMEOUT))
+    assert [m.nodes for m in report.measurements] == [1, 3]
+    assert launched[0].nodes == {}
+    assert_all_reaped(probe, ["n0", "n1", "n2"])
+
+
+def test_a_build_that_fails_on_one_node_names_it_and_every_node_is_reaped(probe, monkeypatch):
+    planned = experiment.plans_for
+
+    def with_a_bad_path(cluster_map, settings):  # the last thread's path gets a stage kind nobody has
+        plans = planned(cluster_map, settings)
+        return {n: dataclasses.replace(plan, paths=plan.paths[:-1] + (make_path(stage("no-such-kind"),
+                                                                                plan.paths[-1]),))
+                for n, plan in plans.items()}
+
+    monkeypatch.setattr(experiment, "plans_for", with_a_bad_path)
+    begin = time.monotonic()
+    with pytest.raises(LaunchError) as failed:
+        run_experiment(builtin_map("paper-4w"), RunSettings("gsum", [9], repeat=1, rounds=20, timeout=RUN_TIMEOUT))
+    assert time.monotonic() - begin < PROMPT
+    assert str(failed.value).startswith("node n2: ValueError: unknown stage kind 'no-such-kind'"), failed.value
+    assert_all_reaped(probe, ["n0", "n1", "n2"])
+
+
+def test_a_node_failing_in_the_kernel_is_reported_at_once_not_at_the_others_timeout(probe, monkeypatch):
+    """n2's GSum fails at once; n0 and n1 wait for n2's partial sums. The run must say so and stop
+    them, not wait for their timeout (20 s, and twice that for their answers) first."""
+
+    class OneBadNode(NodeProcesses):
+        def request_all(self, requests, timeout=600.0):
+            if requests.get("n2", {}).get("op") == "gsum":
+                requests = dict(requests, n2=dict(requests["n2"], rounds=0))
+            return super().request_all(requests, timeout)
+
+    monkeypatch.setattr(experiment, "NodeProcesses", OneBadNode)
+    begin = time.monotonic()
+    with pytest.raises(LaunchError) as failed:
+        run_experiment(builtin_map("paper-4w"), RunSettings("gsum", [12], repeat=1, rounds=20, timeout=20))
+    assert time.monotonic() - begin < PROMPT
+    assert str(failed.value).startswith("node n2: ValueError: gsum: expected rounds > 0"), failed.value
+    assert_all_reaped(probe, ["n0", "n1", "n2"])
+
+
+def test_a_node_killed_mid_run_is_named_and_the_others_are_reaped(probe):
+    """n2 is killed while every node is in GSum (the others then wait for it): the run names n2
+    and stops the others at once."""
+
+    def kill_n2_once_all_run():
+        running = dict(probe.wait_for("gsum", 3, timeout=RUN_TIMEOUT))
+        [pid] = [pid for pid, name in running.items() if name == "n2"]
+        os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_n2_once_all_run)
+    killer.start()
+    begin = time.monotonic()
+    try:
+        with pytest.raises(LaunchError) as failed:
+            run_experiment(builtin_map("paper-4w"),
+                           RunSettings("gsum", [12], repeat=1, rounds=1_000_000, timeout=RUN_TIMEOUT))
+    finally:
+        killer.join()
+    assert time.monotonic() - begin < PROMPT
+    assert str(failed.value).startswith(f"node n2 exited while waiting to answer (exit -{signal.SIGKILL})"), \
+        failed.value
+    assert_all_reaped(probe, ["n0", "n1", "n2"])
+
+
+# ---- Ctrl-C -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", ["process group", "launcher"])
+def test_ctrl_c_exits_130_and_reaps_every_node(probe, target):
+    """SIGINT to the whole process group (Ctrl-C in a terminal) or to `paths run` alone, while
+    every node is busy in a long GSum."""
+    run = subprocess.Popen([sys.executable, "-m", "paths", "run", "gsum", "--map", "paper-4w", "--threads", "12",
+                            "--rounds", "2000000", "--repeat", "1", "--timeout", "600"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        busy = probe.wait_for("gsum", 3, timeout=RUN_TIMEOUT)
+        assert sorted(name for _, name in busy) == ["n0", "n1", "n2"]
+        interrupted = time.monotonic()
+        if target == "launcher":
+            run.send_signal(signal.SIGINT)
+        else:
+            os.killpg(run.pid, signal.SIGINT)
+        out, err = run.communicate(timeout=60)
+        took = time.monotonic() - interrupted
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+    assert run.returncode == 130, err
+    assert "paths: interrupted" in err
+    assert out == ""
+    assert probe.alive() == []  # `paths run` reaped its nodes before it exited
+    assert took < 4.0, f"{took:.1f} s from Ctrl-C to the end of `paths run`"
+    assert sorted(probe.started().values()) == ["n0", "n1", "n2"]
+
+
+# ---- ssh -------------------------------------------------------------------------------------------
+
+SSH_MAP = """\
+name: remote-pair
+clusters:
+  a:
+    nodes: a[0-1]
+    cpus: 2
+    address: {a0: "tcp://10.0.0.1:7000", a1: "tcp://10.0.0.2:*"}
+  b:
+    nodes: b0
+    cpus: 2
+root: a0
+launch:
+  mode: ssh
+  ssh: "ssh -x {host} {command}"
+"""
+
+
+def test_ssh_commands_follow_the_template():
+    commands = node_commands(load_map_text(SSH_MAP), ["a0", "a1", "b0"])
+    assert [c.node for c in commands] == ["a0", "a1", "b0"]
+    node = [sys.executable, "-m", "paths.node", "--name"]
+    for command, host, bind in zip(commands, ["a0", "a1", "b0"], [
+            ["--bind", "tcp://10.0.0.1:7000"],
+            ["--bind", "tcp://10.0.0.2:*"],
+            ["--bind", "tcp://0.0.0.0:*", "--advertise", "b0"]]):  # no address: any interface, by name
+        assert command.argv[:3] == ["ssh", "-x", host]
+        assert len(command.argv) == 4  # the remote command is one argument, quoted for the remote shell
+        assert shlex.split(command.argv[3]) == node + [host] + bind
+
+
+FAKE_SSH = """\
+#!/bin/sh
+# A fake ssh for tests: drops the host and runs the command here, as sshd would run it there.
+shift
+exec sh -c "$1"
+"""
+
+LOOPBACK_MAP = """\
+name: loopback-ssh
+clusters:
+  a:
+    nodes: n[0-2]
+    cpus: 2
+    address: {{n0: "tcp://127.0.0.2:*", n1: "tcp://127.0.0.3:*", n2: "tcp://127.0.0.4:*"}}
+root: n0
+launch:
+  mode: ssh
+  ssh: "{ssh} {{host}} {{command}}"
+"""
+
+
+def test_a_run_through_fake_ssh_on_loopback_addresses(probe, launched, tmp_path, monkeypatch):
+    ssh = tmp_path / "fake ssh"  # a space in the path: the template must quote it
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(0o755)
+    cluster_map = load_map_text(LOOPBACK_MAP.format(ssh=shlex.quote(str(ssh))), source="loopback-ssh.yaml")
+    keys = []
+    keypair = launcher._native.curve_keypair
+
+    def recorded_keypair():
+        keys.append(keypair())
+        return keys[-1]
+
+    monkeypatch.setattr(launcher._native, "curve_keypair", recorded_keypair)
+    checked = {}
+
+    def check_the_servers(threads, repeat):  # while the nodes are up
+        if checked:
+            return
+        addresses = launched[-1].addresses()
+        checked["addresses"] = addresses
+        [(public, _)] = keys
+        element = stage("core", name=f"GSUM.{threads}", format="q")
+        with_key = build_path(make_path(stage("remote", host=addresses["n0"], curve_server_key=public), element),
+                              pastset=paths.PastSet())
+        checked["history"] = [with_key.observe(i, timeout=10)[0] for i in range(with_key.last())]
+        del with_key
+        with pytest.raises((ConnectionError, TimeoutError)) as refused:  # without the run's key: no answer
+            build_path(make_path(stage("remote", host=addresses["n0"], timeout_ms=300), element),
+                       pastset=paths.PastSet())
+        checked["refused"] = refused.value
+
+    report = run_experiment(cluster_map, RunSettings("gsum", [6, 1, 3], repeat=1, rounds=20, timeout=RUN_TIMEOUT),
+                            check_the_servers)
+    assert [(m.threads, m.nodes) for m in report.measurements] == [(6, 3), (1, 1), (3, 2)]
+    assert sorted(checked["addresses"]) == ["n0", "n1", "n2"]
+    for node, host in [("n0", "127.0.0.2"), ("n1", "127.0.0.3"), ("n2", "127.0.0.4")]:
+        assert checked["addresses"][node].startswith(f"tcp://{host}:"), checked["addresses"]
+    assert checked["history"] == [6 * i for i in range(20)]
+    assert "BUILD" in str(checked["refused"]), checked["refused"]
+    assert_all_reaped(probe, ["n0", "n1", "n2"])
+
+
+UNREACHABLE_SSH = """\
+#!/bin/sh
+# A fake ssh that cannot reach its host: like ssh, it ends its output before it exits.
+echo "ssh: connect to host $1 port 22: No route to host" >&2
+exec >&-
+sleep 0.3
+exit 255
+"""
+
+
+def test_a_node_that_cannot_start_is_named_with_its_exit_status_and_stderr(probe, tmp_path):
+    ssh = tmp_path / "unreachable-ssh"
+    ssh.write_text(UNREACHABLE_SSH)
+    ssh.chmod(0o755)
+    cluster_map = load_map_text(LOOPBACK_MAP.format(ssh=shlex.quote(str(ssh))))
+    processes = NodeProcesses(cluster_map, ["n0", "n1"])
+    with pytest.raises(LaunchError) as failed:
+        with processes:
+            pass
+    assert str(failed.value) in [
+        f"node {node} exited while waiting to be READY (exit 255):\n"
+        f"ssh: connect to host {node} port 22: No route to host" for node in ("n0", "n1")]
+    assert processes.nodes == {}
+    assert probe.alive() == []
+
+
+# ---- slurm ----------------------------------------------------------------------------------------
+
+SLURM_MAP = """\
+name: allocation
+clusters:
+  left:
+    nodes: l[0-1]
+    cpus: 4
+  right:
+    nodes: r[0-1]
+    cpus: 4
+    address: "tcp://{node}:7100"
+root: l0
+launch:
+  mode: slurm
+"""
+
+
+def test_slurm_commands_take_the_allocation_hosts_in_map_order():
+    cluster_map = load_map_text(SLURM_MAP)
+    environ = {"SLURM_JOB_NODELIST": "c[1-4]"}
+    commands = node_commands(cluster_map, ["l0", "l1", "r0", "r1"], environ=environ)
+    hosts = {"l0": "c1", "l1": "c2", "r0": "c3", "r1": "c4"}
+    node = [sys.executable, "-m", "paths.node", "--name"]
+    for command in commands:
+        host = hosts[command.node]
+        assert command.argv[:6] == ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", host]
+        bind = (["--bind", f"tcp://{command.node}:7100"] if command.node.startswith("r")
+                else ["--bind", "tcp://0.0.0.0:*", "--advertise", host])
+        assert command.argv[6:] == node + [command.node] + bind
+    # A run that needs only some nodes still gives each its own host of the map order.
+    assert [(c.node, c.argv[5]) for c in node_commands(cluster_map, ["r1", "l0"], environ=environ)] == [
+        ("r1", "c4"), ("l0", "c1")]
+    assert [c.argv[5] for c in node_commands(cluster_map, ["l0"], environ={"SLURM_NODELIST": "x[7-9],y"})] == ["x7"]
+
+
+def test_slurm_allocation_with_too_few_hosts():
+    with pytest.raises(LaunchError) as failed:
+        node_commands(load_map_text(SLURM_MAP), ["l0"], environ={"SLURM_JOB_NODELIST": "c[1-3]"})
+    assert str(failed.value) == ("slurm: the allocation has 3 hosts (c1, c2, c3) but map allocation has 4 nodes")
+
+
+def test_slurm_outside_an_allocation(probe, tmp_path, monkeypatch):
+    with pytest.raises(LaunchError, match="slurm: no SLURM_JOB_NODELIST: run inside an allocation"):
+        node_commands(load_map_text(SLURM_MAP), ["l0"], environ={})
+    # `paths run` says so and starts nothing (srun is never run).
+    for variable in ("SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+        monkeypatch.delenv(variable, raising=False)
+    path = tmp_path / "allocation.yaml"
+    path.write_text(SLURM_MAP)
+    done = subprocess.run([sys.executable, "-m", "paths", "run", "gsum", "--map", str(path), "--threads", "2",
+                           "--repeat", "1", "--rounds", "5"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "paths run: slurm: no SLURM_JOB_NODELIST" in done.stderr
+    assert probe.started() == {} and probe.alive() == []
+
+
+# ---- a node alone ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("holding", ["nothing", "handles"])
+def test_a_node_exits_when_its_standard_input_closes(probe, holding):
+    node = subprocess.Popen([sys.executable, "-m", "paths.node", "--name", "alone"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        node.stdin.write("-\n")  # no CURVE keys
+        node.stdin.flush()
+        assert node.stdout.readline().startswith("READY tcp://127.0.0.1:")
+        if holding == "handles":
+            path = make_path(stage("reduce-sum", num_threads=2), stage("core", name="S", format="q"))
+            node.stdin.write(json.dumps({"op": "build", "paths": [path_to_json(path)] * 2}) + "\n")
+            node.stdin.flush()
+            assert json.loads(node.stdout.readline()) == {"ok": True, "threads": 2}
+        node.stdin.close()  # as when the launcher is gone
+        assert node.wait(timeout=30) == 0
+        assert node.stdout.read() == ""
+    finally:
+        if node.poll() is None:
+            node.kill()
+            node.wait()
+        node.stdout.close()
+        node.stderr.close()
+    assert list(probe.started().values()) == ["alone"] and probe.unreaped() == []

@@ -1,0 +1,278 @@
+"""Map runs: GSum and MCPi on cluster maps, each node a local process with its own server on
+loopback. Exact totals on the multi-cluster map (checked by the kernel and again from the
+element's history on the home node), one round trip per global sum across each cluster's link
+to the root, pi through a map, both placement policies, `paths run` output (table, CSV, plot),
+broken maps refused before any node process starts, and oversubscription allowed with a warning.
+
+Node processes carry a probe (tests/node_probe.py): the tests wait for its events, never sleep,
+and check that every node process started was reaped.
+"""
+
+import csv
+import math
+import subprocess
+import sys
+
+import pytest
+from node_probe import NodeProbe
+
+import paths
+from paths import build_path, experiment, make_path, stage
+from paths.cluster_map import builtin_map, load_map_text
+from paths.experiment import RunSettings, plans_for, run_experiment
+from paths.launcher import NodeProcesses
+from paths.placement import PlacementWarning
+from paths.run_command import results_table
+
+RUN_TIMEOUT = 60.0  # seconds any one step of a run may take; the runs below take far less
+
+
+@pytest.fixture
+def probe(tmp_path, monkeypatch):
+    """A probe in every node process started by this test (in-process runs and `paths run`)."""
+    node_probe = NodeProbe(tmp_path / "probe")
+    for key, value in node_probe.env.items():
+        monkeypatch.setenv(key, value)
+    yield node_probe
+    left = node_probe.close()
+    assert not left, f"processes left behind (now killed): {left}"
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The NodeProcesses of each run_experiment in this test, so a test can reach the nodes."""
+    runs = []
+
+    class Recorded(NodeProcesses):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            runs.append(self)
+
+    monkeypatch.setattr(experiment, "NodeProcesses", Recorded)
+    return runs
+
+
+def element_history(endpoint: str, name: str) -> list[int]:
+    """Every tuple of element (name, "q") on the node serving `endpoint`, read through a remote
+    stage from this process: independent of the kernel's own check of each total."""
+    handle = build_path(make_path(stage("remote", host=endpoint), stage("core", name=name, format="q")),
+                        pastset=paths.PastSet())
+    try:
+        return [handle.observe(i, timeout=10)[0] for i in range(handle.last())]
+    finally:
+        del handle
+
+
+def paths_run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "paths", "run", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+# ---- the multi-cluster emulation -------------------------------------------------------------
+
+MULTI_COUNTS = [3, 12, 96]
+MULTI_ROUNDS, MULTI_REPEAT = 10, 2
+CLUSTERS_WITH_THREADS = {3: {"2w"}, 12: {"2w"}, 96: {"2w", "4w", "8w"}}  # bucket: 2w holds 32 threads
+
+
+def test_multicluster_gsum_exact_and_one_round_trip_per_sum_across_each_link(probe, launched):
+    cluster_map = builtin_map("multicluster")
+    settings = RunSettings("gsum", MULTI_COUNTS, repeat=MULTI_REPEAT, rounds=MULTI_ROUNDS,
+                           timeout=RUN_TIMEOUT, collect_counters=True)
+    plans = plans_for(cluster_map, settings)
+    histories = {}
+
+    def after_each_run(threads, repeat):  # the nodes are still up: read the element on the home node
+        if repeat == MULTI_REPEAT - 1:
+            endpoint = launched[-1].addresses()[cluster_map.home]
+            histories[threads] = element_history(endpoint, f"GSUM.{threads}")
+
+    report = run_experiment(cluster_map, settings, after_each_run)  # a node raises on a wrong total
+
+    assert [(m.threads, m.repeat) for m in report.measurements] == [
+        (n, r) for n in MULTI_COUNTS for r in range(MULTI_REPEAT)]
+    for m in report.measurements:
+        assert m.kernel == "gsum" and m.value > 0
+        assert m.nodes == len(set(plans[m.threads].placements))
+    # Independently of the kernel: each run moved round i's total, i * threads, into the element.
+    for n in MULTI_COUNTS:
+        assert histories[n] == [n * i for i in range(MULTI_ROUNDS)] * MULTI_REPEAT, n
+
+    reductions = MULTI_ROUNDS * MULTI_REPEAT
+    crossing = str(stage("remote", host=cluster_map.root))
+    root_cluster = cluster_map.node(cluster_map.root).cluster
+    assert set(report.counters) == set(MULTI_COUNTS)
+    for n in MULTI_COUNTS:
+        element = str(stage("core", name=f"GSUM.{n}", format="q"))
+        stages = [(node, s) for node, found in report.counters[n].items() for s in found
+                  if s["stage"].endswith(element)]  # this count's tree, not a previous one being reaped
+        remotes = [(node, s) for node, s in stages if s["kind"] == "remote"]
+        assert remotes, n
+        # A remote stage under a sum makes one round trip per global sum (the sum's move and its
+        # observe travel as one request); the remote of a thread alone on its node is that thread's
+        # own link, a move and an observe: two. Plus, for each, the BUILD of its server side.
+        thread_tops = {(node, str(path)) for node, path in zip(plans[n].placements, plans[n].paths)}
+        for node, s in remotes:
+            trips = 2 if (node, s["stage"]) in thread_tops else 1
+            assert s["counters"]["operations"] == trips * reductions, (n, node, s)
+            assert s["counters"]["requests"] == trips * reductions + 1, (n, node, s)
+            assert s["counters"]["answers"] == trips * reductions + 1, (n, node, s)
+            assert s["counters"]["failures"] == 0, (n, node, s)
+        # Exactly one remote per cluster with threads crosses from that cluster to the root node.
+        crossings = [cluster_map.node(node).cluster for node, s in remotes
+                     if s["stage"].split(" -> ")[0] == crossing and cluster_map.node(node).cluster != root_cluster]
+        assert sorted(crossings) == sorted(CLUSTERS_WITH_THREADS[n]), n
+        for node, s in remotes:  # ... and each crossing is one round trip per global sum
+            if s["stage"].split(" -> ")[0] == crossing:
+                assert s["counters"]["requests"] == reductions + 1, (n, node, s)
+        assert {cluster_map.node(p).cluster for p in plans[n].placements} == CLUSTERS_WITH_THREADS[n]
+        # The element on the home node took one move per global sum.
+        [core] = [s for node, s in stages if node == cluster_map.home and s["kind"] == "core"]
+        assert core["counters"]["element_moves"] == reductions, n
+
+    started = probe.started()
+    assert sorted(started.values()) == sorted(node.name for node in cluster_map.nodes)  # every node, once
+    assert probe.unreaped() == []
+
+
+# ---- MCPi and GSum on the 4W map ---------------------------------------------------------------
+
+def test_mcpi_through_a_map_finds_pi(probe):
+    cluster_map = builtin_map("paper-4w")
+    settings = RunSettings("mcpi", [1, 6, 32], repeat=1, darts=10_000_000, timeout=RUN_TIMEOUT)
+    report = run_experiment(cluster_map, settings)
+    assert [m.threads for m in report.measurements] == [1, 6, 32]
+    for m in report.measurements:
+        assert abs(m.pi - math.pi) < 0.01, m
+        assert m.value > 0
+    assert [m.nodes for m in report.measurements] == [1, 2, 8]
+    table = results_table(cluster_map, settings, report.measurements).splitlines()
+    assert table[0].startswith("MCPi on map paper-4w (policy bucket, max fan-in 4), 10000000 darts")
+    assert [line.split()[:2] for line in table[2:]] == [["1", "1"], ["6", "2"], ["32", "8"]]
+    assert probe.unreaped() == []
+
+
+@pytest.mark.parametrize("policy, nodes", [("bucket", [1, 2, 3]), ("even", [1, 5, 8])])
+def test_gsum_on_paper_4w_under_each_policy(probe, policy, nodes):
+    cluster_map = builtin_map("paper-4w")
+    settings = RunSettings("gsum", [1, 5, 12], policy=policy, repeat=2, rounds=20, timeout=RUN_TIMEOUT)
+    report = run_experiment(cluster_map, settings)
+    assert [(m.threads, m.repeat) for m in report.measurements] == [(n, r) for n in (1, 5, 12) for r in (0, 1)]
+    assert [m.nodes for m in report.measurements[::2]] == nodes
+    assert all(m.value > 0 for m in report.measurements)
+    table = results_table(cluster_map, settings, report.measurements).splitlines()
+    assert f"(policy {policy}, max fan-in 4)" in table[0]
+    assert [line.split()[:2] for line in table[2:]] == [[str(n), str(k)] for n, k in zip((1, 5, 12), nodes)]
+    assert probe.unreaped() == []
+
+
+def test_paths_run_prints_the_table_and_writes_csv_and_plot(probe, tmp_path):
+    out_csv, out_png = tmp_path / "gsum.csv", tmp_path / "gsum.png"
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "1,5", "--policy", "even", "--repeat", "2",
+                     "--rounds", "20", "--csv", str(out_csv), "--plot", str(out_png))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("GSum on map paper-4w (policy even, max fan-in 4), 20 rounds x 2 runs")
+    assert lines[1].split() == ["threads", "nodes", "min", "avg", "max"]
+    assert [line.split()[:2] for line in lines[2:4]] == [["1", "1"], ["5", "5"]]
+    assert f"wrote {out_csv}" in lines and f"wrote {out_png}" in lines
+    with open(out_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["kernel"], r["map"], r["policy"], r["max_fanin"], r["threads"], r["nodes"], r["repeat"])
+            for r in rows] == [("gsum", "paper-4w", "even", "4", str(n), str(k), str(r))
+                               for n, k in ((1, 1), (5, 5)) for r in (0, 1)]
+    assert all(float(r["us_per_global_sum"]) > 0 and r["pi"] == "" for r in rows)
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(probe.started().values()) == ["n0", "n1", "n2", "n3", "n4"]  # 5 threads dealt: 5 nodes
+
+
+# ---- maps that are refused, maps that are allowed ----------------------------------------------
+
+GOOD_MAP = """\
+name: tiny
+clusters:
+  a:
+    nodes: a[0-1]
+    cpus: 1
+root: a0
+"""
+
+BROKEN_MAPS = {  # map text, words the message must hold (besides the file's path)
+    "missing root": (GOOD_MAP.replace("root: a0\n", ""), ["(top level)", "missing field 'root'"]),
+    "missing cpus": (GOOD_MAP.replace("    cpus: 1\n", ""), ["clusters.a", "missing field 'cpus'"]),
+    "unknown policy": (GOOD_MAP + "policy: fastest\n", ["policy:", "unknown policy 'fastest'"]),
+    "negative cpus": (GOOD_MAP.replace("cpus: 1", "cpus: -2"), ["clusters.a.cpus", "got -2"]),
+    "no cpus at all": (GOOD_MAP.replace("cpus: 1", "cpus: 0"), ["clusters:", "cpus > 0"]),
+    "root the map lacks": (GOOD_MAP.replace("root: a0", "root: a9"),
+                           ["root:", "a node listed under clusters", "'a9'"]),
+    "home the map lacks": (GOOD_MAP + "home: b0\n", ["home:", "a node listed under clusters", "'b0'"]),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_MAPS, ids=list(BROKEN_MAPS))
+def test_broken_map_exits_2_naming_file_and_field_before_any_node_starts(probe, tmp_path, case):
+    text, words = BROKEN_MAPS[case]
+    path = tmp_path / "broken-map.yaml"
+    path.write_text(text)
+    before = probe.alive()
+    done = paths_run("gsum", "--map", str(path), "--threads", "2", "--rounds", "5", "--repeat", "1")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith(f"paths run: {path}:"), done.stderr
+    for word in words:
+        assert word in done.stderr, done.stderr
+    assert done.stdout == ""
+    assert before == [] and probe.alive() == []
+    assert probe.started() == {}  # no node process ever started
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--threads", "0"], ["--threads", "expected positive counts", "'0'"]),
+    (["--threads", "2,-1"], ["--threads", "expected counts and ranges"]),
+    (["--threads", "2", "--policy", "fastest"], ["unknown policy 'fastest'"]),
+], ids=["zero threads", "negative threads", "unknown policy option"])
+def test_bad_options_exit_2_before_any_node_starts(probe, tmp_path, args, words):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(GOOD_MAP)
+    done = paths_run("gsum", "--map", str(path), "--rounds", "5", "--repeat", "1", *args)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    for word in words:
+        assert word in done.stderr, done.stderr
+    assert probe.alive() == [] and probe.started() == {}
+
+
+def test_more_threads_than_cpus_runs_with_a_warning(probe, tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(GOOD_MAP)
+    with pytest.warns(PlacementWarning, match="placement wraps around"):
+        plan = plans_for(load_map_text(GOOD_MAP), RunSettings("gsum", [3]))[3]
+    assert plan.placements == ("a0", "a1", "a0")
+    done = paths_run("gsum", "--map", str(path), "--threads", "3", "--rounds", "20", "--repeat", "1")
+    assert done.returncode == 0, done.stderr
+    assert ("paths run: warning: 3 threads on map 'tiny' with 2 CPUs: placement wraps around, "
+            "nodes are oversubscribed") in done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()[2:]]
+    assert [row[:2] for row in rows] == [["3", "2"]]  # 3 threads on the 2 nodes
+    assert sorted(probe.started().values()) == ["a0", "a1"]
+
+
+def test_output_files_are_checked_before_the_run_and_written_exactly_where_asked(probe, tmp_path):
+    missing = tmp_path / "no-such-folder" / "out.csv"
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--rounds", "5", "--repeat", "1",
+                     "--csv", str(missing))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"paths run: --csv {missing}: no folder {missing.parent} to write it in\n"
+    assert probe.started() == {}  # refused before any node started
+
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--rounds", "5", "--repeat", "1",
+                     "--csv", str(tmp_path))  # a folder: found only when writing, after the run
+    assert done.returncode == 1, done.stderr
+    assert f"paths run: --csv {tmp_path}: cannot write it: Is a directory" in done.stderr
+    assert done.stdout.startswith("GSum on map paper-4w")  # the results are still printed
+
+    plot = tmp_path / "plot-without-extension"
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--rounds", "5", "--repeat", "1",
+                     "--plot", str(plot))
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {plot}" in done.stdout.splitlines()
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # that very file, not plot-without-extension.png
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot-without-extension", "probe"]
