@@ -6,11 +6,13 @@
     paths show --map MAP --threads N print a map's placement and generated tree
     paths run gsum|mcpi --map MAP    run a benchmark on a cluster map
 
-Exit codes: 0 success, 1 a failed run (named in the message), 2 a usage error, 130 Ctrl-C.
+Exit codes: 0 success, 1 a failed run (named in the message), 2 a usage error, 130 Ctrl-C,
+141 the output was closed early (as by `| head`).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Callable
 
@@ -80,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("paths: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (| head): stop writing, and keep Python from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except SystemExit as e:  # argparse: 0 after --help, 2 for a usage error
         return int(e.code or 0) if not isinstance(e.code, str) else 2
 
