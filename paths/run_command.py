@@ -96,7 +96,7 @@ def run_command(argv: list[str]) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PlacementWarning)
             plans_for(cluster_map, settings)  # every count checked before anything starts
-        for message in {str(w.message) for w in caught}:
+        for message in dict.fromkeys(str(w.message) for w in caught):
             print(f"paths run: warning: {message}", file=sys.stderr)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PlacementWarning)
@@ -215,7 +215,7 @@ def show_command(argv: list[str]) -> int:
     except (MapError, ValueError, OSError) as e:
         print(f"paths show: {e}", file=sys.stderr)
         return 2
-    for message in {str(w.message) for w in caught}:
+    for message in dict.fromkeys(str(w.message) for w in caught):
         print(f"paths show: warning: {message}", file=sys.stderr)
     if args.dot:
         print(plan.to_dot())
