@@ -34,3 +34,17 @@ double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns)
     }
     return (double)(ps_now_ns() - start) / (double)pairs;
 }
+
+double ps_kernel_link_moves_ns(ps_link *link, int64_t moves, int64_t timeout_ns) {
+    int64_t before = 0, after = 0;
+    if (moves <= 0 || ps_link_last(link, &before) != PS_OK) return -1.0;
+    int64_t start = ps_now_ns();
+    for (int64_t i = 0; i < moves; i++)
+        if (ps_link_move(link, &i, timeout_ns) != PS_OK) return -1.0;
+    /* last() answers after every earlier move: through a remote stage, once all pipelined moves
+     * are acknowledged. */
+    if (ps_link_last(link, &after) != PS_OK) return -1.0;
+    int64_t elapsed = ps_now_ns() - start;
+    if (after - before < moves) return -1.0;
+    return (double)elapsed / (double)moves;
+}

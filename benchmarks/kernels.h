@@ -17,6 +17,12 @@ double ps_kernel_core_pairs_ns(int64_t pairs);
  * single thread; -1 on a failed operation or a wrong tuple. */
 double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns);
 
+/* Nanoseconds per move through one caller's link (any path over a "q" element), single thread,
+ * timed until a last() after the loop has answered, i.e. until every move is acknowledged
+ * (a remote stage's pipelined moves included); -1 on a failed operation, or when last() grew
+ * by fewer than `moves`. */
+double ps_kernel_link_moves_ns(ps_link *link, int64_t moves, int64_t timeout_ns);
+
 /* The raw ZeroMQ anchor: median microseconds per round trip of a `bytes` message between a
  * DEALER and a ROUTER echo thread over TCP on loopback; -1 on failure. */
 double ps_kernel_zmq_round_trip_us(int64_t rounds, int64_t bytes);

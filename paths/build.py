@@ -45,6 +45,7 @@ class StageTable:
         self.pastset = pastset
         self._stages: dict[StageKey, weakref.ref] = {}
         self._handles: list[tuple[weakref.ref, StageKey, str]] = []
+        self._building: dict[StageKey, threading.Event] = {}  # keys a build is creating now
         self._lock = threading.Lock()
         self._callers = 0
 
@@ -66,19 +67,42 @@ class StageTable:
     def build(self, path: PathSpec, label: str | None = None) -> _native.Handle:
         specs = check_path(path)
         local = _local_part(specs)
-        with self._lock:
-            existing = [self.live(specs[i:]) for i in range(local)]
-            _check_fan_in(specs[:local], existing)
+        existing, created = self._reserve(specs, local)
+        try:
             below = None
             for i in reversed(range(local)):
                 below = existing[i] or self._create(specs[i:], below)
-            label = label if label is not None else f"thread {self._callers}"
-            self._callers += 1
+            with self._lock:
+                label = label if label is not None else f"thread {self._callers}"
+                self._callers += 1
+            # Attaching (and creating a stage above a remote one) may wait for a server, maybe
+            # one in this very process: the table is not locked meanwhile.
             handle = below.native.attach(label, below)
+        finally:
+            with self._lock:
+                for key in created:
+                    self._building.pop(key).set()
+        with self._lock:
             self._handles = [h for h in self._handles if h[0]() is not None]
             self._handles.append((weakref.ref(handle), below.key, label))
         _HANDLE_TABLES[handle] = (self, below.key)
         return handle
+
+    def _reserve(self, specs: StageKey, local: int) -> tuple[list, list]:
+        """The live stages of the path's local part, after checking its fan-in; the keys still
+        to create are marked as being built, so a concurrent build of the same key waits for
+        this one instead of creating a twin."""
+        while True:
+            with self._lock:
+                busy = next((self._building[specs[i:]] for i in range(local) if specs[i:] in self._building), None)
+                if busy is None:
+                    existing = [self.live(specs[i:]) for i in range(local)]
+                    _check_fan_in(specs[:local], existing)
+                    created = [specs[i:] for i in range(local) if existing[i] is None]
+                    for key in created:
+                        self._building[key] = threading.Event()
+                    return existing, created
+            busy.wait()
 
     def _create(self, key: StageKey, below: BuiltStage | None) -> BuiltStage:
         spec = key[0]
@@ -91,8 +115,9 @@ class StageTable:
         else:
             native = _native.create_stage(spec.kind, native_params(spec), below_native, self.pastset)
         built = BuiltStage(key, native, below)
-        self._stages = {k: r for k, r in self._stages.items() if r() is not None}
-        self._stages[key] = weakref.ref(built)
+        with self._lock:
+            self._stages = {k: r for k, r in self._stages.items() if r() is not None}
+            self._stages[key] = weakref.ref(built)
         return built
 
 

@@ -52,9 +52,10 @@ class PathServer:
         try:
             path = path_from_json(request.spec)
             handle = self.table.build(path, label=f"remote caller {self.native.counters()['builds']}")
-        except (ValueError, TypeError) as e:
+        except Exception as e:  # whatever a client's spec provokes, it must not end the server
             self.build_errors += 1
-            self.native.answer_build(request, None, str(e))
+            text = str(e) if isinstance(e, (ValueError, TypeError)) else f"{type(e).__name__}: {e}"
+            self.native.answer_build(request, None, text)
             return
         self._served[self.native.answer_build(request, handle)] = handle
 

@@ -441,6 +441,9 @@ public:
                 py::gil_scoped_release released;  // a remote stage waits for its server here
                 rc = ps_stage_attach(stage_->get(), &owned_);
             }
+            if (rc == PS_ESTATE)
+                throw py::value_error("attach to stage '" + stage_->kind() + "': its fan-in of " +
+                                      std::to_string(stage_->max_links()) + " callers (or one below it) is used up");
             if (rc != PS_OK) {
                 std::string why = ps_stage_error(stage_->get());
                 raise_status(rc, "attach to stage '" + stage_->kind() + "'" + (why.empty() ? "" : ": " + why));
@@ -751,9 +754,14 @@ std::vector<ps_link *> links_of(const std::vector<std::shared_ptr<Handle>> &hand
     return links;
 }
 
-void check_report(const ps_kernel_report &report, const char *kernel) {
-    if (report.status != PS_OK)
-        raise_status(report.status, std::string(kernel) + ": thread " + std::to_string(report.failed_thread) + " failed");
+void check_report(const ps_kernel_report &report, const std::vector<ps_link *> &links, const char *kernel) {
+    if (report.status == PS_OK) return;
+    std::string what = std::string(kernel) + ": thread " + std::to_string(report.failed_thread) + " failed";
+    if (report.failed_thread >= 0) {
+        std::string why = ps_stage_error(links[static_cast<size_t>(report.failed_thread)]->stage);
+        if (!why.empty()) what += " (" + why + ")";
+    }
+    raise_status(report.status, what);
 }
 
 py::dict gsum(const std::vector<std::shared_ptr<Handle>> &handles, int64_t rounds, py::object contributors,
@@ -768,7 +776,7 @@ py::dict gsum(const std::vector<std::shared_ptr<Handle>> &handles, int64_t round
         py::gil_scoped_release released;
         ps_kernel_gsum(links.data(), static_cast<int>(links.size()), rounds, expected, wait, latencies.data(), &report);
     }
-    check_report(report, "gsum");
+    check_report(report, links, "gsum");
     py::dict out;
     out["latencies"] = latencies;
     out["seconds"] = report.seconds;
@@ -787,7 +795,7 @@ py::dict mcpi(const std::vector<std::shared_ptr<Handle>> &handles, int64_t darts
         py::gil_scoped_release released;
         ps_kernel_mcpi(links.data(), static_cast<int>(links.size()), darts, seed, wait, &hits, &report);
     }
-    check_report(report, "mcpi");
+    check_report(report, links, "mcpi");
     py::dict out;
     out["hits"] = hits;
     out["seconds"] = report.seconds;
@@ -870,6 +878,19 @@ PYBIND11_MODULE(_native, m) {
         return ns;
     }, py::arg("handle"), py::arg("pairs"), py::arg("timeout") = 60.0,
        "Nanoseconds per move+observe pair through one handle, from a C loop (single thread).");
+    bench.def("link_moves_ns", [](const std::shared_ptr<Handle> &handle, int64_t moves, const py::object &timeout) {
+        std::vector<ps_link *> links = links_of({handle}, "link_moves_ns");
+        if (moves <= 0) throw py::value_error("link_moves_ns: expected moves > 0");
+        int64_t wait = timeout_ns(timeout);
+        double ns;
+        {
+            py::gil_scoped_release released;
+            ns = ps_kernel_link_moves_ns(links[0], moves, wait);
+        }
+        if (ns < 0) throw std::runtime_error("link_moves_ns: a move failed, or last() grew by fewer than the moves made");
+        return ns;
+    }, py::arg("handle"), py::arg("moves"), py::arg("timeout") = 60.0,
+       "Nanoseconds per move through one handle from a C loop, until every move is acknowledged (single thread).");
     bench.def("zmq_round_trip_us", [](int64_t rounds, int64_t bytes) {
         double us;
         {

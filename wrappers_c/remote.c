@@ -4,8 +4,9 @@
  * remainder (a BUILD) to the server's main endpoint, the server builds it into its own stage
  * table and answers with the endpoint of a socket that serves only this caller's link; every
  * operation is then one request and one answer on that socket. A blocking operation is sent
- * in slices of at most timeout_ms, so a server that is gone is noticed within timeout_ms, and
- * a slice that ends at the server (status: timed out, nothing done) is simply sent again.
+ * in slices of at most timeout_ms / 2, so a live server always answers well within timeout_ms
+ * and one silent for timeout_ms is taken as gone; a slice that ends at the server (status:
+ * timed out, nothing done) is simply sent again.
  * With window > 1, moves are pipelined: up to `window` go out before their answers are read.
  */
 #include <stdio.h>
@@ -109,13 +110,17 @@ static int broken(remote_stage *r, connection *c, int status, const char *what) 
     return status;
 }
 
+/* The longest the server may wait inside one request: half of timeout_ms, so that its answer
+ * is due well within timeout_ms and silence for timeout_ms means the server is gone. */
+static int64_t server_slice(const remote_stage *r) { return r->timeout_ns / 2; }
+
 /* Reads the answers of pipelined moves; the first failure among them breaks the connection. */
 static int drain(remote_stage *r, connection *c, uint32_t keep) {
     while (c->outstanding > keep) {
         zmq_msg_t message;
         zmq_msg_init(&message);
         ps_frame answer;
-        int rc = wait_answer(r, c->socket, c->oldest_pending++, 2 * r->timeout_ns, &message, &answer);
+        int rc = wait_answer(r, c->socket, c->oldest_pending++, r->timeout_ns, &message, &answer);
         int status = rc == PS_OK ? answer.status : rc;
         zmq_msg_close(&message);
         c->outstanding--;
@@ -136,7 +141,7 @@ static int call(ps_link *link, uint8_t op, int64_t argument, const void *payload
     int64_t deadline = ps_deadline(timeout_ns);
     int rc;
     for (int first = 1;; first = 0) {
-        int64_t slice = r->timeout_ns;
+        int64_t slice = server_slice(r);
         if (deadline != PS_FOREVER) {
             int64_t left = deadline - ps_now_ns();
             slice = left < 0 ? 0 : left < slice ? left : slice;
@@ -149,7 +154,7 @@ static int call(ps_link *link, uint8_t op, int64_t argument, const void *payload
         zmq_msg_t message;
         zmq_msg_init(&message);
         ps_frame answer;
-        rc = wait_answer(r, c->socket, id, slice + r->timeout_ns, &message, &answer);
+        rc = wait_answer(r, c->socket, id, r->timeout_ns, &message, &answer);
         if (rc != PS_OK) {
             zmq_msg_close(&message);
             return broken(r, c, PS_EREMOTE, "no answer");
@@ -175,7 +180,7 @@ static int remote_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
     int rc = drain(r, c, r->window - 1);
     if (rc != PS_OK) return rc;
     size_t capacity = PS_WIRE_HEADER + r->base.tuple_size;
-    uint64_t id = send_request(r, c, c->socket, PS_OP_MOVE, 0, r->timeout_ns, tuple, r->base.tuple_size, capacity);
+    uint64_t id = send_request(r, c, c->socket, PS_OP_MOVE, 0, server_slice(r), tuple, r->base.tuple_size, capacity);
     if (!id) return broken(r, c, PS_EREMOTE, "cannot send");
     if (c->outstanding++ == 0) c->oldest_pending = id;
     return PS_OK;

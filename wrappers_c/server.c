@@ -48,7 +48,9 @@ static int make_server_socket(ps_server *s, void **out) {
     void *socket = zmq_socket(ps_zmq_context(), ZMQ_ROUTER);
     if (!socket) return -1;
     int zero = 0, one = 1;
+    int64_t largest = PS_WIRE_HEADER + PS_WIRE_MAX_PAYLOAD; /* a larger message drops its peer unread */
     zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &largest, sizeof largest);
     if (s->curve_secret[0]) {
         if (zmq_setsockopt(socket, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
             zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, s->curve_secret, 41) != 0) {

@@ -93,7 +93,11 @@ uint32_t ps_stage_link_count(const ps_stage *stage) {
     return atomic_load_explicit(&((ps_stage *)stage)->links, memory_order_relaxed);
 }
 const ps_tuple_format *ps_stage_format(const ps_stage *stage) { return &stage->format; }
-const char *ps_stage_error(const ps_stage *stage) { return stage->error; }
+const char *ps_stage_error(const ps_stage *stage) {
+    for (; stage; stage = stage->below)
+        if (stage->error[0]) return stage->error;
+    return "";
+}
 
 int ps_stage_attach(ps_stage *stage, ps_link *link) {
     uint32_t slot = atomic_load_explicit(&stage->links, memory_order_relaxed);

@@ -127,7 +127,8 @@ const char *ps_stage_kind_name(const ps_stage *stage);
 uint32_t ps_stage_max_links(const ps_stage *stage);
 uint32_t ps_stage_link_count(const ps_stage *stage);
 const ps_tuple_format *ps_stage_format(const ps_stage *stage);
-/* The last failure the stage explained ("" if none): what a status code alone cannot say. */
+/* The last failure explained by the stage or by a stage below it ("" if none): what a status
+ * code alone cannot say, such as which server did not answer. */
 const char *ps_stage_error(const ps_stage *stage);
 
 /* Attaches a new caller: fills link with a fresh slot and a reference. PS_ESTATE when the

@@ -1,0 +1,87 @@
+"""The programs the remote tests run as separate processes (a server, clients, workers).
+
+    remote_peer.py serve [--curve-secret FILE]   a PathServer on a free loopback port; prints
+                                                 READY <endpoint>; answers each `counters` line
+                                                 on stdin with COUNTERS <json>; stops at EOF
+    remote_peer.py figure1 ENDPOINT ROUNDS       the paper's Figure 1 client: 2 C threads,
+                                                 reduce-sum(2) -> remote -> reduce-sum(2) -> F;
+                                                 GSum with 4 contributors; prints DONE <json>
+    remote_peer.py worker ENDPOINT ELEMENT       takes jobs (next-observe) until a -1 arrives;
+                                                 prints READY, then TOOK <json list>
+    remote_peer.py observe ENDPOINT ELEMENT TIMEOUT_MS
+                                                 prints OBSERVING, then blocks in observe();
+                                                 prints the exception's type and message
+
+Every line is flushed: the tests wait for them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import paths
+from paths import build_path, make_path, stage
+from paths.server import PathServer, read_key_file
+
+ROUNDS_TIMEOUT_S = 30.0  # the longest one GSum operation may wait (the other process starts)
+
+
+def say(*words) -> None:
+    print(*words, flush=True)
+
+
+def serve(argv: list[str]) -> int:
+    secret = read_key_file(argv[1], "CURVE secret key") if argv[:1] == ["--curve-secret"] else ""
+    server = PathServer("tcp://127.0.0.1:*", secret).start()
+    try:
+        say("READY", server.endpoint)
+        for line in sys.stdin:
+            if line.strip() == "counters":
+                say("COUNTERS", json.dumps({**server.native.counters(), "build_errors": server.build_errors}))
+    finally:
+        server.close()
+    return 0
+
+
+def figure1(endpoint: str, rounds: str) -> int:
+    path = make_path(stage("reduce-sum", num_threads=2), stage("remote", host=endpoint, timeout_ms=5000),
+                     stage("reduce-sum", num_threads=2), stage("core", name="F", format="q"))
+    handles = [build_path(path) for _ in range(2)]
+    say("BUILT")
+    result = paths.bench.gsum(handles, int(rounds), contributors=4, timeout=ROUNDS_TIMEOUT_S)
+    say("DONE", json.dumps({"rounds": len(result.latencies), "bad_totals": result.bad_totals,
+                            "median_us": result.median_us}))
+    return 0
+
+
+def worker(endpoint: str, element: str) -> int:
+    jobs = build_path(make_path(stage("remote", host=endpoint, timeout_ms=5000), stage("core", name=element, format="q")))
+    say("READY")
+    took = []
+    while (job := jobs.observe(timeout=ROUNDS_TIMEOUT_S)[0]) != -1:
+        took.append(job)
+    say("TOOK", json.dumps(took))
+    return 0
+
+
+def observe(endpoint: str, element: str, timeout_ms: str) -> int:
+    handle = build_path(make_path(stage("remote", host=endpoint, timeout_ms=int(timeout_ms)),
+                                  stage("core", name=element, format="q")))
+    say("OBSERVING")
+    try:
+        handle.observe()
+    except Exception as e:
+        say("RAISED", type(e).__name__, str(e))
+        return 1
+    say("RAISED nothing")
+    return 0
+
+
+PROGRAMS = {"serve": serve, "figure1": figure1, "worker": worker, "observe": observe}
+
+if __name__ == "__main__":
+    command, *arguments = sys.argv[1:]
+    if command == "serve":
+        sys.exit(serve(arguments))
+    sys.exit(PROGRAMS[command](*arguments))

@@ -1,0 +1,226 @@
+"""The remote stage and the PastSet server, end to end over TCP loopback: the paper's Figure 1
+between two real client processes, a remote element as a job queue for four worker processes,
+errors that cross the wire as the same exceptions as local ones, clients that never stall each
+other, 32 concurrent connections, and the `paths serve` command's signals and bind check.
+
+Every child process is reaped by the fixtures, whatever happens; every wait is bounded."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+
+import pytest
+from child_processes import ChildProcesses, counters, process_exists
+
+import paths
+from paths import _native, build_path, make_path, stage
+
+TIMEOUT_MS = 5000     # remote stages' timeout_ms: generous, nothing here should come near it
+PATIENCE_S = 30       # the longest any wait in this file may take before its test fails
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    """One `paths serve` for the tests that only need a server (each uses its own elements)."""
+    with ChildProcesses() as children:
+        _, address = children.paths_serve()
+        yield address
+
+
+@pytest.fixture
+def children():
+    with ChildProcesses() as started:
+        yield started
+
+
+def remote_path(address, element, format="q", **remote):
+    return make_path(stage("remote", host=address, timeout_ms=TIMEOUT_MS, **remote),
+                     stage("core", name=element, format=format))
+
+
+# ---- Figure 1: two client processes, two threads each, one server ---------------------------
+
+
+def test_figure1_two_client_processes_exact_totals(children):
+    rounds = 1000
+    _, address = children.paths_serve()
+    clients = [children.peer("figure1", address, rounds) for _ in range(2)]
+    results = [json.loads(client.expect("DONE ", timeout=PATIENCE_S)) for client in clients]
+    assert [client.wait(PATIENCE_S) for client in clients] == [0, 0]
+    # The kernel checks every round's total (4 * round) in C; check the element's history too.
+    assert results == [{"rounds": rounds, "bad_totals": 0, "median_us": r["median_us"]} for r in results]
+    element = build_path(remote_path(address, "F"))
+    assert element.last() == rounds  # one move per round reached the server's element
+    assert [element.observe(i)[0] for i in range(rounds)] == [4 * i for i in range(rounds)]
+
+
+# ---- a job queue: every job taken exactly once ------------------------------------------------
+
+
+def test_remote_element_as_job_queue_for_four_worker_processes(children, endpoint):
+    jobs, workers = 3000, 4
+    started = [children.peer("worker", endpoint, "JOBS") for _ in range(workers)]
+    for worker in started:
+        worker.expect("READY")
+    producer = build_path(remote_path(endpoint, "JOBS", window=16))
+    for job in range(jobs):
+        producer.move(job)
+    for _ in range(workers):
+        producer.move(-1)  # one stop marker per worker
+    took = [json.loads(worker.expect("TOOK ", timeout=PATIENCE_S)) for worker in started]
+    assert [worker.wait(PATIENCE_S) for worker in started] == [0] * workers
+    everything = [job for taken in took for job in taken]
+    assert len(everything) == jobs, "a job was taken twice or not at all"
+    assert sorted(everything) == list(range(jobs))
+    for taken in took:
+        assert taken == sorted(taken), "one worker saw the queue out of order"
+
+
+# ---- errors cross the wire as the same exceptions --------------------------------------------
+
+
+ERROR_CASES = {
+    "wrong tuple": lambda h: h.move("not a number"),
+    "wrong arity": lambda h: h.move((1, 2)),
+    "observe timeout": lambda h: h.observe(timeout=0.05),
+    "indexed observe timeout": lambda h: h.observe(50, timeout=0.05),
+    "negative index": lambda h: h.observe(-1),
+    "axed tuple": lambda h: (h.move(1), h.move(2), h.axe(2), h.observe(0)),
+    "negative delta": lambda h: h.delta(-3),
+}
+
+
+@pytest.mark.parametrize("case", list(ERROR_CASES))
+def test_errors_are_the_same_exceptions_as_local(endpoint, case):
+    local = build_path(make_path(stage("core", name="E", format="q")), pastset=paths.PastSet())
+    remote = build_path(remote_path(endpoint, f"errors-{case}"))
+    with pytest.raises(Exception) as local_error:
+        ERROR_CASES[case](local)
+    with pytest.raises(Exception) as remote_error:
+        ERROR_CASES[case](remote)
+    assert remote_error.type is local_error.type, f"remote: {remote_error.value!r}, local: {local_error.value!r}"
+    assert remote_error.type in (TypeError, TimeoutError, IndexError, ValueError, paths.AxedError)
+    remote.move(7)  # the connection still works after the error
+    assert remote.observe(remote.last() - 1) == (7,)
+
+
+def test_server_refusing_an_unknown_kind_is_value_error_with_its_message(endpoint):
+    # build_path checks kinds before sending anything, so send a remainder by hand.
+    remainder = json.dumps({"version": 1, "path": [["no-such-kind", {}], ["core", {"name": "X", "format": "q"}]]})
+    remote = _native.create_stage("remote", {"host": endpoint, "timeout_ms": TIMEOUT_MS, "format": "q",
+                                             "path": remainder}, None, paths.PastSet())
+    with pytest.raises(ValueError) as refused:
+        remote.attach("caller")
+    message = str(refused.value)
+    assert endpoint in message and "refused" in message
+    assert "unknown stage kind 'no-such-kind'" in message
+
+
+def test_server_refusing_a_used_up_fan_in_is_value_error_with_its_message(endpoint):
+    path = make_path(stage("remote", host=endpoint, timeout_ms=TIMEOUT_MS), stage("reduce-sum", num_threads=1),
+                     stage("core", name="FANIN", format="q"))
+    first = build_path(path)
+    with pytest.raises(ValueError, match=r"refused the path: .*fan-in 1 is used up"):
+        build_path(path)
+    first.move(5)
+    assert first.observe() == (5,)
+
+
+# ---- clients do not stall each other ----------------------------------------------------------
+
+
+def test_a_blocked_observe_does_not_stall_another_client(endpoint):
+    blocked = build_path(remote_path(endpoint, "WAITS"))
+    other = build_path(remote_path(endpoint, "BUSY"))
+    feeder = build_path(remote_path(endpoint, "WAITS"))
+    result = {}
+
+    def wait_for_a_tuple():
+        try:
+            result["tuple"] = blocked.observe(timeout=PATIENCE_S)
+        except Exception as e:  # reported by the assertion below
+            result["error"] = e
+
+    requests_before = blocked.stage.counters()["requests"]
+    waiter = threading.Thread(target=wait_for_a_tuple)
+    waiter.start()
+    try:
+        deadline = time.monotonic() + PATIENCE_S
+        while blocked.stage.counters()["requests"] == requests_before:  # the observe went out
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        started = time.monotonic()
+        for i in range(200):
+            other.move(i)
+            assert other.observe() == (i,)
+        busy_seconds = time.monotonic() - started
+        assert waiter.is_alive(), "the observe returned with nothing moved"
+    finally:
+        feeder.move(42)
+        waiter.join(PATIENCE_S)
+    assert result == {"tuple": (42,)}
+    assert busy_seconds < 2.0, f"200 round trips took {busy_seconds:.2f} s beside a blocked observe"
+
+
+def test_32_concurrent_client_connections(children):
+    clients, pairs = 32, 100
+    server, address = children.peer_server()
+    barrier = threading.Barrier(clients + 1, timeout=PATIENCE_S)
+    failures = []
+
+    def client(n):
+        try:
+            handle = build_path(remote_path(address, f"MANY-{n}"))
+            barrier.wait()  # every connection is open at once
+            barrier.wait()
+            for i in range(pairs):
+                handle.move(n * pairs + i)
+                assert handle.observe() == (n * pairs + i,)
+        except Exception as e:
+            failures.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        barrier.wait()
+        live = counters(server)
+        assert live["live"] == clients and live["builds"] == clients
+        barrier.wait()
+    finally:
+        for thread in threads:
+            thread.join(PATIENCE_S)
+    assert not failures, failures[:3]
+    assert not any(thread.is_alive() for thread in threads)
+
+
+# ---- the paths serve command ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_paths_serve_exits_0_on_signal_even_with_a_blocked_client(children, sig):
+    server, address = children.paths_serve()
+    client = children.peer("observe", address, "NEVER", 1000)
+    client.expect("OBSERVING")
+    handle = build_path(remote_path(address, "SERVED"))
+    handle.move(1)
+    assert handle.observe() == (1,)
+    server.signal(sig)
+    assert server.wait(timeout=10) == 0, server.stderr()
+    assert not process_exists(server.pid)
+    assert client.expect("RAISED ", timeout=PATIENCE_S).split()[0] in ("ConnectionError", "TimeoutError")
+    assert client.wait(PATIENCE_S) == 1
+    assert not process_exists(client.pid)
+
+
+@pytest.mark.parametrize("bind", ["tcp://0.0.0.0:*", "tcp://*:*"])
+def test_paths_serve_refuses_a_non_loopback_bind_without_curve(children, bind):
+    server = children.start([sys.executable, "-m", "paths", "serve", "--bind", bind], name="paths serve")
+    assert server.wait(timeout=PATIENCE_S) == 2
+    assert "--curve-secret" in server.stderr() and bind in server.stderr()
+

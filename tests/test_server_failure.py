@@ -1,0 +1,131 @@
+"""A server that dies or is not there: clients error out within their remote stage's
+timeout_ms (plus a margin for a loaded 2-core machine), never hang, and leave no process behind.
+
+The server is a `paths serve` child killed with SIGKILL while clients are blocked in it: a
+thread of this process in observe(), a GSum of two C threads, and a client process."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+from child_processes import ChildProcesses, process_exists
+
+import paths
+from paths import build_path, make_path, stage
+from paths.build import handle_tree
+
+TIMEOUT_MS = 600            # the remote stages' timeout_ms
+MARGIN_S = 0.6              # scheduling slack on a loaded machine
+PATIENCE_S = 30             # the longest any wait here may take before its test fails
+
+
+@pytest.fixture
+def children():
+    with ChildProcesses() as started:
+        yield started
+
+
+def remote(address, element):
+    return make_path(stage("remote", host=address, timeout_ms=TIMEOUT_MS), stage("core", name=element, format="q"))
+
+
+def remote_counters(handle):
+    """The counters of the remote stage on the handle's path (handle.stage is its top stage)."""
+    table, key = handle_tree(handle)
+    remote_key = next(key[i:] for i, spec in enumerate(key) if spec.kind == "remote")
+    return table.live(remote_key).native.counters()
+
+
+def wait_for_requests(handle, more_than):
+    """Until the remote stage on the handle's path has sent more than `more_than` requests."""
+    deadline = time.monotonic() + PATIENCE_S
+    while remote_counters(handle)["requests"] <= more_than:
+        assert time.monotonic() < deadline, "the client never reached the server"
+        time.sleep(0.001)
+
+
+class Blocked:
+    """Runs call() in a thread; remembers what it raised and when it returned."""
+
+    def __init__(self, call):
+        self.error: BaseException | None = None
+        self.ended_at: float | None = None
+        self.thread = threading.Thread(target=self._run, args=(call,))
+        self.thread.start()
+
+    def _run(self, call):
+        try:
+            call()
+        except BaseException as e:  # the test looks at it
+            self.error = e
+        self.ended_at = time.monotonic()
+
+    def join(self):
+        self.thread.join(PATIENCE_S)
+        assert not self.thread.is_alive(), f"still blocked {PATIENCE_S} s after the server died"
+
+
+def kill(server):
+    server.signal(9)
+    killed_at = time.monotonic()
+    assert server.wait(PATIENCE_S) == -9
+    assert not process_exists(server.pid)
+    return killed_at
+
+
+def assert_failed_in_time(blocked: Blocked, killed_at: float, address: str | None):
+    blocked.join()
+    assert isinstance(blocked.error, (ConnectionError, TimeoutError)), repr(blocked.error)
+    waited = blocked.ended_at - killed_at
+    assert waited < TIMEOUT_MS / 1000 + MARGIN_S, f"noticed the dead server after {waited:.2f} s"
+    if address and isinstance(blocked.error, ConnectionError):
+        assert address in str(blocked.error)
+
+
+def test_killed_server_ends_a_blocked_observe(children):
+    server, address = children.paths_serve()
+    handle = build_path(remote(address, "NOTHING"))
+    sent = remote_counters(handle)["requests"]
+    blocked = Blocked(lambda: handle.observe(timeout=PATIENCE_S))
+    wait_for_requests(handle, sent)  # the observe is at the server
+    assert_failed_in_time(blocked, kill(server), address)
+    with pytest.raises(ConnectionError):  # the connection stays broken, at once
+        handle.move(1)
+
+
+def test_killed_server_ends_a_gsum_in_c_threads(children):
+    server, address = children.paths_serve()
+    path = make_path(stage("reduce-sum", num_threads=2), remote(address, "G"))
+    handles = [build_path(path) for _ in range(2)]
+    blocked = Blocked(lambda: paths.bench.gsum(handles, 10_000_000, timeout=PATIENCE_S))
+    wait_for_requests(handles[0], 200)  # well into the run
+    # (the kernel's message names the failed thread, not the server: it does not say more yet)
+    assert_failed_in_time(blocked, kill(server), None)
+
+
+def test_killed_server_ends_a_client_process(children):
+    server, address = children.paths_serve()
+    client = children.peer("observe", address, "NOTHING", TIMEOUT_MS)
+    client.expect("OBSERVING")
+    killed_at = kill(server)
+    raised = client.expect("RAISED ", timeout=PATIENCE_S)
+    waited = time.monotonic() - killed_at
+    assert raised.split()[0] in ("ConnectionError", "TimeoutError"), raised
+    assert waited < TIMEOUT_MS / 1000 + MARGIN_S, f"the client noticed after {waited:.2f} s"
+    assert client.wait(PATIENCE_S) == 1
+    assert not process_exists(client.pid)
+
+
+def test_server_down_at_build_time_is_connection_error_within_timeout():
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    started = time.monotonic()
+    with pytest.raises(ConnectionError) as refused:
+        build_path(remote(address, "NOWHERE"))
+    waited = time.monotonic() - started
+    assert TIMEOUT_MS / 1000 * 0.9 <= waited < TIMEOUT_MS / 1000 + MARGIN_S
+    assert address in str(refused.value) and "no answer" in str(refused.value)

@@ -1,0 +1,285 @@
+"""The server against hostile frames (docs/wire.md): over 10,000 random and mutated frames at the
+main endpoint and at a link endpoint, from a raw pyzmq DEALER — random bytes, valid headers with
+a bad version, op, length or handle id, truncated frames, oversized payload lengths, multipart
+garbage, messages beyond the largest frame. Then: a normal client still gets exact results, the
+server counted each malformed frame (bad_frames, exactly), answered every frame it could, and
+its resident memory did not grow (VmRSS, < +50 MB).
+
+The frame generator is seeded, so a failure repeats."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+import zmq
+from child_processes import ChildProcesses, counters
+
+import paths
+from paths import build_path, make_path, stage
+from paths.path_spec import path_to_json
+
+# ---- the wire format, as docs/wire.md states it ------------------------------------------------
+
+HEADER = struct.Struct("<BBHIQQqq")  # version, op, status, payload_length, request, handle, argument, value
+VERSION = 1
+BUILD, MOVE, OBSERVE, OBSERVE_AT, FIRST, LAST, DELTA, AXE, RELEASE, PING, EXCHANGE = range(1, 12)
+OP_LIMIT = 12
+MAX_PAYLOAD = (1 << 20) + 4096
+SPEC_MAX = 65536
+PS_OK, PS_EINVAL = 0, 7
+TUPLE_SIZE = 8  # the fuzzed link's element has format "q"
+
+SEED = 20240607
+FRAMES_PER_ENDPOINT = 6000
+BATCH = 200
+ANSWER_WAIT_MS = 10_000   # the longest one answer may take before the test fails
+RSS_GROWTH_KB = 50 * 1024
+
+
+def encode(op, payload=b"", request_id=0, handle_id=0, argument=0, value=0, version=VERSION, status=0,
+           length=None):
+    length = len(payload) if length is None else length
+    return HEADER.pack(version, op, status, length, request_id, handle_id, argument, value) + payload
+
+
+def decode(frame: bytes):
+    """The header fields of a well-formed frame (checked as the server checks), or None."""
+    if len(frame) < HEADER.size:
+        return None
+    version, op, status, length, request_id, handle_id, argument, value = HEADER.unpack_from(frame)
+    if version != VERSION or not 1 <= op < OP_LIMIT or length > MAX_PAYLOAD or length != len(frame) - HEADER.size:
+        return None
+    return {"op": op, "status": status, "length": length, "request_id": request_id, "handle_id": handle_id,
+            "argument": argument, "value": value, "payload": frame[HEADER.size:]}
+
+
+def refused_by_server(parts: list[bytes], at_link: bool, link_id: int) -> bool:
+    """Whether the server counts this message as a bad frame (server.c's rules)."""
+    if len(parts) != 1:
+        return True
+    request = decode(parts[0])
+    if request is None:
+        return True
+    if not at_link:
+        return not (request["op"] == PING or (request["op"] == BUILD and 0 < request["length"] <= SPEC_MAX))
+    expected_payload = TUPLE_SIZE if request["op"] in (MOVE, EXCHANGE) else 0
+    return request["handle_id"] != link_id or request["length"] != expected_payload or request["op"] == BUILD
+
+
+def safe_at_link(parts, link_id) -> bool:
+    """A well-formed request for the fuzzed link may only be a non-blocking read: no move, no
+    release, no observe that would wait."""
+    request = decode(parts[0]) if len(parts) == 1 else None
+    return refused_by_server(parts, True, link_id) or request["op"] in (PING, FIRST, LAST)
+
+
+class Fuzzer:
+    """Random and mutated messages (lists of frames) for one endpoint."""
+
+    def __init__(self, rng: random.Random, at_link: bool, link_id: int):
+        self.rng, self.at_link, self.link_id = rng, at_link, link_id
+        self.kinds = [self.random_bytes, self.bad_version, self.bad_op, self.bad_length, self.truncated,
+                      self.oversized_length, self.multipart, self.wrong_handle, self.mutated, self.wrong_payload]
+
+    def handle(self):
+        return self.link_id if self.at_link else 0
+
+    def any_op(self):
+        return self.rng.randrange(1, OP_LIMIT)
+
+    def valid(self):
+        r = self.rng
+        if self.at_link:
+            return encode(r.choice([PING, FIRST, LAST]), request_id=r.getrandbits(64), handle_id=self.link_id)
+        if r.random() < 0.5:
+            return encode(PING, request_id=r.getrandbits(64))
+        return encode(BUILD, b'{"version":1,"path":[]}', request_id=r.getrandbits(64))
+
+    def random_bytes(self):
+        return [self.rng.randbytes(self.rng.randrange(0, 120))]
+
+    def bad_version(self):
+        version = self.rng.choice([0, 2, 3, 0x7F, 0xFF])
+        return [encode(self.any_op(), handle_id=self.handle(), version=version)]
+
+    def bad_op(self):
+        return [encode(self.rng.choice([0, OP_LIMIT, 13, 0x80, 0xFF]), handle_id=self.handle())]
+
+    def bad_length(self):
+        payload = self.rng.randbytes(self.rng.randrange(0, 32))
+        length = len(payload) + self.rng.choice([-1, 1, 7, 40, -len(payload) - 1])
+        return [encode(self.any_op(), payload, handle_id=self.handle(), length=length % (1 << 32))]
+
+    def truncated(self):
+        frame = self.valid()
+        return [frame[: self.rng.randrange(0, min(len(frame), HEADER.size))]]
+
+    def oversized_length(self):
+        length = self.rng.choice([MAX_PAYLOAD + 1, 1 << 24, 0x7FFFFFFF, 0xFFFFFFFF])
+        return [encode(self.any_op(), self.rng.randbytes(16), handle_id=self.handle(), length=length)]
+
+    def multipart(self):
+        return [self.rng.choice([self.valid(), self.rng.randbytes(48)]) for _ in range(self.rng.randrange(2, 5))]
+
+    def wrong_handle(self):
+        handle = self.rng.choice([self.link_id + 1, self.link_id + 1000, (1 << 64) - 1, 0 if self.at_link else 5])
+        op = self.rng.choice([FIRST, LAST, OBSERVE, MOVE, AXE, DELTA, RELEASE, PING] if not self.at_link else
+                             [FIRST, LAST, OBSERVE, OBSERVE_AT, AXE, DELTA, RELEASE, PING])
+        payload = self.rng.randbytes(TUPLE_SIZE) if op == MOVE else b""
+        return [encode(op, payload, handle_id=handle)]
+
+    def mutated(self):
+        frame = bytearray(self.valid())
+        for _ in range(self.rng.randrange(1, 5)):
+            frame[self.rng.randrange(len(frame))] = self.rng.randrange(256)
+        return [bytes(frame)]
+
+    def wrong_payload(self):
+        if self.at_link:  # a move or exchange with a tuple of the wrong size
+            return [encode(self.rng.choice([MOVE, EXCHANGE]), self.rng.randbytes(self.rng.choice([0, 1, 7, 9, 64])),
+                           handle_id=self.link_id)]
+        if self.rng.random() < 0.05:  # a path spec beyond the largest the server takes
+            return [encode(BUILD, b"x" * (SPEC_MAX + 1))]
+        return [encode(BUILD, self.rng.choice([b"", self.rng.randbytes(self.rng.randrange(1, 200))]))]
+
+    def next(self):
+        while True:
+            parts = self.rng.choice(self.kinds)()
+            if not self.at_link or safe_at_link(parts, self.link_id):
+                return parts
+
+
+# ---- the server and a raw socket ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ChildProcesses() as children:
+        yield children.peer_server()
+
+
+@pytest.fixture
+def context():
+    ctx = zmq.Context()
+    yield ctx
+    ctx.destroy(linger=0)
+
+
+def dealer(ctx, endpoint):
+    socket = ctx.socket(zmq.DEALER)
+    socket.linger = 0
+    socket.connect(endpoint)
+    return socket
+
+
+def answer(socket, timeout_ms=ANSWER_WAIT_MS) -> bytes:
+    assert socket.poll(timeout_ms, zmq.POLLIN), f"no answer within {timeout_ms} ms"
+    return socket.recv()
+
+
+def open_link(ctx, endpoint, element):
+    """BUILD by hand: returns (handle id, link endpoint)."""
+    main = dealer(ctx, endpoint)
+    spec = path_to_json(make_path(stage("core", name=element, format="q"))).encode()
+    main.send(encode(BUILD, spec, request_id=1))
+    reply = decode(answer(main))
+    main.close()
+    assert reply and reply["op"] == BUILD and reply["status"] == PS_OK, reply
+    return reply["handle_id"], reply["payload"].decode()
+
+
+def exact_round_trips(endpoint, element, n=300):
+    handle = build_path(make_path(stage("remote", host=endpoint, timeout_ms=5000), stage("core", name=element, format="q")))
+    for i in range(n):
+        handle.move(i * 3)
+        assert handle.observe() == (i * 3,)
+    two = [build_path(make_path(stage("reduce-sum", num_threads=2),
+                                stage("remote", host=endpoint, timeout_ms=5000, window=2),
+                                stage("core", name=element + "-sum", format="q"))) for _ in range(2)]
+    assert paths.bench.gsum(two, 300).bad_totals == 0
+
+
+def fuzz(socket, fuzzer: Fuzzer, frames: int):
+    """Sends `frames` messages in batches, reading every answer the server owes; returns
+    (messages sent, expected bad frames, expected answers, well-formed BUILDs sent)."""
+    sent = bad = owed = builds = 0
+    while sent < frames:
+        batch = [fuzzer.next() for _ in range(min(BATCH, frames - sent))]
+        for parts in batch:
+            socket.send_multipart(parts)
+        sent += len(batch)
+        expected = 0
+        for parts in batch:
+            refused = refused_by_server(parts, fuzzer.at_link, fuzzer.link_id)
+            bad += refused
+            if not fuzzer.at_link and not refused and decode(parts[0])["op"] == BUILD:
+                builds += 1
+            expected += fuzzer.at_link or len(parts) == 1  # the main endpoint drops multipart unanswered
+        for _ in range(expected):
+            reply = answer(socket)
+            header = HEADER.unpack_from(reply) if len(reply) >= HEADER.size else None
+            assert header and header[0] == VERSION and header[3] == len(reply) - HEADER.size, reply[:64]
+            assert header[2] in (PS_OK, PS_EINVAL), header
+        owed += expected
+    return sent, bad, owed, builds
+
+
+def test_ten_thousand_hostile_frames(server, context):
+    process, endpoint = server
+    exact_round_trips(endpoint, "BEFORE")  # warm up, so memory is measured at its working size
+    rss_before = process.rss_kb()
+    link_id, link_endpoint = open_link(context, endpoint, "FUZZ")
+    before = counters(process)
+
+    rng = random.Random(SEED)
+    main_sent, main_bad, _, main_builds = fuzz(dealer(context, endpoint), Fuzzer(rng, False, link_id),
+                                               FRAMES_PER_ENDPOINT)
+    link_socket = dealer(context, link_endpoint)
+    link_sent, link_bad, _, _ = fuzz(link_socket, Fuzzer(rng, True, link_id), FRAMES_PER_ENDPOINT)
+
+    after = counters(process)
+    assert main_sent + link_sent >= 10_000
+    assert after["frames"] - before["frames"] == main_sent + link_sent
+    assert after["bad_frames"] - before["bad_frames"] == main_bad + link_bad
+    assert after["build_errors"] - before["build_errors"] == main_builds
+    assert after["builds"] == before["builds"], "a hostile frame opened a link"
+
+    # Messages beyond the largest frame: the server drops such a peer without reading them.
+    for target in (endpoint, link_endpoint):
+        flood = dealer(context, target)
+        for _ in range(3):
+            flood.send(encode(PING, b"\0" * (MAX_PAYLOAD + 1024), handle_id=link_id))
+        flood.close()
+
+    # The fuzzed link still serves its owner, and lets go when released.
+    link_socket.send(encode(PING, request_id=77, handle_id=link_id))
+    assert decode(answer(link_socket))["status"] == PS_OK
+    link_socket.send(encode(RELEASE, request_id=78, handle_id=link_id))
+    assert decode(answer(link_socket))["status"] == PS_OK
+
+    exact_round_trips(endpoint, "AFTER")
+    grown = process.rss_kb() - rss_before
+    assert grown < RSS_GROWTH_KB, f"server memory grew by {grown / 1024:.1f} MB"
+
+
+BREAKING_SPECS = {
+    "lone surrogate in a name": '{"version":1,"path":[["core",{"name":"\\ud800","format":"q"}]]}',
+    "deep nesting": "[" * 10_000 + "]" * 10_000,
+    "huge number": '{"version":1,"path":[["reduce-sum",{"num_threads":1e999}],["core",{"name":"x","format":"q"}]]}',
+    "not UTF-8": b'{"version":1,"path":[["core",{"name":"\xff\xfe","format":"q"}]]}',
+    "wrong version": '{"version":2,"path":[["core",{"name":"x","format":"q"}]]}',
+}
+
+
+@pytest.mark.parametrize("spec", list(BREAKING_SPECS))
+def test_a_build_that_breaks_the_builder_is_refused_and_the_server_lives(server, context, spec):
+    process, endpoint = server
+    payload = BREAKING_SPECS[spec]
+    payload = payload if isinstance(payload, bytes) else payload.encode()
+    main = dealer(context, endpoint)
+    main.send(encode(BUILD, payload, request_id=5))
+    reply = decode(answer(main))
+    assert reply["op"] == BUILD and reply["status"] == PS_EINVAL and reply["payload"], reply
+    exact_round_trips(endpoint, f"LIVES-{spec}", n=20)  # the server still serves
