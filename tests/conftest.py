@@ -1,11 +1,40 @@
-"""Fixtures shared by the PastSet test files."""
+"""Fixtures shared by the test files: a fresh PastSet, and watching the node processes of map
+runs (tests/node_probe.py)."""
 
 import pytest
+from node_probe import NodeProbe
 
 import paths
+from paths import experiment
+from paths.launcher import NodeProcesses
 
 
 @pytest.fixture
 def space():
     """A fresh, empty PastSet."""
     return paths.PastSet()
+
+
+@pytest.fixture
+def probe(tmp_path, monkeypatch):
+    """A probe in every node process started by this test (in-process runs and `paths run`)."""
+    node_probe = NodeProbe(tmp_path / "probe")
+    for key, value in node_probe.env.items():
+        monkeypatch.setenv(key, value)
+    yield node_probe
+    left = node_probe.close()
+    assert not left, f"processes left behind (now killed): {left}"
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The NodeProcesses of each run_experiment in this test, so a test can reach the nodes."""
+    runs = []
+
+    class Recorded(NodeProcesses):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            runs.append(self)
+
+    monkeypatch.setattr(experiment, "NodeProcesses", Recorded)
+    return runs

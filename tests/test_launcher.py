@@ -30,31 +30,6 @@ RUN_TIMEOUT = 60.0  # seconds any one step may wait; a failure must be reported 
 PROMPT = 5.0        # the longest a failed or interrupted run may take to report and reap
 
 
-@pytest.fixture
-def probe(tmp_path, monkeypatch):
-    """A probe in every node process started by this test (in-process runs and `paths run`)."""
-    node_probe = NodeProbe(tmp_path / "probe")
-    for key, value in node_probe.env.items():
-        monkeypatch.setenv(key, value)
-    yield node_probe
-    left = node_probe.close()
-    assert not left, f"processes left behind (now killed): {left}"
-
-
-@pytest.fixture
-def launched(monkeypatch):
-    """The NodeProcesses of each run_experiment in this test, so a test can reach the nodes."""
-    runs = []
-
-    class Recorded(NodeProcesses):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            runs.append(self)
-
-    monkeypatch.setattr(experiment, "NodeProcesses", Recorded)
-    return runs
-
-
 def assert_all_reaped(probe: NodeProbe, nodes: list[str]) -> None:
     assert sorted(probe.started().values()) == sorted(nodes)
     assert probe.unreaped() == [], "node processes still there (running, or zombies nobody waited for)"

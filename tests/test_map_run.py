@@ -14,42 +14,15 @@ import subprocess
 import sys
 
 import pytest
-from node_probe import NodeProbe
 
 import paths
-from paths import build_path, experiment, make_path, stage
+from paths import build_path, make_path, stage
 from paths.cluster_map import builtin_map, load_map_text
 from paths.experiment import RunSettings, plans_for, run_experiment
-from paths.launcher import NodeProcesses
 from paths.placement import PlacementWarning
 from paths.run_command import results_table
 
 RUN_TIMEOUT = 60.0  # seconds any one step of a run may take; the runs below take far less
-
-
-@pytest.fixture
-def probe(tmp_path, monkeypatch):
-    """A probe in every node process started by this test (in-process runs and `paths run`)."""
-    node_probe = NodeProbe(tmp_path / "probe")
-    for key, value in node_probe.env.items():
-        monkeypatch.setenv(key, value)
-    yield node_probe
-    left = node_probe.close()
-    assert not left, f"processes left behind (now killed): {left}"
-
-
-@pytest.fixture
-def launched(monkeypatch):
-    """The NodeProcesses of each run_experiment in this test, so a test can reach the nodes."""
-    runs = []
-
-    class Recorded(NodeProcesses):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            runs.append(self)
-
-    monkeypatch.setattr(experiment, "NodeProcesses", Recorded)
-    return runs
 
 
 def element_history(endpoint: str, name: str) -> list[int]:

@@ -764,6 +764,21 @@ void check_report(const ps_kernel_report &report, const std::vector<ps_link *> &
     raise_status(report.status, what);
 }
 
+// Runs a single-thread C loop of `count` operations through one handle; ns per operation.
+double single_link_kernel(const std::shared_ptr<Handle> &handle, int64_t count, const py::object &timeout,
+                          const char *name, double (*kernel)(ps_link *, int64_t, int64_t), const char *failure) {
+    std::vector<ps_link *> links = links_of({handle}, name);
+    if (count <= 0) throw py::value_error(std::string(name) + ": expected a count > 0");
+    int64_t wait = timeout_ns(timeout);
+    double ns;
+    {
+        py::gil_scoped_release released;
+        ns = kernel(links[0], count, wait);
+    }
+    if (ns < 0) throw std::runtime_error(std::string(name) + ": " + failure);
+    return ns;
+}
+
 py::dict gsum(const std::vector<std::shared_ptr<Handle>> &handles, int64_t rounds, py::object contributors,
               const py::object &timeout) {
     std::vector<ps_link *> links = links_of(handles, "gsum");
@@ -866,29 +881,13 @@ PYBIND11_MODULE(_native, m) {
         return ps_kernel_core_pairs_ns(pairs);
     }, py::arg("pairs"), "Nanoseconds per move+observe pair from a C loop on one element.");
     bench.def("pairs_ns", [](const std::shared_ptr<Handle> &handle, int64_t pairs, const py::object &timeout) {
-        std::vector<ps_link *> links = links_of({handle}, "pairs_ns");
-        if (pairs <= 0) throw py::value_error("pairs_ns: expected pairs > 0");
-        int64_t wait = timeout_ns(timeout);
-        double ns;
-        {
-            py::gil_scoped_release released;
-            ns = ps_kernel_link_pairs_ns(links[0], pairs, wait);
-        }
-        if (ns < 0) throw std::runtime_error("pairs_ns: an operation failed or returned a wrong tuple");
-        return ns;
+        return single_link_kernel(handle, pairs, timeout, "pairs_ns", ps_kernel_link_pairs_ns,
+                                  "an operation failed or returned a wrong tuple");
     }, py::arg("handle"), py::arg("pairs"), py::arg("timeout") = 60.0,
        "Nanoseconds per move+observe pair through one handle, from a C loop (single thread).");
     bench.def("link_moves_ns", [](const std::shared_ptr<Handle> &handle, int64_t moves, const py::object &timeout) {
-        std::vector<ps_link *> links = links_of({handle}, "link_moves_ns");
-        if (moves <= 0) throw py::value_error("link_moves_ns: expected moves > 0");
-        int64_t wait = timeout_ns(timeout);
-        double ns;
-        {
-            py::gil_scoped_release released;
-            ns = ps_kernel_link_moves_ns(links[0], moves, wait);
-        }
-        if (ns < 0) throw std::runtime_error("link_moves_ns: a move failed, or last() grew by fewer than the moves made");
-        return ns;
+        return single_link_kernel(handle, moves, timeout, "link_moves_ns", ps_kernel_link_moves_ns,
+                                  "a move failed, or last() grew by fewer than the moves made");
     }, py::arg("handle"), py::arg("moves"), py::arg("timeout") = 60.0,
        "Nanoseconds per move through one handle from a C loop, until every move is acknowledged (single thread).");
     bench.def("zmq_round_trip_us", [](int64_t rounds, int64_t bytes) {
