@@ -8,12 +8,14 @@ serve every thread count; each count gets its own element, so its tree is a fres
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from .cluster_map import ClusterMap
 from .launcher import NodeProcesses
-from .path_spec import path_to_json
+from .path_spec import PathSpec, path_to_json, stage
 from .reduction_tree import ReductionPlan, plan_reduction
 
 KERNELS = ("gsum", "mcpi")
@@ -50,6 +52,7 @@ class RunSettings:
     launch: Optional[str] = None
     timeout: float = 120.0
     collect_counters: bool = False
+    trace_dir: Optional[str] = None  # trace every caller and every link into this folder
 
 
 def plans_for(cluster_map: ClusterMap, settings: RunSettings) -> dict[int, ReductionPlan]:
@@ -68,10 +71,12 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
     plans = plans_for(cluster_map, settings)
     nodes = list(dict.fromkeys(node for plan in plans.values() for node in plan.stages_by_node()))
     report = RunReport()
-    with NodeProcesses(cluster_map, nodes, settings.launch) as processes:
+    node_options = ("--trace-dir", os.path.abspath(settings.trace_dir)) if settings.trace_dir else ()
+    with NodeProcesses(cluster_map, nodes, settings.launch, node_options) as processes:
         for n, plan in plans.items():
             threads_of = {node: [i for i, p in enumerate(plan.placements) if p == node] for node in nodes}
-            processes.request_all({node: {"op": "build", "paths": [path_to_json(plan.paths[i]) for i in threads]}
+            thread_paths = traced_paths(plan, settings) if settings.trace_dir else plan.paths
+            processes.request_all({node: {"op": "build", "paths": [path_to_json(thread_paths[i]) for i in threads]}
                                    for node, threads in threads_of.items()}, settings.timeout)
             busy = [node for node in nodes if threads_of[node]]
             for r in range(settings.repeat):
@@ -82,6 +87,35 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
                 report.counters[n] = {node: a["stages"] for node, a in answers.items()}
             processes.request_all({node: {"op": "release"} for node in nodes})
     return report
+
+
+def traced_paths(plan: ReductionPlan, settings: RunSettings) -> list[PathSpec]:
+    """Every thread's path with a trace stage on top (one per node: its threads are its callers)
+    and one before each remote stage (the link's round trips), each named after its node and
+    place, written into settings.trace_dir when the tree is released."""
+    n = len(plan.placements)
+    capacity = min(1 << 22, 2 * n * max(settings.rounds, 1) * settings.repeat + 16)
+    traced = []
+    for thread, path in enumerate(plan.paths):
+        node = plan.placements[thread]
+        stages = []
+        for i, spec in enumerate(path.stages):
+            if i == 0 or spec.kind == "remote":
+                rest = path.stages[i:]
+                tag = hashlib.sha1(repr(rest).encode()).hexdigest()[:8]
+                role = "callers" if i == 0 else "link"
+                # Built here: a full path. Past a remote, a server builds it: a bare name,
+                # which the server places in its own --trace-dir.
+                built_here = all(s.kind != "remote" for s in path.stages[:i])
+                directory = os.path.abspath(settings.trace_dir) if built_here else ""
+                name = f"{settings.kernel}-n{n}-{node}-{role}-{tag}.bin"
+                stages.append(stage("trace", file=os.path.join(directory, name) if directory else name,
+                                    node=node, capacity=capacity))
+            stages.append(spec)
+            if spec.kind == "remote":
+                node = spec.param("host")
+        traced.append(PathSpec(tuple(stages)))
+    return traced
 
 
 def _measure(processes: NodeProcesses, settings: RunSettings, plan: ReductionPlan, threads_of: dict,

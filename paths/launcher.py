@@ -44,11 +44,12 @@ class NodeCommand:
 
 
 def node_commands(cluster_map: ClusterMap, nodes: list[str], mode: str | None = None,
-                  environ: dict | None = None) -> list[NodeCommand]:
-    """The command that starts each node, for the given (or the map's) launch mode."""
+                  environ: dict | None = None, node_options: tuple[str, ...] = ()) -> list[NodeCommand]:
+    """The command that starts each node, for the given (or the map's) launch mode;
+    node_options are added to every node's own options (python -m paths.node --help)."""
     mode = mode or cluster_map.launch.mode
     environ = os.environ if environ is None else environ
-    python = [sys.executable, "-m", "paths.node"]
+    python = [sys.executable, "-m", "paths.node", *node_options]
     if mode == "local":
         return [NodeCommand(n, python + ["--name", n, "--bind", "tcp://127.0.0.1:*"]) for n in nodes]
     if mode == "ssh":
@@ -164,8 +165,9 @@ def _answer(name: str, line: str) -> dict:
 class NodeProcesses:
     """The running nodes of one map run; use as a context manager so they are always reaped."""
 
-    def __init__(self, cluster_map: ClusterMap, nodes: list[str], mode: str | None = None):
-        self.commands = node_commands(cluster_map, nodes, mode)
+    def __init__(self, cluster_map: ClusterMap, nodes: list[str], mode: str | None = None,
+                 node_options: tuple[str, ...] = ()):
+        self.commands = node_commands(cluster_map, nodes, mode, node_options=node_options)
         self.secure = (mode or cluster_map.launch.mode) != "local"
         self.nodes: dict[str, _Node] = {}
 

@@ -93,12 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", required=True, help="this node's name in the map")
     parser.add_argument("--bind", default="tcp://127.0.0.1:*", help="the server's endpoint")
     parser.add_argument("--advertise", help="the host other nodes reach this one by (when binding *)")
+    parser.add_argument("--trace-dir", help="where trace stages in paths other nodes send write their files")
     args = parser.parse_args(argv)
     # The run's CURVE key pair comes on the first line of standard input, "PUBLIC SECRET", or
     # "-" for none (never on the command line, where other users could read it).
     keys = sys.stdin.readline().split()
     public, secret = keys if len(keys) == 2 else ("", "")
-    server = PathServer(args.bind, secret).start()
+    server = PathServer(args.bind, secret, trace_dir=args.trace_dir).start()
     endpoint = server.endpoint
     if args.advertise:
         endpoint = endpoint.replace("0.0.0.0", args.advertise)

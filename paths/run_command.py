@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import glob
 import math
 import os
 import statistics
@@ -82,13 +83,18 @@ def run_command(argv: list[str]) -> int:
     parser.add_argument("--darts", type=positive("--darts"), default=10_000_000, help="mcpi: darts per run")
     parser.add_argument("--launch", choices=("local", "ssh", "slurm"), help="how nodes start (default: the map's)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds any one step may take")
+    parser.add_argument("--trace", metavar="DIR", help="trace every node's callers and every link between nodes "
+                                                    "into DIR, then merge the traces into DIR/<kernel>.json "
+                                                    "(Perfetto: https://ui.perfetto.dev)")
     parser.add_argument("--csv", help="write every measurement to this CSV file")
     parser.add_argument("--plot", help="write a plot (min/avg/max per thread count) to this PNG file")
     args = parser.parse_args(argv)
     try:
         cluster_map = open_map(args.map)
         settings = RunSettings(args.kernel, args.threads, args.policy, args.max_fanin, args.repeat,
-                               args.rounds, args.darts, args.launch, args.timeout)
+                               args.rounds, args.darts, args.launch, args.timeout, trace_dir=args.trace)
+        if args.trace:
+            os.makedirs(args.trace, exist_ok=True)
         for option, path in (("--csv", args.csv), ("--plot", args.plot)):  # not after a long run
             folder = os.path.dirname(os.path.abspath(path)) if path else ""
             if path and not os.path.isdir(folder):
@@ -114,6 +120,25 @@ def run_command(argv: list[str]) -> int:
             print(f"paths run: {option} {path}: cannot write it: {e.strerror or e}", file=sys.stderr)
             return 1
         print(f"wrote {path}")
+    if args.trace:
+        return _merge_traces(args.trace, settings.kernel)
+    return 0
+
+
+def _merge_traces(directory: str, kernel: str) -> int:
+    """All the run's trace files, as one Perfetto file beside them."""
+    from .trace_file import TraceFileError, read_trace, to_perfetto
+
+    files = sorted(glob.glob(os.path.join(directory, f"{kernel}-n*.bin")))
+    try:
+        traces = [read_trace(f) for f in files]
+        out = os.path.join(directory, f"{kernel}.json")
+        to_perfetto(traces, out)
+    except (TraceFileError, OSError) as e:
+        print(f"paths run: --trace {directory}: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}: {sum(len(t.events) for t in traces)} events from {len(files)} trace files "
+          f"(open it at https://ui.perfetto.dev)")
     return 0
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import _native
 from .build import default_pastset, stage_table
+from .path_edit import confine_trace_files
 from .path_spec import path_from_json
 
 POLL_SECONDS = 0.1
@@ -30,7 +31,7 @@ class PathServer:
     """A server over one PastSet (the process's own by default)."""
 
     def __init__(self, bind: str = "tcp://127.0.0.1:7000", curve_secret: str = "",
-                 pastset: _native.PastSet | None = None):
+                 pastset: _native.PastSet | None = None, trace_dir: str | None = None):
         self.pastset = pastset if pastset is not None else default_pastset()
         self.table = stage_table(self.pastset)
         self.native = _native.Server(bind, curve_secret)
@@ -39,6 +40,7 @@ class PathServer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.build_errors = 0
+        self.trace_dir = trace_dir  # where trace stages clients send write; None: refused
 
     def serve_once(self, timeout: float = POLL_SECONDS) -> None:
         """Answer at most one BUILD request, then drop the handles clients released."""
@@ -50,7 +52,7 @@ class PathServer:
 
     def _answer(self, request) -> None:
         try:
-            path = path_from_json(request.spec)
+            path = confine_trace_files(path_from_json(request.spec), self.trace_dir)
             handle = self.table.build(path, label=f"remote caller {self.native.counters()['builds']}")
         except Exception as e:  # whatever a client's spec provokes, it must not end the server
             self.build_errors += 1
@@ -106,6 +108,9 @@ def serve_command(argv: list[str]) -> int:
                         help="file holding the server's CURVE secret key (Z85); clients then need its public key")
     parser.add_argument("--insecure", action="store_true",
                         help="allow binding a non-loopback address without CURVE")
+    parser.add_argument("--trace-dir", metavar="DIR",
+                        help="where trace stages sent by clients write their files (bare names only); "
+                             "without it, such paths are refused")
     parser.add_argument("--keygen", metavar="PREFIX",
                         help="write a new CURVE key pair to PREFIX.key (secret) and PREFIX.pub, then exit")
     args = parser.parse_args(argv)
@@ -122,7 +127,7 @@ def serve_command(argv: list[str]) -> int:
               "(see --keygen), or --insecure", file=sys.stderr)
         return 2
     try:
-        server = PathServer(args.bind, secret)
+        server = PathServer(args.bind, secret, trace_dir=args.trace_dir)
     except ValueError as e:
         print(f"paths serve: {e}", file=sys.stderr)
         return 1

@@ -24,7 +24,7 @@ HEADER = struct.Struct("<8sIIIIQdQqQQ72s112s")
 EVENT = struct.Struct("<QQqIBBH")
 HAS_TUPLE = 1
 MODES = ("timestamp", "operation")
-OPS = ("move", "observe", "observe_at", "first", "last", "delta", "axe")
+OPS = ("move", "observe", "observe_at", "first", "last", "delta", "axe", "exchange")
 # ps_status in pastset/pastset.h, in order.
 STATUS_NAMES = ("ok", "timed out", "axed", "bad index", "bad format", "format mismatch",
                 "out of memory", "invalid argument", "closed", "wrong state", "not supported",

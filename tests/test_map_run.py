@@ -9,6 +9,7 @@ and check that every node process started was reaped.
 """
 
 import csv
+import json
 import math
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from paths.cluster_map import builtin_map, load_map_text
 from paths.experiment import RunSettings, plans_for, run_experiment
 from paths.placement import PlacementWarning
 from paths.run_command import results_table
+from paths.trace_file import read_trace
 
 RUN_TIMEOUT = 60.0  # seconds any one step of a run may take; the runs below take far less
 
@@ -249,3 +251,22 @@ def test_output_files_are_checked_before_the_run_and_written_exactly_where_asked
     assert f"wrote {plot}" in done.stdout.splitlines()
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # that very file, not plot-without-extension.png
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plot-without-extension", "probe"]
+
+
+def test_trace_option_traces_every_node_and_link_into_one_perfetto_file(probe, tmp_path):
+    rounds = 40
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "6", "--repeat", "2", "--rounds", str(rounds),
+                     "--trace", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    traces = {p.name: read_trace(str(p)) for p in tmp_path.glob("gsum-n6-*.bin")}
+    # bucket: threads 0-3 on n0, 4-5 on n1; one callers trace per node, one trace on n1's link to n0
+    callers = {name.split("-")[2]: t for name, t in traces.items() if "-callers-" in name}
+    links = [t for name, t in traces.items() if "-link-" in name]
+    assert sorted(callers) == ["n0", "n1"] and len(links) == 1
+    for node, threads in (("n0", 4), ("n1", 2)):
+        events = callers[node].events
+        assert len(events) == 2 * rounds * 2 * threads  # a move and an observe per round, per thread
+        assert {e.thread for e in events} == set(range(threads))
+    assert [e.op for e in links[0].events] == ["exchange"] * (rounds * 2)  # one round trip per sum
+    perfetto = json.loads((tmp_path / "gsum.json").read_text())
+    assert sum(e.get("ph") == "X" for e in perfetto["traceEvents"]) == sum(len(t.events) for t in traces.values())

@@ -64,7 +64,7 @@ static void cache_destroy(ps_stage *stage) {
 
 static const ps_stage_ops CACHE_OPS = {
     ps_forward_move, ps_forward_observe, cache_observe_at, ps_forward_first, ps_forward_last,
-    ps_forward_delta, ps_forward_axe, cache_counters, cache_destroy,
+    ps_forward_delta, ps_forward_axe, cache_counters, cache_destroy, ps_forward_exchange, NULL,
 };
 
 static int cache_create(const ps_params *params, const ps_build_context *context, ps_stage *below,

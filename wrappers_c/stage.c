@@ -227,3 +227,6 @@ int ps_forward_first(ps_link *link, int64_t *out) { return ps_link_first(ps_stag
 int ps_forward_last(ps_link *link, int64_t *out) { return ps_link_last(ps_stage_down(link), out); }
 int ps_forward_delta(ps_link *link, int64_t bound, int64_t *out) { return ps_link_delta(ps_stage_down(link), bound, out); }
 int ps_forward_axe(ps_link *link, int64_t index) { return ps_link_axe(ps_stage_down(link), index); }
+int ps_forward_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved) {
+    return ps_link_exchange(ps_stage_down(link), tuple, out, timeout_ns, moved);
+}

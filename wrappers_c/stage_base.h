@@ -75,5 +75,6 @@ int ps_forward_first(ps_link *link, int64_t *out);
 int ps_forward_last(ps_link *link, int64_t *out);
 int ps_forward_delta(ps_link *link, int64_t bound, int64_t *out);
 int ps_forward_axe(ps_link *link, int64_t index);
+int ps_forward_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved);
 
 #endif

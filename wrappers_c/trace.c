@@ -141,6 +141,13 @@ static int trace_axe(ps_link *link, int64_t index) {
     return rc;
 }
 
+static int trace_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved) {
+    uint64_t start = ticks_now();
+    int rc = ps_link_exchange(ps_stage_down(link), tuple, out, timeout_ns, moved);
+    record(link, PS_TRACE_EXCHANGE, start, rc, -1, tuple);
+    return rc;
+}
+
 /* ---- counters, writing, life cycle ---------------------------------------------------------- */
 
 /* Events recorded and operations dropped so far, from one reading of the claimed slots. */
@@ -206,7 +213,7 @@ static void trace_destroy(ps_stage *stage) {
 
 static const ps_stage_ops TRACE_OPS = {
     trace_move, trace_observe, trace_observe_at, trace_first, trace_last,
-    trace_delta, trace_axe, trace_counters, trace_destroy,
+    trace_delta, trace_axe, trace_counters, trace_destroy, trace_exchange, NULL,
 };
 
 /* Zeroed memory with every page already touched, so that the hot path never takes a page fault

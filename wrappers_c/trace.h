@@ -38,6 +38,7 @@ typedef enum ps_trace_op {
     PS_TRACE_LAST = 4,
     PS_TRACE_DELTA = 5,
     PS_TRACE_AXE = 6,
+    PS_TRACE_EXCHANGE = 7, /* a move and an observe as one operation (the tuple moved is kept) */
 } ps_trace_op;
 
 enum { PS_TRACE_HAS_TUPLE = 1 };  /* event flag: the tuples section holds this event's tuple */

@@ -1,0 +1,41 @@
+"""Editing path specs by role, as tools that rewrite paths need: put a stage on top of a path,
+or before every stage of a kind (a trace before each remote), or keep trace files in a folder.
+Every function returns a new PathSpec; specs are values and are never changed in place."""
+
+from __future__ import annotations
+
+import os
+
+from .path_spec import PathSpec, StageSpec
+
+
+def insert_top(path: PathSpec, new: StageSpec) -> PathSpec:
+    """`new` becomes the caller's first stage."""
+    return PathSpec((new,) + path.stages)
+
+
+def insert_before(path: PathSpec, kind: str, new: StageSpec) -> PathSpec:
+    """`new` goes just before every stage of `kind` (e.g. a trace before each remote)."""
+    stages: list[StageSpec] = []
+    for spec in path.stages:
+        if spec.kind == kind:
+            stages.append(new)
+        stages.append(spec)
+    return PathSpec(tuple(stages))
+
+
+def confine_trace_files(path: PathSpec, directory: str | None) -> PathSpec:
+    """The path with every trace file placed in `directory`. A path that comes from elsewhere
+    (a remote client) must not choose where this process writes: a trace file must be a bare
+    file name, and with no directory, trace stages are refused."""
+    stages = []
+    for spec in path.stages:
+        if spec.kind == "trace":
+            name = spec.param("file", "")
+            if directory is None:
+                raise ValueError(f"stage {spec}: this server writes no trace files (start it with --trace-dir DIR)")
+            if not name or os.path.basename(name) != name or name in (".", ".."):
+                raise ValueError(f"stage {spec}: a trace file sent to a server must be a bare file name, got {name!r}")
+            spec = spec.replace(file=os.path.join(directory, name))
+        stages.append(spec)
+    return PathSpec(tuple(stages))

@@ -1,0 +1,66 @@
+"""Editing paths by role, and a server keeping the trace files clients send in its own folder."""
+
+import os
+
+import pytest
+
+import paths
+from paths import build_path, make_path, stage
+from paths.path_edit import confine_trace_files, insert_before, insert_top
+from paths.server import PathServer
+from paths.trace_file import read_trace
+
+CORE = stage("core", name="E", format="q")
+
+
+def test_insert_top_and_before_a_kind():
+    p = make_path(stage("reduce-sum", num_threads=2), stage("remote", host="n0"), stage("reduce-sum", num_threads=2),
+                  stage("remote", host="root"), CORE)
+    t = stage("trace", file="t.bin")
+    assert [s.kind for s in insert_top(p, t)] == ["trace", "reduce-sum", "remote", "reduce-sum", "remote", "core"]
+    assert [s.kind for s in insert_before(p, "remote", t)] == [
+        "reduce-sum", "trace", "remote", "reduce-sum", "trace", "remote", "core"]
+    assert [s.kind for s in p] == ["reduce-sum", "remote", "reduce-sum", "remote", "core"]  # unchanged
+
+
+@pytest.mark.parametrize("name", ["/etc/x.bin", "../x.bin", "a/b.bin", "", ".."])
+def test_trace_files_from_elsewhere_must_be_bare_names(name):
+    with pytest.raises(ValueError, match="bare file name"):
+        confine_trace_files(make_path(stage("trace", file=name), CORE), "/tmp")
+
+
+def test_trace_files_are_placed_in_the_folder_or_refused(tmp_path):
+    p = make_path(stage("trace", file="t.bin"), CORE)
+    assert confine_trace_files(p, str(tmp_path))[0].param("file") == str(tmp_path / "t.bin")
+    with pytest.raises(ValueError, match="writes no trace files"):
+        confine_trace_files(p, None)
+
+
+def remote_trace_path(endpoint, name):
+    return make_path(stage("remote", host=endpoint, timeout_ms=5000), stage("trace", file=name), CORE)
+
+
+@pytest.mark.parametrize("trace_dir, name, refusal", [
+    (None, "t.bin", "writes no trace files"),
+    ("traces", "/tmp/t.bin", "bare file name"),
+    ("traces", "../t.bin", "bare file name"),
+])
+def test_server_refuses_trace_files_it_would_not_own(tmp_path, trace_dir, name, refusal):
+    folder = str(tmp_path / trace_dir) if trace_dir else None
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), trace_dir=folder).start() as server:
+        with pytest.raises(ValueError, match=refusal):
+            build_path(remote_trace_path(server.endpoint, name), pastset=paths.PastSet())
+    assert os.listdir(tmp_path) == []
+
+
+def test_server_writes_client_traces_in_its_trace_dir(tmp_path):
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), trace_dir=str(tmp_path)).start() as server:
+        h = build_path(remote_trace_path(server.endpoint, "client.bin"), pastset=paths.PastSet())
+        h.move(3)
+        assert h.observe(timeout=5) == (3,)
+        del h  # the client releases its link; the server drops the tree, and the trace is written
+        deadline = 50
+        while not (tmp_path / "client.bin").exists() and deadline:
+            server.serve_once(0.1)
+            deadline -= 1
+    assert [e.op for e in read_trace(str(tmp_path / "client.bin")).events] == ["move", "observe"]
