@@ -43,7 +43,10 @@ class PathServer:
         self.trace_dir = trace_dir  # where trace stages clients send write; None: refused
 
     def serve_once(self, timeout: float = POLL_SECONDS) -> None:
-        """Answer at most one BUILD request, then drop the handles clients released."""
+        """Answer at most one BUILD request, then drop the handles clients released. Only one
+        thread serves: the server's own after start(), else the caller's."""
+        if self._thread is not None and self._thread is not threading.current_thread():
+            raise RuntimeError("PathServer.serve_once: the server's own thread serves it (start() was called)")
         request = self.native.next_build(timeout)
         if request is not None:
             self._answer(request)

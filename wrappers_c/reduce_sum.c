@@ -12,6 +12,9 @@
  * and the next waiting caller drives it again, so every operation can time out without losing or
  * repeating a round. No lock and no allocation on the way: contributions go to per-contributor,
  * cache-line-padded buffers; hand-offs are atomics; waits spin, then yield, then sleep.
+ *
+ * The link below is the stage's one link, used by one thread at a time: the driver, or a caller
+ * whose first, last, observe(i), delta or axe the stage passes on; the driving flag guards it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +42,9 @@ typedef struct reduce_sum_stage {
     uint32_t fan_in;
     size_t stride;
     round_slot slots[ROUND_SLOTS];
-    _Atomic int driving;           /* 1 while a thread drives rounds down */
+    _Atomic int driving;           /* 1 while a thread uses the link below: driving rounds down,
+                                      or passing another operation on (first, last, ...) */
+    _Atomic int link_waiters;      /* threads waiting to pass an operation on */
     _Atomic uint64_t down_moved;   /* rounds moved down */
     _Atomic uint64_t down_observed;/* rounds whose total came back */
     ps_waitpoint ready_wp;         /* totals arrive: observers wait here */
@@ -90,6 +95,7 @@ static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
             rc = PS_OK;
         }
         atomic_store(&s->driving, 0);
+        if (atomic_load(&s->link_waiters)) ps_waitpoint_wake(&s->ready_wp);
         if (rc == PS_ETIMEDOUT) {
             ps_waitpoint_wake(&s->ready_wp); /* let a waiting observer retry the round */
             return rc;
@@ -138,10 +144,12 @@ static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
     round_slot *slot = &s->slots[round % ROUND_SLOTS];
     int64_t deadline = 0;
     uint32_t spins = 0;
+    int waited = 0;
     for (;;) {
         uint32_t seen = ps_waitpoint_sequence(&s->ready_wp);
         if (atomic_load_explicit(&slot->ready, memory_order_acquire) == round + 1) break;
-        if (spins == 0) {
+        if (!waited) {
+            waited = 1;
             atomic_fetch_add_explicit(&s->base.waits, 1, memory_order_relaxed);
             deadline = ps_deadline(timeout_ns);
         }
@@ -163,6 +171,73 @@ static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
     return status;
 }
 
+/* ---- operations passed on: first, last, observe_at, delta, axe ------------------------------- */
+
+/* The link below is the stage's one link: the round driver uses it, so an operation passed on
+ * takes it the same way (the driving flag), and gives it back to the rounds afterwards. */
+static const int64_t PASS_ON_TIMEOUT_NS = 10000000000LL; /* for the calls that take no timeout */
+
+static int take_link(reduce_sum_stage *s, int64_t timeout_ns) {
+    int64_t deadline = ps_deadline(timeout_ns);
+    uint32_t spins = 0;
+    int rc = PS_OK;
+    atomic_fetch_add(&s->link_waiters, 1);
+    for (;;) {
+        uint32_t seen = ps_waitpoint_sequence(&s->ready_wp);
+        if (!atomic_exchange(&s->driving, 1)) break;
+        if ((rc = ps_waitpoint_wait(&s->ready_wp, seen, deadline, &spins)) == PS_ETIMEDOUT) break;
+    }
+    atomic_fetch_sub(&s->link_waiters, 1);
+    return rc;
+}
+
+/* Gives the link back; rounds that completed meanwhile are driven by the observers woken. */
+static void give_link(reduce_sum_stage *s) {
+    atomic_store(&s->driving, 0);
+    ps_waitpoint_wake(&s->ready_wp);
+}
+
+static int sum_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
+    reduce_sum_stage *s = sum_of(link);
+    int64_t deadline = ps_deadline(timeout_ns);
+    if (take_link(s, timeout_ns) != PS_OK) return PS_ETIMEDOUT;
+    int rc = ps_link_observe_at(&s->base.next, index, out, remaining(deadline));
+    give_link(s);
+    return rc;
+}
+
+static int sum_first(ps_link *link, int64_t *out) {
+    reduce_sum_stage *s = sum_of(link);
+    if (take_link(s, PASS_ON_TIMEOUT_NS) != PS_OK) return PS_ETIMEDOUT;
+    int rc = ps_link_first(&s->base.next, out);
+    give_link(s);
+    return rc;
+}
+
+static int sum_last(ps_link *link, int64_t *out) {
+    reduce_sum_stage *s = sum_of(link);
+    if (take_link(s, PASS_ON_TIMEOUT_NS) != PS_OK) return PS_ETIMEDOUT;
+    int rc = ps_link_last(&s->base.next, out);
+    give_link(s);
+    return rc;
+}
+
+static int sum_delta(ps_link *link, int64_t bound, int64_t *out) {
+    reduce_sum_stage *s = sum_of(link);
+    if (take_link(s, PASS_ON_TIMEOUT_NS) != PS_OK) return PS_ETIMEDOUT;
+    int rc = ps_link_delta(&s->base.next, bound, out);
+    give_link(s);
+    return rc;
+}
+
+static int sum_axe(ps_link *link, int64_t index) {
+    reduce_sum_stage *s = sum_of(link);
+    if (take_link(s, PASS_ON_TIMEOUT_NS) != PS_OK) return PS_ETIMEDOUT;
+    int rc = ps_link_axe(&s->base.next, index);
+    give_link(s);
+    return rc;
+}
+
 static int sum_counters(ps_stage *stage, ps_counter *out, int max) {
     reduce_sum_stage *s = (reduce_sum_stage *)stage;
     if (max < 2) return 0;
@@ -177,8 +252,7 @@ static void sum_destroy(ps_stage *stage) {
 }
 
 static const ps_stage_ops SUM_OPS = {
-    sum_move, sum_observe, ps_forward_observe_at, ps_forward_first, ps_forward_last,
-    ps_forward_delta, ps_forward_axe, sum_counters, sum_destroy,
+    sum_move, sum_observe, sum_observe_at, sum_first, sum_last, sum_delta, sum_axe, sum_counters, sum_destroy,
 };
 
 static int sum_create(const ps_params *params, const ps_build_context *context, ps_stage *below,

@@ -34,8 +34,9 @@ typedef struct ps_link {
     uint32_t slot;      /* this caller's contributor number at the stage: 0, 1, ... */
     uint64_t moves;     /* moves this caller made through the link */
     uint64_t observes;  /* next-observes this caller made through the link */
-    /* Counted by the link's one user, read by anyone (relaxed atomics): no shared cache line
-     * is written per operation. The stage adds them up when asked. */
+    /* Counted by the link's one user at a time (a joining stage's link below is handed from
+     * thread to thread under the stage's own guard), read by anyone (relaxed atomics): no
+     * shared cache line is written per operation. The stage adds them up when asked. */
     int64_t operations;
     int64_t bytes;
 } ps_link;
