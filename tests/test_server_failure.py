@@ -6,6 +6,7 @@ thread of this process in observe(), a GSum of two C threads, and a client proce
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -14,6 +15,7 @@ import pytest
 from child_processes import ChildProcesses, process_exists
 
 import paths
+import paths.server
 from paths import build_path, make_path, stage
 from paths.build import handle_tree
 
@@ -129,3 +131,22 @@ def test_server_down_at_build_time_is_connection_error_within_timeout():
     waited = time.monotonic() - started
     assert TIMEOUT_MS / 1000 * 0.9 <= waited < TIMEOUT_MS / 1000 + MARGIN_S
     assert address in str(refused.value) and "no answer" in str(refused.value)
+
+
+def test_a_killed_client_does_not_outlive_itself_on_the_server(children):
+    """A client killed mid-run holds a caller slot of the server's reduce-sum; its link ends
+    when its connection closes, the server's tree goes with it, and a new run can build the
+    same tree again (instead of finding the fan-in used up)."""
+    with paths.server.PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
+        doomed = children.peer("figure1", server.endpoint, 10_000_000)
+        doomed.expect("BUILT")
+        assert server.native.counters()["live"] == 1
+        doomed.signal(9)
+        deadline = time.monotonic() + PATIENCE_S
+        while server.native.counters()["live"]:
+            assert time.monotonic() < deadline, "the dead client's link is still served"
+            time.sleep(0.01)
+        assert server.native.counters()["abandoned"] == 1
+        pair = [children.peer("figure1", server.endpoint, 200) for _ in range(2)]
+        for client in pair:
+            assert json.loads(client.expect("DONE ", timeout=PATIENCE_S))["bad_totals"] == 0

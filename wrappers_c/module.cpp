@@ -718,6 +718,7 @@ public:
         d["bad_frames"] = c.bad_frames;
         d["builds"] = c.builds;
         d["live"] = c.live;
+        d["abandoned"] = c.abandoned;
         return d;
     }
 

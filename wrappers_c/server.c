@@ -16,6 +16,8 @@
 enum {
     POLL_SLICE_MS = 100,          /* how often a link's thread looks at the stop flag */
     ANSWER_TEXT_MAX = 1024,       /* error texts in answers are cut to this */
+    HEARTBEAT_MS = 2000,          /* ZeroMQ heartbeats on every server socket */
+    PEER_SILENCE_MS = 10000,      /* a peer silent this long is taken as gone */
 };
 static const int64_t OP_SLICE_NS = 1000000000LL; /* the longest one operation waits here */
 
@@ -24,6 +26,7 @@ typedef struct link_worker {
     uint64_t id;
     ps_link *link;
     void *socket;
+    void *peers_monitor;    /* connections to the socket come and go here (NULL: not watched) */
     pthread_t thread;
     _Atomic int finished;
     size_t tuple_size;
@@ -40,17 +43,20 @@ struct ps_server {
     link_worker *workers;
     uint64_t next_id;
     _Atomic int stopping;
-    _Atomic int64_t frames, bad_frames, builds, live;
+    _Atomic int64_t frames, bad_frames, builds, live, abandoned;
     unsigned char main_answer[PS_WIRE_HEADER + ANSWER_TEXT_MAX + 256];
 };
 
 static int make_server_socket(ps_server *s, void **out) {
     void *socket = zmq_socket(ps_zmq_context(), ZMQ_ROUTER);
     if (!socket) return -1;
-    int zero = 0, one = 1;
+    int zero = 0, one = 1, heartbeat_ms = HEARTBEAT_MS, silence_ms = PEER_SILENCE_MS;
     int64_t largest = PS_WIRE_HEADER + PS_WIRE_MAX_PAYLOAD; /* a larger message drops its peer unread */
     zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &largest, sizeof largest);
+    /* A peer whose host vanished (no connection reset ever comes) is dropped after the silence. */
+    zmq_setsockopt(socket, ZMQ_HEARTBEAT_IVL, &heartbeat_ms, sizeof heartbeat_ms);
+    zmq_setsockopt(socket, ZMQ_HEARTBEAT_TIMEOUT, &silence_ms, sizeof silence_ms);
     if (s->curve_secret[0]) {
         if (zmq_setsockopt(socket, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
             zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, s->curve_secret, 41) != 0) {
@@ -124,14 +130,50 @@ static int run_request(link_worker *w, const ps_frame *request, int64_t *value, 
     return rc;
 }
 
+/* Watches the connections to a link's socket, from before its client can connect. */
+static void *watch_peers(link_worker *w) {
+    char endpoint[96];
+    snprintf(endpoint, sizeof endpoint, "inproc://paths-link-peers-%p", (void *)w);
+    if (zmq_socket_monitor(w->socket, endpoint, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) return NULL;
+    void *monitor = zmq_socket(ps_zmq_context(), ZMQ_PAIR);
+    if (monitor && zmq_connect(monitor, endpoint) == 0) return monitor;
+    if (monitor) zmq_close(monitor);
+    zmq_socket_monitor(w->socket, NULL, 0);
+    return NULL;
+}
+
+/* Reads one monitor event; returns the change in connected peers (+1, -1, or 0). */
+static int peer_change(void *monitor) {
+    zmq_msg_t event, address;
+    zmq_msg_init(&event);
+    zmq_msg_init(&address);
+    int change = 0;
+    if (zmq_msg_recv(&event, monitor, 0) >= 0 && zmq_msg_size(&event) >= 2) {
+        const unsigned char *data = zmq_msg_data(&event);
+        uint16_t code = (uint16_t)(data[0] | (data[1] << 8));
+        change = code == ZMQ_EVENT_ACCEPTED ? 1 : code == ZMQ_EVENT_DISCONNECTED ? -1 : 0;
+    }
+    if (zmq_msg_more(&event)) zmq_msg_recv(&address, monitor, 0);
+    zmq_msg_close(&event);
+    zmq_msg_close(&address);
+    return change;
+}
+
 static void *serve_link(void *arg) {
     link_worker *w = arg;
     ps_server *s = w->server;
     size_t capacity = PS_WIRE_HEADER + w->tuple_size;
-    int released = 0;
-    while (!released && !atomic_load(&s->stopping)) {
-        zmq_pollitem_t item = {w->socket, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&item, 1, POLL_SLICE_MS) <= 0) continue;
+    int released = 0, peers = 0, abandoned = 0;
+    while (!released && !abandoned && !atomic_load(&s->stopping)) {
+        zmq_pollitem_t items[2] = {{w->socket, 0, ZMQ_POLLIN, 0}, {w->peers_monitor, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, w->peers_monitor ? 2 : 1, POLL_SLICE_MS) <= 0) continue;
+        if (items[1].revents & ZMQ_POLLIN) {
+            /* Every peer gone without a RELEASE (its process ended): nobody will release the
+             * link, so it ends here, and with it the client's hold on the stages it reached. */
+            peers += peer_change(w->peers_monitor);
+            abandoned = peers <= 0;
+            continue;
+        }
         zmq_msg_t routing_id, frame;
         zmq_msg_init(&routing_id);
         zmq_msg_init(&frame);
@@ -154,6 +196,11 @@ static void *serve_link(void *arg) {
         send_answer(w->socket, zmq_msg_data(&routing_id), zmq_msg_size(&routing_id), w->answer, length);
         zmq_msg_close(&routing_id);
         zmq_msg_close(&frame);
+    }
+    if (abandoned) atomic_fetch_add(&s->abandoned, 1);
+    if (w->peers_monitor) {
+        zmq_socket_monitor(w->socket, NULL, 0);
+        zmq_close(w->peers_monitor);
     }
     zmq_close(w->socket);
     w->socket = NULL;
@@ -283,8 +330,10 @@ int ps_server_answer_build(ps_server *s, const ps_build_request *request, ps_lin
             zmq_getsockopt(w->socket, ZMQ_LAST_ENDPOINT, bound, &bound_length) != 0)
             rc = PS_EREMOTE;
     }
+    if (rc == PS_OK) w->peers_monitor = watch_peers(w);
     if (rc == PS_OK && pthread_create(&w->thread, NULL, serve_link, w) != 0) rc = PS_ENOMEM;
     if (rc != PS_OK) {
+        if (w->peers_monitor) zmq_close(w->peers_monitor);
         if (w->socket) zmq_close(w->socket);
         free(w->tuple);
         free(w->answer);
@@ -333,6 +382,7 @@ void ps_server_read_counters(ps_server *s, ps_server_counters *out) {
     out->bad_frames = atomic_load(&s->bad_frames);
     out->builds = atomic_load(&s->builds);
     out->live = atomic_load(&s->live);
+    out->abandoned = atomic_load(&s->abandoned);
 }
 
 void ps_server_stop(ps_server *s) {

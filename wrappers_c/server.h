@@ -6,6 +6,9 @@
  * endpoint of its own, and its own thread: a caller blocked in an observe holds only its own
  * thread, never the server, and a round trip crosses no extra hop. Frames are checked
  * (wire.h) before anything is done with them; a malformed one is answered with PS_EINVAL.
+ * A link whose client is gone without releasing it (every connection to its socket closed, or
+ * silent past the heartbeat timeout) ends as if released, so a crashed client's hold on the
+ * server's stages does not outlive it.
  */
 #ifndef WRAPPERS_SERVER_H
 #define WRAPPERS_SERVER_H
@@ -36,6 +39,7 @@ typedef struct ps_server_counters {
     int64_t bad_frames;  /* frames refused as malformed or misaddressed */
     int64_t builds;      /* links handed over */
     int64_t live;        /* links being served */
+    int64_t abandoned;   /* links ended because every connection of their client closed */
 } ps_server_counters;
 
 /* Binds the main socket. curve_secret_z85 (40 characters) makes every socket a CURVE server;
