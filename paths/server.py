@@ -124,6 +124,10 @@ def serve_command(argv: list[str]) -> int:
         Path(args.keygen + ".pub").write_text(public + "\n")
         print(f"wrote {args.keygen}.key (secret) and {args.keygen}.pub (public)")
         return 0
+    problem = _endpoint_problem(args.bind)
+    if problem:
+        print(f"paths serve: --bind {args.bind}: {problem}", file=sys.stderr)
+        return 2
     secret = read_key_file(args.curve_secret, "CURVE secret key") if args.curve_secret else ""
     if not _is_local(args.bind) and not secret and not args.insecure:
         print(f"paths serve: --bind {args.bind} reaches beyond this machine: give --curve-secret FILE "
@@ -144,6 +148,19 @@ def serve_command(argv: list[str]) -> int:
     finally:
         server.close()
     return 0
+
+
+def _endpoint_problem(endpoint: str) -> str:
+    """What is wrong with an endpoint to bind, or "" (libzmq itself would take port 99999 as
+    34463, so the port is checked here)."""
+    scheme, _, rest = endpoint.partition("://")
+    if scheme not in ("tcp", "ipc", "inproc") or not rest:
+        return "expected tcp://HOST:PORT, ipc://PATH or inproc://NAME"
+    if scheme == "tcp":
+        host, _, port = rest.rpartition(":")
+        if not host or not (port == "*" or (port.isdigit() and 0 < int(port) < 65536)):
+            return "expected tcp://HOST:PORT with PORT from 1 to 65535, or * for a free one"
+    return ""
 
 
 def _is_local(endpoint: str) -> bool:
