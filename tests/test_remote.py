@@ -18,6 +18,7 @@ from child_processes import ChildProcesses, counters, process_exists
 
 import paths
 from paths import _native, build_path, make_path, stage
+from paths.server import PathServer
 
 TIMEOUT_MS = 5000     # remote stages' timeout_ms: generous, nothing here should come near it
 PATIENCE_S = 30       # the longest any wait in this file may take before its test fails
@@ -224,3 +225,15 @@ def test_paths_serve_refuses_a_non_loopback_bind_without_curve(children, bind):
     assert server.wait(timeout=PATIENCE_S) == 2
     assert "--curve-secret" in server.stderr() and bind in server.stderr()
 
+
+
+@pytest.mark.parametrize("proto", ["ipc", "inproc"])
+def test_ipc_and_inproc_transports(tmp_path, proto):
+    name = str(tmp_path / "server.sock") if proto == "ipc" else f"paths-test-{tmp_path.name}"
+    with PathServer(f"{proto}://{name}", pastset=paths.PastSet()).start():
+        handle = build_path(make_path(stage("remote", host=name, proto=proto, timeout_ms=5000),
+                                      stage("core", name="T", format="q")), pastset=paths.PastSet())
+        handle.move(7)
+        assert handle.observe(timeout=5) == (7,)
+        assert (handle.first(), handle.last()) == (1, 1)
+        del handle
