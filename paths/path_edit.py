@@ -1,6 +1,7 @@
 """Editing path specs by role, as tools that rewrite paths need: put a stage on top of a path,
-or before every stage of a kind (a trace before each remote), or keep trace files in a folder.
-Every function returns a new PathSpec; specs are values and are never changed in place."""
+or before every stage of a kind (a trace before each remote), or make a path that came from a
+remote client safe to build here. Every function returns a new PathSpec; specs are values and
+are never changed in place."""
 
 from __future__ import annotations
 
@@ -37,5 +38,23 @@ def confine_trace_files(path: PathSpec, directory: str | None) -> PathSpec:
             if not name or os.path.basename(name) != name or name in (".", ".."):
                 raise ValueError(f"stage {spec}: a trace file sent to a server must be a bare file name, got {name!r}")
             spec = spec.replace(file=os.path.join(directory, name))
+        stages.append(spec)
+    return PathSpec(tuple(stages))
+
+
+# What a path from a remote client may ask of this process at most.
+CLIENT_LIMITS = {("remote", "timeout_ms"): 60_000, ("trace", "capacity"): 1 << 22}
+
+
+def client_path(path: PathSpec, trace_dir: str | None) -> PathSpec:
+    """A path a server received, made safe to build: trace files kept in trace_dir, and no
+    stage asking for more than CLIENT_LIMITS (a longer wait for a server further down, a larger
+    trace buffer) than the server grants."""
+    stages = []
+    for spec in confine_trace_files(path, trace_dir).stages:
+        for (kind, param), most in CLIENT_LIMITS.items():
+            value = spec.param(param)
+            if spec.kind == kind and isinstance(value, int) and value > most:
+                raise ValueError(f"stage {spec}: {param} may be at most {most} in a path sent to a server")
         stages.append(spec)
     return PathSpec(tuple(stages))

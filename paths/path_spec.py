@@ -103,7 +103,7 @@ def path_to_json(path: PathSpec) -> str:
     return json.dumps({"version": SPEC_VERSION, "path": stages}, separators=(",", ":"))
 
 
-def path_from_json(text: str) -> PathSpec:
+def path_from_json(text: str | bytes) -> PathSpec:
     """Parse what path_to_json wrote; ValueError naming what is wrong for anything else."""
     try:
         document = json.loads(text)

@@ -14,17 +14,21 @@ for it), and stops cleanly on SIGINT or SIGTERM.
 from __future__ import annotations
 
 import argparse
+import itertools
 import signal
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import _native
 from .build import default_pastset, stage_table
-from .path_edit import confine_trace_files
+from .path_edit import client_path
 from .path_spec import path_from_json
 
 POLL_SECONDS = 0.1
+BUILD_POLL_SECONDS = 0.002  # how often finished builds are answered while some are running
+BUILD_WORKERS = 8
 
 
 class PathServer:
@@ -37,36 +41,62 @@ class PathServer:
         self.native = _native.Server(bind, curve_secret)
         self.endpoint = self.native.endpoint
         self._served: dict[int, _native.Handle] = {}
+        self._builders = ThreadPoolExecutor(BUILD_WORKERS, thread_name_prefix="paths-build")
+        self._building: list = []  # (request, future) of builds not answered yet
+        self._callers = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.build_errors = 0
         self.trace_dir = trace_dir  # where trace stages clients send write; None: refused
 
     def serve_once(self, timeout: float = POLL_SECONDS) -> None:
-        """Answer at most one BUILD request, then drop the handles clients released. Only one
-        thread serves: the server's own after start(), else the caller's."""
+        """Take at most one BUILD request, answer the builds that finished, then drop the handles
+        clients released. Builds run on worker threads: one that waits (for a server further
+        down its path) delays nobody else's. Only one thread serves: the server's own after
+        start(), else the caller's."""
         if self._thread is not None and self._thread is not threading.current_thread():
             raise RuntimeError("PathServer.serve_once: the server's own thread serves it (start() was called)")
-        request = self.native.next_build(timeout)
+        request = self.native.next_build(min(timeout, BUILD_POLL_SECONDS) if self._building else timeout)
         if request is not None:
-            self._answer(request)
+            self._building.append((request, self._builders.submit(self._build, request.spec)))
+        self._answer_finished()
         for handle_id in self.native.reap():
             self._served.pop(handle_id, None)
 
-    def _answer(self, request) -> None:
-        try:
-            path = confine_trace_files(path_from_json(request.spec), self.trace_dir)
-            handle = self.table.build(path, label=f"remote caller {self.native.counters()['builds']}")
-        except Exception as e:  # whatever a client's spec provokes, it must not end the server
-            self.build_errors += 1
-            text = str(e) if isinstance(e, (ValueError, TypeError)) else f"{type(e).__name__}: {e}"
-            self.native.answer_build(request, None, text)
-            return
-        self._served[self.native.answer_build(request, handle)] = handle
+    def _build(self, spec: str) -> _native.Handle:
+        path = client_path(path_from_json(spec), self.trace_dir)
+        return self.table.build(path, label=f"remote caller {next(self._callers)}")
+
+    def _answer_finished(self) -> None:
+        waiting = []
+        for request, build in self._building:
+            if not build.done():
+                waiting.append((request, build))
+                continue
+            try:
+                handle, error = build.result(), ""
+            except Exception as e:  # whatever a client's spec provokes, it must not end the server
+                self.build_errors += 1
+                handle = None
+                error = str(e) if isinstance(e, (ValueError, TypeError)) else f"{type(e).__name__}: {e}"
+            try:
+                handle_id = self.native.answer_build(request, handle, error)
+            except (ConnectionError, MemoryError):
+                continue  # no socket or thread for the link: the client was told so; drop the handle
+            if handle is not None:
+                self._served[handle_id] = handle
+        self._building = waiting
+
+    def stop_serving(self) -> None:
+        """Ends serve_forever (safe from a signal handler)."""
+        self._stop.set()
 
     def serve_forever(self) -> None:
         while not self._stop.is_set():
-            self.serve_once()
+            try:
+                self.serve_once()
+            except Exception as e:  # a server thread must outlive anything one request does
+                print(f"paths server: {type(e).__name__}: {e}", file=sys.stderr)
 
     def start(self) -> "PathServer":
         """Serve from a background thread of this process (for processes that also run work)."""
@@ -75,10 +105,12 @@ class PathServer:
         return self
 
     def close(self) -> None:
-        self._stop.set()
+        self.stop_serving()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
+        self._builders.shutdown(wait=False, cancel_futures=True)
         self.native.stop()
+        self._building.clear()
         self._served.clear()
 
     def __enter__(self) -> "PathServer":
@@ -138,13 +170,11 @@ def serve_command(argv: list[str]) -> int:
     except ValueError as e:
         print(f"paths serve: {e}", file=sys.stderr)
         return 1
-    stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda *_: server.stop_serving())
     print(f"READY {server.endpoint}", flush=True)
     try:
-        while not stop.is_set():
-            server.serve_once()
+        server.serve_forever()
     finally:
         server.close()
     return 0

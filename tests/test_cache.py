@@ -3,6 +3,8 @@ through untouched."""
 
 import pytest
 
+import paths
+
 from paths import build_path, make_path, stage
 
 
@@ -45,12 +47,24 @@ def test_other_operations_pass_through(space):
     assert h.stage.counters()["hits"] == 0
 
 
-def test_a_cached_tuple_outlives_axe_below(space):
+def test_axe_through_the_cache_stops_serving_freed_tuples(space):
+    h = cached(space)
+    h.move((7, 7.0))
+    h.move((8, 8.0))
+    assert h.observe(0) == (7, 7.0) and h.observe(1) == (8, 8.0)
+    h.axe(1)
+    with pytest.raises(paths.AxedError):
+        h.observe(0)  # as without the cache
+    assert h.observe(1) == (8, 8.0)
+    assert h.stage.counters()["hits"] == 1
+
+
+def test_a_copy_outlives_an_axe_made_elsewhere(space):
     h = cached(space)
     h.move((7, 7.0))
     assert h.observe(0) == (7, 7.0)
-    h.axe(1)
-    assert h.observe(0) == (7, 7.0)  # immutable tuples: the copy is still right
+    space.enter("C", "qd").axe(1)  # not through the cache: it cannot know
+    assert h.observe(0) == (7, 7.0)  # tuples are immutable: the copy is still the tuple that was
 
 
 def test_missing_tuple_waits_and_times_out(space):

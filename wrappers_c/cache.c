@@ -18,12 +18,13 @@ typedef struct cache_stage {
     int64_t *tags;             /* the tuple index each entry holds, -1 when empty */
     unsigned char *data;
     _Atomic int64_t hits, misses;
+    _Atomic int64_t axed;      /* the highest axe point passed through: older copies are not served */
 } cache_stage;
 
 static int cache_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
     cache_stage *c = (cache_stage *)link->stage;
     size_t size = c->base.tuple_size;
-    if (index >= 0) {
+    if (index >= atomic_load_explicit(&c->axed, memory_order_acquire)) {
         int64_t entry = index % c->capacity;
         pthread_mutex_lock(&c->lock);
         int hit = c->tags[entry] == index;
@@ -36,7 +37,7 @@ static int cache_observe_at(ps_link *link, int64_t index, void *out, int64_t tim
     }
     atomic_fetch_add_explicit(&c->misses, 1, memory_order_relaxed);
     int rc = ps_link_observe_at(ps_stage_down(link), index, out, timeout_ns);
-    if (rc == PS_OK) {
+    if (rc == PS_OK && index >= 0) {
         int64_t entry = index % c->capacity;
         pthread_mutex_lock(&c->lock);
         c->tags[entry] = index;
@@ -44,6 +45,18 @@ static int cache_observe_at(ps_link *link, int64_t index, void *out, int64_t tim
         pthread_mutex_unlock(&c->lock);
     }
     return rc;
+}
+
+/* Axing through the cache also stops it serving the freed tuples (an observe of one raises, as
+ * it would without the cache). */
+static int cache_axe(ps_link *link, int64_t index) {
+    cache_stage *c = (cache_stage *)link->stage;
+    int rc = ps_forward_axe(link, index);
+    if (rc != PS_OK) return rc;
+    int64_t seen = atomic_load(&c->axed);
+    while (seen < index && !atomic_compare_exchange_weak(&c->axed, &seen, index)) {
+    }
+    return PS_OK;
 }
 
 static int cache_counters(ps_stage *stage, ps_counter *out, int max) {
@@ -64,7 +77,7 @@ static void cache_destroy(ps_stage *stage) {
 
 static const ps_stage_ops CACHE_OPS = {
     ps_forward_move, ps_forward_observe, cache_observe_at, ps_forward_first, ps_forward_last,
-    ps_forward_delta, ps_forward_axe, cache_counters, cache_destroy, ps_forward_exchange, NULL,
+    ps_forward_delta, cache_axe, cache_counters, cache_destroy, ps_forward_exchange, NULL,
 };
 
 static int cache_create(const ps_params *params, const ps_build_context *context, ps_stage *below,

@@ -661,7 +661,7 @@ class BuildRequest {
 public:
     BuildRequest() : request_(std::make_unique<ps_build_request>()) {}
     ps_build_request *get() { return request_.get(); }
-    std::string spec() const { return request_->spec; }
+    py::bytes spec() const { return py::bytes(request_->spec); }  // as sent: not necessarily UTF-8
 
 private:
     std::unique_ptr<ps_build_request> request_;

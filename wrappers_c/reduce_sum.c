@@ -197,13 +197,22 @@ static void give_link(reduce_sum_stage *s) {
     ps_waitpoint_wake(&s->ready_wp);
 }
 
+/* Tuple `index` may only come with a round this stage drives down: so the link is held for a
+ * short look at a time, never for the whole wait, and the rounds go on in between. */
+static const int64_t LOOK_NS = 1000000;
+
 static int sum_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
     reduce_sum_stage *s = sum_of(link);
     int64_t deadline = ps_deadline(timeout_ns);
-    if (take_link(s, timeout_ns) != PS_OK) return PS_ETIMEDOUT;
-    int rc = ps_link_observe_at(&s->base.next, index, out, remaining(deadline));
-    give_link(s);
-    return rc;
+    for (;;) {
+        int64_t left = remaining(deadline);
+        if (take_link(s, left) != PS_OK) return PS_ETIMEDOUT;
+        int64_t look = left == PS_FOREVER || left > LOOK_NS ? LOOK_NS : left;
+        int rc = ps_link_observe_at(&s->base.next, index, out, look);
+        give_link(s);
+        if (rc != PS_ETIMEDOUT || remaining(deadline) == 0) return rc;
+        if (pending(s)) drive(s, remaining(deadline));
+    }
 }
 
 static int sum_first(ps_link *link, int64_t *out) {

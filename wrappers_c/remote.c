@@ -125,7 +125,8 @@ static int drain(remote_stage *r, connection *c, uint32_t keep) {
         zmq_msg_close(&message);
         c->outstanding--;
         if (rc != PS_OK) return broken(r, c, PS_EREMOTE, "no answer to a pipelined move");
-        if (status != PS_OK) return broken(r, c, status, "a pipelined move failed; later moves were not kept in order");
+        if (status != PS_OK) /* later moves are on their way: order is lost, the connection with it */
+            return broken(r, c, PS_EREMOTE, "a pipelined move failed; later moves were not kept in order");
     }
     return PS_OK;
 }

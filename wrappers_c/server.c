@@ -133,7 +133,9 @@ static int run_request(link_worker *w, const ps_frame *request, int64_t *value, 
 /* Watches the connections to a link's socket, from before its client can connect. */
 static void *watch_peers(link_worker *w) {
     char endpoint[96];
-    snprintf(endpoint, sizeof endpoint, "inproc://paths-link-peers-%p", (void *)w);
+    /* Unique for the process's life: a reaped link's name may not be free again yet. */
+    snprintf(endpoint, sizeof endpoint, "inproc://paths-link-peers-%p-%llu", (void *)w->server,
+             (unsigned long long)w->id);
     if (zmq_socket_monitor(w->socket, endpoint, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) return NULL;
     void *monitor = zmq_socket(ps_zmq_context(), ZMQ_PAIR);
     if (monitor && zmq_connect(monitor, endpoint) == 0) return monitor;
@@ -163,15 +165,21 @@ static void *serve_link(void *arg) {
     link_worker *w = arg;
     ps_server *s = w->server;
     size_t capacity = PS_WIRE_HEADER + w->tuple_size;
-    int released = 0, peers = 0, abandoned = 0;
+    int released = 0, peers = 0, abandoned = 0, served = 0;
+    int64_t first_peer_due = ps_now_ns() + (int64_t)PEER_SILENCE_MS * 1000000;
     while (!released && !abandoned && !atomic_load(&s->stopping)) {
         zmq_pollitem_t items[2] = {{w->socket, 0, ZMQ_POLLIN, 0}, {w->peers_monitor, 0, ZMQ_POLLIN, 0}};
-        if (zmq_poll(items, w->peers_monitor ? 2 : 1, POLL_SLICE_MS) <= 0) continue;
+        if (zmq_poll(items, w->peers_monitor ? 2 : 1, POLL_SLICE_MS) <= 0) {
+            /* A client that never came (it gave up on BUILD, or died before connecting). */
+            abandoned = w->peers_monitor && !served && peers <= 0 && ps_now_ns() > first_peer_due;
+            continue;
+        }
         if (items[1].revents & ZMQ_POLLIN) {
-            /* Every peer gone without a RELEASE (its process ended): nobody will release the
-             * link, so it ends here, and with it the client's hold on the stages it reached. */
+            /* Every connection gone without a RELEASE, after the client was served (its process
+             * ended): nobody will release the link, so it ends here, and with it the client's
+             * hold on the stages it reached. A stray connection before the client is no client. */
             peers += peer_change(w->peers_monitor);
-            abandoned = peers <= 0;
+            abandoned = served && peers <= 0;
             continue;
         }
         zmq_msg_t routing_id, frame;
@@ -190,6 +198,7 @@ static void *serve_link(void *arg) {
             request_id = request.request_id;
             rc = run_request(w, &request, &value, &payload_length);
             released = request.op == PS_OP_RELEASE && rc == PS_OK;
+            served |= request.handle_id == w->id;
         }
         if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
         size_t length = encode_answer(w->answer, capacity, op, rc, request_id, w->id, value, w->tuple, payload_length);

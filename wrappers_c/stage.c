@@ -186,10 +186,12 @@ int ps_link_exchange(ps_link *link, const void *tuple, void *out, int64_t timeou
         count(link, *moved ? (int64_t)s->tuple_size * (rc == PS_OK ? 2 : 1) : 0);
         return rc;
     }
+    int64_t deadline = ps_deadline(timeout_ns);
     int rc = ps_link_move(link, tuple, timeout_ns);
     if (rc != PS_OK) return rc;
     *moved = 1;
-    return ps_link_observe(link, out, timeout_ns);
+    int64_t left = deadline == PS_FOREVER ? PS_FOREVER : deadline - ps_now_ns();
+    return ps_link_observe(link, out, left == PS_FOREVER || left > 0 ? left : 0);
 }
 
 int ps_stage_counters(ps_stage *stage, ps_counter *out, int max) {
