@@ -175,3 +175,15 @@ def test_handles_are_independent_across_python_threads(space):
         t.join()
     expected = [4 * r + 6 for r in range(300)]
     assert totals == [expected] * 4
+
+
+def test_a_pass_through_stage_gives_a_gone_callers_slot_to_the_next(space):
+    p = make_path(stage("cache", capacity=4), CORE)
+    keeper = build_path(p, pastset=space)  # keeps the cache stage alive throughout
+    for i in range(1100):  # more callers over time than a pass-through stage has slots at once
+        h = build_path(p, pastset=space)
+        h.move(i)
+        del h
+    assert keeper.stage.link_count == 1
+    assert keeper.stage.counters()["links"] == 2  # slots ever handed out: never more than at once
+    assert space.enter("G", "q").last() == 1100

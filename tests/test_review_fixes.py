@@ -128,3 +128,19 @@ def test_a_stray_connection_before_the_client_is_not_the_client(server):
         assert server.native.counters()["abandoned"] == 0 and server.native.counters()["live"] == 1
     finally:
         ctx.destroy(linger=0)
+
+
+def test_a_remote_callers_leaving_releases_its_server_link(server):
+    p = make_path(stage("remote", host=server.endpoint, timeout_ms=5000), stage("core", name="R", format="q"))
+    ps = paths.PastSet()
+    keeper = build_path(p, pastset=ps)  # keeps the remote stage alive
+    for _ in range(3):
+        h = build_path(p, pastset=ps)
+        h.move(1)
+        assert server.native.counters()["live"] == 2
+        del h  # its link is released at once, not when the whole remote stage goes
+        deadline = time.monotonic() + 5
+        while server.native.counters()["live"] != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+    assert keeper.last() == 3

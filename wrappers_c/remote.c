@@ -274,30 +274,35 @@ static int remote_counters(ps_stage *stage, ps_counter *out, int max) {
     return 3;
 }
 
-/* Tells the server each connected link is done (best effort), then closes everything. */
+/* Tells the server the caller's link is done (best effort), then closes the connection; the
+ * slot is then ready for a new caller. */
+static void remote_detach(ps_stage *stage, uint32_t slot) {
+    remote_stage *r = (remote_stage *)stage;
+    connection *c = &r->connections[slot];
+    if (c->socket && !c->failed && drain(r, c, 0) == PS_OK) {
+        uint64_t id = send_request(r, c, c->socket, PS_OP_RELEASE, 0, 0, NULL, 0, PS_WIRE_HEADER);
+        zmq_msg_t message;
+        zmq_msg_init(&message);
+        ps_frame answer;
+        if (id) wait_answer(r, c->socket, id, (int64_t)RELEASE_WAIT_MS * 1000000, &message, &answer);
+        zmq_msg_close(&message);
+    }
+    if (c->socket) zmq_close(c->socket);
+    free(c->request);
+    memset(c, 0, sizeof *c);
+}
+
 static void remote_destroy(ps_stage *stage) {
     remote_stage *r = (remote_stage *)stage;
     uint32_t slots = atomic_load(&r->base.links);
-    for (uint32_t i = 0; r->connections && i < slots && i < PS_PASS_THROUGH_CALLERS; i++) {
-        connection *c = &r->connections[i];
-        if (c->socket && !c->failed && drain(r, c, 0) == PS_OK) {
-            uint64_t id = send_request(r, c, c->socket, PS_OP_RELEASE, 0, 0, NULL, 0, PS_WIRE_HEADER);
-            zmq_msg_t message;
-            zmq_msg_init(&message);
-            ps_frame answer;
-            if (id) wait_answer(r, c->socket, id, (int64_t)RELEASE_WAIT_MS * 1000000, &message, &answer);
-            zmq_msg_close(&message);
-        }
-        if (c->socket) zmq_close(c->socket);
-        free(c->request);
-    }
+    for (uint32_t i = 0; r->connections && i < slots && i < PS_PASS_THROUGH_CALLERS; i++) remote_detach(stage, i);
     free(r->connections);
     free(r->path_spec);
 }
 
 static const ps_stage_ops REMOTE_OPS = {
     remote_move, remote_observe, remote_observe_at, remote_first, remote_last, remote_delta, remote_axe,
-    remote_counters, remote_destroy, remote_exchange, remote_attach,
+    remote_counters, remote_destroy, remote_exchange, remote_attach, remote_detach,
 };
 
 static int remote_create(const ps_params *params, const ps_build_context *context, ps_stage *below,

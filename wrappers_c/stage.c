@@ -20,14 +20,19 @@ int ps_stage_init(ps_stage *stage, const ps_stage_ops *ops, const ps_tuple_forma
     stage->retired_operations = stage->retired_bytes = 0;
     memset(&stage->next, 0, sizeof stage->next);
     stage->caller_links = NULL;
+    stage->free_slots = NULL;
+    stage->free_count = 0;
     stage->below = below;
+    if (joining == PS_PASS_THROUGH) {
+        if (!stage->max_links || stage->max_links > PS_PASS_THROUGH_CALLERS) stage->max_links = PS_PASS_THROUGH_CALLERS;
+        stage->free_slots = malloc(PS_PASS_THROUGH_CALLERS * sizeof *stage->free_slots);
+        if (!stage->free_slots) return PS_ENOMEM;
+    }
     if (!below) return PS_OK;
     ps_stage_retain(below);
     if (joining == PS_JOINING) return ps_stage_attach(below, &stage->next);
     stage->caller_links = calloc(PS_PASS_THROUGH_CALLERS, sizeof *stage->caller_links);
-    if (!stage->caller_links) return PS_ENOMEM;
-    if (!stage->max_links || stage->max_links > PS_PASS_THROUGH_CALLERS) stage->max_links = PS_PASS_THROUGH_CALLERS;
-    return PS_OK;
+    return stage->caller_links ? PS_OK : PS_ENOMEM;
 }
 
 /* Drops what ps_stage_init took: the links below and the reference to the stage below. */
@@ -42,6 +47,7 @@ static void release_below(ps_stage *stage) {
 
 void ps_stage_abandon(ps_stage *stage) {
     release_below(stage);
+    free(stage->free_slots);
     free(stage->attached);
     pthread_mutex_destroy(&stage->links_lock);
     free(stage);
@@ -90,7 +96,11 @@ void ps_stage_release(ps_stage *stage) {
 const char *ps_stage_kind_name(const ps_stage *stage) { return stage->kind ? stage->kind->name : "?"; }
 uint32_t ps_stage_max_links(const ps_stage *stage) { return stage->max_links; }
 uint32_t ps_stage_link_count(const ps_stage *stage) {
-    return atomic_load_explicit(&((ps_stage *)stage)->links, memory_order_relaxed);
+    ps_stage *s = (ps_stage *)stage;
+    pthread_mutex_lock(&s->links_lock);
+    uint32_t live = atomic_load_explicit(&s->links, memory_order_relaxed) - s->free_count;
+    pthread_mutex_unlock(&s->links_lock);
+    return live;
 }
 const ps_tuple_format *ps_stage_format(const ps_stage *stage) { return &stage->format; }
 const char *ps_stage_error(const ps_stage *stage) {
@@ -99,25 +109,50 @@ const char *ps_stage_error(const ps_stage *stage) {
     return "";
 }
 
-int ps_stage_attach(ps_stage *stage, ps_link *link) {
+/* A slot for a new caller: a pass-through stage's freed one first, else the next one. A
+ * joining stage's slots are contributor numbers and are never given twice. */
+static int claim_slot(ps_stage *stage, uint32_t *out) {
+    if (stage->free_slots) {
+        pthread_mutex_lock(&stage->links_lock);
+        int found = stage->free_count > 0;
+        if (found) *out = stage->free_slots[--stage->free_count];
+        pthread_mutex_unlock(&stage->links_lock);
+        if (found) return PS_OK;
+    }
     uint32_t slot = atomic_load_explicit(&stage->links, memory_order_relaxed);
     do {
         if (stage->max_links && slot >= stage->max_links) return PS_ESTATE;
     } while (!atomic_compare_exchange_weak_explicit(&stage->links, &slot, slot + 1, memory_order_acq_rel,
                                                     memory_order_relaxed));
-    if (stage->caller_links) {
-        /* A pass-through stage: the new caller is a new caller below too. */
-        int rc = ps_stage_attach(stage->below, &stage->caller_links[slot]);
-        if (rc != PS_OK) return rc;  /* the slot stays used: fan-in below is exhausted anyway */
+    *out = slot;
+    return PS_OK;
+}
+
+/* A pass-through stage's caller is gone: what it held below goes, and its slot is free again. */
+static void free_slot(ps_stage *stage, uint32_t slot) {
+    if (!stage->free_slots) return;
+    if (stage->caller_links) ps_link_detach(&stage->caller_links[slot]);
+    if (stage->ops->detach) stage->ops->detach(stage, slot);
+    pthread_mutex_lock(&stage->links_lock);
+    stage->free_slots[stage->free_count++] = slot;
+    pthread_mutex_unlock(&stage->links_lock);
+}
+
+int ps_stage_attach(ps_stage *stage, ps_link *link) {
+    uint32_t slot;
+    int rc = claim_slot(stage, &slot);
+    if (rc != PS_OK) return rc;
+    if (stage->caller_links) /* a pass-through stage: the new caller is a new caller below too */
+        rc = ps_stage_attach(stage->below, &stage->caller_links[slot]);
+    if (rc == PS_OK && stage->ops->attach) rc = stage->ops->attach(stage, slot);
+    if (rc == PS_OK) {
+        *link = (ps_link){stage, slot, 0, 0, 0, 0};
+        rc = remember_link(stage, link);
     }
-    if (stage->ops->attach) {
-        int rc = stage->ops->attach(stage, slot);
-        if (rc != PS_OK) return rc;
-    }
-    *link = (ps_link){stage, slot, 0, 0, 0, 0};
-    if (remember_link(stage, link) != PS_OK) {
+    if (rc != PS_OK) {
         link->stage = NULL;
-        return PS_ENOMEM;
+        free_slot(stage, slot);
+        return rc;
     }
     ps_stage_retain(stage);
     return PS_OK;
@@ -128,6 +163,7 @@ void ps_link_detach(ps_link *link) {
     link->stage = NULL;
     if (!stage) return;
     forget_link(stage, link);
+    free_slot(stage, link->slot);
     ps_stage_release(stage);
 }
 

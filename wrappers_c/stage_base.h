@@ -27,6 +27,8 @@ typedef struct ps_stage_ops {
     int (*exchange)(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved);
     /* Optional: a new caller got `slot` (a remote stage connects it to its server here). */
     int (*attach)(ps_stage *stage, uint32_t slot);
+    /* Optional: the caller in `slot` is gone (a remote stage releases its server link here). */
+    void (*detach)(ps_stage *stage, uint32_t slot);
 } ps_stage_ops;
 
 /* The part of every stage that the generic code owns. Kinds embed it first in their struct. */
@@ -42,7 +44,9 @@ struct ps_stage {
     ps_tuple_format format;        /* of the tuples flowing through, from the element */
     size_t tuple_size;
     _Atomic int64_t waits;         /* calls that had to wait */
-    pthread_mutex_t links_lock;    /* guards the four fields below (attach, detach, reading) */
+    uint32_t *free_slots;          /* pass-through stages: slots of callers gone, for new ones */
+    uint32_t free_count;
+    pthread_mutex_t links_lock;    /* guards free slots and the fields below (attach, detach, reading) */
     ps_link **attached;            /* the links attached now, whose counters are live */
     uint32_t attached_count, attached_capacity;
     int64_t retired_operations;    /* counters of links already detached */
@@ -50,7 +54,8 @@ struct ps_stage {
     char error[256];               /* the last failure worth explaining, for messages */
 };
 
-/* A pass-through stage serves at most this many callers. */
+/* A pass-through stage serves at most this many callers at once (a slot freed by a caller that
+ * left is given to the next one). */
 enum { PS_PASS_THROUGH_CALLERS = 1024 };
 
 /* Sets up the generic fields of a freshly allocated stage above `below` (NULL for a bottom
