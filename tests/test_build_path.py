@@ -112,15 +112,15 @@ def test_tree_is_released_with_its_last_handle(space):
     assert fresh[0].stage.link_count == 2
 
 
-@paths.stage_kind("scale")
-class Scale:
-    """Multiplies moved values by `factor` (a Python stage, for the tests)."""
+@paths.stage_kind("offset")
+class Offset:
+    """Adds `amount` to the first field of every tuple moved (a Python stage, for the tests)."""
 
-    def __init__(self, factor=2):
-        self.factor = factor
+    def __init__(self, amount=1):
+        self.amount = amount
 
     def move(self, below, t):
-        below.move(tuple(v * self.factor for v in t))
+        below.move((t[0] + self.amount,) + tuple(t[1:]))
 
 
 @paths.stage_kind("refuse-observe")
@@ -130,11 +130,11 @@ class RefuseObserve:
 
 
 def test_python_stage_kind_runs_in_a_path(space):
-    h = build_path(make_path(stage("scale", factor=3), CORE), pastset=space)
+    h = build_path(make_path(stage("offset", amount=3), CORE), pastset=space)
     h.move(7)
-    assert h.observe() == (21,)
+    assert h.observe() == (10,)
     assert h.last() == 1 and h.first() == 1
-    assert "scale" in paths.kinds()
+    assert "offset" in paths.kinds()
 
 
 def test_python_stage_exception_reaches_the_caller(space):
@@ -147,13 +147,13 @@ def test_python_stage_exception_reaches_the_caller(space):
 
 def test_python_stage_parameters_are_checked(space):
     with pytest.raises(ValueError, match="unknown parameter 'speed'"):
-        build_path(make_path(stage("scale", speed=3), CORE), pastset=space)
+        build_path(make_path(stage("offset", speed=3), CORE), pastset=space)
     with pytest.raises(ValueError, match="a built-in stage kind has that name"):
-        paths.stage_kind("trace")(Scale)
+        paths.stage_kind("trace")(Offset)
 
 
 def test_python_stage_under_gsum_from_c_threads(space):
-    p = make_path(stage("scale", factor=1), stage("reduce-sum", num_threads=3), CORE)
+    p = make_path(stage("offset", amount=0), stage("reduce-sum", num_threads=3), CORE)
     handles = [build_path(p, pastset=space) for _ in range(3)]
     assert paths.bench.gsum(handles, 100).bad_totals == 0
 

@@ -46,22 +46,7 @@ typedef struct stress_tuple {
     int64_t producer, seq, check;
 } stress_tuple;
 
-static atomic_int failures;
-
-static void fail(const char *format, ...) {
-    if (atomic_fetch_add(&failures, 1) >= MAX_REPORTS) return;
-    va_list args;
-    va_start(args, format);
-    fputs("FAIL: ", stderr);
-    vfprintf(stderr, format, args);
-    fputc('\n', stderr);
-    va_end(args);
-}
-
-#define CHECK(condition, ...) \
-    do {                      \
-        if (!(condition)) fail(__VA_ARGS__); \
-    } while (0)
+#include "stress_report.h"
 
 static int64_t check_of(int64_t producer, int64_t seq) {
     return (int64_t)(((uint64_t)producer * 0x9E3779B97F4A7C15ULL) ^ (uint64_t)seq);

@@ -58,22 +58,7 @@ enum { THREADS = 16, MAX_STAGES = 32, MAX_LEVELS = 3, AHEAD = 4, MAX_REPORTS = 2
 /* Contributions carry their round in the high bits, so a total names its round. */
 #define ROUND_UNIT (1LL << 20)
 
-static atomic_int failures;
-
-static void fail(const char *format, ...) {
-    if (atomic_fetch_add(&failures, 1) >= MAX_REPORTS) return;
-    va_list args;
-    va_start(args, format);
-    fputs("FAIL: ", stderr);
-    vfprintf(stderr, format, args);
-    fputc('\n', stderr);
-    va_end(args);
-}
-
-#define CHECK(condition, ...) \
-    do {                      \
-        if (!(condition)) fail(__VA_ARGS__); \
-    } while (0)
+#include "stress_report.h"
 
 /* ---- the watchdog ---------------------------------------------------------------------------- */
 
