@@ -9,6 +9,8 @@
  * timed out, nothing done) is simply sent again.
  * With window > 1, moves are pipelined: up to `window` go out before their answers are read.
  */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,12 +91,14 @@ static int wait_answer(remote_stage *r, void *socket, uint64_t id, int64_t wait_
     int64_t deadline = ps_now_ns() + wait_ns;
     for (;;) {
         int64_t left_ms = (deadline - ps_now_ns() + 999999) / 1000000;
-        zmq_pollitem_t item = {socket, 0, ZMQ_POLLIN, 0};
-        if (left_ms <= 0 || zmq_poll(&item, 1, (long)left_ms) <= 0) {
-            if (ps_now_ns() < deadline) continue;
+        if (left_ms <= 0) return PS_EREMOTE;
+        /* A receive that waits by itself: one call, where a poll then a receive would be two. */
+        int wait_ms = left_ms > INT_MAX ? INT_MAX : (int)left_ms;
+        zmq_setsockopt(socket, ZMQ_RCVTIMEO, &wait_ms, sizeof wait_ms);
+        if (zmq_msg_recv(message, socket, 0) < 0) {
+            if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
             return PS_EREMOTE;
         }
-        if (zmq_msg_recv(message, socket, 0) < 0) return PS_EREMOTE;
         if (ps_wire_decode(zmq_msg_data(message), zmq_msg_size(message), answer) != 0) return PS_EREMOTE;
         atomic_fetch_add_explicit(&r->answers, 1, memory_order_relaxed);
         if (answer->request_id == id) return PS_OK;

@@ -2,6 +2,7 @@
  * per served link. */
 #include "server.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -75,10 +76,11 @@ static void send_answer(void *socket, const void *routing_id, size_t routing_len
     zmq_send(socket, buf, length, ZMQ_DONTWAIT);
 }
 
-/* Receives [routing id, frame] into the two messages; 0, or -1 if it is not exactly two parts. */
+/* Receives [routing id, frame] into the two messages: 0; -1 if it is not exactly two parts;
+ * 1 if nothing came within the socket's receive timeout. */
 static int receive_request(void *socket, zmq_msg_t *routing_id, zmq_msg_t *frame) {
-    if (zmq_msg_recv(routing_id, socket, 0) < 0 || !zmq_msg_more(routing_id)) return -1;
-    if (zmq_msg_recv(frame, socket, 0) < 0) return -1;
+    if (zmq_msg_recv(routing_id, socket, 0) < 0) return zmq_errno() == EAGAIN || zmq_errno() == EINTR ? 1 : -1;
+    if (!zmq_msg_more(routing_id) || zmq_msg_recv(frame, socket, 0) < 0) return -1;
     if (!zmq_msg_more(frame)) return 0;
     for (int more = 1; more;) { /* drain the parts beyond two, then refuse the request */
         zmq_msg_t rest;
@@ -161,30 +163,41 @@ static int peer_change(void *monitor) {
     return change;
 }
 
+/* Whether the link's client is gone for good, after reading the connection events so far:
+ * every connection closed after the client was served (its process ended: nobody will release
+ * the link), or no client ever came (it gave up on BUILD, or died before connecting). A stray
+ * connection that comes and goes before the client is no client. */
+static int client_gone(link_worker *w, int *peers, int served, int64_t first_peer_due) {
+    if (!w->peers_monitor) return 0;
+    for (;;) {
+        zmq_pollitem_t item = {w->peers_monitor, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&item, 1, 0) <= 0) break;
+        *peers += peer_change(w->peers_monitor);
+    }
+    if (*peers > 0) return 0;
+    return served || ps_now_ns() > first_peer_due;
+}
+
 static void *serve_link(void *arg) {
     link_worker *w = arg;
     ps_server *s = w->server;
     size_t capacity = PS_WIRE_HEADER + w->tuple_size;
     int released = 0, peers = 0, abandoned = 0, served = 0;
     int64_t first_peer_due = ps_now_ns() + (int64_t)PEER_SILENCE_MS * 1000000;
+    /* A receive that waits a slice by itself: no poll before each request. */
+    int slice_ms = POLL_SLICE_MS;
+    zmq_setsockopt(w->socket, ZMQ_RCVTIMEO, &slice_ms, sizeof slice_ms);
     while (!released && !abandoned && !atomic_load(&s->stopping)) {
-        zmq_pollitem_t items[2] = {{w->socket, 0, ZMQ_POLLIN, 0}, {w->peers_monitor, 0, ZMQ_POLLIN, 0}};
-        if (zmq_poll(items, w->peers_monitor ? 2 : 1, POLL_SLICE_MS) <= 0) {
-            /* A client that never came (it gave up on BUILD, or died before connecting). */
-            abandoned = w->peers_monitor && !served && peers <= 0 && ps_now_ns() > first_peer_due;
-            continue;
-        }
-        if (items[1].revents & ZMQ_POLLIN) {
-            /* Every connection gone without a RELEASE, after the client was served (its process
-             * ended): nobody will release the link, so it ends here, and with it the client's
-             * hold on the stages it reached. A stray connection before the client is no client. */
-            peers += peer_change(w->peers_monitor);
-            abandoned = served && peers <= 0;
-            continue;
-        }
         zmq_msg_t routing_id, frame;
         zmq_msg_init(&routing_id);
         zmq_msg_init(&frame);
+        int received = receive_request(w->socket, &routing_id, &frame);
+        if (received == 1) { /* idle for a slice: see who came and went */
+            zmq_msg_close(&routing_id);
+            zmq_msg_close(&frame);
+            abandoned = client_gone(w, &peers, served, first_peer_due);
+            continue;
+        }
         ps_frame request;
         atomic_fetch_add(&s->frames, 1);
         int rc = PS_EINVAL;
@@ -192,8 +205,7 @@ static void *serve_link(void *arg) {
         size_t payload_length = 0;
         uint8_t op = 0;
         uint64_t request_id = 0;
-        if (receive_request(w->socket, &routing_id, &frame) == 0 &&
-            ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0) {
+        if (received == 0 && ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0) {
             op = request.op;
             request_id = request.request_id;
             rc = run_request(w, &request, &value, &payload_length);
