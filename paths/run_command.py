@@ -86,13 +86,17 @@ def run_command(argv: list[str]) -> int:
     parser.add_argument("--trace", metavar="DIR", help="trace every node's callers and every link between nodes "
                                                     "into DIR, then merge the traces into DIR/<kernel>.json "
                                                     "(Perfetto: https://ui.perfetto.dev)")
+    parser.add_argument("--counters", action="store_true",
+                        help="after each thread count, print every node's stages with their counters "
+                             "(operations, waits, and the requests each remote stage sent)")
     parser.add_argument("--csv", help="write every measurement to this CSV file")
     parser.add_argument("--plot", help="write a plot (min/avg/max per thread count) to this PNG file")
     args = parser.parse_args(argv)
     try:
         cluster_map = open_map(args.map)
         settings = RunSettings(args.kernel, args.threads, args.policy, args.max_fanin, args.repeat,
-                               args.rounds, args.darts, args.launch, args.timeout, trace_dir=args.trace)
+                               args.rounds, args.darts, args.launch, args.timeout,
+                               collect_counters=args.counters, trace_dir=args.trace)
         if args.trace:
             os.makedirs(args.trace, exist_ok=True)
         for option, path in (("--csv", args.csv), ("--plot", args.plot)):  # not after a long run
@@ -111,6 +115,8 @@ def run_command(argv: list[str]) -> int:
         print(f"paths run: {e}", file=sys.stderr)
         return 1 if isinstance(e, LaunchError) else 2
     print(results_table(cluster_map, settings, report.measurements))
+    if args.counters:
+        print(counters_table(report.counters))
     for option, path, write in (("--csv", args.csv, write_csv), ("--plot", args.plot, write_plot)):
         if not path:
             continue
@@ -184,6 +190,20 @@ def results_table(cluster_map: ClusterMap, settings: RunSettings, measurements: 
             rate = settings.darts / statistics.fmean(seconds) / 1e6
             lines.append(f"{n:>8} {nodes:>6} {pi:>10.6f} {abs(pi - math.pi):>9.2e} {min(seconds):>9.4f} "
                          f"{statistics.fmean(seconds):>9.4f} {max(seconds):>9.4f} {rate:>9.1f}")
+    return "\n".join(lines)
+
+
+def counters_table(counters: dict[int, dict[str, list]]) -> str:
+    """Every node's stages after each thread count: the stage (its spec, not its whole path)
+    and its counters, the node's busiest stages first."""
+    lines = []
+    for n, nodes in counters.items():
+        lines.append(f"\nstages after {n} threads (node, stage, counters):")
+        for node, stages in nodes.items():
+            for entry in sorted(stages, key=lambda e: -e["counters"].get("operations", 0)):
+                shown = {k: v for k, v in entry["counters"].items() if v and k != "links"}
+                stage_text = entry["stage"].split(" -> ")[0]
+                lines.append(f"  {node:<10} {stage_text:<48} " + ", ".join(f"{k}={v}" for k, v in shown.items()))
     return "\n".join(lines)
 
 

@@ -270,3 +270,13 @@ def test_trace_option_traces_every_node_and_link_into_one_perfetto_file(probe, t
     assert [e.op for e in links[0].events] == ["exchange"] * (rounds * 2)  # one round trip per sum
     perfetto = json.loads((tmp_path / "gsum.json").read_text())
     assert sum(e.get("ph") == "X" for e in perfetto["traceEvents"]) == sum(len(t.events) for t in traces.values())
+
+
+def test_counters_option_prints_every_nodes_stages(probe):
+    done = paths_run("gsum", "--map", "multicluster", "--threads", "3", "--repeat", "1", "--rounds", "30",
+                     "--counters")
+    assert done.returncode == 0, done.stderr
+    assert "stages after 3 threads" in done.stdout
+    # the one link from the 2w cluster to the root: a BUILD, then one round trip per global sum
+    assert "remote(host='root0')" in done.stdout and "requests=31, answers=31" in done.stdout
+    assert "core(format='q', name='GSUM.3')" in done.stdout
