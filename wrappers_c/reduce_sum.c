@@ -25,16 +25,21 @@
 
 enum { ROUND_SLOTS = 4, CACHE_LINE = 64, MAX_FAN_IN = 4096 };
 
+enum { INLINE_TOTAL = 48 };
+
+/* What movers write and what the driver writes for observers sit on lines of their own, so an
+ * observer spinning on `ready` finds the total on the same line and nobody else's writes. */
 typedef struct round_slot {
-    _Atomic uint64_t accepting;   /* the round whose contributions this slot takes */
+    _Alignas(CACHE_LINE) _Atomic uint64_t accepting; /* the round whose contributions this slot takes */
     _Atomic uint32_t arrived;     /* contributions to it so far */
-    _Atomic uint64_t summed;      /* round + 1 once its sum is complete */
-    _Atomic uint64_t ready;       /* round + 1 once its total (or error) is in `total` */
     _Atomic uint32_t collected;   /* contributors that have observed its total */
-    int status;                   /* the downward status of the round */
+    _Atomic uint64_t summed;      /* round + 1 once its sum is complete */
     unsigned char *contributions; /* fan_in buffers of `stride` bytes */
     unsigned char *sum;
-    unsigned char *total;
+    unsigned char *total;         /* total_inline, or a buffer of its own for larger tuples */
+    _Alignas(CACHE_LINE) _Atomic uint64_t ready; /* round + 1 once its total (or error) is in `total` */
+    int status;                   /* the downward status of the round */
+    unsigned char total_inline[INLINE_TOTAL];
 } round_slot;
 
 typedef struct reduce_sum_stage {
@@ -42,13 +47,13 @@ typedef struct reduce_sum_stage {
     uint32_t fan_in;
     size_t stride;
     round_slot slots[ROUND_SLOTS];
-    _Atomic int driving;           /* 1 while a thread uses the link below: driving rounds down,
+    _Alignas(CACHE_LINE) _Atomic int driving; /* 1 while a thread uses the link below: driving rounds down,
                                       or passing another operation on (first, last, ...) */
     _Atomic int link_waiters;      /* threads waiting to pass an operation on */
     _Atomic uint64_t down_moved;   /* rounds moved down */
     _Atomic uint64_t down_observed;/* rounds whose total came back */
-    ps_waitpoint ready_wp;         /* totals arrive: observers wait here */
-    ps_waitpoint free_wp;          /* slots free up: movers wait here */
+    _Alignas(CACHE_LINE) ps_waitpoint ready_wp; /* totals arrive: observers wait here */
+    _Alignas(CACHE_LINE) ps_waitpoint free_wp;  /* slots free up: movers wait here */
 } reduce_sum_stage;
 
 static reduce_sum_stage *sum_of(ps_link *link) { return (reduce_sum_stage *)link->stage; }
@@ -278,8 +283,9 @@ static int sum_create(const ps_params *params, const ps_build_context *context, 
                  "and floats, e.g. 'q' or 'qd')", format->text);
         return PS_EFORMAT;
     }
-    reduce_sum_stage *s = calloc(1, sizeof *s);
+    reduce_sum_stage *s = aligned_alloc(CACHE_LINE, (sizeof *s + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE);
     if (!s) return PS_ENOMEM;
+    memset(s, 0, sizeof *s);
     s->fan_in = (uint32_t)ps_params_int(params, "num_threads");
     s->stride = (format->size + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
     int rc = ps_stage_init(&s->base, &SUM_OPS, format, s->fan_in, below, PS_JOINING);
@@ -291,7 +297,7 @@ static int sum_create(const ps_params *params, const ps_build_context *context, 
         if (!slot->contributions) rc = PS_ENOMEM;
         else {
             slot->sum = slot->contributions + s->stride * s->fan_in;
-            slot->total = slot->sum + s->stride;
+            slot->total = format->size <= INLINE_TOTAL ? slot->total_inline : slot->sum + s->stride;
         }
     }
     ps_waitpoint_init(&s->ready_wp);
