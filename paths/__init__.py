@@ -9,27 +9,44 @@
     p = make_path(stage("reduce-sum", num_threads=4), stage("core", name="GSUM", format="q"))
     h = build_path(p)                  # one handle per thread
     paths.show(h)
+
+    m = paths.load_map("maps/paper-4w.yaml")       # or paths.builtin_map("paper-4w")
+    paths.place(m, 12, policy="even")               # the node of each thread
+    paths.plan_reduction(m, 12, ("GSUM", "q")).paths  # every thread's path
 """
 
 from . import bench
 from ._native import AxedError, Element, Handle, PastSet
 from .build import build_path, default_pastset
+from .cluster_map import ClusterMap, MapError, builtin_map, load_map
 from .path_spec import PathSpec, StageSpec, make_path, stage
+from .placement import PlacementWarning, place
+from .reduction_tree import ReductionPlan, plan_reduction
+from .server import PathServer
 from .stage_kinds import kinds, stage_kind
 from .tree_view import render_tree, show, to_dot
 
 __all__ = [
     "AxedError",
+    "ClusterMap",
     "Element",
     "Handle",
+    "MapError",
     "PastSet",
+    "PathServer",
     "PathSpec",
+    "PlacementWarning",
+    "ReductionPlan",
     "StageSpec",
     "bench",
     "build_path",
+    "builtin_map",
     "default_pastset",
     "kinds",
+    "load_map",
     "make_path",
+    "place",
+    "plan_reduction",
     "render_tree",
     "show",
     "stage",

@@ -164,3 +164,11 @@ def test_user_policy_results_are_checked(policy_module, func, cluster_map, probl
 def test_unknown_policies(policy, problem):
     with pytest.raises(ValueError, match=problem):
         place(FOUR_W, 4, policy)
+
+
+def test_the_package_offers_load_map_and_place():
+    import paths
+
+    four_w = paths.load_map(paths.cluster_map.MAPS_DIR / "paper-4w.yaml")
+    assert paths.place(four_w, 6, policy="even") == ["n0", "n1", "n2", "n3", "n4", "n5"]
+    assert paths.place(four_w, 6) == ["n0"] * 4 + ["n1"] * 2  # the map's policy: bucket
