@@ -1,4 +1,4 @@
-"""The server against hostile frames (docs/wire.md): over 10,000 random and mutated frames at the
+"""The server against hostile frames (wrappers_c/wire.md): over 10,000 random and mutated frames at the
 main endpoint and at a link endpoint, from a raw pyzmq DEALER — random bytes, valid headers with
 a bad version, op, length or handle id, truncated frames, oversized payload lengths, multipart
 garbage, messages beyond the largest frame. Then: a normal client still gets exact results, the
@@ -20,7 +20,7 @@ import paths
 from paths import build_path, make_path, stage
 from paths.path_spec import path_to_json
 
-# ---- the wire format, as docs/wire.md states it ------------------------------------------------
+# ---- the wire format, as wrappers_c/wire.md states it --------------------------------------
 
 HEADER = struct.Struct("<BBHIQQqq")  # version, op, status, payload_length, request, handle, argument, value
 VERSION = 1

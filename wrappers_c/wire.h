@@ -2,7 +2,7 @@
  *
  * Every frame is one ZeroMQ message: a fixed 40-byte little-endian header, then a payload of
  * payload_length bytes (a tuple, a path spec, an endpoint or an error text). No code travels:
- * the payload of a request is data of a checked length, never executed. docs/wire.md tells
+ * the payload of a request is data of a checked length, never executed. wire.md beside it tells
  * the layout in full.
  */
 #ifndef WRAPPERS_WIRE_H
