@@ -6,7 +6,9 @@
     paths show --map maps/paper-4w.yaml --threads 12 [--dot]
 
 A map is a YAML file or the name of a shipped one (local, paper-2w, paper-4w, paper-8w,
-multicluster); with no --map the local machine's map is used. Swap the map, not the code.
+multicluster); with no --map the local machine's map is used. Swap the map, not the code — or
+compare several in one run: `--map paper-2w,paper-4w,paper-8w --policy bucket,even` runs every
+pair, prints a table each, and puts them side by side in the CSV and in one plot.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import statistics
 import sys
 import warnings
+from dataclasses import dataclass, field
 
 from .cluster_map import ClusterMap, MapError, builtin_map, load_map
 from .experiment import KERNELS, Measurement, RunSettings, plans_for, run_experiment
@@ -63,6 +66,25 @@ def open_map(text: str | None) -> ClusterMap:
     return builtin_map(text)
 
 
+@dataclass
+class Run:
+    """One configuration of a `paths run` and what it measured."""
+
+    cluster_map: ClusterMap
+    settings: RunSettings
+    measurements: list[Measurement] = field(default_factory=list)
+    counters: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.cluster_map.name}, {self.settings.policy or self.cluster_map.policy}"
+
+
+def _listed(text: str | None) -> list:
+    """'a,b' -> ['a', 'b']; None -> [None] (the default)."""
+    return [part.strip() for part in text.split(",")] if text else [None]
+
+
 def _map_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
     parser.add_argument("--policy", help="placement: bucket (fill a node first), even (round-robin), "
@@ -93,10 +115,12 @@ def run_command(argv: list[str]) -> int:
     parser.add_argument("--plot", help="write a plot (min/avg/max per thread count) to this PNG file")
     args = parser.parse_args(argv)
     try:
-        cluster_map = open_map(args.map)
-        settings = RunSettings(args.kernel, args.threads, args.policy, args.max_fanin, args.repeat,
-                               args.rounds, args.darts, args.launch, args.timeout,
-                               collect_counters=args.counters, trace_dir=args.trace)
+        runs = [Run(open_map(map_name), RunSettings(
+                    args.kernel, args.threads, policy, args.max_fanin, args.repeat, args.rounds, args.darts,
+                    args.launch, args.timeout, collect_counters=args.counters, trace_dir=args.trace))
+                for map_name in _listed(args.map) for policy in _listed(args.policy)]
+        if args.trace and len(runs) > 1:
+            raise ValueError("--trace: trace one map and policy at a time (their trace files would mix)")
         if args.trace:
             os.makedirs(args.trace, exist_ok=True)
         for option, path in (("--csv", args.csv), ("--plot", args.plot)):  # not after a long run
@@ -105,29 +129,32 @@ def run_command(argv: list[str]) -> int:
                 raise ValueError(f"{option} {path}: no folder {folder} to write it in")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PlacementWarning)
-            plans_for(cluster_map, settings)  # every count checked before anything starts
+            for run in runs:
+                plans_for(run.cluster_map, run.settings)  # every count checked before anything starts
         for message in dict.fromkeys(str(w.message) for w in caught):
             print(f"paths run: warning: {message}", file=sys.stderr)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PlacementWarning)
-            report = _run_with_progress(cluster_map, settings)
+            for run in runs:
+                report = _run_with_progress(run.cluster_map, run.settings)
+                run.measurements, run.counters = report.measurements, report.counters
+                print(results_table(run.cluster_map, run.settings, run.measurements), flush=True)
+                if args.counters:
+                    print(counters_table(run.counters))
     except (MapError, ValueError, LaunchError, OSError) as e:
         print(f"paths run: {e}", file=sys.stderr)
         return 1 if isinstance(e, LaunchError) else 2
-    print(results_table(cluster_map, settings, report.measurements))
-    if args.counters:
-        print(counters_table(report.counters))
     for option, path, write in (("--csv", args.csv, write_csv), ("--plot", args.plot, write_plot)):
         if not path:
             continue
         try:
-            write(path, cluster_map, settings, report.measurements)
+            write(path, runs)
         except OSError as e:
             print(f"paths run: {option} {path}: cannot write it: {e.strerror or e}", file=sys.stderr)
             return 1
         print(f"wrote {path}")
     if args.trace:
-        return _merge_traces(args.trace, settings.kernel)
+        return _merge_traces(args.trace, args.kernel)
     return 0
 
 
@@ -207,35 +234,40 @@ def counters_table(counters: dict[int, dict[str, list]]) -> str:
     return "\n".join(lines)
 
 
-def write_csv(path: str, cluster_map: ClusterMap, settings: RunSettings, measurements: list[Measurement]) -> None:
-    unit = "us_per_global_sum" if settings.kernel == "gsum" else "seconds"
+def write_csv(path: str, runs: list[Run]) -> None:
+    unit = "us_per_global_sum" if runs[0].settings.kernel == "gsum" else "seconds"
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["kernel", "map", "policy", "max_fanin", "threads", "nodes", "repeat", unit, "pi"])
-        for m in measurements:
-            writer.writerow([m.kernel, cluster_map.name, settings.policy or cluster_map.policy,
-                             settings.max_fanin or cluster_map.max_fanin, m.threads, m.nodes, m.repeat,
-                             f"{m.value:.6g}", "" if m.pi is None else f"{m.pi:.8f}"])
+        for run in runs:
+            cluster_map, settings = run.cluster_map, run.settings
+            for m in run.measurements:
+                writer.writerow([m.kernel, cluster_map.name, settings.policy or cluster_map.policy,
+                                 settings.max_fanin or cluster_map.max_fanin, m.threads, m.nodes, m.repeat,
+                                 f"{m.value:.6g}", "" if m.pi is None else f"{m.pi:.8f}"])
 
 
-def write_plot(path: str, cluster_map: ClusterMap, settings: RunSettings, measurements: list[Measurement]) -> None:
+def write_plot(path: str, runs: list[Run]) -> None:
+    """Average per thread count with min-max bars, one line per map and policy."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = _summary(measurements)
-    counts = [n for n, _, _ in rows]
-    values = [[m.value for m in ms] for _, _, ms in rows]
-    averages = [statistics.fmean(v) for v in values]
-    below = [a - min(v) for a, v in zip(averages, values)]
-    above = [max(v) - a for a, v in zip(averages, values)]
+    settings = runs[0].settings
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    axes.errorbar(counts, averages, yerr=[below, above], marker="o", capsize=3,
-                  label=f"{cluster_map.name}, {settings.policy or cluster_map.policy}")
+    for run in runs:
+        rows = _summary(run.measurements)
+        values = [[m.value for m in ms] for _, _, ms in rows]
+        averages = [statistics.fmean(v) for v in values]
+        below = [a - min(v) for a, v in zip(averages, values)]
+        above = [max(v) - a for a, v in zip(averages, values)]
+        axes.errorbar([n for n, _, _ in rows], averages, yerr=[below, above], marker="o", capsize=3,
+                      label=run.label)
     axes.set_xlabel("threads")
     axes.set_ylabel("microseconds per global sum" if settings.kernel == "gsum" else "seconds per run")
-    axes.set_title(f"{settings.kernel.upper()} on {cluster_map.name}: min / average / max of {settings.repeat} runs")
+    maps = ", ".join(dict.fromkeys(run.cluster_map.name for run in runs))
+    axes.set_title(f"{settings.kernel.upper()} on {maps}: min / average / max of {settings.repeat} runs")
     axes.grid(True, alpha=0.3)
     axes.legend()
     figure.tight_layout()

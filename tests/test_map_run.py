@@ -280,3 +280,23 @@ def test_counters_option_prints_every_nodes_stages(probe):
     # the one link from the 2w cluster to the root: a BUILD, then one round trip per global sum
     assert "remote(host='root0')" in done.stdout and "requests=31, answers=31" in done.stdout
     assert "core(format='q', name='GSUM.3')" in done.stdout
+
+
+def test_several_maps_and_policies_in_one_run(probe, tmp_path):
+    out = tmp_path / "cmp.csv"
+    done = paths_run("gsum", "--map", "paper-4w,paper-8w", "--policy", "bucket,even", "--threads", "1,5",
+                     "--repeat", "1", "--rounds", "20", "--csv", str(out), "--plot", str(tmp_path / "cmp.png"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("GSum on map") == 4
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    assert sorted({(r["map"], r["policy"]) for r in rows}) == [
+        ("paper-4w", "bucket"), ("paper-4w", "even"), ("paper-8w", "bucket"), ("paper-8w", "even")]
+    assert len(rows) == 4 * 2
+    assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_trace_takes_one_configuration_at_a_time(probe, tmp_path):
+    done = paths_run("gsum", "--map", "paper-4w,paper-8w", "--threads", "2", "--trace", str(tmp_path))
+    assert done.returncode == 2 and "one map and policy at a time" in done.stderr
+    assert probe.started() == {}
