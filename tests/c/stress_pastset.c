@@ -75,15 +75,6 @@ static void pause_briefly(void) {
     nanosleep(&pause, NULL);
 }
 
-static ps_element *enter_or_die(ps_space *space, const char *name, const char *format) {
-    ps_element *e = NULL;
-    int rc = ps_enter(space, name, format, &e);
-    if (rc != PS_OK) {
-        fprintf(stderr, "FAIL: enter %s: %s\n", name, ps_status_name(rc));
-        exit(1);
-    }
-    return e;
-}
 
 static ps_element_stats stats_of(ps_element *e) {
     ps_element_stats s;

@@ -155,15 +155,6 @@ static ps_stage *create_sum(ps_space *space, int fan_in, ps_stage *below) {
     return create_stage(space, "reduce-sum", values, 1, below);
 }
 
-static ps_element *element_of(ps_space *space, const char *name, const char *format) {
-    ps_element *e = NULL;
-    int rc = ps_enter(space, name, format, &e);
-    if (rc != PS_OK) {
-        fprintf(stderr, "FAIL: enter %s: %s\n", name, ps_status_name(rc));
-        exit(1);
-    }
-    return e;
-}
 
 /* A stage's counter by name; -1 (and a failure) if it has none. */
 static int64_t counter(ps_stage *stage, const char *name) {
@@ -454,7 +445,7 @@ static double run_sum_scene(ps_space *space, const char *name, sum_mode mode, co
     s.rounds = rounds;
     atomic_store(&scene_running, name);
     tree_build(&s.tree, space, name, "q", fan_ins, levels);
-    s.element = element_of(space, name, "q");
+    s.element = enter_or_die(space, name, "q");
     s.observed = calloc((size_t)rounds, sizeof *s.observed);
     if (!s.observed) exit(1);
     pthread_barrier_init(&s.attached, NULL, THREADS + 1);
@@ -611,7 +602,7 @@ static double run_fields_scene(ps_space *space, const char *name, const char *fo
     s.rounds = rounds;
     atomic_store(&scene_running, name);
     tree_build(&s.tree, space, name, format, fan_ins, levels);
-    s.element = element_of(space, name, format);
+    s.element = enter_or_die(space, name, format);
     CHECK(ps_stage_format(s.tree.sums[0])->size == 16, "fields %s: tuple size %zu", format,
           ps_stage_format(s.tree.sums[0])->size);
     pthread_barrier_init(&s.attached, NULL, THREADS + 1);
@@ -844,7 +835,7 @@ static double run_pass_scene(ps_space *space, int64_t rounds, const char *direct
     snprintf(s.low_path, sizeof s.low_path, "%s/low.trace", directory);
     int64_t capacity = rounds * PASS_THREADS * PASS_OPS_PER_ROUND;
     s.core = create_core(space, "pass", "q");
-    s.element = element_of(space, "pass", "q");
+    s.element = enter_or_die(space, "pass", "q");
     ps_param_value delay[] = {float_param("ms", 0.002), float_param("jitter_ms", 0.002)};
     s.delay = create_stage(space, "delay", delay, 2, s.core);
     s.low_cache = create_cache(space, 16 * PASS_CACHE, s.delay); /* keeps what the upper one evicts */
