@@ -18,6 +18,17 @@ def traced_core(space, path, name="T", format="q", **trace_params):
     return core, trace
 
 
+def traced_pairs(space, path, pairs, **trace_params):
+    """Runs `pairs` move+observe pairs through [trace -> core], then releases the stages, so the
+    trace file is written; returns the file's path."""
+    core, trace = traced_core(space, path, **trace_params)
+    h = trace.attach("thread 0")
+    native.bench.pairs_ns(h, pairs)
+    del h, trace, core
+    gc.collect()
+    return path
+
+
 def traced_gsum(space, path, threads, **trace_params):
     """[trace -> reduce-sum(threads) -> core] and one handle per thread."""
     core = native.create_stage("core", {"name": "SUM", "format": "q"}, None, space)
@@ -59,12 +70,7 @@ def test_every_operation_is_one_event(space, tmp_path):
 
 
 def test_pairs_loop_records_two_events_per_pair(space, tmp_path):
-    path = tmp_path / "t.bin"
-    core, trace = traced_core(space, path)
-    h = trace.attach("thread 0")
-    native.bench.pairs_ns(h, 5000)
-    del h, trace, core
-    gc.collect()
+    path = traced_pairs(space, tmp_path / "t.bin", 5000)
     events = read_trace(path).events
     assert len(events) == 10000
     assert [e.op for e in events[:4]] == ["move", "observe", "move", "observe"]
@@ -193,11 +199,7 @@ def test_perfetto_json(space, tmp_path):
 
 
 def test_cli_summary_and_perfetto(space, tmp_path, capsys):
-    core, trace = traced_core(space, tmp_path / "t.bin", node="n0")
-    h = trace.attach("thread 0")
-    native.bench.pairs_ns(h, 200)
-    del h, trace, core
-    gc.collect()
+    traced_pairs(space, tmp_path / "t.bin", 200, node="n0")
     out = tmp_path / "t.json"
     assert trace_command([str(tmp_path / "t.bin"), "--perfetto", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -224,12 +226,7 @@ def test_cli_errors(tmp_path, capsys):
 
 
 def test_truncated_file_is_named(space, tmp_path):
-    path = tmp_path / "t.bin"
-    core, trace = traced_core(space, path)
-    h = trace.attach("thread 0")
-    native.bench.pairs_ns(h, 10)
-    del h, trace, core
-    gc.collect()
+    path = traced_pairs(space, tmp_path / "t.bin", 10)
     data = path.read_bytes()
     for cut in (4, 100, len(data) - 1):
         path.write_bytes(data[:cut])
