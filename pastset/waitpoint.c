@@ -10,24 +10,22 @@
 
 #include "pastset.h"
 
-enum { SPIN_ROUNDS = 20, SPIN_PAUSES = 32, YIELD_ROUNDS = 200 };
+/* A spin lasts a few microseconds at most (a pause takes 10-40 ns): about what a yield that
+ * hands the core to another thread costs, so a spin that comes to nothing costs no more. */
+enum { SPIN_ROUNDS = 4, SPIN_PAUSES = 16, YIELD_ROUNDS = 200 };
 
-/* Threads waiting awake (spinning or yielding) right now, in the whole process. Spinning only
- * pays while each of them has a core of its own; beyond that a spinner burns the time slice the
- * thread it waits for needs, so the waiter yields its core instead. */
-static _Atomic int awake_waiters;
-static _Atomic int cores;
+/* After a wait whose spinning saw nothing, a thread goes straight to yielding: what it waits for
+ * is likely a thread that needs its core. It tries spinning again on one wait in RETRY_EVERY, so
+ * spinning comes back when cores come free. The verdict is the thread's own: threads sharing a
+ * core and threads with a core each may wait on the same waitpoint. */
+enum { RETRY_EVERY = 256 };
 
-static int spinning_pays(void) {
-    int n = atomic_load_explicit(&cores, memory_order_relaxed);
-    if (n == 0) {
-        long online = sysconf(_SC_NPROCESSORS_ONLN);
-        n = online > 1 ? (int)online : 1;
-        atomic_store_explicit(&cores, n, memory_order_relaxed);
-    }
-    /* The thread being waited for needs a core too. */
-    return atomic_load_explicit(&awake_waiters, memory_order_relaxed) < n;
-}
+static _Thread_local uint32_t waits_begun;
+static _Thread_local int spin_failed;
+
+static int spinning_pays(void) { return !spin_failed || waits_begun % RETRY_EVERY == 0; }
+
+int ps_waitpoint_sleeps_next(uint32_t spins) { return spins >= SPIN_ROUNDS + YIELD_ROUNDS; }
 
 void ps_waitpoint_init(ps_waitpoint *w) {
     atomic_init(&w->sequence, 0);
@@ -63,20 +61,19 @@ static int timed_out(int64_t deadline_ns) { return deadline_ns != PS_FOREVER && 
 
 int ps_waitpoint_wait(ps_waitpoint *w, uint32_t seen, int64_t deadline_ns, uint32_t *spins) {
     uint32_t round = (*spins)++;
-    if (round < SPIN_ROUNDS + YIELD_ROUNDS) {
-        atomic_fetch_add_explicit(&awake_waiters, 1, memory_order_relaxed);
+    if (round == 0 && (waits_begun++, !spinning_pays())) round = *spins = SPIN_ROUNDS + 1;
+    if (round < SPIN_ROUNDS) {
         int moved = 0;
-        if (round < SPIN_ROUNDS && spinning_pays()) {
-            for (int i = 0; i < SPIN_PAUSES && !moved; i++) {
-                moved = ps_waitpoint_sequence(w) != seen;
-                cpu_relax();
-            }
-        } else {
-            if (round < SPIN_ROUNDS) *spins = SPIN_ROUNDS; /* more waiters than cores: go on yielding */
-            sched_yield();
+        for (int i = 0; i < SPIN_PAUSES && !moved; i++) {
+            moved = ps_waitpoint_sequence(w) != seen;
+            cpu_relax();
         }
-        atomic_fetch_sub_explicit(&awake_waiters, 1, memory_order_relaxed);
+        if (moved || round == SPIN_ROUNDS - 1) spin_failed = !moved;
         return !moved && timed_out(deadline_ns) ? PS_ETIMEDOUT : 0;
+    }
+    if (round < SPIN_ROUNDS + YIELD_ROUNDS) {
+        sched_yield();
+        return timed_out(deadline_ns) ? PS_ETIMEDOUT : 0;
     }
     struct timespec relative, *timeout = NULL;
     if (deadline_ns != PS_FOREVER) {

@@ -3,7 +3,9 @@
  * A waitpoint is a 32-bit sequence number. A waiter reads the sequence, checks its condition,
  * and if the condition is false waits for the sequence to change. A waker changes the state the
  * condition reads, then bumps the sequence; it makes a system call only when a waiter sleeps.
- * Spinning first matters: a condition-variable wake-up alone costs tens of microseconds.
+ * Spinning first matters: a condition-variable wake-up alone costs tens of microseconds. But a
+ * spinner holds a core that the thread it waits for may need (more threads than cores), so a
+ * thread whose recent spins came to nothing yields at once.
  */
 #ifndef PASTSET_WAITPOINT_H
 #define PASTSET_WAITPOINT_H
@@ -33,6 +35,9 @@ void ps_waitpoint_wake(ps_waitpoint *w);
  * running count of waits for this operation (start at 0): it escalates spin -> yield -> sleep.
  * Returns 0 when the sequence moved (or may have), PS_ETIMEDOUT at the deadline. */
 int ps_waitpoint_wait(ps_waitpoint *w, uint32_t seen, int64_t deadline_ns, uint32_t *spins);
+
+/* True when the next wait with this `spins` would sleep until woken (or the deadline). */
+int ps_waitpoint_sleeps_next(uint32_t spins);
 
 #ifdef __cplusplus
 }
