@@ -7,6 +7,7 @@ import pytest
 
 import paths
 from paths import build_path, make_path, stage
+from paths.build import handle_tree
 
 
 def level_paths(threads, fanins, element=("GSUM", "q")):
@@ -59,8 +60,8 @@ def test_rounds_never_mix_when_contributors_drift(space):
                        pastset=space) for _ in range(2))
     for r in range(4):  # a runs four rounds ahead without observing
         a.move(100 + r)
-    with pytest.raises(TimeoutError):
-        a.move(999, timeout=0.05)  # a fifth round ahead waits for its round slot
+    with pytest.raises(RuntimeError, match="4 it has not observed"):
+        a.move(999)  # a fifth round ahead: only a's own observe could free its slot
     for r in range(4):
         b.move(r)
         assert b.observe(timeout=5) == (100 + 2 * r,)
@@ -111,3 +112,27 @@ def test_counters_report_rounds_and_operations(space):
     assert top["operations"] == 2 * 2 * 50  # two callers, a move and an observe per round
     assert top["rounds"] == 50 and top["fan_in"] == 2 and top["links"] == 2
     assert top["bytes"] == 8 * top["operations"]
+
+
+def test_a_sum_below_a_sum_takes_only_moves(space):
+    handles = [build_path(p, pastset=space) for p in level_paths(4, (2, 2))]
+    paths.bench.gsum(handles, 50)
+    table, top_key = handle_tree(handles[0])
+    root = table.live(top_key).below.native.counters()
+    assert root["operations"] == 2 * 50  # one move per round from each sum above; no observe
+    assert root["rounds"] == 50 and root["links"] == 2
+    assert space.enter("GSUM", "q").last() == 50
+
+
+def test_a_downward_timeout_below_a_chain_is_driven_by_an_observer_above(space):
+    element = space.enter("BT", "q")
+    element.delta(1)
+    element.move(-1)  # the element is full: the lowest sum cannot go down yet
+    a = build_path(make_path(stage("reduce-sum", num_threads=1), stage("reduce-sum", num_threads=1),
+                             stage("core", name="BT", format="q")), pastset=space)
+    a.move(5, timeout=0.05)  # handed down the chain; going down from the lowest sum times out inside
+    with pytest.raises(TimeoutError):
+        a.observe(timeout=0.05)
+    assert element.observe() == (-1,)  # room again: the waiting observer drives the lowest sum
+    assert a.observe(timeout=5) == (5,)
+    assert element.last() == 2

@@ -216,6 +216,8 @@ public:
         py::bytes packed = codec_.pack(t, label_);
         const char *bytes = PyBytes_AS_STRING(packed.ptr());
         int rc = wait_in_slices([&](int64_t slice) { return Backend::move(bytes, slice); }, timeout);
+        if (rc == PS_ESTATE)
+            fail(rc, label_ + " move: a sum holds 4 rounds, and this caller has moved 4 it has not observed yet");
         if (rc != PS_OK) fail(rc, label_ + " move");
     }
 
@@ -474,7 +476,9 @@ public:
 private:
     std::shared_ptr<Stage> stage_;
     py::object owner_;  // whatever the builder wants kept alive as long as the handle
-    ps_link owned_{};
+    // Written by every operation: on a cache line of its own, so that threads' handles never
+    // share one.
+    alignas(64) ps_link owned_{};
     ps_link *link_;
     bool owns_ = false;
 };
@@ -781,7 +785,7 @@ double single_link_kernel(const std::shared_ptr<Handle> &handle, int64_t count, 
 }
 
 py::dict gsum(const std::vector<std::shared_ptr<Handle>> &handles, int64_t rounds, py::object contributors,
-              const py::object &timeout) {
+              const py::object &timeout, bool pin) {
     std::vector<ps_link *> links = links_of(handles, "gsum");
     if (rounds <= 0) throw py::value_error("gsum: expected rounds > 0, got " + std::to_string(rounds));
     int64_t expected = contributors.is_none() ? static_cast<int64_t>(links.size()) : contributors.cast<int64_t>();
@@ -790,7 +794,7 @@ py::dict gsum(const std::vector<std::shared_ptr<Handle>> &handles, int64_t round
     ps_kernel_report report;
     {
         py::gil_scoped_release released;
-        ps_kernel_gsum(links.data(), static_cast<int>(links.size()), rounds, expected, wait, latencies.data(), &report);
+        ps_kernel_gsum(links.data(), static_cast<int>(links.size()), pin, rounds, expected, wait, latencies.data(), &report);
     }
     check_report(report, links, "gsum");
     py::dict out;
@@ -801,7 +805,7 @@ py::dict gsum(const std::vector<std::shared_ptr<Handle>> &handles, int64_t round
 }
 
 py::dict mcpi(const std::vector<std::shared_ptr<Handle>> &handles, int64_t darts, uint64_t seed,
-              const py::object &timeout) {
+              const py::object &timeout, bool pin) {
     std::vector<ps_link *> links = links_of(handles, "mcpi");
     if (darts <= 0) throw py::value_error("mcpi: expected darts > 0, got " + std::to_string(darts));
     int64_t wait = timeout_ns(timeout);
@@ -809,7 +813,7 @@ py::dict mcpi(const std::vector<std::shared_ptr<Handle>> &handles, int64_t darts
     ps_kernel_report report;
     {
         py::gil_scoped_release released;
-        ps_kernel_mcpi(links.data(), static_cast<int>(links.size()), darts, seed, wait, &hits, &report);
+        ps_kernel_mcpi(links.data(), static_cast<int>(links.size()), pin, darts, seed, wait, &hits, &report);
     }
     check_report(report, links, "mcpi");
     py::dict out;
@@ -902,9 +906,11 @@ PYBIND11_MODULE(_native, m) {
     }, py::arg("rounds"), py::arg("bytes") = 48,
        "Median microseconds per raw ZeroMQ round trip (DEALER to a ROUTER echo thread, TCP loopback).");
     bench.def("gsum", &gsum, py::arg("handles"), py::arg("rounds"), py::arg("contributors") = py::none(),
-              py::arg("timeout") = 60.0, "GSum: one C thread per handle, move(i); observe() per round.");
+              py::arg("timeout") = 60.0, py::arg("pin") = false,
+              "GSum: one C thread per handle, move(i); observe() per round; pin binds thread t of n to CPU t*cpus/n.");
     bench.def("mcpi", &mcpi, py::arg("handles"), py::arg("darts"), py::arg("seed") = 12345,
-              py::arg("timeout") = 60.0, "MCPi: darts split over one C thread per handle, one global sum of hits.");
+              py::arg("timeout") = 60.0, py::arg("pin") = false,
+              "MCPi: darts split over one C thread per handle, one global sum of hits; pin as for gsum.");
     bench.def("openmp_sum_us", [](int threads, int64_t rounds) {
         if (threads <= 0 || rounds <= 0) throw py::value_error("openmp_sum_us: expected threads > 0 and rounds > 0");
         py::gil_scoped_release released;

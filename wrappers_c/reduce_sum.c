@@ -3,9 +3,9 @@
  * Each round, each of the fan_in contributors moves one tuple. The contributor whose tuple
  * completes the round adds them field by field; the sum goes one stage down as a single move,
  * and the total that the stage below then observes is what every contributor's next observe of
- * that round returns. Rounds never mix: round r lives in slot r % ROUND_SLOTS until all its
- * contributors have observed it, so contributors may drift up to ROUND_SLOTS rounds apart; a
- * mover further ahead waits for its slot.
+ * that round returns. Rounds never mix: round r lives in slot r % ROUND_SLOTS, and a contributor
+ * moves round r + ROUND_SLOTS only after observing round r, so contributors may drift up to
+ * ROUND_SLOTS rounds apart; a move further ahead of the caller's own observes is refused.
  *
  * Going down is done by one "driver" at a time (the last contributor of a round, or any waiting
  * observer), strictly in round order. A downward call that times out leaves the round pending,
@@ -15,6 +15,14 @@
  *
  * The link below is the stage's one link, used by one thread at a time: the driver, or a caller
  * whose first, last, observe(i), delta or axe the stage passes on; the driving flag guards it.
+ *
+ * Forwarding: a sum directly on a sum (a tree of sums in one process) only moves its rounds down;
+ * the sum below takes them without waiting, and this stage's observers read the totals straight
+ * from the root, the lowest sum of the chain, which alone goes further down. Round r of every sum
+ * in a chain is round r of its root. So whichever thread completes the root's round completes it
+ * for every thread of the tree at once, and no hand-off waits for a thread to be scheduled per
+ * level. Root slots are safe to read: an upper sum moves round r + ROUND_SLOTS only when all its
+ * contributors moved it, each after observing round r at the root.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,25 +33,27 @@
 
 enum { ROUND_SLOTS = 4, CACHE_LINE = 64, MAX_FAN_IN = 4096 };
 
-enum { INLINE_TOTAL = 48 };
+enum { INLINE_TOTAL = 40 };
 
 /* What movers write and what the driver writes for observers sit on lines of their own, so an
- * observer spinning on `ready` finds the total on the same line and nobody else's writes. */
+ * observer waiting on `ready` finds the total on the same line and nobody else's writes. */
 typedef struct round_slot {
-    _Alignas(CACHE_LINE) _Atomic uint64_t accepting; /* the round whose contributions this slot takes */
-    _Atomic uint32_t arrived;     /* contributions to it so far */
-    _Atomic uint32_t collected;   /* contributors that have observed its total */
+    _Alignas(CACHE_LINE) _Atomic uint64_t arrived; /* contributions this slot ever took: round r is
+                                      complete when it reaches (r / ROUND_SLOTS + 1) * fan_in */
     _Atomic uint64_t summed;      /* round + 1 once its sum is complete */
     unsigned char *contributions; /* fan_in buffers of `stride` bytes */
     unsigned char *sum;
     unsigned char *total;         /* total_inline, or a buffer of its own for larger tuples */
     _Alignas(CACHE_LINE) _Atomic uint64_t ready; /* round + 1 once its total (or error) is in `total` */
     int status;                   /* the downward status of the round */
+    ps_waitpoint ready_wp;        /* its observers wait here */
     unsigned char total_inline[INLINE_TOTAL];
 } round_slot;
 
 typedef struct reduce_sum_stage {
     ps_stage base;
+    struct reduce_sum_stage *root; /* the sum whose totals this stage's observers read: itself,
+                                      or, on a chain of sums, the lowest one (see Forwarding) */
     uint32_t fan_in;
     size_t stride;
     round_slot slots[ROUND_SLOTS];
@@ -52,26 +62,33 @@ typedef struct reduce_sum_stage {
     _Atomic int link_waiters;      /* threads waiting to pass an operation on */
     _Atomic uint64_t down_moved;   /* rounds moved down */
     _Atomic uint64_t down_observed;/* rounds whose total came back */
-    _Alignas(CACHE_LINE) ps_waitpoint ready_wp; /* totals arrive: observers wait here */
-    _Alignas(CACHE_LINE) ps_waitpoint free_wp;  /* slots free up: movers wait here */
+    _Alignas(CACHE_LINE) ps_waitpoint link_wp; /* the link below comes free: passers-on wait here */
 } reduce_sum_stage;
 
 static reduce_sum_stage *sum_of(ps_link *link) { return (reduce_sum_stage *)link->stage; }
 
+static int forwards(const reduce_sum_stage *s) { return s->root != s; }
+
+/* A round to drive down now: summed but not yet moved, or moved and its total not yet back. */
 static int pending(reduce_sum_stage *s) {
     uint64_t moved = atomic_load(&s->down_moved), observed = atomic_load(&s->down_observed);
-    if (moved > observed) return 1;
+    if (moved > observed && !forwards(s)) return 1;
     return atomic_load(&s->slots[moved % ROUND_SLOTS].summed) == moved + 1;
+}
+
+static void wake_observers(reduce_sum_stage *s) {
+    for (int i = 0; i < ROUND_SLOTS; i++) ps_waitpoint_wake(&s->slots[i].ready_wp);
 }
 
 static void finish_round(reduce_sum_stage *s, round_slot *slot, uint64_t round, int status) {
     slot->status = status;
     atomic_store_explicit(&slot->ready, round + 1, memory_order_release);
     atomic_store(&s->down_observed, round + 1);
-    ps_waitpoint_wake(&s->ready_wp);
+    ps_waitpoint_wake(&slot->ready_wp);
 }
 
-/* Moves summed rounds down and observes their totals, in order, while nobody else does.
+/* Moves summed rounds down and observes their totals (forwarding: only moves them), in order,
+ * while nobody else does.
  * Returns PS_ETIMEDOUT if a downward call timed out (the round stays pending), else PS_OK. */
 static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
     ps_link *down = &s->base.next;
@@ -81,7 +98,16 @@ static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
         for (;;) {
             uint64_t moved = atomic_load_explicit(&s->down_moved, memory_order_relaxed);
             uint64_t observed = atomic_load_explicit(&s->down_observed, memory_order_relaxed);
-            if (moved > observed) {
+            if (forwards(s)) {
+                round_slot *slot = &s->slots[moved % ROUND_SLOTS];
+                if (atomic_load_explicit(&slot->summed, memory_order_acquire) != moved + 1) break;
+                /* A sum below takes the arrival and never waits; its root drives the round down. */
+                atomic_store(&s->down_moved, moved + 1);
+                rc = ps_link_move(down, slot->sum, timeout_ns);
+                /* Its answer is read at the root by our observers: nothing is left to observe
+                 * here, and the sum below never counts this link as moves ahead. */
+                down->observes = down->moves;
+            } else if (moved > observed) {
                 round_slot *slot = &s->slots[observed % ROUND_SLOTS];
                 rc = ps_link_observe(down, slot->total, timeout_ns);
                 if (rc == PS_ETIMEDOUT) break;
@@ -100,9 +126,9 @@ static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
             rc = PS_OK;
         }
         atomic_store(&s->driving, 0);
-        if (atomic_load(&s->link_waiters)) ps_waitpoint_wake(&s->ready_wp);
+        if (atomic_load(&s->link_waiters)) ps_waitpoint_wake(&s->link_wp);
         if (rc == PS_ETIMEDOUT) {
-            ps_waitpoint_wake(&s->ready_wp); /* let a waiting observer retry the round */
+            wake_observers(s); /* let a waiting observer retry the round */
             return rc;
         }
         if (!pending(s)) return PS_OK;
@@ -118,62 +144,62 @@ static int64_t remaining(int64_t deadline) {
 static int sum_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
     reduce_sum_stage *s = sum_of(link);
     uint64_t round = link->moves;
+    /* Slot round % ROUND_SLOTS still holds a round this caller has not observed: only its own
+     * observe can free it. Having observed that round, the caller knows every contributor
+     * moved it, so no slot is taken back while anyone still needs it. */
+    if (round >= link->observes + ROUND_SLOTS) return PS_ESTATE;
     round_slot *slot = &s->slots[round % ROUND_SLOTS];
-    int64_t deadline = 0;
-    uint32_t spins = 0;
-    for (;;) {
-        uint32_t seen = ps_waitpoint_sequence(&s->free_wp);
-        if (atomic_load_explicit(&slot->accepting, memory_order_acquire) == round) break;
-        if (spins == 0) {
-            atomic_fetch_add_explicit(&s->base.waits, 1, memory_order_relaxed);
-            deadline = ps_deadline(timeout_ns);
-        }
-        if (ps_waitpoint_wait(&s->free_wp, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
-    }
     memcpy(slot->contributions + link->slot * s->stride, tuple, s->base.tuple_size);
     link->moves = round + 1;
-    if (atomic_fetch_add_explicit(&slot->arrived, 1, memory_order_acq_rel) + 1 == s->fan_in) {
+    uint64_t complete = (round / ROUND_SLOTS + 1) * s->fan_in;
+    if (atomic_fetch_add_explicit(&slot->arrived, 1, memory_order_acq_rel) + 1 == complete) {
         memcpy(slot->sum, slot->contributions, s->base.tuple_size);
         for (uint32_t c = 1; c < s->fan_in; c++)
             ps_tuple_add(&s->base.format, slot->sum, slot->contributions + c * s->stride);
         atomic_store(&slot->summed, round + 1);
-        drive(s, spins ? remaining(deadline) : timeout_ns); /* a timeout leaves it to the observers */
+        drive(s, timeout_ns); /* a timeout leaves it to the observers */
     }
     return PS_OK;
+}
+
+/* Rounds are driven by the contributor that completes them; a waiting observer takes over only
+ * after a downward call timed out, so it looks for that now and then, not on every turn. */
+enum { TAKE_OVER_LOOK = 8, NOTHING_STALLED = -1 };
+
+/* Drives the rounds left pending by a timeout on the way from `s` down to its root. Returns
+ * NOTHING_STALLED, PS_OK after driving, or PS_ETIMEDOUT. */
+static int drive_stalled(reduce_sum_stage *s, int64_t timeout_ns) {
+    for (;;) {
+        if (!atomic_load_explicit(&s->driving, memory_order_relaxed) && pending(s))
+            return drive(s, timeout_ns);
+        if (!forwards(s)) return NOTHING_STALLED;
+        s = (reduce_sum_stage *)s->base.below;
+    }
 }
 
 static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
     reduce_sum_stage *s = sum_of(link);
     uint64_t round = link->observes;
     if (round >= link->moves) return PS_ESTATE; /* each observe answers one earlier move */
-    round_slot *slot = &s->slots[round % ROUND_SLOTS];
+    round_slot *slot = &s->root->slots[round % ROUND_SLOTS];
     int64_t deadline = 0;
-    uint32_t spins = 0;
-    int waited = 0;
-    for (;;) {
-        uint32_t seen = ps_waitpoint_sequence(&s->ready_wp);
+    uint32_t spins = 0, turns = 0;
+    for (;; turns++) {
+        uint32_t seen = ps_waitpoint_sequence(&slot->ready_wp);
         if (atomic_load_explicit(&slot->ready, memory_order_acquire) == round + 1) break;
-        if (!waited) {
-            waited = 1;
+        if (turns == 0) {
             atomic_fetch_add_explicit(&s->base.waits, 1, memory_order_relaxed);
             deadline = ps_deadline(timeout_ns);
         }
-        if (!atomic_load_explicit(&s->driving, memory_order_relaxed) && pending(s)) {
-            if (drive(s, remaining(deadline)) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
-            continue;
-        }
-        if (ps_waitpoint_wait(&s->ready_wp, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+        int look = turns % TAKE_OVER_LOOK == TAKE_OVER_LOOK - 1 || ps_waitpoint_sleeps_next(spins);
+        int stalled = look ? drive_stalled(s, remaining(deadline)) : NOTHING_STALLED;
+        if (stalled == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+        if (stalled == PS_OK) continue;
+        if (ps_waitpoint_wait(&slot->ready_wp, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
     }
     memcpy(out, slot->total, s->base.tuple_size);
-    int status = slot->status;
     link->observes = round + 1;
-    if (atomic_fetch_add_explicit(&slot->collected, 1, memory_order_acq_rel) + 1 == s->fan_in) {
-        atomic_store_explicit(&slot->arrived, 0, memory_order_relaxed);
-        atomic_store_explicit(&slot->collected, 0, memory_order_relaxed);
-        atomic_store_explicit(&slot->accepting, round + ROUND_SLOTS, memory_order_release);
-        ps_waitpoint_wake(&s->free_wp);
-    }
-    return status;
+    return slot->status;
 }
 
 /* ---- operations passed on: first, last, observe_at, delta, axe ------------------------------- */
@@ -188,9 +214,9 @@ static int take_link(reduce_sum_stage *s, int64_t timeout_ns) {
     int rc = PS_OK;
     atomic_fetch_add(&s->link_waiters, 1);
     for (;;) {
-        uint32_t seen = ps_waitpoint_sequence(&s->ready_wp);
+        uint32_t seen = ps_waitpoint_sequence(&s->link_wp);
         if (!atomic_exchange(&s->driving, 1)) break;
-        if ((rc = ps_waitpoint_wait(&s->ready_wp, seen, deadline, &spins)) == PS_ETIMEDOUT) break;
+        if ((rc = ps_waitpoint_wait(&s->link_wp, seen, deadline, &spins)) == PS_ETIMEDOUT) break;
     }
     atomic_fetch_sub(&s->link_waiters, 1);
     return rc;
@@ -199,7 +225,8 @@ static int take_link(reduce_sum_stage *s, int64_t timeout_ns) {
 /* Gives the link back; rounds that completed meanwhile are driven by the observers woken. */
 static void give_link(reduce_sum_stage *s) {
     atomic_store(&s->driving, 0);
-    ps_waitpoint_wake(&s->ready_wp);
+    ps_waitpoint_wake(&s->link_wp);
+    wake_observers(s);
 }
 
 /* Tuple `index` may only come with a round this stage drives down: so the link is held for a
@@ -255,7 +282,8 @@ static int sum_axe(ps_link *link, int64_t index) {
 static int sum_counters(ps_stage *stage, ps_counter *out, int max) {
     reduce_sum_stage *s = (reduce_sum_stage *)stage;
     if (max < 2) return 0;
-    out[0] = (ps_counter){"rounds", (int64_t)atomic_load(&s->down_observed)};
+    uint64_t rounds = forwards(s) ? atomic_load(&s->down_moved) : atomic_load(&s->down_observed);
+    out[0] = (ps_counter){"rounds", (int64_t)rounds};
     out[1] = (ps_counter){"fan_in", (int64_t)s->fan_in};
     return 2;
 }
@@ -287,12 +315,12 @@ static int sum_create(const ps_params *params, const ps_build_context *context, 
     if (!s) return PS_ENOMEM;
     memset(s, 0, sizeof *s);
     s->fan_in = (uint32_t)ps_params_int(params, "num_threads");
+    s->root = below->ops == &SUM_OPS ? ((reduce_sum_stage *)below)->root : s;
     s->stride = (format->size + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
     int rc = ps_stage_init(&s->base, &SUM_OPS, format, s->fan_in, below, PS_JOINING);
     if (rc == PS_ESTATE) snprintf(error, error_size, "stage 'reduce-sum': the stage below has no free caller slot");
     for (int i = 0; rc == PS_OK && i < ROUND_SLOTS; i++) {
         round_slot *slot = &s->slots[i];
-        atomic_init(&slot->accepting, (uint64_t)i);
         slot->contributions = aligned_alloc(CACHE_LINE, s->stride * (s->fan_in + 2));
         if (!slot->contributions) rc = PS_ENOMEM;
         else {
@@ -300,8 +328,8 @@ static int sum_create(const ps_params *params, const ps_build_context *context, 
             slot->total = format->size <= INLINE_TOTAL ? slot->total_inline : slot->sum + s->stride;
         }
     }
-    ps_waitpoint_init(&s->ready_wp);
-    ps_waitpoint_init(&s->free_wp);
+    ps_waitpoint_init(&s->link_wp);
+    for (int i = 0; i < ROUND_SLOTS; i++) ps_waitpoint_init(&s->slots[i].ready_wp);
     if (rc != PS_OK) {
         sum_destroy(&s->base);
         ps_stage_abandon(&s->base);
