@@ -40,14 +40,16 @@ def _mpi_program() -> Path:
     return binary
 
 
-def mpi_allreduce_us(processes: int, rounds: int, timeout: float = 120.0) -> float | None:
+def mpi_allreduce_us(processes: int, rounds: int, timeout: float = 120.0, bind: bool = False) -> float | None:
     """Median microseconds per MPI_Allreduce of one int64 over `processes` ranks on this
-    machine, or None when MPI is not installed."""
+    machine, or None when MPI is not installed. `bind` binds each rank to a core (several ranks
+    to a core when there are more ranks than cores), as pinned PATHS threads are."""
     if not mpi_available():
         return None
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl="self,vader", OMPI_MCA_rmaps_base_oversubscribe="1")
-    command = ["mpirun", "--oversubscribe", "-np", str(processes), str(_mpi_program()), str(rounds)]
+    binding = ["--bind-to", "core:overload-allowed"] if bind else ["--bind-to", "none"]
+    command = ["mpirun", "--oversubscribe", *binding, "-np", str(processes), str(_mpi_program()), str(rounds)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     for line in done.stdout.splitlines():
         if line.startswith("median_us"):

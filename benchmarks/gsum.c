@@ -26,8 +26,8 @@ static void *gsum_thread(void *arg) {
     return NULL;
 }
 
-void ps_kernel_gsum(ps_link **links, int threads, int64_t rounds, int64_t contributors,
+void ps_kernel_gsum(ps_link **links, int threads, int pin, int64_t rounds, int64_t contributors,
                     int64_t timeout_ns, double *latencies_us, ps_kernel_report *report) {
     gsum_job job = {rounds, contributors, timeout_ns, latencies_us};
-    ps_run_kernel_threads(links, threads, &job, gsum_thread, report);
+    ps_run_kernel_threads(links, threads, pin, &job, gsum_thread, report);
 }

@@ -4,7 +4,9 @@ OpenMP reduction and an MPI_Allreduce at the same thread counts, in one run.
     python -m benchmarks.gsum --threads 1,2,4,8,16 --tree flat,fanin4
 
 Each cell is the median over --repeat runs of the median round latency (thread 0 times each
-round, as the paper's Figure 3). Trees: `flat` (one sum of all threads) and `faninK` (sums of
+round, as the paper's Figure 3). Threads are pinned by default (thread t of n on CPU t*cpus/n,
+so the threads of one group of a tree share a CPU), and MPI ranks are then bound to cores too;
+--no-pin lets the scheduler place both. Trees: `flat` (one sum of all threads) and `faninK` (sums of
 at most K contributors, then sums of those). The run ends with the issue's targets: GSum at
 most 0.55x MPI_Allreduce at 4, 8 and 16 threads, fan-in 4 no slower than flat at 16, trace
 overhead at most 60 cycles per operation, MCPi at 2 threads at least 1.8x the darts per second
@@ -26,10 +28,10 @@ from .mcpi import mcpi_scaling
 from .trace_overhead import trace_overhead_cycles
 
 
-def gsum_us(n: int, tree: str, rounds: int) -> float:
+def gsum_us(n: int, tree: str, rounds: int, pin: bool) -> float:
     pastset = paths.PastSet()
     handles = tree_handles(n, tree, pastset)
-    return paths.bench.gsum(handles, rounds).median_us
+    return paths.bench.gsum(handles, rounds, pin=pin).median_us
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated trees: flat, faninK (default flat,fanin4)")
     parser.add_argument("--rounds", type=int, default=2000, help="global sums per run (default 2000)")
     parser.add_argument("--repeat", type=int, default=5, help="runs per cell; the median is shown (default 5)")
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                        help="bind each thread (and each MPI rank) to a CPU (default: on)")
     parser.add_argument("--csv", help="also write the table to this CSV file")
     parser.add_argument("--no-targets", action="store_true", help="skip the trace and MCPi target checks")
     args = parser.parse_args(argv)
@@ -54,12 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     mpi_note = "" if anchors.mpi_available() else " (MPI not installed: apt-get install openmpi-bin libopenmpi-dev)"
     header = ["threads"] + [f"gsum_{t}_us" for t in args.tree] + ["openmp_us", "mpi_us"]
     header += [f"{t}/mpi" for t in args.tree] + [f"{t}/openmp" for t in args.tree]
-    print(f"GSum, median of {args.repeat} runs x {args.rounds} rounds, microseconds per global sum{mpi_note}")
+    placement = "threads and MPI ranks pinned" if args.pin else "threads and MPI ranks placed by the scheduler"
+    print(f"GSum, median of {args.repeat} runs x {args.rounds} rounds, microseconds per global sum, "
+          f"{placement}{mpi_note}")
     print("  ".join(f"{h:>13}" for h in header))
     for n in args.threads:
-        cells = {t: median_of(lambda: gsum_us(n, t, args.rounds)) for t in args.tree}
+        cells = {t: median_of(lambda: gsum_us(n, t, args.rounds, args.pin)) for t in args.tree}
         omp = median_of(lambda: anchors.openmp_sum_us(n, args.rounds))
-        mpi = median_of(lambda: anchors.mpi_allreduce_us(n, args.rounds)) if anchors.mpi_available() else None
+        mpi = (median_of(lambda: anchors.mpi_allreduce_us(n, args.rounds, bind=args.pin))
+               if anchors.mpi_available() else None)
         row = {"threads": n, **{f"gsum_{t}_us": cells[t] for t in args.tree}, "openmp_us": omp, "mpi_us": mpi}
         for t in args.tree:
             row[f"{t}/mpi"] = cells[t] / mpi if mpi else None

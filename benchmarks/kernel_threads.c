@@ -1,6 +1,7 @@
-/* kernel_threads.c — one pthread per link, a start gate, and the report of the run. */
+/* kernel_threads.c — one pthread per link, a start gate, CPU binding, and the report of the run. */
 #include "kernel_threads.h"
 
+#include <sched.h>
 #include <stdlib.h>
 
 #include "pastset.h"
@@ -20,7 +21,22 @@ static void open_gate(start_gate *gate, int state) {
     ps_waitpoint_wake(&gate->opened);
 }
 
-void ps_run_kernel_threads(ps_link **links, int threads, void *job, void *(*body)(void *),
+/* Thread t of n goes on allowed CPU t * cpus / n: neighbouring threads share a CPU, as the
+ * contributors of one sum in a tree do, and every CPU gets its even share. A binding the system
+ * refuses leaves the thread unbound. */
+static void bind_to_cpu(pthread_attr_t *attr, const cpu_set_t *allowed, int thread, int threads) {
+    int cpus = CPU_COUNT(allowed), wanted = (int)((int64_t)thread * cpus / threads), seen = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, allowed) || seen++ != wanted) continue;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        pthread_attr_setaffinity_np(attr, sizeof one, &one);
+        return;
+    }
+}
+
+void ps_run_kernel_threads(ps_link **links, int threads, int pin, void *job, void *(*body)(void *),
                            ps_kernel_report *report) {
     *report = (ps_kernel_report){PS_OK, -1, 0, 0.0};
     kernel_thread *state = calloc((size_t)threads, sizeof *state);
@@ -28,10 +44,17 @@ void ps_run_kernel_threads(ps_link **links, int threads, void *job, void *(*body
     start_gate gate;
     ps_waitpoint_init(&gate.opened);
     atomic_init(&gate.state, 0);
+    cpu_set_t allowed;
+    if (pin && sched_getaffinity(0, sizeof allowed, &allowed) != 0) pin = 0;
     int started = 0;
     while (state && ids && started < threads) {
         state[started] = (kernel_thread){started, links[started], &gate, job, PS_OK, 0};
-        if (pthread_create(&ids[started], NULL, body, &state[started]) != 0) break;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        if (pin) bind_to_cpu(&attr, &allowed, started, threads);
+        int rc = pthread_create(&ids[started], &attr, body, &state[started]);
+        pthread_attr_destroy(&attr);
+        if (rc != 0) break;
         started++;
     }
     int complete = started == threads;

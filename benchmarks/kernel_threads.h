@@ -25,8 +25,9 @@ typedef struct kernel_thread {
 /* Waits until the gate opens; returns 0 to run, -1 if the run was abandoned. */
 int ps_kernel_thread_start(kernel_thread *me);
 
-/* Runs body(thread) on `threads` pthreads, all released together; fills report. */
-void ps_run_kernel_threads(ps_link **links, int threads, void *job, void *(*body)(void *),
+/* Runs body(thread) on `threads` pthreads, all released together; fills report. With `pin`,
+ * each thread is bound to one CPU of those this process may use (see ps_kernel_gsum). */
+void ps_run_kernel_threads(ps_link **links, int threads, int pin, void *job, void *(*body)(void *),
                            ps_kernel_report *report);
 
 #endif

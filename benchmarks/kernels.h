@@ -37,14 +37,15 @@ typedef struct ps_kernel_report {
 
 /* GSum: one thread per link; every thread runs `move(i); observe()` for i < rounds and checks each
  * total against i * contributors (the threads of every process feeding the sum). Thread 0 writes
- * each round's latency in microseconds into latencies_us[rounds]. */
-void ps_kernel_gsum(ps_link **links, int threads, int64_t rounds, int64_t contributors,
+ * each round's latency in microseconds into latencies_us[rounds]. With `pin`, thread t of n runs
+ * only on allowed CPU t * cpus / n, so neighbouring threads (one group of a tree) share a CPU. */
+void ps_kernel_gsum(ps_link **links, int threads, int pin, int64_t rounds, int64_t contributors,
                     int64_t timeout_ns, double *latencies_us, ps_kernel_report *report);
 
 /* MCPi: the darts are split evenly over the threads; each counts its hits inside the quarter
  * circle with its own generator, then one global sum of the hits goes through the path.
  * *hits receives the observed total. */
-void ps_kernel_mcpi(ps_link **links, int threads, int64_t darts, uint64_t seed, int64_t timeout_ns,
+void ps_kernel_mcpi(ps_link **links, int threads, int pin, int64_t darts, uint64_t seed, int64_t timeout_ns,
                     int64_t *hits, ps_kernel_report *report);
 
 /* The OpenMP anchor: microseconds per global sum of `threads` contributions (reduction clause),

@@ -40,9 +40,9 @@ static void *mcpi_thread(void *arg) {
     return NULL;
 }
 
-void ps_kernel_mcpi(ps_link **links, int threads, int64_t darts, uint64_t seed, int64_t timeout_ns,
+void ps_kernel_mcpi(ps_link **links, int threads, int pin, int64_t darts, uint64_t seed, int64_t timeout_ns,
                     int64_t *hits, ps_kernel_report *report) {
     mcpi_job job = {darts, timeout_ns, seed, threads, 0};
-    ps_run_kernel_threads(links, threads, &job, mcpi_thread, report);
+    ps_run_kernel_threads(links, threads, pin, &job, mcpi_thread, report);
     *hits = atomic_load(&job.total);
 }

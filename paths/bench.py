@@ -41,10 +41,14 @@ class MCPiResult:
         return self.darts / self.seconds if self.seconds > 0 else float("inf")
 
 
-def gsum(handles: Sequence, iters: int, contributors: int | None = None, timeout: float = 60.0) -> GSumResult:
+def gsum(handles: Sequence, iters: int, contributors: int | None = None, timeout: float = 60.0,
+         pin: bool = False) -> GSumResult:
     """Run GSum: each handle's thread does `move(i); observe()` for i < iters and checks every
-    total against i * contributors (default: the number of handles). Raises on a wrong total."""
-    raw = _native.bench.gsum(list(handles), iters, contributors, timeout)
+    total against i * contributors (default: the number of handles). Raises on a wrong total.
+
+    `pin=True` binds thread t of n to the (t * cpus // n)-th CPU this process may use: the
+    threads of one group of a tree share a CPU, and no thread wanders between CPUs."""
+    raw = _native.bench.gsum(list(handles), iters, contributors, timeout, pin)
     result = GSumResult(raw["latencies"], raw["seconds"], raw["bad_totals"], len(handles))
     if result.bad_totals:
         raise AssertionError(f"gsum: {result.bad_totals} rounds returned a wrong total")
@@ -52,9 +56,10 @@ def gsum(handles: Sequence, iters: int, contributors: int | None = None, timeout
 
 
 def mcpi(handles: Sequence, darts: int, seed: int = 12345, timeout: float = 60.0,
-         total_darts: int | None = None) -> MCPiResult:
+         total_darts: int | None = None, pin: bool = False) -> MCPiResult:
     """Run MCPi: `darts` split evenly over the handles' threads, one global sum of the hits.
-    `total_darts` is the darts of every process feeding the sum (default: `darts`)."""
-    raw = _native.bench.mcpi(list(handles), darts, seed, timeout)
+    `total_darts` is the darts of every process feeding the sum (default: `darts`); `pin` as
+    for gsum."""
+    raw = _native.bench.mcpi(list(handles), darts, seed, timeout, pin)
     everything = total_darts if total_darts is not None else darts
     return MCPiResult(4.0 * raw["hits"] / everything, raw["hits"], darts, raw["seconds"], len(handles))
