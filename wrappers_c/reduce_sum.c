@@ -10,8 +10,9 @@
  * Going down is done by one "driver" at a time (the last contributor of a round, or any waiting
  * observer), strictly in round order. A downward call that times out leaves the round pending,
  * and the next waiting caller drives it again, so every operation can time out without losing or
- * repeating a round. No lock and no allocation on the way: contributions go to per-contributor,
- * cache-line-padded buffers; hand-offs are atomics; waits spin, then yield, then sleep.
+ * repeating a round. No lock and no allocation on the way: small contributions are packed on the
+ * line of the round's arrival count, larger ones go to per-contributor cache-line-padded buffers;
+ * hand-offs are atomics; waits spin, then yield, then sleep.
  *
  * The link below is the stage's one link, used by one thread at a time: the driver, or a caller
  * whose first, last, observe(i), delta or axe the stage passes on; the driving flag guards it.
@@ -33,21 +34,26 @@
 
 enum { ROUND_SLOTS = 4, CACHE_LINE = 64, MAX_FAN_IN = 4096 };
 
-enum { INLINE_TOTAL = 40 };
+enum { PACKED_BYTES = 48, INLINE_TOTAL = 40 };
 
 /* What movers write and what the driver writes for observers sit on lines of their own, so an
- * observer waiting on `ready` finds the total on the same line and nobody else's writes. */
+ * observer waiting on `ready` finds the total on the same line and nobody else's writes. Small
+ * contributions (fan_in of them in PACKED_BYTES) sit on the line of the arrival count: a mover
+ * takes one line to contribute, and the contributor completing the round adds them up without
+ * fetching anyone's line. */
 typedef struct round_slot {
     _Alignas(CACHE_LINE) _Atomic uint64_t arrived; /* contributions this slot ever took: round r is
                                       complete when it reaches (r / ROUND_SLOTS + 1) * fan_in */
     _Atomic uint64_t summed;      /* round + 1 once its sum is complete */
-    unsigned char *contributions; /* fan_in buffers of `stride` bytes */
-    unsigned char *sum;
-    unsigned char *total;         /* total_inline, or a buffer of its own for larger tuples */
+    unsigned char packed[PACKED_BYTES];
     _Alignas(CACHE_LINE) _Atomic uint64_t ready; /* round + 1 once its total (or error) is in `total` */
     int status;                   /* the downward status of the round */
     ps_waitpoint ready_wp;        /* its observers wait here */
     unsigned char total_inline[INLINE_TOTAL];
+    _Alignas(CACHE_LINE) unsigned char *contributions; /* `packed`, or fan_in buffers of `stride` bytes */
+    unsigned char *sum;           /* a line of its own */
+    unsigned char *total;         /* total_inline, or a buffer of its own for larger tuples */
+    unsigned char *buffers;       /* what was allocated for the above */
 } round_slot;
 
 typedef struct reduce_sum_stage {
@@ -290,7 +296,7 @@ static int sum_counters(ps_stage *stage, ps_counter *out, int max) {
 
 static void sum_destroy(ps_stage *stage) {
     reduce_sum_stage *s = (reduce_sum_stage *)stage;
-    for (int i = 0; i < ROUND_SLOTS; i++) free(s->slots[i].contributions);
+    for (int i = 0; i < ROUND_SLOTS; i++) free(s->slots[i].buffers);
 }
 
 static const ps_stage_ops SUM_OPS = {
@@ -316,16 +322,21 @@ static int sum_create(const ps_params *params, const ps_build_context *context, 
     memset(s, 0, sizeof *s);
     s->fan_in = (uint32_t)ps_params_int(params, "num_threads");
     s->root = below->ops == &SUM_OPS ? ((reduce_sum_stage *)below)->root : s;
-    s->stride = (format->size + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
+    size_t words = (format->size + 7) / 8 * 8; /* packed contributions stay 8-byte aligned */
+    int packs = words * s->fan_in <= PACKED_BYTES;
+    s->stride = packs ? words : (format->size + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
+    size_t line = (format->size + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
     int rc = ps_stage_init(&s->base, &SUM_OPS, format, s->fan_in, below, PS_JOINING);
     if (rc == PS_ESTATE) snprintf(error, error_size, "stage 'reduce-sum': the stage below has no free caller slot");
     for (int i = 0; rc == PS_OK && i < ROUND_SLOTS; i++) {
         round_slot *slot = &s->slots[i];
-        slot->contributions = aligned_alloc(CACHE_LINE, s->stride * (s->fan_in + 2));
-        if (!slot->contributions) rc = PS_ENOMEM;
+        size_t spread = packs ? 0 : s->stride * s->fan_in;
+        slot->buffers = aligned_alloc(CACHE_LINE, spread + 2 * line);
+        if (!slot->buffers) rc = PS_ENOMEM;
         else {
-            slot->sum = slot->contributions + s->stride * s->fan_in;
-            slot->total = format->size <= INLINE_TOTAL ? slot->total_inline : slot->sum + s->stride;
+            slot->contributions = packs ? slot->packed : slot->buffers;
+            slot->sum = slot->buffers + spread;
+            slot->total = format->size <= INLINE_TOTAL ? slot->total_inline : slot->sum + line;
         }
     }
     ps_waitpoint_init(&s->link_wp);
