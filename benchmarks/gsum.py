@@ -4,7 +4,8 @@ OpenMP reduction and an MPI_Allreduce at the same thread counts, in one run.
     python -m benchmarks.gsum --threads 1,2,4,8,16 --tree flat,fanin4
 
 Each cell is the median over --repeat runs of the median round latency (thread 0 times each
-round, as the paper's Figure 3). Threads are pinned by default (thread t of n on CPU t*cpus/n,
+round, as the paper's Figure 3); the runs of all columns take turns, so that a drifting machine
+shifts them alike. Threads are pinned by default (thread t of n on CPU t*cpus/n,
 so the threads of one group of a tree share a CPU), and MPI ranks are then bound to cores too;
 --no-pin lets the scheduler place both. Trees: `flat` (one sum of all threads) and `faninK` (sums of
 at most K contributors, then sums of those). The run ends with the issue's targets: GSum at
@@ -51,8 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.repeat < 1:
         parser.error("--rounds and --repeat must be >= 1")
 
-    def median_of(measure) -> float:
-        return statistics.median(measure() for _ in range(args.repeat))
+    def interleaved_medians(measures: dict) -> dict:
+        """Median of --repeat runs of each measure, taken in turns (a, b, c, a, b, c, ...), so a
+        machine that drifts between runs drifts for every column alike."""
+        samples = {name: [] for name in measures}
+        for _ in range(args.repeat):
+            for name, measure in measures.items():
+                samples[name].append(measure())
+        return {name: statistics.median(values) for name, values in samples.items()}
 
     rows = []
     mpi_note = "" if anchors.mpi_available() else " (MPI not installed: apt-get install openmpi-bin libopenmpi-dev)"
@@ -63,10 +70,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{placement}{mpi_note}")
     print("  ".join(f"{h:>13}" for h in header))
     for n in args.threads:
-        cells = {t: median_of(lambda: gsum_us(n, t, args.rounds, args.pin)) for t in args.tree}
-        omp = median_of(lambda: anchors.openmp_sum_us(n, args.rounds))
-        mpi = (median_of(lambda: anchors.mpi_allreduce_us(n, args.rounds, bind=args.pin))
-               if anchors.mpi_available() else None)
+        measures = {t: (lambda t=t: gsum_us(n, t, args.rounds, args.pin)) for t in args.tree}
+        measures["openmp"] = lambda: anchors.openmp_sum_us(n, args.rounds)
+        if anchors.mpi_available():
+            measures["mpi"] = lambda: anchors.mpi_allreduce_us(n, args.rounds, bind=args.pin)
+        cells = interleaved_medians(measures)
+        omp, mpi = cells["openmp"], cells.get("mpi")
         row = {"threads": n, **{f"gsum_{t}_us": cells[t] for t in args.tree}, "openmp_us": omp, "mpi_us": mpi}
         for t in args.tree:
             row[f"{t}/mpi"] = cells[t] / mpi if mpi else None
