@@ -40,8 +40,8 @@ echo "bootstrap: building paths"
 
 case "$job" in
 main)
-    .venv/bin/paths run gsum --threads 1,2,4,8 --repeat 3 --rounds 2000
-    exec .venv/bin/paths run mcpi --threads 1,2,4 --repeat 3 --darts 20000000 ;;
+    .venv/bin/paths run gsum --threads 1,2,4,8 --repeat 3 --rounds 2000 --pin
+    exec .venv/bin/paths run mcpi --threads 1,2,4 --repeat 3 --darts 20000000 --pin ;;
 test) exec .venv/bin/python -m pytest -q tests ;;
 bench)
     .venv/bin/python -m benchmarks.core_ops

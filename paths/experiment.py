@@ -53,6 +53,7 @@ class RunSettings:
     timeout: float = 120.0
     collect_counters: bool = False
     trace_dir: Optional[str] = None  # trace every caller and every link into this folder
+    pin: bool = False  # bind threads to CPUs (and local node processes to shares of the CPUs)
 
 
 def plans_for(cluster_map: ClusterMap, settings: RunSettings) -> dict[int, ReductionPlan]:
@@ -72,7 +73,7 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
     nodes = list(dict.fromkeys(node for plan in plans.values() for node in plan.stages_by_node()))
     report = RunReport()
     node_options = ("--trace-dir", os.path.abspath(settings.trace_dir)) if settings.trace_dir else ()
-    with NodeProcesses(cluster_map, nodes, settings.launch, node_options) as processes:
+    with NodeProcesses(cluster_map, nodes, settings.launch, node_options, pin=settings.pin) as processes:
         for n, plan in plans.items():
             threads_of = {node: [i for i, p in enumerate(plan.placements) if p == node] for node in nodes}
             thread_paths = traced_paths(plan, settings) if settings.trace_dir else plan.paths
@@ -122,14 +123,15 @@ def _measure(processes: NodeProcesses, settings: RunSettings, plan: ReductionPla
              busy: list[str], repeat: int) -> Measurement:
     n = len(plan.placements)
     if settings.kernel == "gsum":
-        request = {"op": "gsum", "rounds": settings.rounds, "contributors": n, "timeout": settings.timeout}
+        request = {"op": "gsum", "rounds": settings.rounds, "contributors": n, "timeout": settings.timeout,
+                   "pin": settings.pin}
         answers = processes.request_all({node: request for node in busy}, settings.timeout * 2)
         timer = plan.placements[0]  # the node of thread 0, which times the rounds
         return Measurement("gsum", n, repeat, len(busy), answers[timer]["median_us"])
     share = darts_per_thread(settings.darts, n)
     requests = {node: {"op": "mcpi", "darts": sum(share[i] for i in threads_of[node]),
                        "total_darts": settings.darts, "seed": 12345 + 7919 * repeat + index,
-                       "timeout": settings.timeout}
+                       "timeout": settings.timeout, "pin": settings.pin}
                 for index, node in enumerate(busy)}  # a seed of its own per node: no repeated darts
     answers = processes.request_all(requests, settings.timeout * 2)
     first = answers[plan.placements[0]]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from . import _native
 from .cluster_map import ClusterMap
+from .cpu_sets import cpu_shares, format_cpu_list
 from .hostlist import expand_hostlist
 
 START_SECONDS = 60.0
@@ -44,14 +45,19 @@ class NodeCommand:
 
 
 def node_commands(cluster_map: ClusterMap, nodes: list[str], mode: str | None = None,
-                  environ: dict | None = None, node_options: tuple[str, ...] = ()) -> list[NodeCommand]:
+                  environ: dict | None = None, node_options: tuple[str, ...] = (),
+                  share_cpus: bool = False) -> list[NodeCommand]:
     """The command that starts each node, for the given (or the map's) launch mode;
-    node_options are added to every node's own options (python -m paths.node --help)."""
+    node_options are added to every node's own options (python -m paths.node --help).
+    With share_cpus, emulated (local) nodes each run on their own share of this machine's CPUs."""
     mode = mode or cluster_map.launch.mode
     environ = os.environ if environ is None else environ
     python = [sys.executable, "-m", "paths.node", *node_options]
     if mode == "local":
-        return [NodeCommand(n, python + ["--name", n, "--bind", "tcp://127.0.0.1:*"]) for n in nodes]
+        shares = cpu_shares(len(nodes), sorted(os.sched_getaffinity(0))) if share_cpus else None
+        return [NodeCommand(n, python + ["--name", n, "--bind", "tcp://127.0.0.1:*"]
+                            + (["--cpus", format_cpu_list(shares[i])] if shares else []))
+                for i, n in enumerate(nodes)]
     if mode == "ssh":
         commands = []
         for n in nodes:
@@ -166,8 +172,8 @@ class NodeProcesses:
     """The running nodes of one map run; use as a context manager so they are always reaped."""
 
     def __init__(self, cluster_map: ClusterMap, nodes: list[str], mode: str | None = None,
-                 node_options: tuple[str, ...] = ()):
-        self.commands = node_commands(cluster_map, nodes, mode, node_options=node_options)
+                 node_options: tuple[str, ...] = (), pin: bool = False):
+        self.commands = node_commands(cluster_map, nodes, mode, node_options=node_options, share_cpus=pin)
         self.secure = (mode or cluster_map.launch.mode) != "local"
         self.nodes: dict[str, _Node] = {}
 

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from . import bench
 from .build import default_pastset, set_remote_resolver, stage_table
+from .cpu_sets import cpu_list, format_cpu_list
 from .path_spec import path_from_json
 from .server import PathServer
 
@@ -57,7 +59,8 @@ class Node:
     def gsum_op(self, request: dict) -> dict:
         if not self.handles:
             return {"threads": 0}
-        result = bench.gsum(self.handles, request["rounds"], request["contributors"], request.get("timeout", 120))
+        result = bench.gsum(self.handles, request["rounds"], request["contributors"], request.get("timeout", 120),
+                            pin=request.get("pin", False))
         return {"threads": len(self.handles), "median_us": result.median_us, "seconds": result.seconds,
                 "latencies": result.latencies if request.get("latencies") else None}
 
@@ -65,7 +68,7 @@ class Node:
         if not self.handles:
             return {"threads": 0}
         result = bench.mcpi(self.handles, request["darts"], request.get("seed", 12345),
-                            request.get("timeout", 120), request["total_darts"])
+                            request.get("timeout", 120), request["total_darts"], pin=request.get("pin", False))
         return {"threads": len(self.handles), "hits": result.hits, "pi": result.pi, "seconds": result.seconds}
 
     def counters_op(self, request: dict) -> dict:
@@ -94,7 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bind", default="tcp://127.0.0.1:*", help="the server's endpoint")
     parser.add_argument("--advertise", help="the host other nodes reach this one by (when binding *)")
     parser.add_argument("--trace-dir", help="where trace stages in paths other nodes send write their files")
+    parser.add_argument("--cpus", type=cpu_list, help="run only on these CPUs, e.g. 0-3,8 (default: all allowed)")
     args = parser.parse_args(argv)
+    if args.cpus:
+        try:
+            os.sched_setaffinity(0, args.cpus)
+        except OSError as e:
+            parser.error(f"--cpus {format_cpu_list(args.cpus)}: cannot run there ({e.strerror}); "
+                         f"allowed: {format_cpu_list(os.sched_getaffinity(0))}")
     # The run's CURVE key pair comes on the first line of standard input, "PUBLIC SECRET", or
     # "-" for none (never on the command line, where other users could read it).
     keys = sys.stdin.readline().split()

@@ -111,13 +111,18 @@ def run_command(argv: list[str]) -> int:
     parser.add_argument("--counters", action="store_true",
                         help="after each thread count, print every node's stages with their counters "
                              "(operations, waits, and the requests each remote stage sent)")
+    parser.add_argument("--pin", action="store_true",
+                        help="bind each node's threads to its CPUs: thread t of a node's n on its CPU "
+                             "t*cpus/n, so a group of a tree shares a CPU; with --launch local every "
+                             "node process first gets its own share of this machine's CPUs")
     parser.add_argument("--csv", help="write every measurement to this CSV file")
     parser.add_argument("--plot", help="write a plot (min/avg/max per thread count) to this PNG file")
     args = parser.parse_args(argv)
     try:
         runs = [Run(open_map(map_name), RunSettings(
                     args.kernel, args.threads, policy, args.max_fanin, args.repeat, args.rounds, args.darts,
-                    args.launch, args.timeout, collect_counters=args.counters, trace_dir=args.trace))
+                    args.launch, args.timeout, collect_counters=args.counters, trace_dir=args.trace,
+                    pin=args.pin))
                 for map_name in _listed(args.map) for policy in _listed(args.policy)]
         if args.trace and len(runs) > 1:
             raise ValueError("--trace: trace one map and policy at a time (their trace files would mix)")

@@ -22,6 +22,7 @@ from node_probe import NodeProbe
 import paths
 from paths import build_path, experiment, launcher, make_path, stage
 from paths.cluster_map import builtin_map, load_map_text
+from paths.cpu_sets import cpu_shares, format_cpu_list
 from paths.experiment import RunSettings, run_experiment
 from paths.launcher import LaunchError, NodeProcesses, node_commands
 from paths.path_spec import path_to_json
@@ -168,6 +169,16 @@ def test_ssh_commands_follow_the_template():
         assert command.argv[:3] == ["ssh", "-x", host]
         assert len(command.argv) == 4  # the remote command is one argument, quoted for the remote shell
         assert shlex.split(command.argv[3]) == node + [host] + bind
+
+
+def test_local_nodes_get_their_own_share_of_the_cpus_when_pinning():
+    cluster_map = builtin_map("paper-4w")
+    allowed = sorted(os.sched_getaffinity(0))
+    plain = node_commands(cluster_map, ["n0", "n1"], "local")
+    assert all("--cpus" not in c.argv for c in plain)
+    shared = node_commands(cluster_map, ["n0", "n1", "n2"], "local", share_cpus=True)
+    given = [c.argv[c.argv.index("--cpus") + 1] for c in shared]
+    assert given == [format_cpu_list(share) for share in cpu_shares(3, allowed)]
 
 
 FAKE_SSH = """\

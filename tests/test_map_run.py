@@ -141,6 +141,18 @@ def test_gsum_on_paper_4w_under_each_policy(probe, policy, nodes):
     assert probe.unreaped() == []
 
 
+def test_pinned_runs_keep_exact_totals_on_one_node_and_across_nodes(probe):
+    for cluster_map, threads in ((builtin_map("local"), [1, 2]), (builtin_map("paper-4w"), [6])):
+        settings = RunSettings("gsum", threads, repeat=1, rounds=200, timeout=RUN_TIMEOUT, pin=True)
+        report = run_experiment(cluster_map, settings)  # every total is checked in the kernel
+        assert [m.threads for m in report.measurements] == threads
+        assert all(m.value > 0 for m in report.measurements)
+    mcpi = run_experiment(builtin_map("paper-4w"), RunSettings("mcpi", [5], repeat=1, darts=2_000_000,
+                                                               timeout=RUN_TIMEOUT, pin=True))
+    assert abs(mcpi.measurements[0].pi - math.pi) < 0.01
+    assert probe.unreaped() == []
+
+
 def test_paths_run_prints_the_table_and_writes_csv_and_plot(probe, tmp_path):
     out_csv, out_png = tmp_path / "gsum.csv", tmp_path / "gsum.png"
     done = paths_run("gsum", "--map", "paper-4w", "--threads", "1,5", "--policy", "even", "--repeat", "2",
