@@ -194,7 +194,7 @@ static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
         uint32_t seen = ps_waitpoint_sequence(&slot->ready_wp);
         if (atomic_load_explicit(&slot->ready, memory_order_acquire) == round + 1) break;
         if (turns == 0) {
-            atomic_fetch_add_explicit(&s->base.waits, 1, memory_order_relaxed);
+            ps_link_count_wait(link);
             deadline = ps_deadline(timeout_ns);
         }
         int look = turns % TAKE_OVER_LOOK == TAKE_OVER_LOOK - 1 || ps_waitpoint_sleeps_next(spins);

@@ -13,11 +13,10 @@ int ps_stage_init(ps_stage *stage, const ps_stage_ops *ops, const ps_tuple_forma
     stage->max_links = max_links;
     stage->format = *format;
     stage->tuple_size = format->size;
-    atomic_init(&stage->waits, 0);
     pthread_mutex_init(&stage->links_lock, NULL);
     stage->attached = NULL;
     stage->attached_count = stage->attached_capacity = 0;
-    stage->retired_operations = stage->retired_bytes = 0;
+    stage->retired_operations = stage->retired_bytes = stage->retired_waits = 0;
     memset(&stage->next, 0, sizeof stage->next);
     stage->caller_links = NULL;
     stage->free_slots = NULL;
@@ -79,6 +78,7 @@ static void forget_link(ps_stage *stage, ps_link *link) {
             stage->attached[i] = stage->attached[--stage->attached_count];
             stage->retired_operations += __atomic_load_n(&link->operations, __ATOMIC_RELAXED);
             stage->retired_bytes += __atomic_load_n(&link->bytes, __ATOMIC_RELAXED);
+            stage->retired_waits += __atomic_load_n(&link->waits, __ATOMIC_RELAXED);
             break;
         }
     }
@@ -146,7 +146,7 @@ int ps_stage_attach(ps_stage *stage, ps_link *link) {
         rc = ps_stage_attach(stage->below, &stage->caller_links[slot]);
     if (rc == PS_OK && stage->ops->attach) rc = stage->ops->attach(stage, slot);
     if (rc == PS_OK) {
-        *link = (ps_link){stage, slot, 0, 0, 0, 0};
+        *link = (ps_link){stage, slot, 0, 0, 0, 0, 0};
         rc = remember_link(stage, link);
     }
     if (rc != PS_OK) {
@@ -231,18 +231,20 @@ int ps_link_exchange(ps_link *link, const void *tuple, void *out, int64_t timeou
 }
 
 int ps_stage_counters(ps_stage *stage, ps_counter *out, int max) {
-    int64_t operations, bytes;
+    int64_t operations, bytes, waits;
     pthread_mutex_lock(&stage->links_lock);
     operations = stage->retired_operations;
     bytes = stage->retired_bytes;
+    waits = stage->retired_waits;
     for (uint32_t i = 0; i < stage->attached_count; i++) {
         operations += __atomic_load_n(&stage->attached[i]->operations, __ATOMIC_RELAXED);
         bytes += __atomic_load_n(&stage->attached[i]->bytes, __ATOMIC_RELAXED);
+        waits += __atomic_load_n(&stage->attached[i]->waits, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&stage->links_lock);
     const ps_counter generic[] = {
         {"operations", operations},
-        {"waits", atomic_load_explicit(&stage->waits, memory_order_relaxed)},
+        {"waits", waits},
         {"bytes", bytes},
         {"links", (int64_t)atomic_load_explicit(&stage->links, memory_order_relaxed)},
     };

@@ -39,6 +39,7 @@ typedef struct ps_link {
      * shared cache line is written per operation. The stage adds them up when asked. */
     int64_t operations;
     int64_t bytes;
+    int64_t waits;      /* calls that had to wait */
 } ps_link;
 
 /* A named counter a stage reports (operations, hits, events, ...). */

@@ -43,14 +43,13 @@ struct ps_stage {
     ps_link *caller_links;         /* pass-through stages: one link to `below` per caller slot */
     ps_tuple_format format;        /* of the tuples flowing through, from the element */
     size_t tuple_size;
-    _Atomic int64_t waits;         /* calls that had to wait */
     uint32_t *free_slots;          /* pass-through stages: slots of callers gone, for new ones */
     uint32_t free_count;
     pthread_mutex_t links_lock;    /* guards free slots and the fields below (attach, detach, reading) */
     ps_link **attached;            /* the links attached now, whose counters are live */
     uint32_t attached_count, attached_capacity;
     int64_t retired_operations;    /* counters of links already detached */
-    int64_t retired_bytes;
+    int64_t retired_bytes, retired_waits;
     char error[256];               /* the last failure worth explaining, for messages */
 };
 
@@ -70,6 +69,11 @@ void ps_stage_abandon(ps_stage *stage);
 static inline ps_link *ps_stage_down(ps_link *link) {
     ps_stage *s = link->stage;
     return s->caller_links ? &s->caller_links[link->slot] : &s->next;
+}
+
+/* Counts a call on `link` that had to wait (by the link's one user, like its other counters). */
+static inline void ps_link_count_wait(ps_link *link) {
+    __atomic_store_n(&link->waits, link->waits + 1, __ATOMIC_RELAXED);
 }
 
 /* Forwarding implementations, for kinds that pass an operation straight down. */
