@@ -137,6 +137,35 @@ int ps_observe(ps_element *e, void *out, int64_t *index_out, int64_t timeout_ns)
     }
 }
 
+int ps_exchange(ps_element *e, const void *tuple, void *out, int64_t timeout_ns, int *moved) {
+    *moved = 0;
+    pthread_mutex_lock(&e->lock);
+    if (e->delta == 0 || e->last - e->first < e->delta) {
+        int rc = ensure_chunk_for_last(e);
+        if (rc == PS_OK) {
+            memcpy(tuple_address(e, e->last), tuple, e->tuple_size);
+            e->last++;
+            e->moves++;
+            memcpy(out, tuple_address(e, e->first), e->tuple_size); /* there is one now */
+            e->first++;
+            e->observes++;
+            *moved = 1;
+        }
+        int bounded = e->delta != 0;
+        pthread_mutex_unlock(&e->lock);
+        if (rc == PS_OK) ps_waitpoint_wake(&e->arrived); /* for observe(i) of the new tuple */
+        if (rc == PS_OK && bounded) ps_waitpoint_wake(&e->departed);
+        return rc;
+    }
+    pthread_mutex_unlock(&e->lock);
+    int64_t deadline = ps_deadline(timeout_ns);
+    int rc = ps_move(e, tuple, timeout_ns);
+    if (rc != PS_OK) return rc;
+    *moved = 1;
+    int64_t left = deadline == PS_FOREVER ? PS_FOREVER : deadline - ps_now_ns();
+    return ps_observe(e, out, NULL, left == PS_FOREVER || left > 0 ? left : 0);
+}
+
 int ps_observe_at(ps_element *e, int64_t index, void *out, int64_t timeout_ns) {
     if (index < 0) return PS_EINDEX;
     int64_t deadline = 0;

@@ -80,6 +80,9 @@ int ps_move(ps_element *e, const void *tuple, int64_t timeout_ns);
 /* Reads the next unread tuple into out and advances the shared cursor; blocks until one exists.
  * index_out (may be NULL) receives the tuple's index. */
 int ps_observe(ps_element *e, void *out, int64_t *index_out, int64_t timeout_ns);
+/* ps_move then ps_observe as one operation: under one hold of the lock when the move need not
+ * wait. *moved tells whether the move took effect (a timed-out observe can then be retried). */
+int ps_exchange(ps_element *e, const void *tuple, void *out, int64_t timeout_ns, int *moved);
 /* Reads tuple `index` of the history into out; blocks until it exists. */
 int ps_observe_at(ps_element *e, int64_t index, void *out, int64_t timeout_ns);
 int64_t ps_first(ps_element *e);   /* index of the next unread tuple */

@@ -136,3 +136,16 @@ def test_a_downward_timeout_below_a_chain_is_driven_by_an_observer_above(space):
     assert element.observe() == (-1,)  # room again: the waiting observer drives the lowest sum
     assert a.observe(timeout=5) == (5,)
     assert element.last() == 2
+
+
+def test_the_total_is_what_the_element_answers_next(space):
+    element = space.enter("N", "q")
+    element.move(-1)  # an unread tuple already waits in the element
+    h = build_path(make_path(stage("reduce-sum", num_threads=1), stage("core", name="N", format="q")),
+                   pastset=space)
+    h.move(5)  # goes down as a move and a next-observe in one call: the observe answers -1
+    assert h.observe(timeout=5) == (-1,)
+    h.move(6)
+    assert h.observe(timeout=5) == (5,)
+    assert [element.observe(i)[0] for i in range(element.last())] == [-1, 5, 6]
+    assert element.first() == 2

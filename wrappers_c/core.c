@@ -19,6 +19,10 @@ static int core_observe(ps_link *link, void *out, int64_t timeout_ns) {
     return ps_observe(element_of(link), out, NULL, timeout_ns);
 }
 
+static int core_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved) {
+    return ps_exchange(element_of(link), tuple, out, timeout_ns, moved);
+}
+
 static int core_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
     return ps_observe_at(element_of(link), index, out, timeout_ns);
 }
@@ -58,6 +62,7 @@ static int core_counters(ps_stage *stage, ps_counter *out, int max) {
 
 static const ps_stage_ops CORE_OPS = {
     core_move, core_observe, core_observe_at, core_first, core_last, core_delta, core_axe, core_counters, NULL,
+    core_exchange,
 };
 
 static int core_create(const ps_params *params, const ps_build_context *context, ps_stage *below,

@@ -235,7 +235,7 @@ static int64_t calls_per_caller(const tree *t, int i) {
 
 /* After `rounds` rounds with no downward timeout, every stage's counters are exact: each counts
  * calls_per_caller per round from each caller, and the leaves also the calls refused at them
- * (refused, all leaves together). */
+ * (refused, all leaves together); the core one exchange (a move and an observe in one call). */
 static void tree_check_counters(tree *t, const char *scene, int64_t rounds, int64_t refused) {
     int leaf_count = t->threads / t->leaf_fan_in, first_leaf = t->sum_count - leaf_count; /* leaves come last */
     int64_t leaf_operations = 0;
@@ -253,10 +253,10 @@ static void tree_check_counters(tree *t, const char *scene, int64_t rounds, int6
         CHECK(i >= first_leaf || counter(s, "operations") == calls, "%s: a sum stage counts %" PRId64
               " operations, expected %" PRId64, scene, counter(s, "operations"), calls);
     }
-    CHECK(counter(t->core, "operations") == 2 * rounds && counter(t->core, "element_moves") == rounds &&
+    CHECK(counter(t->core, "operations") == rounds && counter(t->core, "element_moves") == rounds &&
           counter(t->core, "links") == 1, "%s: core counts %" PRId64 " operations, %" PRId64 " moves, %" PRId64
           " links; expected %" PRId64 ", %" PRId64 ", 1", scene, counter(t->core, "operations"),
-          counter(t->core, "element_moves"), counter(t->core, "links"), 2 * rounds, rounds);
+          counter(t->core, "element_moves"), counter(t->core, "links"), rounds, rounds);
 }
 
 /* ---- scenes of rounds: gsum, drift, timeouts ----------------------------------------------------- */
@@ -481,7 +481,7 @@ static double run_sum_scene(ps_space *space, const char *name, sum_mode mode, co
          * from each caller are calls that timed out (a sum above hands its rounds down without
          * waiting, so only threads' calls and the lowest sum's calls into the element do). (The
          * gate uses the element itself, not a link.) */
-        int64_t into_element = counter(s.tree.core, "operations") - 2 * rounds;
+        int64_t into_element = counter(s.tree.core, "operations") - rounds;
         int64_t into_top = counter(s.tree.sums[0], "operations") -
                            calls_per_caller(&s.tree, 0) * rounds * s.tree.sum_fan_in[0];
         CHECK(counter(s.tree.core, "element_moves") == rounds + s.gate_cycles, "%s: element moves %" PRId64, name,
@@ -904,7 +904,7 @@ static double run_pass_scene(ps_space *space, int64_t rounds, const char *direct
     /* Every link counts each call once; an exchange is one call. The sum's one link down carries
      * its rounds and, at the same time, what it forwards: none may be lost. */
     int64_t expected[STAGES] = {-1, operations, operations - hits, rounds + forwarded, rounds + forwarded,
-                                rounds + forwarded - low_hits, 2 * rounds + forwarded - low_hits};
+                                rounds + forwarded - low_hits, rounds + forwarded - low_hits};
     for (int i = 1; i < STAGES; i++)
         CHECK(counter(stages[i], "operations") == expected[i], "pass: stage %d ('%s') counts %" PRId64
               " operations, expected %" PRId64, i, ps_stage_kind_name(stages[i]), counter(stages[i], "operations"),
@@ -1096,9 +1096,9 @@ static double run_links_scene(ps_space *space, int64_t rounds) {
           LINK_READERS, ps_stage_link_count(s.cache));
     CHECK(counter(s.tree.core, "links") == 1 + attaches, "links: core has %" PRId64 " links, expected %" PRId64,
           counter(s.tree.core, "links"), 1 + attaches);
-    CHECK(counter(s.tree.core, "operations") == 2 * rounds + misses + atomic_load(&s.reader_forwarded_scalar),
+    CHECK(counter(s.tree.core, "operations") == rounds + misses + atomic_load(&s.reader_forwarded_scalar),
           "links: core counts %" PRId64 " operations, expected %" PRId64, counter(s.tree.core, "operations"),
-          2 * rounds + misses + atomic_load(&s.reader_forwarded_scalar));
+          rounds + misses + atomic_load(&s.reader_forwarded_scalar));
     for (int i = 0; i < s.tree.sum_count; i++) {
         ps_stage *sum = s.watched[i];
         CHECK(counter(sum, "rounds") == rounds && counter(sum, "operations") == 4 * calls_per_caller(&s.tree, i) * rounds,
