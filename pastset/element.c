@@ -21,8 +21,9 @@ static uint32_t chunk_shift_for(size_t tuple_size) {
 }
 
 ps_element *ps_element_new(const char *name, const ps_tuple_format *format) {
-    ps_element *e = calloc(1, sizeof *e);
+    ps_element *e = aligned_alloc(PS_CACHE_LINE, sizeof *e); /* a multiple of its alignment */
     if (!e) return NULL;
+    memset(e, 0, sizeof *e);
     e->name = strdup(name);
     e->directory = calloc(DIRECTORY_START, sizeof *e->directory);
     if (!e->name || !e->directory) {
@@ -84,16 +85,36 @@ static int ensure_chunk_for_last(ps_element *e) {
     return PS_OK;
 }
 
-/* Called with the lock held when an operation must wait: counts the wait (once per operation),
- * releases the lock and waits for the waitpoint to move past `seen`. */
-static int wait_unlocked(ps_element *e, ps_waitpoint *w, uint32_t seen, int64_t timeout_ns, int64_t *deadline,
-                         uint32_t *spins) {
+/* Called with the lock held when an operation must wait: counts the wait and the waiter (once
+ * per operation), releases the lock and waits for the waitpoint to move past `seen`. Counted
+ * under the lock, a waiter is seen by every change made after its look: a waker bumps the
+ * waitpoint only when someone waits. A timed-out waiter is no longer counted. */
+static int wait_unlocked(ps_element *e, ps_waitpoint *w, int64_t *waiting, uint32_t seen, int64_t timeout_ns,
+                         int64_t *deadline, uint32_t *spins) {
     if (*spins == 0) {
         e->waits++;
+        (*waiting)++;
         *deadline = ps_deadline(timeout_ns);
     }
     pthread_mutex_unlock(&e->lock);
-    return ps_waitpoint_wait(w, seen, *deadline, spins);
+    int rc = ps_waitpoint_wait(w, seen, *deadline, spins);
+    if (rc == PS_ETIMEDOUT) {
+        pthread_mutex_lock(&e->lock);
+        (*waiting)--;
+        pthread_mutex_unlock(&e->lock);
+    }
+    return rc;
+}
+
+/* Called with the lock held by an operation that is done: it waits no more. */
+static void done_waiting(int64_t *waiting, uint32_t spins) {
+    if (spins) (*waiting)--;
+}
+
+/* After a change that may let waiters go on; `observers` and `movers` were read under the lock. */
+static void wake_waiting(ps_element *e, int64_t observers, int64_t movers) {
+    if (observers) ps_waitpoint_wake(&e->arrived);
+    if (movers) ps_waitpoint_wake(&e->departed);
 }
 
 int ps_move(ps_element *e, const void *tuple, int64_t timeout_ns) {
@@ -107,13 +128,15 @@ int ps_move(ps_element *e, const void *tuple, int64_t timeout_ns) {
             if (rc == PS_OK) {
                 memcpy(tuple_address(e, e->last), tuple, e->tuple_size);
                 e->last++;
-                e->moves++;
             }
+            done_waiting(&e->movers_waiting, spins);
+            int64_t observers = rc == PS_OK ? e->observers_waiting : 0;
             pthread_mutex_unlock(&e->lock);
-            if (rc == PS_OK) ps_waitpoint_wake(&e->arrived);
+            wake_waiting(e, observers, 0);
             return rc;
         }
-        if (wait_unlocked(e, &e->departed, seen, timeout_ns, &deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+        if (wait_unlocked(e, &e->departed, &e->movers_waiting, seen, timeout_ns, &deadline, &spins) == PS_ETIMEDOUT)
+            return PS_ETIMEDOUT;
     }
 }
 
@@ -127,13 +150,15 @@ int ps_observe(ps_element *e, void *out, int64_t *index_out, int64_t timeout_ns)
             int64_t index = e->first++;
             memcpy(out, tuple_address(e, index), e->tuple_size);
             e->observes++;
-            int bounded = e->delta != 0;
+            done_waiting(&e->observers_waiting, spins);
+            int64_t movers = e->movers_waiting;
             pthread_mutex_unlock(&e->lock);
-            if (bounded) ps_waitpoint_wake(&e->departed);
+            wake_waiting(e, 0, movers);
             if (index_out) *index_out = index;
             return PS_OK;
         }
-        if (wait_unlocked(e, &e->arrived, seen, timeout_ns, &deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+        if (wait_unlocked(e, &e->arrived, &e->observers_waiting, seen, timeout_ns, &deadline, &spins) == PS_ETIMEDOUT)
+            return PS_ETIMEDOUT;
     }
 }
 
@@ -145,16 +170,15 @@ int ps_exchange(ps_element *e, const void *tuple, void *out, int64_t timeout_ns,
         if (rc == PS_OK) {
             memcpy(tuple_address(e, e->last), tuple, e->tuple_size);
             e->last++;
-            e->moves++;
             memcpy(out, tuple_address(e, e->first), e->tuple_size); /* there is one now */
             e->first++;
             e->observes++;
             *moved = 1;
         }
-        int bounded = e->delta != 0;
+        /* One in, one out: observe(i) of the new tuple may go on, and movers at the bound too. */
+        int64_t observers = rc == PS_OK ? e->observers_waiting : 0, movers = rc == PS_OK ? e->movers_waiting : 0;
         pthread_mutex_unlock(&e->lock);
-        if (rc == PS_OK) ps_waitpoint_wake(&e->arrived); /* for observe(i) of the new tuple */
-        if (rc == PS_OK && bounded) ps_waitpoint_wake(&e->departed);
+        wake_waiting(e, observers, movers);
         return rc;
     }
     pthread_mutex_unlock(&e->lock);
@@ -174,16 +198,19 @@ int ps_observe_at(ps_element *e, int64_t index, void *out, int64_t timeout_ns) {
         uint32_t seen = ps_waitpoint_sequence(&e->arrived);
         pthread_mutex_lock(&e->lock);
         if (index < e->axed) {
+            done_waiting(&e->observers_waiting, spins);
             pthread_mutex_unlock(&e->lock);
             return PS_EAXED;
         }
         if (index < e->last) {
             memcpy(out, tuple_address(e, index), e->tuple_size);
             e->observes++;
+            done_waiting(&e->observers_waiting, spins);
             pthread_mutex_unlock(&e->lock);
             return PS_OK;
         }
-        if (wait_unlocked(e, &e->arrived, seen, timeout_ns, &deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+        if (wait_unlocked(e, &e->arrived, &e->observers_waiting, seen, timeout_ns, &deadline, &spins) == PS_ETIMEDOUT)
+            return PS_ETIMEDOUT;
     }
 }
 
@@ -243,7 +270,7 @@ void ps_element_stats_read(ps_element *e, ps_element_stats *out) {
     pthread_mutex_lock(&e->lock);
     out->live_tuples = e->last - e->axed;
     out->bytes_held = e->bytes_held;
-    out->moves = e->moves;
+    out->moves = e->last;
     out->observes = e->observes;
     out->waits = e->waits;
     pthread_mutex_unlock(&e->lock);

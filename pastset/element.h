@@ -7,23 +7,34 @@
 #include "pastset.h"
 #include "waitpoint.h"
 
+enum { PS_CACHE_LINE = 64 };
+
+/* Fixed at creation: name to chunk_bytes. The lock guards every other field. A move or observe
+ * writes only the lock's line (the cursor and the counts sit on it) and the tuple's line; it
+ * reads the next line, written only when chunks come and go or someone waits; and it touches
+ * a waitpoint only when someone waits there. So an operation from another core fetches two
+ * lines. */
 struct ps_element {
     char *name;
     ps_tuple_format format;
     size_t tuple_size;
     uint32_t chunk_shift;     /* a chunk holds 1 << chunk_shift tuples */
     size_t chunk_bytes;
-
-    pthread_mutex_t lock;     /* guards everything below */
-    char **directory;         /* directory[k] holds chunk chunk_base + k */
     size_t directory_capacity;
-    size_t chunk_count;
-    int64_t chunk_base;
     char *spare;              /* a freed chunk kept for reuse */
-    int64_t first, last, axed, delta;
-    int64_t bytes_held, moves, observes, waits;
+    int64_t bytes_held, waits;
 
-    ps_waitpoint arrived;     /* bumped by move: observers wait here */
+    _Alignas(PS_CACHE_LINE) pthread_mutex_t lock;
+    int64_t first, last;      /* the next unread tuple; tuples moved (the element's moves) */
+    int64_t observes;
+    _Alignas(PS_CACHE_LINE) char **directory; /* directory[k] holds chunk chunk_base + k */
+    int64_t chunk_base;
+    size_t chunk_count;
+    int64_t axed, delta;
+    int64_t observers_waiting; /* operations waiting on `arrived` now */
+    int64_t movers_waiting;    /* operations waiting on `departed` now */
+
+    _Alignas(PS_CACHE_LINE) ps_waitpoint arrived; /* bumped by move: observers wait here */
     ps_waitpoint departed;    /* bumped when unread tuples fall: movers at the bound wait here */
 };
 
