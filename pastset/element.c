@@ -117,18 +117,34 @@ static void wake_waiting(ps_element *e, int64_t observers, int64_t movers) {
     if (movers) ps_waitpoint_wake(&e->departed);
 }
 
+/* With the lock held: whether the delta bound lets a move in now. */
+static int has_room(const ps_element *e) { return e->delta == 0 || e->last - e->first < e->delta; }
+
+/* With the lock held and room: appends the tuple. */
+static int append(ps_element *e, const void *tuple) {
+    int rc = ensure_chunk_for_last(e);
+    if (rc != PS_OK) return rc;
+    memcpy(tuple_address(e, e->last), tuple, e->tuple_size);
+    e->last++;
+    return PS_OK;
+}
+
+/* With the lock held and an unread tuple: reads it and advances the cursor; returns its index. */
+static int64_t take_next(ps_element *e, void *out) {
+    int64_t index = e->first++;
+    memcpy(out, tuple_address(e, index), e->tuple_size);
+    e->observes++;
+    return index;
+}
+
 int ps_move(ps_element *e, const void *tuple, int64_t timeout_ns) {
     int64_t deadline = 0;
     uint32_t spins = 0;
     for (;;) {
         uint32_t seen = ps_waitpoint_sequence(&e->departed);
         pthread_mutex_lock(&e->lock);
-        if (e->delta == 0 || e->last - e->first < e->delta) {
-            int rc = ensure_chunk_for_last(e);
-            if (rc == PS_OK) {
-                memcpy(tuple_address(e, e->last), tuple, e->tuple_size);
-                e->last++;
-            }
+        if (has_room(e)) {
+            int rc = append(e, tuple);
             done_waiting(&e->movers_waiting, spins);
             int64_t observers = rc == PS_OK ? e->observers_waiting : 0;
             pthread_mutex_unlock(&e->lock);
@@ -147,9 +163,7 @@ int ps_observe(ps_element *e, void *out, int64_t *index_out, int64_t timeout_ns)
         uint32_t seen = ps_waitpoint_sequence(&e->arrived);
         pthread_mutex_lock(&e->lock);
         if (e->first < e->last) {
-            int64_t index = e->first++;
-            memcpy(out, tuple_address(e, index), e->tuple_size);
-            e->observes++;
+            int64_t index = take_next(e, out);
             done_waiting(&e->observers_waiting, spins);
             int64_t movers = e->movers_waiting;
             pthread_mutex_unlock(&e->lock);
@@ -165,14 +179,10 @@ int ps_observe(ps_element *e, void *out, int64_t *index_out, int64_t timeout_ns)
 int ps_exchange(ps_element *e, const void *tuple, void *out, int64_t timeout_ns, int *moved) {
     *moved = 0;
     pthread_mutex_lock(&e->lock);
-    if (e->delta == 0 || e->last - e->first < e->delta) {
-        int rc = ensure_chunk_for_last(e);
+    if (has_room(e)) {
+        int rc = append(e, tuple);
         if (rc == PS_OK) {
-            memcpy(tuple_address(e, e->last), tuple, e->tuple_size);
-            e->last++;
-            memcpy(out, tuple_address(e, e->first), e->tuple_size); /* there is one now */
-            e->first++;
-            e->observes++;
+            take_next(e, out); /* there is one now */
             *moved = 1;
         }
         /* One in, one out: observe(i) of the new tuple may go on, and movers at the bound too. */
@@ -186,8 +196,7 @@ int ps_exchange(ps_element *e, const void *tuple, void *out, int64_t timeout_ns,
     int rc = ps_move(e, tuple, timeout_ns);
     if (rc != PS_OK) return rc;
     *moved = 1;
-    int64_t left = deadline == PS_FOREVER ? PS_FOREVER : deadline - ps_now_ns();
-    return ps_observe(e, out, NULL, left == PS_FOREVER || left > 0 ? left : 0);
+    return ps_observe(e, out, NULL, ps_remaining(deadline));
 }
 
 int ps_observe_at(ps_element *e, int64_t index, void *out, int64_t timeout_ns) {

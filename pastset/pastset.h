@@ -46,6 +46,8 @@ const char *ps_status_name(int status);
 /* Monotonic clock in nanoseconds, and the deadline for a timeout (PS_FOREVER stays forever). */
 int64_t ps_now_ns(void);
 int64_t ps_deadline(int64_t timeout_ns);
+/* The timeout left until a deadline: PS_FOREVER stays forever, a deadline passed gives 0. */
+int64_t ps_remaining(int64_t deadline_ns);
 
 typedef struct ps_space ps_space;
 typedef struct ps_element ps_element;

@@ -43,6 +43,12 @@ int64_t ps_deadline(int64_t timeout_ns) {
     return ps_now_ns() + timeout_ns;
 }
 
+int64_t ps_remaining(int64_t deadline_ns) {
+    if (deadline_ns == PS_FOREVER) return PS_FOREVER;
+    int64_t left = deadline_ns - ps_now_ns();
+    return left > 0 ? left : 0;
+}
+
 void ps_waitpoint_wake(ps_waitpoint *w) {
     atomic_fetch_add_explicit(&w->sequence, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&w->sleepers, memory_order_seq_cst) != 0)
@@ -61,7 +67,13 @@ static int timed_out(int64_t deadline_ns) { return deadline_ns != PS_FOREVER && 
 
 int ps_waitpoint_wait(ps_waitpoint *w, uint32_t seen, int64_t deadline_ns, uint32_t *spins) {
     uint32_t round = (*spins)++;
-    if (round == 0 && (waits_begun++, !spinning_pays())) round = *spins = SPIN_ROUNDS + 1;
+    if (round == 0) {
+        waits_begun++;
+        if (!spinning_pays()) { /* this wait is the first yield */
+            round = SPIN_ROUNDS;
+            *spins = SPIN_ROUNDS + 1;
+        }
+    }
     if (round < SPIN_ROUNDS) {
         int moved = 0;
         for (int i = 0; i < SPIN_PAUSES && !moved; i++) {

@@ -141,12 +141,6 @@ static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
     }
 }
 
-static int64_t remaining(int64_t deadline) {
-    if (deadline == PS_FOREVER) return PS_FOREVER;
-    int64_t left = deadline - ps_now_ns();
-    return left > 0 ? left : 0;
-}
-
 static int sum_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
     reduce_sum_stage *s = sum_of(link);
     uint64_t round = link->moves;
@@ -198,7 +192,7 @@ static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
             deadline = ps_deadline(timeout_ns);
         }
         int look = turns % TAKE_OVER_LOOK == TAKE_OVER_LOOK - 1 || ps_waitpoint_sleeps_next(spins);
-        int stalled = look ? drive_stalled(s, remaining(deadline)) : NOTHING_STALLED;
+        int stalled = look ? drive_stalled(s, ps_remaining(deadline)) : NOTHING_STALLED;
         if (stalled == PS_ETIMEDOUT) return PS_ETIMEDOUT;
         if (stalled == PS_OK) continue;
         if (ps_waitpoint_wait(&slot->ready_wp, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
@@ -243,13 +237,13 @@ static int sum_observe_at(ps_link *link, int64_t index, void *out, int64_t timeo
     reduce_sum_stage *s = sum_of(link);
     int64_t deadline = ps_deadline(timeout_ns);
     for (;;) {
-        int64_t left = remaining(deadline);
+        int64_t left = ps_remaining(deadline);
         if (take_link(s, left) != PS_OK) return PS_ETIMEDOUT;
         int64_t look = left == PS_FOREVER || left > LOOK_NS ? LOOK_NS : left;
         int rc = ps_link_observe_at(&s->base.next, index, out, look);
         give_link(s);
-        if (rc != PS_ETIMEDOUT || remaining(deadline) == 0) return rc;
-        if (pending(s)) drive(s, remaining(deadline));
+        if (rc != PS_ETIMEDOUT || ps_remaining(deadline) == 0) return rc;
+        if (pending(s)) drive(s, ps_remaining(deadline));
     }
 }
 

@@ -147,10 +147,8 @@ static int call(ps_link *link, uint8_t op, int64_t argument, const void *payload
     int rc;
     for (int first = 1;; first = 0) {
         int64_t slice = server_slice(r);
-        if (deadline != PS_FOREVER) {
-            int64_t left = deadline - ps_now_ns();
-            slice = left < 0 ? 0 : left < slice ? left : slice;
-        }
+        int64_t left = ps_remaining(deadline);
+        if (left != PS_FOREVER && left < slice) slice = left;
         uint64_t id = send_request(r, c, c->socket, op, argument, slice, payload, payload_length, capacity);
         if (!id) return broken(r, c, PS_EREMOTE, "cannot send");
         /* Pipelined moves went first: their answers come first. Sending before reading them
@@ -212,8 +210,8 @@ static int remote_exchange(ps_link *link, const void *tuple, void *out, int64_t 
     int rc = call(link, PS_OP_EXCHANGE, 0, tuple, remote_of(link)->base.tuple_size, out, &done, timeout_ns);
     *moved = done != 0 || rc == PS_OK;
     if (rc == PS_ETIMEDOUT && *moved) {
-        int64_t left = deadline == PS_FOREVER ? PS_FOREVER : deadline - ps_now_ns();
-        if (left == PS_FOREVER || left > 0) rc = remote_observe(link, out, left);
+        int64_t left = ps_remaining(deadline);
+        if (left != 0) rc = remote_observe(link, out, left);
     }
     return rc;
 }

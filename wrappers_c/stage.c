@@ -226,8 +226,7 @@ int ps_link_exchange(ps_link *link, const void *tuple, void *out, int64_t timeou
     int rc = ps_link_move(link, tuple, timeout_ns);
     if (rc != PS_OK) return rc;
     *moved = 1;
-    int64_t left = deadline == PS_FOREVER ? PS_FOREVER : deadline - ps_now_ns();
-    return ps_link_observe(link, out, left == PS_FOREVER || left > 0 ? left : 0);
+    return ps_link_observe(link, out, ps_remaining(deadline));
 }
 
 int ps_stage_counters(ps_stage *stage, ps_counter *out, int max) {
