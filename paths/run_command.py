@@ -202,9 +202,10 @@ def _summary(measurements: list[Measurement]) -> list[tuple[int, int, list[Measu
 def results_table(cluster_map: ClusterMap, settings: RunSettings, measurements: list[Measurement]) -> str:
     policy = settings.policy or cluster_map.policy
     fanin = settings.max_fanin or cluster_map.max_fanin
+    mapping = f"policy {policy}, max fan-in {fanin}" + (", threads pinned" if settings.pin else "")
     lines = []
     if settings.kernel == "gsum":
-        lines.append(f"GSum on map {cluster_map.name} (policy {policy}, max fan-in {fanin}), {settings.rounds} "
+        lines.append(f"GSum on map {cluster_map.name} ({mapping}), {settings.rounds} "
                      f"rounds x {settings.repeat} runs: microseconds per global sum (median round per run)")
         lines.append(f"{'threads':>8} {'nodes':>6} {'min':>10} {'avg':>10} {'max':>10}")
         for n, nodes, ms in _summary(measurements):
@@ -212,7 +213,7 @@ def results_table(cluster_map: ClusterMap, settings: RunSettings, measurements: 
             lines.append(f"{n:>8} {nodes:>6} {min(values):>10.2f} {statistics.fmean(values):>10.2f} "
                          f"{max(values):>10.2f}")
     else:
-        lines.append(f"MCPi on map {cluster_map.name} (policy {policy}, max fan-in {fanin}), {settings.darts} "
+        lines.append(f"MCPi on map {cluster_map.name} ({mapping}), {settings.darts} "
                      f"darts x {settings.repeat} runs: seconds per run")
         lines.append(f"{'threads':>8} {'nodes':>6} {'pi':>10} {'|error|':>9} {'min s':>9} {'avg s':>9} "
                      f"{'max s':>9} {'Mdarts/s':>9}")

@@ -147,6 +147,7 @@ def test_pinned_runs_keep_exact_totals_on_one_node_and_across_nodes(probe):
         report = run_experiment(cluster_map, settings)  # every total is checked in the kernel
         assert [m.threads for m in report.measurements] == threads
         assert all(m.value > 0 for m in report.measurements)
+        assert ", threads pinned)" in results_table(cluster_map, settings, report.measurements).splitlines()[0]
     mcpi = run_experiment(builtin_map("paper-4w"), RunSettings("mcpi", [5], repeat=1, darts=2_000_000,
                                                                timeout=RUN_TIMEOUT, pin=True))
     assert abs(mcpi.measurements[0].pi - math.pi) < 0.01

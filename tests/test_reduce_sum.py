@@ -79,16 +79,17 @@ def test_observe_times_out_and_the_round_completes_later(space):
     assert b.observe(timeout=5) == (3,)
 
 
-def test_downward_timeout_leaves_the_round_pending(space):
+@pytest.mark.parametrize("sums", [1, 2], ids=["one-sum", "chain-of-two"])
+def test_downward_timeout_leaves_the_round_pending(space, sums):
     element = space.enter("B", "q")
     element.delta(1)
-    element.move(-1)  # the element is full: the sum cannot go down yet
-    a = build_path(make_path(stage("reduce-sum", num_threads=1), stage("core", name="B", format="q")),
-                   pastset=space)
-    a.move(5, timeout=0.05)  # the contribution is taken; going down times out inside
+    element.move(-1)  # the element is full: the (lowest) sum cannot go down yet
+    chain = [stage("reduce-sum", num_threads=1) for _ in range(sums)]
+    a = build_path(make_path(*chain, stage("core", name="B", format="q")), pastset=space)
+    a.move(5, timeout=0.05)  # taken (and handed down the chain); going down times out inside
     with pytest.raises(TimeoutError):
         a.observe(timeout=0.05)
-    assert element.observe() == (-1,)  # room again: the next observe drives the round down
+    assert element.observe() == (-1,)  # room again: the waiting observer drives the lowest sum
     assert a.observe(timeout=5) == (5,)
     assert element.last() == 2
 
@@ -122,20 +123,6 @@ def test_a_sum_below_a_sum_takes_only_moves(space):
     assert root["operations"] == 2 * 50  # one move per round from each sum above; no observe
     assert root["rounds"] == 50 and root["links"] == 2
     assert space.enter("GSUM", "q").last() == 50
-
-
-def test_a_downward_timeout_below_a_chain_is_driven_by_an_observer_above(space):
-    element = space.enter("BT", "q")
-    element.delta(1)
-    element.move(-1)  # the element is full: the lowest sum cannot go down yet
-    a = build_path(make_path(stage("reduce-sum", num_threads=1), stage("reduce-sum", num_threads=1),
-                             stage("core", name="BT", format="q")), pastset=space)
-    a.move(5, timeout=0.05)  # handed down the chain; going down from the lowest sum times out inside
-    with pytest.raises(TimeoutError):
-        a.observe(timeout=0.05)
-    assert element.observe() == (-1,)  # room again: the waiting observer drives the lowest sum
-    assert a.observe(timeout=5) == (5,)
-    assert element.last() == 2
 
 
 def test_the_total_is_what_the_element_answers_next(space):

@@ -217,7 +217,7 @@ public:
         const char *bytes = PyBytes_AS_STRING(packed.ptr());
         int rc = wait_in_slices([&](int64_t slice) { return Backend::move(bytes, slice); }, timeout);
         if (rc == PS_ESTATE)
-            fail(rc, label_ + " move: a sum holds 4 rounds, and this caller has moved 4 it has not observed yet");
+            fail(rc, label_ + " move: a sum holds 4 rounds, and this caller has moved 4 it has not observed yet: observe first");
         if (rc != PS_OK) fail(rc, label_ + " move");
     }
 
