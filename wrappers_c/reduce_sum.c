@@ -104,16 +104,7 @@ static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
         for (;;) {
             uint64_t moved = atomic_load_explicit(&s->down_moved, memory_order_relaxed);
             uint64_t observed = atomic_load_explicit(&s->down_observed, memory_order_relaxed);
-            if (forwards(s)) {
-                round_slot *slot = &s->slots[moved % ROUND_SLOTS];
-                if (atomic_load_explicit(&slot->summed, memory_order_acquire) != moved + 1) break;
-                /* A sum below takes the arrival and never waits; its root drives the round down. */
-                atomic_store(&s->down_moved, moved + 1);
-                rc = ps_link_move(down, slot->sum, timeout_ns);
-                /* Its answer is read at the root by our observers: nothing is left to observe
-                 * here, and the sum below never counts this link as moves ahead. */
-                down->observes = down->moves;
-            } else if (moved > observed) {
+            if (moved > observed && !forwards(s)) {
                 round_slot *slot = &s->slots[observed % ROUND_SLOTS];
                 rc = ps_link_observe(down, slot->total, timeout_ns);
                 if (rc == PS_ETIMEDOUT) break;
@@ -121,13 +112,22 @@ static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
             } else {
                 round_slot *slot = &s->slots[moved % ROUND_SLOTS];
                 if (atomic_load_explicit(&slot->summed, memory_order_acquire) != moved + 1) break;
-                /* Move the sum down and observe the total: one round trip through a remote. */
-                int did_move = 0;
-                rc = ps_link_exchange(down, slot->sum, slot->total, timeout_ns, &did_move);
-                if (did_move) atomic_store(&s->down_moved, moved + 1);
-                if (rc == PS_ETIMEDOUT) break; /* moved: the observe is left pending; else both are */
-                if (!did_move) atomic_store(&s->down_moved, moved + 1); /* a failed move: no total comes */
-                finish_round(s, slot, moved, rc);
+                if (forwards(s)) {
+                    /* The sum below takes the arrival at once and cannot refuse it: this link is
+                     * never ahead, since its answer is read at the root by our observers and so
+                     * nothing is left to observe here. The root drives the round down. */
+                    atomic_store(&s->down_moved, moved + 1);
+                    ps_link_move(down, slot->sum, timeout_ns);
+                    down->observes = down->moves;
+                } else {
+                    /* Move the sum down and observe the total: one round trip through a remote. */
+                    int did_move = 0;
+                    rc = ps_link_exchange(down, slot->sum, slot->total, timeout_ns, &did_move);
+                    if (did_move) atomic_store(&s->down_moved, moved + 1);
+                    if (rc == PS_ETIMEDOUT) break; /* moved: the observe is left pending; else both are */
+                    if (!did_move) atomic_store(&s->down_moved, moved + 1); /* a failed move: no total comes */
+                    finish_round(s, slot, moved, rc);
+                }
             }
             rc = PS_OK;
         }
