@@ -21,7 +21,7 @@ PASTSET_SOURCES = sorted((ROOT / "pastset").glob("*.c"))
 STAGE_SOURCES = [
     ROOT / "wrappers_c" / f"{name}.c"
     for name in ("stage", "stage_params", "registry", "core", "reduce_sum", "cache", "trace", "delay", "remote",
-                 "server", "wire", "zmq_context", "bridge_stage")
+                 "server", "wire", "direct_channel", "zmq_context", "bridge_stage")
 ]
 COMMON_FLAGS = ["-std=c11", "-O1", "-g", "-D_GNU_SOURCE", "-pthread", f"-I{ROOT / 'pastset'}"]
 BUILD_TIMEOUT_S = 120

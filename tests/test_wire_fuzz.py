@@ -24,8 +24,9 @@ from paths.path_spec import path_to_json
 
 HEADER = struct.Struct("<BBHIQQqq")  # version, op, status, payload_length, request, handle, argument, value
 VERSION = 1
-BUILD, MOVE, OBSERVE, OBSERVE_AT, FIRST, LAST, DELTA, AXE, RELEASE, PING, EXCHANGE = range(1, 12)
-OP_LIMIT = 12
+BUILD, MOVE, OBSERVE, OBSERVE_AT, FIRST, LAST, DELTA, AXE, RELEASE, PING, EXCHANGE, CONNECT = range(1, 13)
+OP_LIMIT = 13
+TRANSPORTS = (0, 1, 2)  # a BUILD's argument: ZeroMQ, direct TCP, direct Unix socket
 MAX_PAYLOAD = (1 << 20) + 4096
 SPEC_MAX = 65536
 PS_OK, PS_EINVAL = 0, 7
@@ -63,9 +64,10 @@ def refused_by_server(parts: list[bytes], at_link: bool, link_id: int) -> bool:
     if request is None:
         return True
     if not at_link:
-        return not (request["op"] == PING or (request["op"] == BUILD and 0 < request["length"] <= SPEC_MAX))
+        build = request["op"] == BUILD and 0 < request["length"] <= SPEC_MAX and request["argument"] in TRANSPORTS
+        return not (request["op"] == PING or build)
     expected_payload = TUPLE_SIZE if request["op"] in (MOVE, EXCHANGE) else 0
-    return request["handle_id"] != link_id or request["length"] != expected_payload or request["op"] == BUILD
+    return request["handle_id"] != link_id or request["length"] != expected_payload or request["op"] in (BUILD, CONNECT)
 
 
 def safe_at_link(parts, link_id) -> bool:
@@ -105,7 +107,7 @@ class Fuzzer:
         return [encode(self.any_op(), handle_id=self.handle(), version=version)]
 
     def bad_op(self):
-        return [encode(self.rng.choice([0, OP_LIMIT, 13, 0x80, 0xFF]), handle_id=self.handle())]
+        return [encode(self.rng.choice([0, OP_LIMIT, 14, 0x80, 0xFF]), handle_id=self.handle())]
 
     def bad_length(self):
         payload = self.rng.randbytes(self.rng.randrange(0, 32))
