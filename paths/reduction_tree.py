@@ -12,8 +12,9 @@ Bottom up (a level with a single contributor adds no sum: there are no fan-in-1 
            clusters with threads (max_fanin does not split it), so each cluster crosses to the
            root exactly once.
   element  the core element on the home node.
-Between two stages on different nodes the path has `remote(host=<next node>)`, preceded by
-`delay(ms, jitter_ms)` when the hop crosses a link listed in the map.  A stage instance is
+Between two stages on different nodes the path has `remote(host=<next node>)`, with the map's
+`proto` for the hop when it sets one (ClusterMap.proto_between), preceded by `delay(ms,
+jitter_ms)` when the hop crosses a link with a delay.  A stage instance is
 identified by the node it lives on and its specs down to the element.
 """
 
@@ -225,11 +226,11 @@ def _hop(cluster_map: ClusterMap, from_node: str, to_node: str) -> tuple[StageSp
     """The stages that carry a partial from one node to the next stage's node."""
     if from_node == to_node:
         return ()
-    remote = stage("remote", host=to_node)
-    link = cluster_map.link_between(
-        cluster_map.node(from_node).cluster, cluster_map.node(to_node).cluster
-    )
-    if link is None:
+    ends = cluster_map.node(from_node).cluster, cluster_map.node(to_node).cluster
+    proto = cluster_map.proto_between(*ends)
+    remote = stage("remote", host=to_node, **({"proto": proto} if proto else {}))
+    link = cluster_map.link_between(*ends)
+    if link is None or link.delay_ms is None:
         return (remote,)
     return (stage("delay", ms=link.delay_ms, jitter_ms=link.jitter_ms), remote)
 
