@@ -1,6 +1,6 @@
 /* round_trip.c — the raw ZeroMQ anchor for remote stages with client and server in two
- * processes, as a remote stage and `paths serve` are. The same socket pattern and frame size as
- * benchmarks/zmq_round_trip.c (which runs both ends in one process).
+ * processes, as a remote stage on proto zmq and `paths serve` are: a DEALER and a ROUTER echo,
+ * frames of a remote stage's size.
  *
  *   round_trip echo                       binds a ROUTER on tcp://127.0.0.1:*, prints
  *                                         "READY <endpoint>", echoes every [id, message] until
@@ -9,7 +9,7 @@
  *                                         one DEALER: ROUNDS round trips of BYTES each (after 100
  *                                         of warm-up), prints "median_us <median>", stops the echo
  *
- * Built by benchmarks/remote.py: cc -O2 round_trip.c $(pkg-config --cflags --libs libzmq).
+ * Built by benchmarks/anchors.py: cc -O2 round_trip.c $(pkg-config --cflags --libs libzmq).
  */
 #include <stdint.h>
 #include <stdio.h>
