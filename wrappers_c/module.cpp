@@ -721,6 +721,7 @@ public:
         d["frames"] = c.frames;
         d["bad_frames"] = c.bad_frames;
         d["builds"] = c.builds;
+        d["direct"] = c.direct;
         d["live"] = c.live;
         d["abandoned"] = c.abandoned;
         d["refused"] = c.refused;

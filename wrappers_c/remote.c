@@ -54,10 +54,16 @@ typedef struct remote_stage {
 
 static remote_stage *remote_of(ps_link *link) { return (remote_stage *)link->stage; }
 
+/* "remote ENDPOINT: WHAT[: DETAIL]", cut to the stage's error buffer. */
 static void explain(remote_stage *r, const char *what, const char *detail) {
-    size_t size = sizeof r->base.error;
-    int n = snprintf(r->base.error, size, "remote %s: %s", r->endpoint, what);
-    if (detail && n >= 0 && (size_t)n < size) snprintf(r->base.error + n, size - (size_t)n, ": %s", detail);
+    const char *parts[] = {"remote ", r->endpoint, ": ", what, detail ? ": " : "", detail ? detail : ""};
+    size_t used = 0, room = sizeof r->base.error - 1;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        size_t length = strnlen(parts[i], room - used);
+        memcpy(r->base.error + used, parts[i], length);
+        used += length;
+    }
+    r->base.error[used] = 0;
 }
 
 static void *open_socket(remote_stage *r, const char *endpoint) {

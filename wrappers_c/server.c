@@ -29,6 +29,7 @@ enum {
 static const int64_t MS = 1000000;
 static const int64_t OP_SLICE_NS = 1000000000LL; /* the longest one operation waits here */
 static const int64_t SEND_WAIT_NS = 1000000000LL; /* a direct client that reads nothing this long is gone */
+static const int64_t LATE_NS = 1000000;           /* an answer that took this long is sent at once */
 
 typedef struct link_worker {
     ps_server *server;
@@ -55,7 +56,7 @@ struct ps_server {
     link_worker *workers;
     uint64_t next_id;
     _Atomic int stopping;
-    _Atomic int64_t frames, bad_frames, builds, live, abandoned, refused;
+    _Atomic int64_t frames, bad_frames, builds, direct, live, abandoned, refused;
     unsigned char main_answer[PS_WIRE_HEADER + ANSWER_TEXT_MAX + 256];
 };
 
@@ -343,8 +344,12 @@ static int serve_direct(link_worker *w) {
             gone = 1;
             break;
         }
+        int64_t begun = ps_now_ns();
         size_t length = answer_request(w, received == PS_OK ? &request : NULL, &released, &served);
         gone = ps_channel_write(&client, w->answer, length) != PS_OK;
+        /* An answer that waited goes out now: the requests behind it may wait too, and the client
+         * waits for each answer at most timeout_ms, no more than twice a request's slice. */
+        if (!gone && ps_now_ns() - begun > LATE_NS) gone = ps_channel_flush(&client, 0) != PS_OK;
     }
     if (released) ps_channel_flush(&client, 0);
     ps_channel_close(&client);
@@ -523,6 +528,7 @@ int ps_server_answer_build(ps_server *s, const ps_build_request *request, ps_lin
     s->workers = w;
     pthread_mutex_unlock(&s->lock);
     atomic_fetch_add(&s->builds, 1);
+    if (w->transport != PS_TRANSPORT_ZMQ) atomic_fetch_add(&s->direct, 1);
     atomic_fetch_add(&s->live, 1);
     *handle_id = w->id;
     reply_build(s, request, PS_OK, w->id, answer, secret_length + strlen(bound));
@@ -558,6 +564,7 @@ void ps_server_read_counters(ps_server *s, ps_server_counters *out) {
     out->frames = atomic_load(&s->frames);
     out->bad_frames = atomic_load(&s->bad_frames);
     out->builds = atomic_load(&s->builds);
+    out->direct = atomic_load(&s->direct);
     out->live = atomic_load(&s->live);
     out->abandoned = atomic_load(&s->abandoned);
     out->refused = atomic_load(&s->refused);

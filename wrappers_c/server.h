@@ -41,6 +41,7 @@ typedef struct ps_server_counters {
     int64_t frames;      /* frames received, all sockets */
     int64_t bad_frames;  /* frames refused as malformed or misaddressed */
     int64_t builds;      /* links handed over */
+    int64_t direct;      /* of which on a direct transport (tcp, ipc) */
     int64_t live;        /* links being served */
     int64_t abandoned;   /* links ended because every connection of their client closed */
     int64_t refused;     /* direct connections turned away: no or a wrong secret, garbage, too slow */
