@@ -5,6 +5,9 @@ the test; nothing is skipped.
 - tests/c/stress_pastset.c: the PastSet core (pastset/*.c).
 - tests/c/stress_stages.c: the stage layer (wrappers_c/ over pastset/; libzmq links the remote
   stage in, which the test does not use): reduce-sum trees, pass-through stages, links, counters.
+- tests/c/stress_remote.c: remote stages and a server in one process on the direct transport
+  (tcp and Unix sockets): a sum, a job queue, links opened and released over and over.
+  libzmq, which carries the BUILDs, is not built for TSan: tests/c/tsan.supp silences it.
 """
 
 import os
@@ -37,11 +40,12 @@ SANITIZER_FLAGS = {
 SIZES = {
     "stress_pastset": {"plain": 200_000, "asan-ubsan": 100_000, "tsan": 50_000},
     "stress_stages": {"plain": 20_000, "asan-ubsan": 10_000, "tsan": 4_000},
+    "stress_remote": {"plain": 2_000, "asan-ubsan": 1_000, "tsan": 500},
 }
 SANITIZER_OPTIONS = {
     "ASAN_OPTIONS": "halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1",
     "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
-    "TSAN_OPTIONS": "halt_on_error=1:second_deadlock_stack=1",
+    "TSAN_OPTIONS": f"halt_on_error=1:second_deadlock_stack=1:suppressions={C_TESTS / 'tsan.supp'}",
 }
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "WARNING: ThreadSanitizer")
 # Some kernels map memory where TSan's shadow should go; TSan then runs only with ASLR off.
@@ -110,4 +114,10 @@ def test_stress_pastset(build, tmp_path):
 @pytest.mark.parametrize("build", list(SANITIZER_FLAGS))
 def test_stress_stages(build, tmp_path):
     build_and_run("stress_stages", build, tmp_path, [*PASTSET_SOURCES, *STAGE_SOURCES],
+                  [f"-I{ROOT / 'wrappers_c'}", *libzmq_flags()])
+
+
+@pytest.mark.parametrize("build", list(SANITIZER_FLAGS))
+def test_stress_remote(build, tmp_path):
+    build_and_run("stress_remote", build, tmp_path, [*PASTSET_SOURCES, *STAGE_SOURCES],
                   [f"-I{ROOT / 'wrappers_c'}", *libzmq_flags()])
