@@ -42,14 +42,16 @@ def openmp_sum_us(threads: int, rounds: int) -> float:
 
 
 def _program(source: Path, compiler: list[str], flags: list[str] = ()) -> Path:
-    """The anchor program built from `source`, compiled when missing or older than its source."""
+    """The anchor program built from `source`, compiled when missing or older than its source (or
+    than latencies.h, which every anchor includes)."""
     binary = BUILD / source.stem
-    if binary.exists() and binary.stat().st_mtime >= source.stat().st_mtime:
+    newest = max(source.stat().st_mtime, (HERE / "latencies.h").stat().st_mtime)
+    if binary.exists() and binary.stat().st_mtime >= newest:
         return binary
     BUILD.mkdir(parents=True, exist_ok=True)
     try:
-        built = subprocess.run([*compiler, "-O2", "-o", str(binary), str(source), *flags], capture_output=True,
-                               text=True)
+        built = subprocess.run([*compiler, "-O2", f"-I{HERE}", "-o", str(binary), str(source), *flags],
+                               capture_output=True, text=True)
     except OSError as e:
         raise AnchorUnavailable(f"cannot run {compiler[0]}: {e.strerror}") from None
     if built.returncode != 0:

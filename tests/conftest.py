@@ -1,7 +1,10 @@
-"""Fixtures shared by the test files: a fresh PastSet, and watching the node processes of map
-runs (tests/node_probe.py)."""
+"""Fixtures shared by the test files: a fresh PastSet, watching the node processes of map
+runs (tests/node_probe.py), and a server in a child process with a ZeroMQ context beside it,
+for tests that speak the wire protocol by hand."""
 
 import pytest
+import zmq
+from child_processes import ChildProcesses
 from node_probe import NodeProbe
 
 import paths
@@ -38,3 +41,18 @@ def launched(monkeypatch):
 
     monkeypatch.setattr(experiment, "NodeProcesses", Recorded)
     return runs
+
+
+@pytest.fixture(scope="module")
+def peer_server():
+    """(child, endpoint): a server child that tells its counters (remote_peer.py serve), one per
+    test file."""
+    with ChildProcesses() as children:
+        yield children.peer_server()
+
+
+@pytest.fixture
+def zmq_context():
+    ctx = zmq.Context()
+    yield ctx
+    ctx.destroy(linger=0)

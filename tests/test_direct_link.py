@@ -12,8 +12,7 @@ from __future__ import annotations
 import time
 
 import pytest
-import zmq
-from child_processes import ChildProcesses, counters
+from child_processes import counters
 from wire_frames import CONNECT, IPC, MOVE, OBSERVE, PING, PS_EINVAL, PS_OK, SECRET_BYTES, TCP, Direct, encode, open_link
 
 import paths
@@ -21,19 +20,6 @@ from paths import _native, build_path, make_path, stage
 
 TIMEOUT_MS = 5000
 PATIENCE_S = 30
-
-
-@pytest.fixture(scope="module")
-def server():
-    with ChildProcesses() as children:
-        yield children.peer_server()
-
-
-@pytest.fixture
-def context():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
 
 
 def remote_path(address, element, **remote):
@@ -50,9 +36,9 @@ def admitted(endpoint, link_id, secret) -> Direct:
 
 
 @pytest.mark.parametrize("transport", [TCP, IPC], ids=["tcp", "ipc"])
-def test_a_direct_link_admits_only_the_connection_that_presents_its_secret(server, context, transport):
-    process, endpoint = server
-    link_id, link_endpoint, secret = open_link(context, endpoint, f"ADMIT-{transport}", transport)
+def test_a_direct_link_admits_only_the_connection_that_presents_its_secret(peer_server, zmq_context, transport):
+    process, endpoint = peer_server
+    link_id, link_endpoint, secret = open_link(zmq_context, endpoint, f"ADMIT-{transport}", transport)
     assert len(secret) == SECRET_BYTES
     assert link_endpoint.startswith("tcp://127.0.0.1:" if transport == TCP else "ipc://@")
     before = counters(process)
@@ -85,10 +71,10 @@ def test_a_direct_link_admits_only_the_connection_that_presents_its_secret(serve
     client.close()
 
 
-def test_each_link_has_its_own_secret(server, context):
-    process, endpoint = server
-    first_id, first_endpoint, first_secret = open_link(context, endpoint, "OWN-1", TCP)
-    second_id, second_endpoint, second_secret = open_link(context, endpoint, "OWN-2", TCP)
+def test_each_link_has_its_own_secret(peer_server, zmq_context):
+    process, endpoint = peer_server
+    first_id, first_endpoint, first_secret = open_link(zmq_context, endpoint, "OWN-1", TCP)
+    second_id, second_endpoint, second_secret = open_link(zmq_context, endpoint, "OWN-2", TCP)
     assert first_secret != second_secret and first_endpoint != second_endpoint
     before = counters(process)
     borrowed = Direct(second_endpoint)  # the first link's credentials at the second link
@@ -100,8 +86,8 @@ def test_each_link_has_its_own_secret(server, context):
     admitted(first_endpoint, first_id, first_secret).close()
 
 
-def test_a_unix_socket_link_from_a_tcp_server(server):
-    process, endpoint = server
+def test_a_unix_socket_link_from_a_tcp_server(peer_server):
+    process, endpoint = peer_server
     before = counters(process)
     handle = build_path(remote_path(endpoint, "IPC-FROM-TCP", proto="ipc"))
     for i in range(200):
@@ -111,10 +97,10 @@ def test_a_unix_socket_link_from_a_tcp_server(server):
     assert (after["builds"] - before["builds"], after["direct"] - before["direct"]) == (1, 1)
 
 
-def test_a_pipelined_move_arrives_with_no_other_request_after_it(server):
+def test_a_pipelined_move_arrives_with_no_other_request_after_it(peer_server):
     """On tcp a pipelined move leaves marked 'more follows'; the kernel sends it within 200 ms
     even when nothing follows."""
-    _, endpoint = server
+    _, endpoint = peer_server
     writer = build_path(remote_path(endpoint, "TRAILING", proto="tcp", window=2))
     reader = build_path(remote_path(endpoint, "TRAILING", proto="tcp"))
     started = time.monotonic()
@@ -123,8 +109,8 @@ def test_a_pipelined_move_arrives_with_no_other_request_after_it(server):
     assert time.monotonic() - started < 2.0
 
 
-def test_batched_moves_wait_for_the_callers_next_request_and_keep_their_order(server):
-    _, endpoint = server
+def test_batched_moves_wait_for_the_callers_next_request_and_keep_their_order(peer_server):
+    _, endpoint = peer_server
     writer = build_path(remote_path(endpoint, "BATCHED", proto="tcp", window=64, batch=16))
     reader = build_path(remote_path(endpoint, "BATCHED", proto="tcp"))
     for i in range(10):  # fewer than a batch: still in the writer's buffer
@@ -147,13 +133,13 @@ def test_proto_inproc_reaches_only_a_server_in_this_process():
         build_path(remote_path("tcp://127.0.0.1:9", "NEVER", proto="udp"))
 
 
-def test_no_client_for_a_direct_link_ends_it_as_abandoned(server, context):
+def test_no_client_for_a_direct_link_ends_it_as_abandoned(peer_server, zmq_context):
     """A BUILD whose client never connects (it gave up, or died first) holds its link only for
     the 10 s a client has to come."""
-    process, endpoint = server
+    process, endpoint = peer_server
     before = counters(process)
     built = time.monotonic()
-    open_link(context, endpoint, "NOBODY", TCP)
+    open_link(zmq_context, endpoint, "NOBODY", TCP)
     while counters(process)["abandoned"] == before["abandoned"]:
         assert time.monotonic() < built + PATIENCE_S, "a link nobody came for is still served"
         time.sleep(0.1)

@@ -17,8 +17,7 @@ import random
 import time
 
 import pytest
-import zmq
-from child_processes import ChildProcesses, counters
+from child_processes import counters
 from wire_frames import (BUILD, CONNECT, EXCHANGE, FIRST, HEADER, IPC, LAST, MAX_PAYLOAD, MOVE, OBSERVE,
                          OBSERVE_AT, OP_LIMIT, PING, PS_EINVAL, PS_OK, RELEASE, SPEC_MAX, TCP, TRANSPORTS,
                          VERSION, AXE, DELTA, Direct, dealer, decode, encode, open_link, zmq_answer)
@@ -136,19 +135,6 @@ class Fuzzer:
 # ---- the server and a raw socket ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server():
-    with ChildProcesses() as children:
-        yield children.peer_server()
-
-
-@pytest.fixture
-def context():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
-
-
 def exact_round_trips(endpoint, element, n=300):
     """A normal client's exact results, on each kind of link."""
     for proto in ("tcp", "zmq"):
@@ -188,17 +174,17 @@ def fuzz(socket, fuzzer: Fuzzer, frames: int):
     return sent, bad, owed, builds
 
 
-def test_ten_thousand_hostile_frames(server, context):
-    process, endpoint = server
+def test_ten_thousand_hostile_frames(peer_server, zmq_context):
+    process, endpoint = peer_server
     exact_round_trips(endpoint, "BEFORE")  # warm up, so memory is measured at its working size
     rss_before = process.rss_kb()
-    link_id, link_endpoint, _ = open_link(context, endpoint, "FUZZ")
+    link_id, link_endpoint, _ = open_link(zmq_context, endpoint, "FUZZ")
     before = counters(process)
 
     rng = random.Random(SEED)
-    main_sent, main_bad, _, main_builds = fuzz(dealer(context, endpoint), Fuzzer(rng, False, link_id),
+    main_sent, main_bad, _, main_builds = fuzz(dealer(zmq_context, endpoint), Fuzzer(rng, False, link_id),
                                                FRAMES_PER_ENDPOINT)
-    link_socket = dealer(context, link_endpoint)
+    link_socket = dealer(zmq_context, link_endpoint)
     link_sent, link_bad, _, _ = fuzz(link_socket, Fuzzer(rng, True, link_id), FRAMES_PER_ENDPOINT)
 
     after = counters(process)
@@ -210,7 +196,7 @@ def test_ten_thousand_hostile_frames(server, context):
 
     # Messages beyond the largest frame: the server drops such a peer without reading them.
     for target in (endpoint, link_endpoint):
-        flood = dealer(context, target)
+        flood = dealer(zmq_context, target)
         for _ in range(3):
             flood.send(encode(PING, b"\0" * (MAX_PAYLOAD + 1024), handle_id=link_id))
         flood.close()
@@ -236,11 +222,11 @@ BREAKING_SPECS = {
 
 
 @pytest.mark.parametrize("spec", list(BREAKING_SPECS))
-def test_a_build_that_breaks_the_builder_is_refused_and_the_server_lives(server, context, spec):
-    process, endpoint = server
+def test_a_build_that_breaks_the_builder_is_refused_and_the_server_lives(peer_server, zmq_context, spec):
+    process, endpoint = peer_server
     payload = BREAKING_SPECS[spec]
     payload = payload if isinstance(payload, bytes) else payload.encode()
-    main = dealer(context, endpoint)
+    main = dealer(zmq_context, endpoint)
     main.send(encode(BUILD, payload, request_id=5))
     reply = decode(zmq_answer(main))
     assert reply["op"] == BUILD and reply["status"] == PS_EINVAL and reply["payload"], reply
@@ -271,11 +257,11 @@ def too_large(rng: random.Random, link_id: int) -> list[bytes]:
 
 
 @pytest.mark.parametrize("transport", [TCP, IPC], ids=["tcp", "ipc"])
-def test_thousands_of_hostile_frames_at_a_direct_link(server, context, transport):
-    process, endpoint = server
+def test_thousands_of_hostile_frames_at_a_direct_link(peer_server, zmq_context, transport):
+    process, endpoint = peer_server
     exact_round_trips(endpoint, f"DIRECT-BEFORE-{transport}")
     rss_before = process.rss_kb()
-    link_id, link_endpoint, secret = open_link(context, endpoint, f"DIRECT-FUZZ-{transport}", transport)
+    link_id, link_endpoint, secret = open_link(zmq_context, endpoint, f"DIRECT-FUZZ-{transport}", transport)
     before = counters(process)
     rng = random.Random(SEED + transport)
     garbage = Fuzzer(rng, True, link_id)

@@ -18,10 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "latencies.h"
 
 /* Binds the calling thread to the (thread * C / threads)-th of the C CPUs in `allowed`. */
 static void bind_thread(const cpu_set_t *allowed, int thread, int threads) {
@@ -71,8 +68,7 @@ int main(int argc, char **argv) {
         }
     }
     if (rank == 0) {
-        qsort(latencies, (size_t)rounds, sizeof *latencies, compare_doubles);
-        printf("median_us %.3f wrong %lld\n", latencies[rounds / 2], wrong);
+        printf("median_us %.3f wrong %lld\n", median_of(latencies, rounds), wrong);
     }
     free(latencies);
     MPI_Finalize();

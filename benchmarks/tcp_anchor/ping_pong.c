@@ -8,7 +8,7 @@
  *                                          warm-up), prints "median_us <median>"
  *
  * Reads block in the kernel (a round trip wakes each side once); TCP_NODELAY on both ends.
- * Built by benchmarks/anchors.py: cc -O2 ping_pong.c.
+ * Built by benchmarks/anchors.py: cc -O2 -I benchmarks ping_pong.c.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -17,21 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "latencies.h"
+
 enum { BUFFER_BYTES = 65536, WARM_UP = 100 };
-
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
-
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static int write_all(int fd, const char *buffer, size_t length) {
     for (size_t sent = 0; sent < length;) {
@@ -108,8 +98,7 @@ static int client(const char *endpoint, long rounds, long bytes) {
         if (i >= 0) latencies[i] = now_us() - begin;
     }
     close(fd);
-    qsort(latencies, (size_t)rounds, sizeof *latencies, compare_doubles);
-    printf("median_us %.3f\n", latencies[rounds / 2]);
+    printf("median_us %.3f\n", median_of(latencies, rounds));
     free(latencies);
     return 0;
 }

@@ -43,6 +43,36 @@ static void start_thread(pthread_t *thread, void *(*body)(void *), void *arg) {
     }
 }
 
+/* A run of a stress test: its size (argv[1], else `fallback`; exits 2 below 8), and a watchdog
+ * that ends it once `budget_ns` has passed. */
+typedef struct stress_run {
+    const char *name;
+    int64_t rounds, started;
+    pthread_t watchdog;
+} stress_run;
+
+static stress_run stress_begin(const char *name, int argc, char **argv, int64_t fallback, int64_t budget_ns) {
+    stress_run run = {name, argc > 1 ? strtoll(argv[1], NULL, 10) : fallback, ps_now_ns(), 0};
+    if (run.rounds < 8) {
+        fprintf(stderr, "usage: %s [rounds >= 8]\n", argv[0]);
+        exit(2);
+    }
+    atomic_store(&run_deadline, run.started + budget_ns);
+    start_thread(&run.watchdog, watchdog, NULL);
+    return run;
+}
+
+/* Stops the watchdog and says how the run went; returns the exit code. */
+static int stress_end(stress_run *run) {
+    atomic_store(&run_finished, true);
+    pthread_join(run->watchdog, NULL);
+    int failed = atomic_load(&failures);
+    printf("%s: %s; %.2f s\n", run->name, failed ? "FAILED" : "all scenes passed",
+           (double)(ps_now_ns() - run->started) / 1e9);
+    if (failed) fprintf(stderr, "%s: %d failure(s)\n", run->name, failed);
+    return failed ? 1 : 0;
+}
+
 /* ---- stages by kind name --------------------------------------------------------------------- */
 
 static inline ps_param_value int_param(const char *name, int64_t value) {

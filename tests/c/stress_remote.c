@@ -277,15 +277,8 @@ static void run_churn(served *s, const char *endpoint, int64_t cycles) {
 }
 
 int main(int argc, char **argv) {
-    int64_t rounds = argc > 1 ? strtoll(argv[1], NULL, 10) : 500;
-    if (rounds < 8) {
-        fprintf(stderr, "usage: %s [rounds >= 8]\n", argv[0]);
-        return 2;
-    }
-    int64_t started = ps_now_ns();
-    atomic_store(&run_deadline, started + RUN_BUDGET);
-    pthread_t watchdog_thread;
-    start_thread(&watchdog_thread, watchdog, NULL);
+    stress_run run = stress_begin("stress_remote", argc, argv, 500, RUN_BUDGET);
+    int64_t rounds = run.rounds;
     ps_space *space = ps_space_new();
     served s = {0};
     char error[256] = "";
@@ -320,11 +313,7 @@ int main(int argc, char **argv) {
     ps_stage_release(s.sum_element);
     ps_stage_release(s.jobs);
     ps_stage_release(s.churn);
-    atomic_store(&run_finished, true);
-    pthread_join(watchdog_thread, NULL);
+    int code = stress_end(&run);
     ps_space_free(space);
-    int failed = atomic_load(&failures);
-    printf("stress_remote: %s; %.2f s\n", failed ? "FAILED" : "all scenes passed", (double)(ps_now_ns() - started) / 1e9);
-    if (failed) fprintf(stderr, "stress_remote: %d failure(s)\n", failed);
-    return failed ? 1 : 0;
+    return code;
 }

@@ -1048,15 +1048,8 @@ static double run_links_scene(ps_space *space, int64_t rounds) {
 /* ---- main -------------------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
-    int64_t rounds = argc > 1 ? strtoll(argv[1], NULL, 10) : 2000;
-    if (rounds < 8) {
-        fprintf(stderr, "usage: %s [rounds >= 8]\n", argv[0]);
-        return 2;
-    }
-    int64_t started = ps_now_ns();
-    atomic_store(&run_deadline, started + RUN_BUDGET);
-    pthread_t watchdog_thread;
-    start_thread(&watchdog_thread, watchdog, NULL);
+    stress_run run = stress_begin("stress_stages", argc, argv, 2000, RUN_BUDGET);
+    int64_t rounds = run.rounds;
     char directory[] = "/tmp/stress_stages.XXXXXX";
     if (!mkdtemp(directory)) {
         fprintf(stderr, "FAIL: mkdtemp: %s\n", strerror(errno));
@@ -1078,12 +1071,8 @@ int main(int argc, char **argv) {
     run_pass_scene(space, rounds / 4, directory);
     run_links_scene(space, rounds / 4);
 
-    atomic_store(&run_finished, true);
-    pthread_join(watchdog_thread, NULL);
+    int code = stress_end(&run);
     ps_space_free(space);
     rmdir(directory);
-    int failed = atomic_load(&failures);
-    printf("stress_stages: %s; %.2f s\n", failed ? "FAILED" : "all scenes passed", (double)(ps_now_ns() - started) / 1e9);
-    if (failed) fprintf(stderr, "stress_stages: %d failure(s)\n", failed);
-    return failed ? 1 : 0;
+    return code;
 }
