@@ -75,8 +75,9 @@ static int tcp_address(const char *host_port, int passive, address *out) {
     return 0;
 }
 
-static int parse_endpoint(const char *endpoint, int passive, address *out) {
-    if (strncmp(endpoint, "tcp://", 6) == 0) return tcp_address(endpoint + 6, passive, out);
+/* A client's endpoint (a TCP host name is looked up here, before the connection's deadline). */
+static int parse_endpoint(const char *endpoint, address *out) {
+    if (strncmp(endpoint, "tcp://", 6) == 0) return tcp_address(endpoint + 6, 0, out);
     if (strncmp(endpoint, "ipc://", 6) == 0) return unix_address(endpoint + 6, out);
     return -1;
 }
@@ -140,7 +141,7 @@ static int wait_for(int fd, short events, int64_t left_ns) {
 /* Frames that come or go together share a buffer of this size (a larger frame gets its own). */
 enum { BUFFER_BYTES = 16384 };
 
-static int open_channel(int fd, size_t frame_max, int64_t send_wait_ns, ps_channel *out) {
+static int open_channel(int fd, int family, size_t frame_max, int64_t send_wait_ns, ps_channel *out) {
     size_t capacity = frame_max > BUFFER_BYTES ? frame_max : BUFFER_BYTES;
     *out = (ps_channel){.fd = -1};
     out->in = malloc(capacity);
@@ -153,6 +154,7 @@ static int open_channel(int fd, size_t frame_max, int64_t send_wait_ns, ps_chann
         return PS_ENOMEM;
     }
     out->fd = fd;
+    out->tcp = family != AF_UNIX;
     out->send_wait_ns = send_wait_ns;
     out->in_capacity = out->out_capacity = capacity;
     return PS_OK;
@@ -165,14 +167,14 @@ int ps_channel_accept(int listener, size_t frame_max, int64_t send_wait_ns, ps_c
     a.length = sizeof a.storage;
     getsockname(fd, (struct sockaddr *)&a.storage, &a.length);
     tune(fd, family_of(&a));
-    return open_channel(fd, frame_max, send_wait_ns, out);
+    return open_channel(fd, family_of(&a), frame_max, send_wait_ns, out);
 }
 
 int ps_channel_connect(const char *endpoint, size_t frame_max, int64_t send_wait_ns, int64_t deadline_ns,
                        ps_channel *out, char *error, size_t error_size) {
     *out = (ps_channel){.fd = -1};
     address a;
-    if (parse_endpoint(endpoint, 0, &a) != 0) {
+    if (parse_endpoint(endpoint, &a) != 0) {
         snprintf(error, error_size, "cannot resolve '%s'", endpoint);
         return PS_EREMOTE;
     }
@@ -199,7 +201,7 @@ int ps_channel_connect(const char *endpoint, size_t frame_max, int64_t send_wait
         return PS_EREMOTE;
     }
     tune(fd, family_of(&a));
-    return open_channel(fd, frame_max, send_wait_ns, out);
+    return open_channel(fd, family_of(&a), frame_max, send_wait_ns, out);
 }
 
 /* Sends length bytes, all of them, waiting at most send_wait_ns for the peer to make room. With
@@ -208,7 +210,7 @@ int ps_channel_connect(const char *endpoint, size_t frame_max, int64_t send_wait
 static int send_all(ps_channel *c, const unsigned char *bytes, size_t length, int more) {
     int64_t deadline = 0;
     size_t sent = 0;
-    c->corked = more;
+    c->corked = more && c->tcp;
     while (sent < length) {
         ssize_t n = send(c->fd, bytes + sent, length - sent, MSG_NOSIGNAL | MSG_DONTWAIT | (more ? MSG_MORE : 0));
         if (n > 0) {

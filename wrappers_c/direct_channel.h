@@ -30,6 +30,7 @@ enum { PS_CHANNEL_ENDPOINT_MAX = 256 };
 
 typedef struct ps_channel {
     int fd;                 /* -1: not connected */
+    int tcp;                /* a TCP socket (else a Unix one) */
     int64_t send_wait_ns;   /* the longest a send waits for the peer to read */
     unsigned char *in;      /* received bytes; [in_start, in_end) are not taken yet */
     size_t in_capacity, in_start, in_end;

@@ -258,6 +258,12 @@ static int remote_exchange(ps_link *link, const void *tuple, void *out, int64_t 
     return rc;
 }
 
+/* An answer's payload as text (a refusal's reason), cut to fit. */
+static const char *answer_text(const ps_frame *answer, char *text, size_t size) {
+    snprintf(text, size, "%.*s", (int)answer->payload_length, answer->payload ? (const char *)answer->payload : "");
+    return text;
+}
+
 /* A server bound to every interface names a link by 0.0.0.0: reach it by the host we used. */
 static void reachable(const remote_stage *r, char *link_endpoint, size_t size) {
     if (!strstr(link_endpoint, "://0.0.0.0:")) return;
@@ -290,8 +296,7 @@ static int build_link(remote_stage *r, connection *c, size_t capacity, char *lin
         rc = PS_EREMOTE;
     } else if (answer.status != PS_OK) {
         char text[200];
-        snprintf(text, sizeof text, "%.*s", (int)answer.payload_length, (const char *)answer.payload);
-        explain(r, "the server refused the path", text);
+        explain(r, "the server refused the path", answer_text(&answer, text, sizeof text));
         rc = answer.status;
     } else if (answer.payload_length <= secret_length || answer.payload_length - secret_length >= MAX_ENDPOINT) {
         explain(r, "a malformed answer to BUILD", NULL);
@@ -324,8 +329,7 @@ static int connect_direct(remote_stage *r, connection *c, const char *link_endpo
     if (rc == PS_OK && answer.request_id == hello.request_id && answer.status == PS_OK) return PS_OK;
     char detail[200];
     if (rc == PS_OK) {
-        snprintf(detail, sizeof detail, "%.*s", (int)answer.payload_length, (const char *)answer.payload);
-        explain(r, "the server refused the link's direct connection", detail);
+        explain(r, "the server refused the link's direct connection", answer_text(&answer, detail, sizeof detail));
     } else {
         describe_failure(r, rc, detail, sizeof detail);
         explain(r, "no answer to CONNECT", detail);
