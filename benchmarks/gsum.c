@@ -1,13 +1,13 @@
 /* gsum.c — the Global Sum latency kernel (the paper's GSum), on paths.h alone.
  *
- * Every thread acquires the sum element and runs `move(i); observe()` for i < rounds, checking
- * each total against i * contributors. Thread 0 times every round and reports the median in
- * microseconds as `us_per_global_sum`; with latencies=NAME it also moves each round's latency
- * (format "d", in round order) into element NAME. A wrong total fails the thread after its last
- * round, naming the first wrong one.
+ * Every thread acquires the sum element GSUM and runs `move(i); observe()` for i < rounds,
+ * checking each total against i * contributors. Thread 0 times every round and reports the
+ * median in microseconds as `us_per_global_sum`; with latencies=NAME it also moves each round's
+ * latency (format "d", in round order) into element NAME. A wrong total fails the thread after
+ * its last round, naming the first wrong one.
  *
- * Arguments (--arg): rounds (1000), element (GSUM, to be declared a sum), contributors (the run's
- * threads: more when other processes feed the same sum), latencies, timeout (seconds, 60).
+ * Arguments (--arg): rounds (1000), contributors (the run's threads: more when other processes
+ * feed the same sum), latencies, timeout (seconds, 60).
  */
 #include <paths.h>
 #include <stdlib.h>
@@ -25,13 +25,16 @@ static int report_latencies(paths_kernel_ctx *c, double *latencies, int64_t roun
         if (!out) return PATHS_EFAILED;
         for (int64_t i = 0; i < rounds; i++) {
             int rc = paths_move(out, &latencies[i], timeout_ns);
-            if (rc != PATHS_OK) return paths_fail(c, rc, "moving latencies into '%s': %s", element, paths_strerror(rc));
+            if (rc != PATHS_OK)
+                return paths_fail(c, rc, "moving latencies into '%s': %s", element, paths_strerror(rc));
         }
     }
     qsort(latencies, (size_t)rounds, sizeof *latencies, compare_doubles);
     paths_report(c, "us_per_global_sum", latencies[rounds / 2]);
     return PATHS_OK;
 }
+
+PATHS_SUMS(gsum, "GSUM");
 
 int gsum(paths_kernel_ctx *c) {
     int64_t rounds = 1000, contributors = paths_threads(c);
@@ -41,12 +44,11 @@ int gsum(paths_kernel_ctx *c) {
     if (rc == PATHS_OK) rc = paths_arg_double(c, "timeout", &timeout_s);
     if (rc != PATHS_OK) return rc;
     if (rounds <= 0) return paths_fail(c, PATHS_EINVAL, "gsum: expected rounds > 0, got %lld", (long long)rounds);
-    const char *element = paths_arg(c, "element") ? paths_arg(c, "element") : "GSUM";
     int64_t timeout_ns = timeout_s < 0 ? PATHS_FOREVER : (int64_t)(timeout_s * 1e9);
     int timer = paths_thread(c) == 0;
     double *latencies = timer ? malloc((size_t)rounds * sizeof *latencies) : NULL;
     if (timer && !latencies) return paths_fail(c, PATHS_ENOMEM, "gsum: no memory for %lld latencies", (long long)rounds);
-    paths_handle *sum = paths_acquire(c, element, "q");
+    paths_handle *sum = paths_acquire(c, "GSUM", "q");
     rc = sum ? paths_barrier(c, timeout_ns) : PATHS_EFAILED;
     int64_t wrong = 0, first_wrong = -1, first_total = 0;
     for (int64_t i = 0; i < rounds && rc == PATHS_OK; i++) {

@@ -1,11 +1,10 @@
 /* mcpi.c — the Monte Carlo Pi kernel (the paper's MCPi), on paths.h alone: the darts are split
  * evenly over the run's threads, each counts its hits inside the quarter circle with its own
- * generator, then one global sum of the hits. Thread 0 reports `seconds` (from the barrier that
- * starts every thread to the total) and `pi`.
+ * generator, then one global sum of the hits through the sum element MCPI. Thread 0 reports
+ * `seconds` (from the barrier that starts every thread to the total) and `pi`.
  *
  * Arguments (--arg): darts (10000000, over all threads), total_darts (darts: more when other
- * processes feed the same sum), seed (12345), element (MCPI, to be declared a sum), timeout
- * (seconds, 60).
+ * processes feed the same sum), seed (12345), timeout (seconds, 60).
  */
 #include <paths.h>
 
@@ -19,6 +18,8 @@ static inline uint64_t next_random(uint64_t *state) {
 
 static inline double unit_interval(uint64_t bits) { return (double)(bits >> 11) * 0x1.0p-53; }
 
+PATHS_SUMS(mcpi, "MCPI");
+
 int mcpi(paths_kernel_ctx *c) {
     int64_t darts = 10000000, seed = 12345, total_darts;
     double timeout_s = 60.0;
@@ -31,12 +32,11 @@ int mcpi(paths_kernel_ctx *c) {
     if (darts <= 0 || total_darts < darts)
         return paths_fail(c, PATHS_EINVAL, "mcpi: expected 0 < darts <= total_darts, got %lld and %lld",
                           (long long)darts, (long long)total_darts);
-    const char *element = paths_arg(c, "element") ? paths_arg(c, "element") : "MCPI";
     int64_t timeout_ns = timeout_s < 0 ? PATHS_FOREVER : (int64_t)(timeout_s * 1e9);
     int64_t threads = paths_threads(c), thread = paths_thread(c);
     int64_t mine = darts / threads + (thread < darts % threads ? 1 : 0);
     uint64_t state = (uint64_t)seed ^ ((uint64_t)(thread + 1) * 0xD1B54A32D192ED03ULL);
-    paths_handle *sum = paths_acquire(c, element, "q");
+    paths_handle *sum = paths_acquire(c, "MCPI", "q");
     if (!sum) return PATHS_EFAILED;
     rc = paths_barrier(c, timeout_ns);
     if (rc != PATHS_OK) return rc;

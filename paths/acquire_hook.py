@@ -71,7 +71,7 @@ def default_acquire(request: AcquireRequest) -> PathSpec:
         plan = plan_reduction(at_home, request.threads, element, policy=request.policy,
                               max_fanin=request.max_fanin)
         return plan.paths[request.thread]
-    return make_path(hop(request.map, request.node, request.home),
+    return make_path(*hop(request.map, request.node, request.home),
                      stage("core", name=request.element, format=request.format))
 
 

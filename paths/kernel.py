@@ -6,6 +6,9 @@
                       ctx.node, ctx.arg(key), ctx.acquire(element, format), ctx.release(handle),
                       ctx.barrier(), ctx.report(name, value): the slow path, for quick experiments
 
+A kernel may declare the elements it reduces as sums: PATHS_SUMS(NAME, "TOTAL") in C, an
+attribute `func.paths_sums = ("TOTAL",)` in Python. `paths run` plans their trees with no --sum.
+
 A run of a kernel in this process (`run_kernel`) starts one thread per thread of the run placed
 here; each calls the kernel once. A thread that returns a status other than PATHS_OK fails the
 run: the error names the thread, its node, the status and what the thread said about it.
@@ -31,14 +34,13 @@ class Builtin:
 
     symbol: str
     title: str  # in tables and plots
-    sums: tuple[str, ...]  # the elements it reduces
     setting: str  # the RunSettings field that becomes its argument of the same name
     unit: str  # what its first column means
 
 
 BUILTINS = {
-    "gsum": Builtin("gsum", "GSum", ("GSUM",), "rounds", "microseconds per global sum (median round per run)"),
-    "mcpi": Builtin("mcpi", "MCPi", ("MCPI",), "darts", ""),
+    "gsum": Builtin("gsum", "GSum", "rounds", "microseconds per global sum (median round per run)"),
+    "mcpi": Builtin("mcpi", "MCPi", "darts", ""),
 }
 
 
@@ -56,7 +58,9 @@ class Kernel:
 
     @property
     def sums(self) -> tuple[str, ...]:
-        return self.builtin.sums if self.builtin else ()
+        """The elements the kernel declares as sums."""
+        declared = self.code.sums if isinstance(self.code, _native.CKernel) else getattr(self.code, "paths_sums", ())
+        return tuple(declared)
 
 
 class KernelError(RuntimeError):
@@ -121,19 +125,19 @@ def run_kernel(kernel: Kernel, thread_ids: Iterable[int], threads: int, node: st
                pin: bool = False, until_failure: bool = False) -> KernelRun:
     """Run `kernel` on one thread per id in thread_ids (global indices of a run of `threads`),
     on `node`. acquire(thread, element, format) -> Handle and release(thread, handle) are how
-    its threads get and give back handles. Raises the first failed thread's error (TimeoutError,
-    ConnectionError, MemoryError by its status, else KernelError): with until_failure as soon as
+    its threads get and give back handles. Raises the error of the thread that failed first
+    (TimeoutError, ConnectionError, MemoryError by its status, else KernelError): with until_failure as soon as
     a thread fails, leaving the others to run on (for a process that ends next: they may be
     waiting for the failed one); else once every thread has ended. Ctrl-C leaves them too."""
     ids = list(thread_ids)
     raw = _native.run_kernel(kernel.code, ids, threads, node, spans_processes,
                              {str(k): str(v) for k, v in args.items()}, acquire, release, pin, until_failure)
-    for outcome in raw["threads"]:
-        if outcome["status"] != 0:
-            error = _STATUS_ERRORS.get(outcome["status"], KernelError)
-            why = f": {outcome['error']}" if outcome["error"] else ""
-            raise error(f"kernel {kernel.name}: thread {outcome['thread']} on node {node} returned "
-                        f"{outcome['status_name']}{why}")
+    failed = raw["failed"]
+    if failed is not None:  # the first to fail: others may have failed waiting for it
+        error = _STATUS_ERRORS.get(failed["status"], KernelError)
+        why = f": {failed['error']}" if failed["error"] else ""
+        raise error(f"kernel {kernel.name}: thread {failed['thread']} on node {node} returned "
+                    f"{failed['status_name']}{why}")
     return KernelRun(raw["seconds"], {o["thread"]: o["reports"] for o in raw["threads"]})
 
 

@@ -234,7 +234,8 @@ def results_table(cluster_map: ClusterMap, settings: RunSettings, measurements: 
     mapping = f"policy {policy}, max fan-in {fanin}" + (", threads pinned" if settings.pin else "")
     given = [f"{getattr(settings, kernel.builtin.setting)} {kernel.builtin.setting}"] if kernel.builtin else []
     given += [f"{key}={value}" for key, value in settings.args.items()]
-    runs = f"{', '.join(given)} x {settings.repeat} runs" if given else f"{settings.repeat} runs"
+    repeats = f"{settings.repeat} run{'s' if settings.repeat != 1 else ''}"
+    runs = f"{', '.join(given)} x {repeats}" if given else repeats
     columns = columns_of([Run(cluster_map, settings, measurements)])
     title = f"{kernel.title} on map {cluster_map.name} ({mapping}), {runs}"
     if len(columns) == 1:

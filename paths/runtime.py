@@ -123,8 +123,9 @@ class Runtime:
         """The kernel is done with `handle`: the release hook sees it."""
         with self._lock:
             request = self._requests.pop(handle)
+        hook = default_release if request.element == BARRIER_ELEMENT else self.release_hook
         try:
-            self.release_hook(request, handle)
+            hook(request, handle)
         except Exception as e:
             raise ValueError(f"release of {request.element!r} by thread {thread}: release hook "
                              f"{self.hook_names[1]} raised {raised_where(e)}") from e

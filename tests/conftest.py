@@ -53,7 +53,7 @@ def user_module(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(folder))
 
     def write(name: str, source: str) -> str:
-        (folder / f"{name}.py").write_text(textwrap.dedent(source))
+        (folder / f"{name}.py").write_text(textwrap.dedent(source).lstrip("\n"))
         paths_now = os.environ.get("PYTHONPATH", "")
         if str(folder) not in paths_now.split(os.pathsep):
             monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(folder), paths_now) if p))

@@ -122,7 +122,7 @@ def test_mcpi_through_a_map_finds_pi(probe):
         assert m.value > 0
     assert [m.nodes for m in report.measurements] == [1, 2, 8]
     table = results_table(cluster_map, settings, report.measurements).splitlines()
-    assert table[0] == "MCPi on map paper-4w (policy bucket, max fan-in 4), 10000000 darts x 1 runs"
+    assert table[0] == "MCPi on map paper-4w (policy bucket, max fan-in 4), 10000000 darts x 1 run"
     assert table[1].split() == ["threads", "nodes"] + [f"{c}:{s}" for c in ("seconds", "pi") for s in ("min", "avg", "max")]
     assert [line.split()[:2] for line in table[2:]] == [["1", "1"], ["6", "2"], ["32", "8"]]
     for line, m in zip(table[2:], report.measurements):  # one run each: min = avg = max

@@ -73,6 +73,7 @@ struct ps_kernel_run {
     _Atomic int gate_state;     /* 0: closed, 1: run, -1: abandoned (not every thread started) */
     _Alignas(64) _Atomic int ended;   /* threads that have ended */
     _Atomic int failed;         /* threads that ended with a status other than PATHS_OK */
+    _Atomic int first_failed;   /* the local index of the first of them, -1 before */
     ps_waitpoint ending;        /* bumped by every thread that ends */
 };
 

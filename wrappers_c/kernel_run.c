@@ -32,6 +32,7 @@ ps_kernel_run *ps_kernel_run_new(int local, const int *thread_ids, int threads, 
     ps_waitpoint_init(&run->barrier.changed);
     ps_waitpoint_init(&run->gate);
     ps_waitpoint_init(&run->ending);
+    atomic_init(&run->first_failed, -1);
     return run;
 }
 
@@ -84,7 +85,11 @@ static void *kernel_thread(void *arg) {
     if (pass_gate(run) != 0) return NULL;
     c->status = run->kernel(c);
     settle(c);
-    if (c->status != PS_OK) atomic_fetch_add(&run->failed, 1);
+    if (c->status != PS_OK) {
+        int none = -1;
+        atomic_compare_exchange_strong(&run->first_failed, &none, c->local);
+        atomic_fetch_add(&run->failed, 1);
+    }
     atomic_store(&c->ended, 1);
     atomic_fetch_add(&run->ended, 1);
     ps_waitpoint_wake(&run->ending);
@@ -154,6 +159,7 @@ int ps_kernel_run_execute(ps_kernel_run *run, paths_kernel_fn kernel, void *data
 }
 
 int ps_kernel_run_ended(const ps_kernel_run *run, int local) { return atomic_load(&run->contexts[local].ended); }
+int ps_kernel_run_first_failed(const ps_kernel_run *run) { return atomic_load(&run->first_failed); }
 double ps_kernel_run_seconds(const ps_kernel_run *run) { return run->seconds; }
 int ps_kernel_run_status(const ps_kernel_run *run, int local) { return run->contexts[local].status; }
 const char *ps_kernel_run_error(const ps_kernel_run *run, int local) { return run->contexts[local].error; }

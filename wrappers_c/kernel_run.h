@@ -69,6 +69,8 @@ int ps_kernel_run_execute(ps_kernel_run *run, paths_kernel_fn kernel, void *data
  * on one of its handles said), and its reports. And, once joined, the seconds from the start
  * gate until the last thread ended. */
 int ps_kernel_run_ended(const ps_kernel_run *run, int local);
+/* The local thread that failed first (the others may have failed waiting for it), or -1. */
+int ps_kernel_run_first_failed(const ps_kernel_run *run);
 double ps_kernel_run_seconds(const ps_kernel_run *run);
 int ps_kernel_run_status(const ps_kernel_run *run, int local);
 const char *ps_kernel_run_error(const ps_kernel_run *run, int local);

@@ -775,10 +775,12 @@ double single_link_loop(const std::shared_ptr<Handle> &handle, int64_t count, co
 
 // ---- kernels: loaded from shared libraries, run on a thread each --------------------------------
 
-// A C kernel: `int NAME(paths_kernel_ctx *)` in a shared library compiled against paths.h.
+// A C kernel: `int NAME(paths_kernel_ctx *)` in a shared library compiled against paths.h, and
+// the elements it declares as sums (PATHS_SUMS).
 struct CKernel {
     std::string path, symbol;
     paths_kernel_fn function;
+    std::vector<std::string> sums;
 };
 
 // The libraries of kernels and programs find paths_* in libpaths when they are loaded: it is made
@@ -805,7 +807,10 @@ CKernel load_kernel(const std::string &path, const std::string &symbol) {
     if (!function)
         throw py::value_error("no function '" + symbol + "' in it (a kernel is `int " + symbol +
                               "(paths_kernel_ctx *c)`, not static; in C++ extern \"C\")");
-    return CKernel{path, symbol, reinterpret_cast<paths_kernel_fn>(function)};
+    std::vector<std::string> sums;
+    auto declared = static_cast<const char *const *>(dlsym(library, ("paths_sums_" + symbol).c_str()));
+    for (size_t i = 0; declared && declared[i]; i++) sums.emplace_back(declared[i]);
+    return CKernel{path, symbol, reinterpret_cast<paths_kernel_fn>(function), sums};
 }
 
 // What a run's hooks reach: the Python callables that acquire and release handles, the handles
@@ -964,9 +969,11 @@ py::dict thread_outcome(ps_kernel_run *run, int local, int thread) {
 }
 
 // Runs a kernel (a CKernel, or a Python function) on one thread per local thread of a run, and
-// waits for them in slices, so that Ctrl-C is seen. With until_failure, a failed thread ends the
-// wait: its outcome comes back at once and the other threads are left running (for a process
-// that ends next, as a node whose run failed). Ctrl-C leaves them running too.
+// waits for them in slices, so that Ctrl-C is seen. Returns {"failed": the outcome of the thread
+// that failed first, or None; "threads": every thread's outcome; "seconds"}. With until_failure,
+// a failed thread ends the wait: only "failed" comes back, at once, and the other threads are
+// left running (for a process that ends next, as a node whose run failed). Ctrl-C leaves them
+// running too.
 py::dict run_kernel(const py::object &kernel, const std::vector<int> &thread_ids, int threads, const std::string &node,
                     bool spans_processes, const std::map<std::string, std::string> &args, py::object acquire,
                     py::object release, bool pin, bool until_failure) {
@@ -1010,23 +1017,19 @@ py::dict run_kernel(const py::object &kernel, const std::vector<int> &thread_ids
             throw py::error_already_set();
         }
     }
-    py::list outcomes;
+    int first = ps_kernel_run_first_failed(run);
+    py::dict out;
+    out["failed"] = first < 0 ? py::object(py::none()) : py::object(thread_outcome(run, first, thread_ids[first]));
     if (rc == PATHS_EFAILED) {
-        for (size_t i = 0; i < thread_ids.size(); i++)
-            if (ps_kernel_run_ended(run, static_cast<int>(i)) && ps_kernel_run_status(run, static_cast<int>(i)) != PS_OK)
-                outcomes.append(thread_outcome(run, static_cast<int>(i), thread_ids[i]));
         state.release();  // its other threads still use it: theirs now
-        py::dict out;
-        out["seconds"] = 0.0;
-        out["threads"] = outcomes;
         return out;
     }
     {
         py::gil_scoped_release released;
         ps_kernel_run_join(run);
     }
+    py::list outcomes;
     for (size_t i = 0; i < thread_ids.size(); i++) outcomes.append(thread_outcome(run, static_cast<int>(i), thread_ids[i]));
-    py::dict out;
     out["seconds"] = ps_kernel_run_seconds(run);
     out["threads"] = outcomes;
     state->run.reset();  // gives back what the kernels still hold: the release hook runs here
@@ -1147,7 +1150,8 @@ PYBIND11_MODULE(_native, m) {
     m.attr("PATHS_EREMOTE") = PATHS_EREMOTE;
     py::class_<CKernel>(m, "CKernel", "A C kernel loaded from a shared library.")
         .def_readonly("path", &CKernel::path)
-        .def_readonly("symbol", &CKernel::symbol);
+        .def_readonly("symbol", &CKernel::symbol)
+        .def_readonly("sums", &CKernel::sums, "the elements it declares as sums (PATHS_SUMS)");
     m.def("load_kernel", &load_kernel, py::arg("path"), py::arg("symbol"),
           "Load `int SYMBOL(paths_kernel_ctx *)` from the shared library at path, checking its API version.");
     py::class_<KernelContext>(m, "KernelContext", "A kernel thread's context, for a kernel written in Python.")

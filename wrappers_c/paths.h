@@ -8,8 +8,9 @@
  * returns PATHS_OK or a status, which the run reports with the thread that returned it.
  *
  *     #include <paths.h>
+ *     PATHS_SUMS(count, "TOTAL");                              // TOTAL is a sum (see below)
  *     int count(paths_kernel_ctx *c) {
- *         paths_handle *sum = paths_acquire(c, "TOTAL", "q");   // declared a sum: --sum TOTAL
+ *         paths_handle *sum = paths_acquire(c, "TOTAL", "q");
  *         if (!sum) return PATHS_EFAILED;                      // why: paths_last_error(c)
  *         int64_t mine = paths_thread(c), total = 0;
  *         int rc = paths_move(sum, &mine, PATHS_FOREVER);
@@ -20,7 +21,7 @@
  *
  *     cc -shared -fPIC -O2 -I"$(python -c 'import paths; print(paths.get_include())')" \
  *        count.c -o libcount.so
- *     paths run ./libcount.so:count --sum TOTAL --map paper-4w --threads 1-8
+ *     paths run ./libcount.so:count --map paper-4w --threads 1-8
  *
  * No -l flag is needed: the paths_* functions live in the library the `paths` package ships
  * (libpaths.so, next to its Python module), which the package makes globally visible before it
@@ -138,11 +139,22 @@ int64_t paths_now_ns(void);                        /* a monotonic clock */
 int paths_init(int *argc, char ***argv);
 void paths_finalize(void);
 
+/* The elements a kernel reduces as sums, declared in its library, so that `paths run` plans
+ * their reduction trees with no --sum and no map entry:   PATHS_SUMS(count, "TOTAL");   */
+#ifdef __cplusplus
+#define PATHS_EXPORT extern "C" __attribute__((visibility("default")))
+#else
+#define PATHS_EXPORT extern __attribute__((visibility("default")))
+#endif
+#define PATHS_SUMS(kernel, ...)                                  \
+    PATHS_EXPORT const char *const paths_sums_##kernel[];        \
+    const char *const paths_sums_##kernel[] = {__VA_ARGS__, NULL}
+
 /* The API version a kernel library was compiled against, checked when it is loaded. One weak
  * definition per translation unit that includes this header. */
 #ifndef PATHS_BUILDING_LIBRARY
-extern const int paths_kernel_api_version;
-__attribute__((weak, visibility("default"))) const int paths_kernel_api_version = PATHS_API_VERSION;
+extern __attribute__((weak, visibility("default"))) const int paths_kernel_api_version;
+const int paths_kernel_api_version = PATHS_API_VERSION;
 #endif
 
 #ifdef __cplusplus
