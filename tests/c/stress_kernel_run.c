@@ -5,8 +5,9 @@
  * tests/test_c_stress.py builds it plain, under AddressSanitizer + UBSan and under ThreadSanitizer.
  * Usage: stress_kernel_run [rounds]. Exits 1 on any failure; every wait has a finite timeout.
  *   memory    16 threads, `rounds` rounds each of paths_barrier (in memory: one process) and a sum
- *             of thread+1 through a two-level tree (4 sums of 4, then one of 4): every total
- *             exact, every report back, the release hook sees each link exactly once.
+ *             of thread+1 through a two-level tree (4 sums of 4, then one of 4): no thread leaves
+ *             a barrier before every thread has come to it, every total exact, every report
+ *             back, the release hook sees each link exactly once.
  *   spanning  the same with the barrier through the sum element paths.barrier, as a run that
  *             spans processes does.
  *   failing   thread 3 fails at once; the others time out in the barrier waiting for it. The run
@@ -89,6 +90,9 @@ static void release(void *data, int thread, ps_link *link) {
     atomic_fetch_add(&((world *)data)->released, 1);
 }
 
+/* Arrivals at the barriers of a scene: after barrier r every thread has counted itself r + 1 times. */
+static atomic_llong arrivals;
+
 /* rounds x (barrier, then move thread+1 into S and observe the total), checked; reports. */
 static int summing(paths_kernel_ctx *c) {
     int64_t rounds = 0, total = 0, threads = paths_threads(c);
@@ -97,7 +101,11 @@ static int summing(paths_kernel_ctx *c) {
     if (!sum) return PATHS_EFAILED;
     for (int64_t r = 0; r < rounds && rc == PATHS_OK; r++) {
         int64_t mine = paths_thread(c) + 1 + r * threads;
+        atomic_fetch_add(&arrivals, 1);
         rc = paths_barrier(c, WAIT);
+        if (rc == PATHS_OK && atomic_load(&arrivals) < (r + 1) * threads)
+            rc = paths_fail(c, PATHS_EFAILED, "left barrier %lld after %lld arrivals", (long long)r,
+                            (long long)atomic_load(&arrivals));
         if (rc == PATHS_OK) rc = paths_move(sum, &mine, WAIT);
         if (rc == PATHS_OK) rc = paths_observe(sum, &total, WAIT);
         if (rc == PATHS_OK && total != threads * (threads + 1) / 2 + r * threads * threads)
@@ -132,6 +140,7 @@ static ps_kernel_run *new_run(world *w, int spans_processes, int64_t rounds) {
 static void summing_scene(const char *scene, int spans_processes, int64_t rounds) {
     world w;
     world_build(&w);
+    atomic_store(&arrivals, 0);
     ps_kernel_run *run = new_run(&w, spans_processes, rounds);
     CHECK(ps_kernel_run_execute(run, summing, NULL, 0) == PS_OK, "%s: not every thread started", scene);
     int64_t expected = THREADS * (THREADS + 1) / 2 + (rounds - 1) * THREADS * THREADS;
