@@ -17,13 +17,18 @@
 #include <paths.h>
 #include <string.h>
 
-/* The handle in a capsule; NULL with a Python error set for anything else. Only "q" elements. */
-static paths_handle *handle_of(PyObject *capsule) {
+/* The arguments (capsule, n, timeout=10.0): the handle in the capsule (a "q" element's), n, and
+ * the timeout in nanoseconds; NULL with a Python error set for anything else. */
+static paths_handle *arguments(PyObject *args, long long *n, int64_t *timeout_ns) {
+    PyObject *capsule;
+    double timeout = 10.0;
+    if (!PyArg_ParseTuple(args, "OL|d", &capsule, n, &timeout)) return NULL;
     paths_handle *h = PyCapsule_GetPointer(capsule, "paths_handle");
     if (h && strcmp(paths_format(h), "q") != 0) {
         PyErr_Format(PyExc_ValueError, "expected a handle on a 'q' element, got format '%s'", paths_format(h));
         return NULL;
     }
+    *timeout_ns = (int64_t)(timeout * 1e9);
     return h;
 }
 
@@ -34,15 +39,13 @@ static PyObject *fail(int status) {
 
 /* move_range(capsule, n, timeout=10.0): moves 0 .. n-1. */
 static PyObject *move_range(PyObject *self, PyObject *args) {
-    PyObject *capsule;
     long long n;
-    double timeout = 10.0;
-    if (!PyArg_ParseTuple(args, "OL|d", &capsule, &n, &timeout)) return NULL;
-    paths_handle *h = handle_of(capsule);
+    int64_t timeout_ns;
+    paths_handle *h = arguments(args, &n, &timeout_ns);
     if (!h) return NULL;
     int rc = PATHS_OK;
     Py_BEGIN_ALLOW_THREADS
-    for (int64_t i = 0; i < n && rc == PATHS_OK; i++) rc = paths_move(h, &i, (int64_t)(timeout * 1e9));
+    for (int64_t i = 0; i < n && rc == PATHS_OK; i++) rc = paths_move(h, &i, timeout_ns);
     Py_END_ALLOW_THREADS
     if (rc != PATHS_OK) return fail(rc);
     Py_RETURN_NONE;
@@ -50,22 +53,18 @@ static PyObject *move_range(PyObject *self, PyObject *args) {
 
 /* observe_sum(capsule, n, timeout=10.0): the sum of the next n tuples. */
 static PyObject *observe_sum(PyObject *self, PyObject *args) {
-    PyObject *capsule;
     long long n;
-    double timeout = 10.0;
-    if (!PyArg_ParseTuple(args, "OL|d", &capsule, &n, &timeout)) return NULL;
-    paths_handle *h = handle_of(capsule);
+    int64_t timeout_ns, sum = 0, value = 0;
+    paths_handle *h = arguments(args, &n, &timeout_ns);
     if (!h) return NULL;
     int rc = PATHS_OK;
-    int64_t sum = 0, value = 0;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t i = 0; i < n && rc == PATHS_OK; i++) {
-        rc = paths_observe(h, &value, (int64_t)(timeout * 1e9));
+        rc = paths_observe(h, &value, timeout_ns);
         sum += value;
     }
     Py_END_ALLOW_THREADS
-    if (rc != PATHS_OK) return fail(rc);
-    return PyLong_FromLongLong(sum);
+    return rc == PATHS_OK ? PyLong_FromLongLong(sum) : fail(rc);
 }
 
 static PyMethodDef METHODS[] = {
