@@ -7,7 +7,8 @@ Each cell is the median over --repeat runs of the median round latency (thread 0
 round, as the paper's Figure 3); the runs of all columns take turns, so that a drifting machine
 shifts them alike. The `outside` column runs the same GSum kernel (benchmarks/gsum.c, on paths.h
 alone) built outside the package as a user builds a kernel, `cc -shared -fPIC -O2 -I<paths
-include>`, on the first tree: a kernel of your own pays nothing for not being built in. Threads are pinned by default (thread t of n on CPU t*cpus/n,
+include>`, on the first tree: a kernel of your own pays nothing for not being built in.
+Threads are pinned by default (thread t of n on CPU t*cpus/n,
 so the threads of one group of a tree share a CPU), and MPI ranks are then bound to cores too;
 --no-pin lets the scheduler place both. Trees: `flat` (one sum of all threads) and `faninK` (sums of
 at most K contributors, then sums of those). The run ends with the issue's targets: GSum at

@@ -141,8 +141,9 @@ def run_kernel(kernel: Kernel, thread_ids: Iterable[int], threads: int, node: st
     return KernelRun(raw["seconds"], {o["thread"]: o["reports"] for o in raw["threads"]})
 
 
-def raised_where(error: BaseException) -> str:
-    """'ValueError: message (at file.py:12)': an exception and the line that raised it."""
-    frames = traceback.extract_tb(error.__traceback__)
+def raised_where(error: BaseException, trace=None) -> str:
+    """'ValueError: message (at file.py:12)': an exception and the line that raised it (from
+    `trace`, else the exception's own traceback)."""
+    frames = traceback.extract_tb(trace or error.__traceback__)
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
     return f"{type(error).__name__}: {error}{where}"

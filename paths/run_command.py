@@ -241,7 +241,8 @@ def results_table(cluster_map: ClusterMap, settings: RunSettings, measurements: 
     if len(columns) == 1:
         unit = kernel.builtin.unit if kernel.builtin and kernel.builtin.unit else columns[0]
         title += f": {unit}"
-    labels = ["min", "avg", "max"] if len(columns) == 1 else [f"{c}:{s}" for c in columns for s in ("min", "avg", "max")]
+    stats = ("min", "avg", "max")
+    labels = list(stats) if len(columns) == 1 else [f"{column}:{stat}" for column in columns for stat in stats]
     widths = [max(10, len(label)) for label in labels]
     lines = [title if columns else f"{title} (the kernel reported no columns)",
              f"{'threads':>8} {'nodes':>6} " + " ".join(f"{label:>{w}}" for label, w in zip(labels, widths))]

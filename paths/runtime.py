@@ -10,7 +10,6 @@ environment.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import threading
 import warnings
@@ -70,7 +69,7 @@ class Runtime:
         if not 0 <= thread < self.threads:
             raise ValueError(f"thread {thread}: expected 0 <= thread < {self.threads}")
         declared = self.cluster_map.element(element)
-        is_sum = element in self.sums or element == BARRIER_ELEMENT or (declared is not None and declared.reduce == "sum")
+        is_sum = element in self.sums or element == BARRIER_ELEMENT or bool(declared and declared.reduce == "sum")
         return AcquireRequest(element, format, thread, self.threads, self.placements[thread], self.cluster_map,
                               is_sum, self._home(element, declared), self.policy, self.max_fanin)
 
@@ -103,9 +102,9 @@ class Runtime:
         if not isinstance(path, PathSpec):
             raise ValueError(f"{call}: acquire hook {self.hook_names[0]} returned {path!r:.200}, not a PathSpec "
                              "(make_path(...))")
-        if self.tag is not None:
-            element_stage = path.stages[-1]
-            path = PathSpec(path.stages[:-1] + (element_stage.replace(name=f"{element_stage.param('name')}.{self.tag}"),))
+        last = path.stages[-1]
+        if self.tag is not None and last.kind == "core":  # else building it says what is wrong
+            path = PathSpec(path.stages[:-1] + (last.replace(name=f"{last.param('name')}.{self.tag}"),))
         if self.tracing:
             prefix = "-".join(part for part in (self.tracing.prefix, self.tag) if part)
             path = with_traces(path, request.node, self.tracing.directory, prefix, self.tracing.capacity)
@@ -164,17 +163,44 @@ def acquire(element: str, format: str) -> _native.Handle:
     return current().acquire(element, format, _program_thread)
 
 
-def _program_options() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="paths_init", add_help=False, allow_abbrev=False,
-                                     exit_on_error=False)
-    parser.add_argument("--paths-map")
-    parser.add_argument("--paths-thread", type=int, default=0)
-    parser.add_argument("--paths-threads", type=int, default=1)
-    parser.add_argument("--paths-sum", action="append", default=[])
-    parser.add_argument("--paths-arg", action="append", default=[])
-    parser.add_argument("--paths-acquire")
-    parser.add_argument("--paths-release")
-    return parser
+PROGRAM_OPTIONS = {  # --paths-X: (what it takes, whether it may repeat)
+    "--paths-map": ("a map", False), "--paths-thread": ("a whole number", False),
+    "--paths-threads": ("a whole number", False), "--paths-sum": ("an element name", True),
+    "--paths-arg": ("KEY=VALUE", True), "--paths-acquire": ("pkg.mod:func", False),
+    "--paths-release": ("pkg.mod:func", False),
+}
+
+
+def program_options(argv: list[str]) -> tuple[dict[str, list[str]], list[int]]:
+    """The --paths-* options in argv (`--paths-X VALUE` or `--paths-X=VALUE`), each with its
+    values, and the indices of the other arguments; ValueError for an unknown or incomplete one."""
+    options: dict[str, list[str]] = {}
+    others, i = [], 0
+    while i < len(argv):
+        name, equals, value = argv[i].partition("=")
+        if not name.startswith("--paths-"):
+            others.append(i)
+            i += 1
+            continue
+        if name not in PROGRAM_OPTIONS:
+            raise ValueError(f"{name}: unknown option (known: {', '.join(PROGRAM_OPTIONS)})")
+        if not equals:
+            if i + 1 == len(argv):
+                raise ValueError(f"{name}: expected {PROGRAM_OPTIONS[name][0]} after it")
+            i, value = i + 1, argv[i + 1]
+        if options.get(name) and not PROGRAM_OPTIONS[name][1]:
+            raise ValueError(f"{name}: given twice")
+        options.setdefault(name, []).append(value)
+        i += 1
+    return options, others
+
+
+def _whole(options: dict, name: str, default: int) -> int:
+    text = options.get(name, [str(default)])[0]
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name} {text}: expected a whole number") from None
 
 
 def start_program(argv: list[str]) -> list[int]:
@@ -182,24 +208,19 @@ def start_program(argv: list[str]) -> list[int]:
     runtime, and give it the program's NULL context. Returns the indices (in main's argv) of the
     arguments that are the program's own."""
     global _program, _program_thread
-    own = [i for i, a in enumerate(argv) if not a.startswith("--paths-")
-           and not (i > 0 and argv[i - 1].startswith("--paths-") and "=" not in argv[i - 1])]
-    try:
-        options = _program_options().parse_args([a for i, a in enumerate(argv) if i not in own])
-    except argparse.ArgumentError as e:
-        raise ValueError(str(e)) from None
-    if not 0 <= options.paths_thread < options.paths_threads:
-        raise ValueError(f"--paths-thread {options.paths_thread}: expected 0 <= thread < --paths-threads "
-                         f"({options.paths_threads})")
-    runtime = make_runtime(open_map(options.paths_map), options.paths_threads, sums=options.paths_sum,
-                           acquire=options.paths_acquire, release=options.paths_release)
-    args = parse_kernel_args(options.paths_arg, "--paths-arg")
-    thread = options.paths_thread
+    options, others = program_options(argv)
+    thread, threads = _whole(options, "--paths-thread", 0), _whole(options, "--paths-threads", 1)
+    if not 0 <= thread < threads:
+        raise ValueError(f"--paths-thread {thread}: expected 0 <= thread < --paths-threads ({threads})")
+    one = {name: values[0] for name, values in options.items()}
+    runtime = make_runtime(open_map(one.get("--paths-map")), threads, sums=options.get("--paths-sum", []),
+                           acquire=one.get("--paths-acquire"), release=one.get("--paths-release"))
+    args = parse_kernel_args(options.get("--paths-arg", []), "--paths-arg")
     _native.serve_process(thread, runtime.threads, runtime.placements[thread], args,
                           lambda t, element, format: runtime.acquire(element, format, t),
                           lambda t, handle: runtime.release(handle, t))
     _program, _program_thread = runtime, thread
-    return [i + 1 for i in own]
+    return [i + 1 for i in others]
 
 
 def end_program() -> None:

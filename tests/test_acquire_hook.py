@@ -84,7 +84,8 @@ def test_a_run_names_its_elements_and_an_element_has_one_format(space):
 
 
 BAD_FIELDS = {  # what follows the map, the field, what the message says
-    "not a mapping": ("elements: [S]\n", "elements", "expected a mapping of element names to {reduce: sum, home: node}"),
+    "not a mapping": ("elements: [S]\n", "elements",
+                      "expected a mapping of element names to {reduce: sum, home: node}"),
     "another reduction": ("elements:\n  S: {reduce: max}\n", "elements.S.reduce", "expected 'sum', got 'max'"),
     "a home the map lacks": ("elements:\n  S: {home: z9}\n", "elements.S.home",
                              "expected a node listed under clusters, got 'z9'"),

@@ -20,7 +20,7 @@ import pytest
 
 import paths
 from paths import make_path, stage
-from paths.kernel import KernelError, load_kernel, run_kernel
+from paths.kernel import Kernel, KernelError, load_kernel, run_kernel
 from paths.trace_file import read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,7 +174,8 @@ def test_a_c_kernel_sums_and_passes_barriers_across_nodes_and_reports_columns(bu
     assert [line.split() for line in lines[2:4]] == [["1", "1", "1", "1", "1", "4", "4", "4", "0", "0", "0"],
                                                      ["6", "2", "21", "21", "21", "4", "4", "4", "2.5", "2.5", "2.5"]]
     assert [(r["threads"], r["nodes"], r["total"], r["barriers"], r["thread"]) for r in csv_rows(out)] == [
-        ("1", "1", "1", "4", "0"), ("1", "1", "1", "4", "0"), ("6", "2", "21", "4", "2.5"), ("6", "2", "21", "4", "2.5")]
+        ("1", "1", "1", "4", "0"), ("1", "1", "1", "4", "0"),
+        ("6", "2", "21", "4", "2.5"), ("6", "2", "21", "4", "2.5")]
     assert sorted(set(probe.started().values())) == ["n0", "n1"] and probe.alive() == []
 
 
@@ -282,15 +283,17 @@ RUN_ERRORS = {  # kernel and its options, exit status, the one line on stderr (a
     "two formats, two nodes": (["./libkernels.so:two_formats", "--map", "paper-2w", "--threads", "3"],
                                r"node n1: KernelError: kernel \./libkernels\.so:two_formats: thread 2 on node n1 "
                                r"returned PATHS_EFAILED: the kernel's own failure: paths_acquire\('X', 'd'\) by thread "
-                               r"2: its path remote\(host='n0'\) -> core\(format='d', name='X\.3\.0'\): .*stage 'core': "
-                               r"element 'X\.3\.0' exists with another format than 'd'.*"),
-    "a hook raises": (["./libkernels.so:touch", "--map", "paper-4w", "--threads", "6", "--acquire", "raising_hook:acquire"],
-                      r"node n1: KernelError: kernel \./libkernels\.so:touch: thread 5 on node n1 returned PATHS_EFAILED: "
-                      r"the kernel's own failure: paths_acquire\('X', 'q'\) by thread 5 on node n1: acquire hook "
-                      r"raising_hook:acquire raised LookupError: no path to X for thread 5 \(at .*raising_hook\.py:7\)"),
+                               r"2: its path remote\(host='n0'\) -> core\(format='d', name='X\.3\.0'\): "
+                               r".*stage 'core': element 'X\.3\.0' exists with another format than 'd'.*"),
+    "a hook raises": (["./libkernels.so:touch", "--map", "paper-4w", "--threads", "6",
+                       "--acquire", "raising_hook:acquire"],
+                      r"node n1: KernelError: kernel \./libkernels\.so:touch: thread 5 on node n1 returned "
+                      r"PATHS_EFAILED: the kernel's own failure: paths_acquire\('X', 'q'\) by thread 5 on node n1: "
+                      r"acquire hook raising_hook:acquire raised LookupError: no path to X for thread 5 "
+                      r"\(at .*raising_hook\.py:7\)"),
     "a bad --arg": (["./libkernels.so:count", "--map", "local", "--threads", "2", "--arg", "rounds=many"],
-                    r"node localhost: KernelError: kernel \./libkernels\.so:count: thread [01] on node localhost returned "
-                    r"PATHS_EINVAL: a bad argument: --arg rounds=many: expected a whole number"),
+                    r"node localhost: KernelError: kernel \./libkernels\.so:count: thread [01] on node localhost "
+                    r"returned PATHS_EINVAL: a bad argument: --arg rounds=many: expected a whole number"),
 }
 
 
@@ -334,6 +337,42 @@ def test_run_kernel_in_this_process_names_the_failed_thread(built):
                                           r"PATHS_EFAILED: the kernel's own failure: thread 2 of 3 on here says no$"):
         run_kernel(kernel, range(3), 3, "here", {"fail": "2", "timeout": "0.5"}, acquire,
                    lambda thread, handle: None, spans_processes=True)
+
+
+def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
+    def handle(thread, element, format):
+        return paths.build_path(make_path(stage("core", name=element, format=format)), pastset=space)
+
+    def run(function):
+        return run_kernel(Kernel("test:kernel", function), range(2), 2, "here", {"n": "7"}, handle,
+                          lambda thread, h: None)
+
+    def fine(ctx):
+        h = ctx.acquire(f"E@{ctx.thread}", "q")
+        h.move(int(ctx.arg("n")) + ctx.thread)
+        ctx.report("n", h.observe()[0])
+        ctx.report("missing", 1.0 if ctx.arg("missing") is None else 0.0)
+        ctx.release(h)
+        ctx.barrier(timeout=5)
+
+    assert run(fine).reports == {0: [("n", 7.0), ("missing", 1.0)], 1: [("n", 8.0), ("missing", 1.0)]}
+
+    def raising(ctx):
+        if ctx.thread == 1:
+            return 1 // 0
+        ctx.barrier(timeout=0.2)  # thread 1 never comes: a timeout, after thread 1's failure
+
+    line = raising.__code__.co_firstlineno + 2
+    with pytest.raises(KernelError, match=rf"^kernel test:kernel: thread 1 on node here returned PATHS_EFAILED: "
+                                          rf"the kernel's own failure: ZeroDivisionError: integer division or modulo "
+                                          rf"by zero \(at {re.escape(__file__)}:{line}\)$"):
+        run(raising)
+
+    with pytest.raises(KernelError, match=r"thread 0 on node here returned PATHS_EINVAL: a bad argument: paths_report: "
+                                          r"expected a column name of 1 to 63 letters, digits and _ \. - / %, got 'a b'"):
+        run(lambda ctx: ctx.report("a b" if ctx.thread == 0 else "ok", 1.0))
+    with pytest.raises(KernelError, match=r"a Python kernel returns None or a status, it returned 'done'"):
+        run(lambda ctx: "done")
 
 
 # ---- the capsule and a program of its own --------------------------------------------------------
@@ -403,7 +442,11 @@ def test_a_program_of_its_own_on_a_map(program, tmp_path, user_module):
     (["--paths-thread", "3"], "paths_init: --paths-thread 3: expected 0 <= thread < --paths-threads (1)"),
     (["--paths-acquire", "nowhere:hook"], "paths_init: acquire hook 'nowhere:hook': cannot import module 'nowhere' "
                                           "(No module named 'nowhere')"),
-], ids=["unknown map", "thread out of range", "missing hook"])
+    (["--paths-colour", "red"], "paths_init: --paths-colour: unknown option (known: --paths-map, --paths-thread, "
+                                "--paths-threads, --paths-sum, --paths-arg, --paths-acquire, --paths-release)"),
+    (["--paths-map"], "paths_init: --paths-map: expected a map after it"),
+    (["--paths-threads=two"], "paths_init: --paths-threads two: expected a whole number"),
+], ids=["unknown map", "thread out of range", "missing hook", "unknown option", "no value", "not a number"])
 def test_a_program_with_bad_paths_options_says_so_in_one_line(program, args, line):
     done = subprocess.run([str(program), "10", *args], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", line + "\n")

@@ -857,6 +857,9 @@ ps_link *acquire_hook(void *data, int thread, const char *element, const char *f
         why = e.what();
         e.set_error();
         hooks.acquire_errors[thread] = std::make_shared<py::error_already_set>();
+    } catch (std::exception &e) {  // nothing may escape into the C caller
+        *status = dynamic_cast<std::bad_alloc *>(&e) ? PS_ENOMEM : PS_EINVAL;
+        why = e.what();
     }
     snprintf(error, error_size, "%s", why.c_str());
     return nullptr;
@@ -873,6 +876,8 @@ void release_hook(void *data, int thread, ps_link *link) {
         hooks.release(thread, handle);
     } catch (py::error_already_set &e) {
         if (hooks.release_error.empty()) hooks.release_error = py::str(e.value()).cast<std::string>();
+    } catch (std::exception &e) {  // nothing may escape into the C caller
+        if (hooks.release_error.empty()) hooks.release_error = e.what();
     }
 }
 
@@ -936,8 +941,10 @@ int run_python_kernel(paths_kernel_ctx *c) {
         return paths_fail(c, PS_EINVAL, "a Python kernel returns None or a status, it returned %s",
                           py::repr(result).cast<std::string>().c_str());
     } catch (py::error_already_set &e) {
-        std::string where = py::module_::import("paths.kernel").attr("raised_where")(e.value()).cast<std::string>();
+        std::string where = py::module_::import("paths.kernel").attr("raised_where")(e.value(), e.trace()).cast<std::string>();
         return paths_fail(c, PATHS_EFAILED, "%s", where.c_str());
+    } catch (std::exception &e) {  // nothing may escape into the C caller
+        return paths_fail(c, PATHS_EFAILED, "%s", e.what());
     }
 }
 
