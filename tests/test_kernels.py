@@ -14,6 +14,8 @@ import re
 import subprocess
 import sys
 import sysconfig
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -323,20 +325,21 @@ def test_a_malformed_arg_is_a_usage_error(built, probe):
     assert probe.started() == {}
 
 
-def test_run_kernel_in_this_process_names_the_failed_thread(built):
+def test_run_kernel_in_this_process_names_the_failed_thread(built, space):
     kernel = load_kernel(str(built / "libkernels.so") + ":failing")
-    handles = {}
 
-    def acquire(thread, element, format):
-        handles[thread] = paths.build_path(make_path(stage("reduce-sum", num_threads=3), stage("core", name=element,
-                                                                                                format=format)))
-        return handles[thread]
+    def acquire(thread, element, format):  # the barrier's sum, in a PastSet of this test's own
+        return paths.build_path(make_path(stage("reduce-sum", num_threads=3), stage("core", name=element,
+                                                                                    format=format)), pastset=space)
 
-    # threads 0 and 1 time out in the barrier, waiting for thread 2: the error is the first one's
+    # Threads 0 and 1 wait in the barrier for thread 2 (and would time out after a second): as in a
+    # node, the run ends at thread 2's failure, leaving them to end by themselves.
+    begin = time.monotonic()
     with pytest.raises(KernelError, match=r"^kernel .*libkernels\.so:failing: thread 2 on node here returned "
                                           r"PATHS_EFAILED: the kernel's own failure: thread 2 of 3 on here says no$"):
-        run_kernel(kernel, range(3), 3, "here", {"fail": "2", "timeout": "0.5"}, acquire,
-                   lambda thread, handle: None, spans_processes=True)
+        run_kernel(kernel, range(3), 3, "here", {"fail": "2", "timeout": "1"}, acquire,
+                   lambda thread, handle: None, spans_processes=True, until_failure=True)
+    assert time.monotonic() - begin < 0.9
 
 
 def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
@@ -357,12 +360,16 @@ def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
 
     assert run(fine).reports == {0: [("n", 7.0), ("missing", 1.0)], 1: [("n", 8.0), ("missing", 1.0)]}
 
+    gave_up = threading.Event()
+
     def raising(ctx):
         if ctx.thread == 1:
+            gave_up.set()
             return 1 // 0
+        gave_up.wait(10)
         ctx.barrier(timeout=0.2)  # thread 1 never comes: a timeout, after thread 1's failure
 
-    line = raising.__code__.co_firstlineno + 2
+    line = raising.__code__.co_firstlineno + 3
     with pytest.raises(KernelError, match=rf"^kernel test:kernel: thread 1 on node here returned PATHS_EFAILED: "
                                           rf"the kernel's own failure: ZeroDivisionError: integer division or modulo "
                                           rf"by zero \(at {re.escape(__file__)}:{line}\)$"):

@@ -14,6 +14,7 @@
  *             names thread 3 as the first to fail (ps_kernel_run_wait returns as soon as it has),
  *             with its own line; the others say their barrier timed out; nothing leaks.
  */
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,10 +118,16 @@ static int summing(paths_kernel_ctx *c) {
     return rc;
 }
 
-/* Thread 3 fails at once; the others wait for it in a barrier, briefly. */
+/* Thread 3 fails; the others, once it is about to, wait for it in a barrier, briefly. */
+static atomic_int giving_up;
+
 static int failing(paths_kernel_ctx *c) {
-    if (paths_thread(c) == 3) return paths_fail(c, PATHS_EFAILED, "thread 3 gives up");
-    return paths_barrier(c, 50 * 1000 * 1000);
+    if (paths_thread(c) == 3) {
+        atomic_store(&giving_up, 1);
+        return paths_fail(c, PATHS_EFAILED, "thread 3 gives up");
+    }
+    while (!atomic_load(&giving_up)) sched_yield();
+    return paths_barrier(c, 200 * 1000 * 1000);
 }
 
 static ps_kernel_run *new_run(world *w, int spans_processes, int64_t rounds) {
