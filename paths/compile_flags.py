@@ -52,11 +52,9 @@ def config_command(argv: list[str]) -> int:
                         help="the include flags (paths.h, Python.h)")
     parser.add_argument("--libs", dest="parts", action="append_const", const=libs,
                         help="the link flags (libpaths, libpython)")
-    parser.add_argument("--include", dest="parts", action="append_const", const=lambda: [get_include()],
-                        help="the folder of paths.h alone")
     args = parser.parse_args(argv)
     if not args.parts:
-        parser.error("expected --cflags, --libs or --include")
+        parser.error("expected --cflags, --libs or both")
     print(" ".join(flag for part in args.parts for flag in part()))
     return 0
 

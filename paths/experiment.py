@@ -117,7 +117,8 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
              if node.name in homes or any(node.name in plan.stages_by_node() for plan in plans.values())]
     report = RunReport()
     node_options = ("--trace-dir", os.path.abspath(settings.trace_dir)) if settings.trace_dir else ()
-    context = {"op": "context", "map": cluster_map.text, "source": cluster_map.source, "kernel": kernel.name,
+    context = {"op": "context", "map": cluster_map.text, "source": cluster_map.source,
+               "kernel": kernel.location, "kernel_name": kernel.name,
                "sums": sorted(set(settings.sums) | set(kernel.sums)), "policy": settings.policy,
                "max_fanin": settings.max_fanin, "acquire": settings.acquire, "release": settings.release,
                "tracing": tracing(kernel, settings)}

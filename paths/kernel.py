@@ -16,6 +16,7 @@ run: the error names the thread, its node, the status and what the thread said a
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import traceback
 from dataclasses import dataclass
@@ -53,6 +54,13 @@ class Kernel:
     builtin: Optional[Builtin] = None
 
     @property
+    def location(self) -> str:
+        """What loads this kernel anywhere: a C kernel's file by its absolute path."""
+        if isinstance(self.code, _native.CKernel) and not self.builtin:
+            return f"{self.code.path}:{self.code.symbol}"
+        return self.name
+
+    @property
     def title(self) -> str:
         return self.builtin.title if self.builtin else self.name
 
@@ -67,15 +75,17 @@ class KernelError(RuntimeError):
     """A kernel thread returned a failure; the message says which, where and why."""
 
 
-_LOADED: dict[str, Kernel] = {}
+_LOADED: dict[tuple[str, str], Kernel] = {}
 
 
-def load_kernel(name: str) -> Kernel:
+def load_kernel(name: str, shown_as: Optional[str] = None) -> Kernel:
     """The kernel `name` names (see the module docstring), loaded and checked: ValueError saying
-    what to fix for a missing file, symbol, module or function, or another API version."""
-    if name not in _LOADED:
-        _LOADED[name] = _load(name)
-    return _LOADED[name]
+    what to fix for a missing file, symbol, module or function, or another API version. Messages
+    and tables call it `shown_as` (default: name)."""
+    key = (name, shown_as or name)
+    if key not in _LOADED:
+        _LOADED[key] = dataclasses.replace(_load(name), name=key[1])
+    return _LOADED[key]
 
 
 def _load(name: str) -> Kernel:

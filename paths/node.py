@@ -5,9 +5,10 @@ standard input and output, one JSON object per line. The node first prints `READ
 (its server's endpoint), then answers each request with one line:
 
     {"op": "addresses", "addresses": {node: endpoint}}   how remote stages reach other nodes
-    {"op": "context", "map": YAML, "source": S, "kernel": K, "sums": [...], "policy": P,
-     "max_fanin": F, "acquire": H, "release": H,
-     "tracing": [DIR, PREFIX, CAPACITY] or null}         the run: its map, kernel, hooks, traces
+    {"op": "context", "map": YAML, "source": S, "kernel": K, "kernel_name": N,
+     "sums": [...], "policy": P, "max_fanin": F, "acquire": H, "release": H,
+     "tracing": [DIR, PREFIX, CAPACITY] or null}         the run: its map, kernel (K loads it, N
+                                                         names it), hooks, traces
     {"op": "run", "threads": [t, ...], "placements": [node, ...], "tag": T, "args": {...},
      "pin": B}                                           run the kernel on these threads of a run
                                                          whose elements are NAME.T; its reports
@@ -62,7 +63,7 @@ class Node:
 
     def context_op(self, request: dict) -> dict:
         cluster_map = load_map_text(request["map"], source=request["source"])
-        self.kernel = kernel.load_kernel(request["kernel"])
+        self.kernel = kernel.load_kernel(request["kernel"], request["kernel_name"])
         self.runtime = make_runtime(cluster_map, 1, sums=request["sums"], policy=request["policy"],
                                     max_fanin=request["max_fanin"], acquire=request["acquire"],
                                     release=request["release"],

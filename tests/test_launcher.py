@@ -347,7 +347,7 @@ def test_a_node_exits_when_its_standard_input_closes(probe, holding):
         if holding == "handles":  # a run's handles stay until "release"
             local = builtin_map("local")
             for request in ({"op": "context", "map": local.text, "source": local.source, "kernel": "gsum",
-                             "sums": ["GSUM"], "policy": None, "max_fanin": None, "acquire": None, "release": None,
+                             "kernel_name": "gsum", "sums": ["GSUM"], "policy": None, "max_fanin": None, "acquire": None, "release": None,
                              "tracing": None},
                             {"op": "run", "threads": [0, 1], "placements": ["alone", "alone"], "tag": "2.0",
                              "args": {"rounds": "10"}, "pin": False, "spans_processes": False}):

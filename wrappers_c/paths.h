@@ -119,18 +119,19 @@ int paths_fail(paths_kernel_ctx *c, int status, const char *format, ...)
 
 /* Waits until every thread of the run, on every node, has called it as often. */
 int paths_barrier(paths_kernel_ctx *c, int64_t timeout_ns);  /* every thread of the run */
-/* A result column: the run's value of `name` is the mean over the threads that reported it (the
- * last report of a thread counts); `paths run` shows min/avg/max per thread count. */
+/* A result column (a name of letters, digits and _ . - / %, at most 63; a thread reports at most
+ * 32): the run's value of `name` is the mean over the threads that reported it (the last report
+ * of a thread counts); `paths run` shows min/avg/max per thread count. */
 void paths_report(paths_kernel_ctx *c, const char *name, double value); /* a result column */
 int64_t paths_now_ns(void);                        /* a monotonic clock */
 
 /* ---- a program of its own ------------------------------------------------------------------- *
  * A program that is not a kernel (a main of its own) passes NULL as the context: it is one
- * thread of a run. paths_init starts the embedded Python, loads the map and the hooks, and takes
- * its own options out of argv:
+ * thread of a run (call from one thread at a time), on the node where the map's placement puts
+ * that thread. paths_init starts the embedded Python, loads the map and the hooks, and takes its
+ * own options out of argv (`--paths-X VALUE` or `--paths-X=VALUE`):
  *     --paths-map MAP       a YAML file or a shipped map's name (default: local)
  *     --paths-thread T      this program's thread in the run, --paths-threads N its size (0 of 1)
- *     --paths-node NODE     its node (default: where the map's placement puts thread T)
  *     --paths-sum NAME      an element to reduce as a sum (repeatable)
  *     --paths-arg KEY=VALUE what paths_arg(NULL, KEY) returns (repeatable)
  *     --paths-acquire pkg.mod:func, --paths-release pkg.mod:func   the hooks
