@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +127,25 @@ class KernelRun:
     reports: dict[int, list[tuple[str, float]]]
 
 
+_running = threading.local()  # .context: the context of the Python kernel this thread runs
+
+
+def current_context():
+    """The context of the kernel written in Python that the calling thread runs, or None."""
+    return getattr(_running, "context", None)
+
+
+def _with_context(function: Callable) -> Callable:
+    """A Python kernel that makes its context the thread's current one while it runs."""
+    def kernel(ctx):
+        _running.context = ctx
+        try:
+            return function(ctx)
+        finally:
+            _running.context = None
+    return kernel
+
+
 _STATUS_ERRORS = {_native.PATHS_ETIMEDOUT: TimeoutError, _native.PATHS_EREMOTE: ConnectionError,
                   _native.PATHS_ENOMEM: MemoryError}
 
@@ -140,7 +160,8 @@ def run_kernel(kernel: Kernel, thread_ids: Iterable[int], threads: int, node: st
     a thread fails, leaving the others to run on (for a process that ends next: they may be
     waiting for the failed one); else once every thread has ended. Ctrl-C leaves them too."""
     ids = list(thread_ids)
-    raw = _native.run_kernel(kernel.code, ids, threads, node, spans_processes,
+    code = kernel.code if isinstance(kernel.code, _native.CKernel) else _with_context(kernel.code)
+    raw = _native.run_kernel(code, ids, threads, node, spans_processes,
                              {str(k): str(v) for k, v in args.items()}, acquire, release, pin, until_failure)
     failed = raw["failed"]
     if failed is not None:  # the first to fail: others may have failed waiting for it

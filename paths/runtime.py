@@ -3,7 +3,8 @@ where each runs, its sum elements, its hooks, and the names its elements take.
 
 A node process of `paths run` makes one per run of a kernel (each run works on fresh elements:
 element NAME of the kernel is `NAME.<tag>` in the run with that tag); a program of its own gets
-one from paths_init (`start_program`), and `paths.acquire(element, format)` asks it for handles.
+one from paths_init (`start_program`). `paths.acquire(element, format)` asks the one of the
+calling kernel thread, or the program's.
 It is one explicit object, so that a launcher of programs (srun, mpirun) can fill it from the
 environment.
 """
@@ -20,7 +21,7 @@ from . import _native
 from .acquire_hook import AcquireRequest, default_acquire, default_release, named_hook
 from .build import build_path, default_pastset
 from .cluster_map import ClusterMap, open_map
-from .kernel import parse_kernel_args, raised_where
+from .kernel import current_context, parse_kernel_args, raised_where
 from .path_edit import with_traces
 from .path_spec import PathSpec
 from .placement import PlacementWarning, place
@@ -154,12 +155,17 @@ def current() -> Runtime:
     """The runtime of this process (a program of its own, after paths_init)."""
     if _program is None:
         raise ValueError("paths.acquire: this process takes part in no run (a program of its own calls "
-                         "paths_init; a kernel uses its context: ctx.acquire)")
+                         "paths_init first; a kernel runs in one)")
     return _program
 
 
 def acquire(element: str, format: str) -> _native.Handle:
-    """A handle on (element, format) for this process's thread of its run, from its acquire hook."""
+    """A handle on (element, format) from the acquire hook: for the kernel thread that calls it
+    (a kernel written in Python: as ctx.acquire), else for this process's thread of its run (a
+    program of its own)."""
+    context = current_context()
+    if context is not None:
+        return context.acquire(element, format)
     return current().acquire(element, format, _program_thread)
 
 

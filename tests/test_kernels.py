@@ -183,8 +183,10 @@ def test_a_c_kernel_sums_and_passes_barriers_across_nodes_and_reports_columns(bu
 
 def test_a_kernel_written_in_python(built, probe, user_module):
     user_module("python_kernel", """
+        import paths
+
         def kernel(ctx):
-            total = ctx.acquire("TOTAL", "q")
+            total = paths.acquire("TOTAL", "q")  # as ctx.acquire, for the thread that runs it
             own = ctx.acquire(f"own@{ctx.thread}", "q")   # lives on this thread's node
             ctx.barrier(timeout=20)
             own.move(ctx.thread)
