@@ -11,6 +11,7 @@ The C sources are tests/c/kernels.c (small kernels, each checking one thing), te
 import csv
 import os
 import re
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -342,6 +343,37 @@ def test_run_kernel_in_this_process_names_the_failed_thread(built, space):
         run_kernel(kernel, range(3), 3, "here", {"fail": "2", "timeout": "1"}, acquire,
                    lambda thread, handle: None, spans_processes=True, until_failure=True)
     assert time.monotonic() - begin < 0.9
+
+
+CTRL_C = """
+import sys
+import paths
+from benchmarks.local_trees import tree_handles
+
+handles = tree_handles(2, "flat", paths.PastSet())
+print("running", flush=True)
+try:
+    paths.bench.gsum(handles, 20_000_000, timeout=600)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_ends_a_kernel_run_in_this_process_at_once():
+    run = subprocess.Popen([sys.executable, "-c", CTRL_C], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert run.stdout.readline() == "running\n"
+        time.sleep(0.5)  # well into the kernel, which would run for minutes
+        interrupted = time.monotonic()
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert (out, run.returncode) == ("interrupted\n", 130)
+    assert time.monotonic() - interrupted < 2.0
 
 
 def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
