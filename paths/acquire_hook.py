@@ -35,11 +35,9 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .cluster_map import ClusterMap
-from .named_function import import_function
+from .named_function import HOOK_MARK, import_function
 from .path_spec import PathSpec, make_path, stage
 from .reduction_tree import hop, plan_reduction
-
-HOOK_MARK = "__paths_hook__"
 
 
 @dataclass(frozen=True)
@@ -96,8 +94,4 @@ def named_hook(name: Optional[str], kind: str) -> Callable:
     "release"); the default when name is None."""
     if name is None:
         return default_acquire if kind == "acquire" else default_release
-    func = import_function(name, f"{kind} hook")
-    if getattr(func, HOOK_MARK, None) != kind:
-        raise ValueError(f"{kind} hook {name!r}: {func.__qualname__} is not marked as one: "
-                         f"decorate it with @paths.{kind}_hook")
-    return func
+    return import_function(name, f"{kind} hook", hook=kind)

@@ -18,6 +18,7 @@ from typing import Any, NoReturn, Optional, Union
 import yaml
 
 from .hostlist import expand_hostlist
+from .named_function import import_function
 from .placement import resolve_policy
 
 MAPS_DIR = Path(__file__).resolve().parent.parent / "maps"
@@ -388,11 +389,9 @@ def _elements(field: _Field, node_names: list[str]) -> tuple[Element, ...]:
 
 
 def _hook(field: _Field, kind: str) -> str:
-    from .acquire_hook import named_hook
-
     name = field.string(f"the {kind} hook, a function named 'pkg.mod:func'")
     try:
-        named_hook(name, kind)
+        import_function(name, f"{kind} hook", hook=kind)
     except ValueError as error:
         field.fail(str(error))
     return name
