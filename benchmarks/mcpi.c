@@ -4,7 +4,8 @@
  * `seconds` (from the barrier that starts every thread to the total) and `pi`.
  *
  * Arguments (--arg): darts (10000000, over all threads), total_darts (darts: more when other
- * processes feed the same sum), seed (12345), timeout (seconds, 60).
+ * processes feed the same sum), seed (12345), repeat (0: each repeat of a run throws other darts,
+ * from seed + 7919 * repeat), timeout (seconds, 60).
  */
 #include <paths.h>
 
@@ -21,12 +22,13 @@ static inline double unit_interval(uint64_t bits) { return (double)(bits >> 11) 
 PATHS_SUMS(mcpi, "MCPI");
 
 int mcpi(paths_kernel_ctx *c) {
-    int64_t darts = 10000000, seed = 12345, total_darts;
+    int64_t darts = 10000000, seed = 12345, repeat = 0, total_darts;
     double timeout_s = 60.0;
     int rc = paths_arg_int(c, "darts", &darts);
     total_darts = darts;
     if (rc == PATHS_OK) rc = paths_arg_int(c, "total_darts", &total_darts);
     if (rc == PATHS_OK) rc = paths_arg_int(c, "seed", &seed);
+    if (rc == PATHS_OK) rc = paths_arg_int(c, "repeat", &repeat);
     if (rc == PATHS_OK) rc = paths_arg_double(c, "timeout", &timeout_s);
     if (rc != PATHS_OK) return rc;
     if (darts <= 0 || total_darts < darts)
@@ -35,7 +37,7 @@ int mcpi(paths_kernel_ctx *c) {
     int64_t timeout_ns = timeout_s < 0 ? PATHS_FOREVER : (int64_t)(timeout_s * 1e9);
     int64_t threads = paths_threads(c), thread = paths_thread(c);
     int64_t mine = darts / threads + (thread < darts % threads ? 1 : 0);
-    uint64_t state = (uint64_t)seed ^ ((uint64_t)(thread + 1) * 0xD1B54A32D192ED03ULL);
+    uint64_t state = (uint64_t)(seed + 7919 * repeat) ^ ((uint64_t)(thread + 1) * 0xD1B54A32D192ED03ULL);
     paths_handle *sum = paths_acquire(c, "MCPI", "q");
     if (!sum) return PATHS_EFAILED;
     rc = paths_barrier(c, timeout_ns);

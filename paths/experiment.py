@@ -76,10 +76,10 @@ def plans_for(cluster_map: ClusterMap, settings: RunSettings) -> dict[int, Reduc
             for n in settings.thread_counts}
 
 
-def kernel_args(kernel: Kernel, settings: RunSettings) -> dict[str, str]:
-    """What paths_arg gives the kernel: the run's timeout, a built-in kernel's setting (--rounds,
-    --darts), then --arg, which wins."""
-    args = {"timeout": str(settings.timeout)}
+def kernel_args(kernel: Kernel, settings: RunSettings, repeat: int) -> dict[str, str]:
+    """What paths_arg gives the kernel: the run's timeout and repeat (0, 1, ...: MCPi seeds its
+    darts with it), a built-in kernel's setting (--rounds, --darts), then --arg, which wins."""
+    args = {"timeout": str(settings.timeout), "repeat": str(repeat)}
     if kernel.builtin:
         args[kernel.builtin.setting] = str(getattr(settings, kernel.builtin.setting))
     return {**args, **settings.args}
@@ -129,7 +129,7 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
             busy = [node for node in nodes if threads_of[node]]
             for r in range(settings.repeat):
                 requests = {node: {"op": "run", "threads": threads_of[node], "placements": plan.placements,
-                                   "tag": f"{n}.{r}", "args": kernel_args(kernel, settings), "pin": settings.pin,
+                                   "tag": f"{n}.{r}", "args": kernel_args(kernel, settings, r), "pin": settings.pin,
                                    "spans_processes": len(busy) > 1} for node in busy}
                 answers = processes.request_all(requests, settings.timeout * 2)
                 report.measurements.append(_measurement(kernel, n, r, len(busy), answers))
