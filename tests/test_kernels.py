@@ -103,7 +103,7 @@ def test_the_exact_declarations_of_the_api():
         "int paths_init(int *argc, char ***argv);", "void paths_finalize(void);",
     ]:
         assert declaration in header, declaration
-    assert re.search(r"#define PATHS_API_VERSION \d+\n", header)
+    assert f"#define PATHS_API_VERSION {paths._native.API_VERSION}\n" in header
 
 
 def dynamic_symbols(library: Path, which: str) -> set[str]:
@@ -326,6 +326,14 @@ def test_a_malformed_arg_is_a_usage_error(built, probe):
     done = paths_run("gsum", "--arg", "rounds", cwd=built)
     assert (done.returncode, done.stderr) == (2, "paths run: --arg 'rounds': expected KEY=VALUE\n")
     assert probe.started() == {}
+
+
+def test_every_operation_of_a_handle_from_c(built, space):
+    kernel = load_kernel(str(built / "libkernels.so") + ":history")
+    element = paths.build_path(make_path(stage("core", name="H", format="q")), pastset=space)
+    done = run_kernel(kernel, [0], 1, "here", {}, lambda thread, name, format: element, lambda thread, handle: None)
+    assert done.reports == {0: [("tuple_size", 8.0), ("format_is_q", 1.0), ("now_moves", 1.0)]}
+    assert element.last() == 10 and element.first() == 1  # what the kernel did, seen from Python
 
 
 def test_run_kernel_in_this_process_names_the_failed_thread(built, space):

@@ -2,6 +2,7 @@
  * checks from the outside (a total, a barrier, reports, a failure). Built like a user's kernel. */
 #include <paths.h>
 #include <stdio.h>
+#include <string.h>
 
 PATHS_SUMS(count, "TOTAL");
 
@@ -58,4 +59,31 @@ int touch(paths_kernel_ctx *c) {
     int64_t one = 1;
     paths_handle *h = paths_acquire(c, "X", "q");
     return h ? paths_move(h, &one, PATHS_FOREVER) : PATHS_EFAILED;
+}
+
+/* Every operation of paths.h on element H ("q"), from thread 0; fails naming the first surprise. */
+int history(paths_kernel_ctx *c) {
+    paths_handle *h = paths_acquire(c, "H", "q");
+    if (!h) return PATHS_EFAILED;
+    int64_t value = 0, first = -1, last = -1;
+    for (int64_t i = 0; i < 10; i++)
+        if (paths_move(h, &i, PATHS_FOREVER) != PATHS_OK)
+            return paths_fail(c, PATHS_EFAILED, "move %lld", (long long)i);
+    if (paths_last(h, &last) != PATHS_OK || last != 10)
+        return paths_fail(c, PATHS_EFAILED, "last %lld", (long long)last);
+    if (paths_observe_at(h, 3, &value, 0) != PATHS_OK || value != 3)
+        return paths_fail(c, PATHS_EFAILED, "observe_at(3) %lld", (long long)value);
+    if (paths_observe(h, &value, 0) != PATHS_OK || value != 0 || paths_first(h, &first) != PATHS_OK || first != 1)
+        return paths_fail(c, PATHS_EFAILED, "observe %lld, then first %lld", (long long)value, (long long)first);
+    if (paths_axe(h, 1) != PATHS_OK) return paths_fail(c, PATHS_EFAILED, "axe(1)");
+    int rc = paths_observe_at(h, 0, &value, 0);
+    if (rc != PATHS_EAXED) return paths_fail(c, PATHS_EFAILED, "observe_at(0) after axe(1): %s", paths_strerror(rc));
+    if (paths_observe_at(h, 10, &value, 1000) != PATHS_ETIMEDOUT)
+        return paths_fail(c, PATHS_EFAILED, "observe_at(10) did not time out");
+    if (strncmp(paths_strerror(PATHS_EAXED), "PATHS_EAXED:", 12) != 0)
+        return paths_fail(c, PATHS_EFAILED, "paths_strerror(PATHS_EAXED) is '%s'", paths_strerror(PATHS_EAXED));
+    paths_report(c, "tuple_size", (double)paths_tuple_size(h));
+    paths_report(c, "format_is_q", strcmp(paths_format(h), "q") == 0);
+    paths_report(c, "now_moves", paths_now_ns() > 0);
+    return PATHS_OK;
 }
