@@ -47,7 +47,8 @@ int gsum(paths_kernel_ctx *c) {
     int64_t timeout_ns = timeout_s < 0 ? PATHS_FOREVER : (int64_t)(timeout_s * 1e9);
     int timer = paths_thread(c) == 0;
     double *latencies = timer ? malloc((size_t)rounds * sizeof *latencies) : NULL;
-    if (timer && !latencies) return paths_fail(c, PATHS_ENOMEM, "gsum: no memory for %lld latencies", (long long)rounds);
+    if (timer && !latencies)
+        return paths_fail(c, PATHS_ENOMEM, "gsum: no memory for %lld latencies", (long long)rounds);
     paths_handle *sum = paths_acquire(c, "GSUM", "q");
     rc = sum ? paths_barrier(c, timeout_ns) : PATHS_EFAILED;
     int64_t wrong = 0, first_wrong = -1, first_total = 0;

@@ -50,9 +50,11 @@ class MCPiResult:
 
 
 def _on_handles(kernel: Kernel, handles: list, args: dict, pin: bool, others: Optional[dict] = None):
-    """Run `kernel` with thread t's acquire answered by handles[t] (or by others[element])."""
+    """Run `kernel` with thread t's acquire answered by handles[t] (or by others[element]); a
+    timeout of None (forever) is the kernels' -1."""
     if not handles:
         raise ValueError(f"{kernel.name}: expected at least one handle")
+    args = dict(args, timeout=-1 if args["timeout"] is None else args["timeout"])
     given = dict(others or {})
     n = len(handles)
 
