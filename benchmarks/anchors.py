@@ -3,10 +3,10 @@ an MPI_Allreduce (over shared memory on one machine, or over TCP as between node
 round trips a remote stage is held to: a C ping-pong over a loopback TCP socket and a raw
 ZeroMQ round trip, each between two processes.
 
-The raw anchors and the MPI one are separate programs (benchmarks/tcp_anchor/,
-benchmarks/zmq_anchor/, benchmarks/mpi/), compiled on first use into build/anchors/ with cc (and
-pkg-config's libzmq flags) or mpicc. MPI is optional: `apt-get install openmpi-bin
-libopenmpi-dev` provides mpicc and mpirun.
+Every anchor is a program of its own, apart from the `paths` package (which links none of them):
+benchmarks/openmp/, benchmarks/mpi/, benchmarks/tcp_anchor/, benchmarks/zmq_anchor/, compiled on
+first use into build/anchors/ with cc (-fopenmp; pkg-config's libzmq flags) or mpicc. MPI is
+optional: `apt-get install openmpi-bin libopenmpi-dev` provides mpicc and mpirun.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from paths import _native
-
 from .child_process import ReadyChild
 
 HERE = Path(__file__).resolve().parent
 BUILD = HERE.parent / "build" / "anchors"
+OPENMP_SOURCE = HERE / "openmp" / "sum.c"
+OPENMP_BUILD = BUILD  # where the OpenMP anchor's program `sum` is
+OPENMP_MAX_THREADS = 1024  # as benchmarks/openmp/sum.c: a larger team only measures its stacks
 TCP_SOURCE = HERE / "tcp_anchor" / "ping_pong.c"
 ZMQ_SOURCE = HERE / "zmq_anchor" / "round_trip.c"
 MPI_SOURCE = HERE / "mpi" / "allreduce.c"
@@ -33,12 +34,14 @@ class AnchorUnavailable(RuntimeError):
     """An anchor that cannot be built or run here; the message says why."""
 
 
-def openmp_sum_us(threads: int, rounds: int) -> float:
+def openmp_sum_us(threads: int, rounds: int, timeout: float = 120.0) -> float:
     """Median microseconds per OpenMP reduction of one value per thread."""
-    value = _native.bench.openmp_sum_us(threads, rounds)
-    if value < 0:
-        raise RuntimeError("the OpenMP anchor computed a wrong total")
-    return value
+    if not 1 <= threads <= OPENMP_MAX_THREADS or rounds < 1:
+        raise ValueError(f"the OpenMP anchor: expected 1 <= threads <= {OPENMP_MAX_THREADS} and rounds >= 1, "
+                         f"got {threads} threads and {rounds} rounds")
+    program = _program(OPENMP_SOURCE, [*_c_compiler(), "-fopenmp"])
+    done = subprocess.run([str(program), str(threads), str(rounds)], capture_output=True, text=True, timeout=timeout)
+    return _median_us(done, "the OpenMP anchor")
 
 
 def _program(source: Path, compiler: list[str], flags: list[str] = ()) -> Path:

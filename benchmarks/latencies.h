@@ -1,4 +1,4 @@
-/* latencies.h — what the anchor programs (benchmarks/*_anchor/, benchmarks/mpi/) share: a
+/* latencies.h — what the anchor programs (benchmarks/*_anchor/, mpi/, openmp/) share: a
  * monotonic clock in microseconds and the median of a run's latencies. Header only: each anchor
  * is one C file, compiled on its own by benchmarks/anchors.py with -I benchmarks. */
 #ifndef BENCHMARKS_LATENCIES_H

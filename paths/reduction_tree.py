@@ -167,7 +167,7 @@ def plan_reduction(
 
     def assign(part: Union[_Sum, _Thread], next_node: str, rest: tuple[StageSpec, ...]) -> None:
         """Give `part` the stages `rest` (starting on `next_node`) and the hop to reach them."""
-        onward = _hop(cluster_map, part.node, next_node, isinstance(part, _Thread)) + rest
+        onward = hop(cluster_map, part.node, next_node, pipelined=isinstance(part, _Thread)) + rest
         if isinstance(part, _Thread):
             paths[part.index] = make_path(onward)
             return
@@ -224,16 +224,19 @@ def _split(parts: list, max_fanin: int) -> list[list]:
     return groups
 
 
-def _hop(cluster_map: ClusterMap, from_node: str, to_node: str, from_thread: bool) -> tuple[StageSpec, ...]:
-    """The stages that carry a partial from one node to the next stage's node. A thread's own hop
-    pipelines its move (window=2), so that the move and the observe after it share one round
-    trip, as a sum's exchange does on the hops below it."""
+def hop(cluster_map: ClusterMap, from_node: str, to_node: str, pipelined: bool = False) -> tuple[StageSpec, ...]:
+    """The stages that carry an operation from one node to the next stage's node: none on the
+    same node, else `remote` (with the map's `proto` for the hop, if it sets one), after a
+    `delay` where the map lists the link with one. Every path the default acquire hook makes
+    crosses nodes this way, sums and elements at their homes alike. `pipelined` (a thread's own
+    hop to its sum, which always observes after it moves): window=2, so that the move and the
+    observe share one round trip, as a sum's exchange does on the hops below it."""
     if from_node == to_node:
         return ()
     ends = cluster_map.node(from_node).cluster, cluster_map.node(to_node).cluster
     proto = cluster_map.proto_between(*ends)
     remote = stage("remote", host=to_node, **({"proto": proto} if proto else {}),
-                   **({"window": THREAD_HOP_WINDOW} if from_thread else {}))
+                   **({"window": THREAD_HOP_WINDOW} if pipelined else {}))
     link = cluster_map.link_between(*ends)
     if link is None or link.delay_ms is None:
         return (remote,)

@@ -1,6 +1,10 @@
-"""Fixtures shared by the test files: a fresh PastSet, watching the node processes of map
-runs (tests/node_probe.py), and a server in a child process with a ZeroMQ context beside it,
-for tests that speak the wire protocol by hand."""
+"""Fixtures shared by the test files: a fresh PastSet, watching the node processes of map runs
+(tests/node_probe.py), Python modules of a test's own (hooks, kernels) that this process and the
+node processes it starts can import, and a server in a child process with a ZeroMQ context beside
+it, for tests that speak the wire protocol by hand."""
+
+import os
+import textwrap
 
 import pytest
 import zmq
@@ -41,6 +45,24 @@ def launched(monkeypatch):
 
     monkeypatch.setattr(experiment, "NodeProcesses", Recorded)
     return runs
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """user_module(name, source) writes module `name` where this process and the processes this
+    test starts (nodes, programs) import it from."""
+    folder = tmp_path / "modules"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+
+    def write(name: str, source: str) -> str:
+        (folder / f"{name}.py").write_text(textwrap.dedent(source).lstrip("\n"))
+        paths_now = os.environ.get("PYTHONPATH", "")
+        if str(folder) not in paths_now.split(os.pathsep):
+            monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(folder), paths_now) if p))
+        return name
+
+    return write
 
 
 @pytest.fixture(scope="module")
