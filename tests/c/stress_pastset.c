@@ -5,11 +5,15 @@
  *
  * Two scenes run at the same time on one space, then two checks of one call at a time:
  *   flow     producers move under a delta bound that a keeper thread keeps changing (and checks),
- *            next-observers consume, an axer frees what was consumed. Every move and observe
- *            uses a short timeout and retries, so a timed-out call that appended or consumed
- *            anything shows up as a duplicate, a loss or a wrong counter.
+ *            next-observers consume, an axer axes everything moved so far, read or not, and
+ *            what was consumed, in turns; a chaser reads random indexes meanwhile. Every move
+ *            and observe uses a short timeout and retries, so a timed-out call that appended or
+ *            consumed anything shows up as a duplicate, a loss or a wrong counter; an axe that
+ *            dropped an unread tuple shows up as a loss.
  *   history  producers move freely, indexed readers read every index in order, an axer frees
  *            what every reader has passed, a chaser reads random old indexes that may be axed.
+ *            No one moves the cursor, so nothing is freed until the end, when a next-observer
+ *            reads the whole axed history and so frees it.
  *   timeouts observe, observe_at and move at the bound expire on time and change nothing.
  *   wake-up  an observer and a mover asleep in the futex are woken by the call they wait for.
  */
@@ -39,8 +43,9 @@ static const int64_t SHORT_TIMEOUTS[] = {0, 20000, 1 * MS};
 /* The longest a call waits for something that must come: a lost wake-up fails, never hangs. */
 #define WAKE_TIMEOUT (5000 * MS)
 /* A log chunk holds at most 64 KiB, so a fully axed element keeps at most its current chunk and
- * one spare. */
-#define AXED_BYTES_LIMIT (2 * 64 * 1024)
+ * one spare; one axed up to index a keeps at most those and the chunks from a on. */
+#define CHUNK_BYTES_LIMIT (64 * 1024)
+#define AXED_BYTES_LIMIT (2 * CHUNK_BYTES_LIMIT)
 
 typedef struct stress_tuple {
     int64_t producer, seq, check;
@@ -92,6 +97,7 @@ typedef struct flow_scene {
     atomic_int producers_running;
     atomic_bool done;             /* observers finished: helpers stop */
     _Atomic int64_t timed_out;    /* calls that expired and were retried */
+    _Atomic int64_t chased;       /* the chaser's indexed reads that found their tuple */
 } flow_scene;
 
 typedef struct flow_worker {
@@ -163,14 +169,54 @@ static void *flow_keep_bound(void *arg) {
     return NULL;
 }
 
-/* Axes what has been consumed: index <= first, so the cursor never jumps and nothing is lost. */
-static void *flow_axe_consumed(void *arg) {
+/* Axes everything moved (ahead of the cursor: the unread tuples must still reach the observers)
+ * and what was consumed, in turns; the axe point only grows. */
+static void *flow_axe(void *arg) {
     flow_scene *s = arg;
-    while (!atomic_load(&s->done)) {
-        int rc = ps_axe(s->e, ps_first(s->e));
-        CHECK(rc == PS_OK, "flow axe: %s", ps_status_name(rc));
-        CHECK(ps_axed(s->e) <= ps_first(s->e), "flow: axed beyond the cursor");
+    int64_t point = 0;
+    for (int turn = 0; !atomic_load(&s->done); turn++) {
+        int64_t index = turn % 2 ? ps_first(s->e) : ps_last(s->e);
+        int rc = ps_axe(s->e, index);
+        CHECK(rc == PS_OK, "flow axe(%" PRId64 "): %s", index, ps_status_name(rc));
+        int64_t now = ps_axed(s->e);
+        CHECK(now >= point && now >= index, "flow: axe point %" PRId64 " after %" PRId64 " and axe(%" PRId64 ")",
+              now, point, index);
+        point = now;
         pause_briefly();
+    }
+    return NULL;
+}
+
+/* Reads random indexes around the axe point while the axer works: each read is a whole tuple at
+ * or past the axe point when it began, or axed, at an index before the axe point when it ended. */
+static void *flow_chase(void *arg) {
+    flow_scene *s = arg;
+    uint64_t random_state = 0x9E3779B97F4A7C15ULL;
+    while (!atomic_load(&s->done)) {
+        int64_t point = ps_axed(s->e), last = ps_last(s->e);
+        int64_t low = point > FLOW_MAX_BOUND ? point - FLOW_MAX_BOUND : 0;
+        if (last <= low) {
+            sched_yield();
+            continue;
+        }
+        random_state ^= random_state << 13;
+        random_state ^= random_state >> 7;
+        random_state ^= random_state << 17;
+        int64_t index = low + (int64_t)(random_state % (uint64_t)(last - low));
+        int64_t before = ps_axed(s->e);
+        stress_tuple t;
+        int rc = ps_observe_at(s->e, index, &t, 0);
+        int64_t after = ps_axed(s->e);
+        pause_briefly(); /* a look now and then: the flow's own calls must keep the lock's pace */
+        if (rc == PS_EAXED) {
+            CHECK(index < after, "flow: observe_at(%" PRId64 ") axed, but the axe point is %" PRId64, index, after);
+        } else {
+            CHECK(rc == PS_OK, "flow chaser observe_at(%" PRId64 "): %s", index, ps_status_name(rc));
+            if (rc != PS_OK) continue;
+            atomic_fetch_add(&s->chased, 1);
+            CHECK(index >= before, "flow: observe_at(%" PRId64 ") read, but the axe point was %" PRId64, index, before);
+            CHECK(tuple_is_whole(&t, s->per_producer), "flow: torn tuple at index %" PRId64, index);
+        }
     }
     return NULL;
 }
@@ -181,10 +227,18 @@ static void flow_verify(flow_scene *s) {
     CHECK(lost == 0, "flow: %" PRId64 " tuples never observed", lost);
     ps_element_stats stats = stats_of(s->e);
     CHECK(stats.moves == s->total, "flow: %" PRId64 " moves counted, %" PRId64 " made", stats.moves, s->total);
-    CHECK(stats.observes == s->total, "flow: %" PRId64 " observes counted, %" PRId64 " made", stats.observes,
-          s->total);
+    int64_t observes = s->total + atomic_load(&s->chased);
+    CHECK(stats.observes == observes, "flow: %" PRId64 " observes counted, %" PRId64 " made", stats.observes,
+          observes);
     CHECK(ps_first(s->e) == s->total && ps_last(s->e) == s->total, "flow: first %" PRId64 " last %" PRId64
           ", expected both %" PRId64, ps_first(s->e), ps_last(s->e), s->total);
+    /* The cursor passed the axe point: everything before it is freed, chunk by chunk. */
+    int64_t point = ps_axed(s->e);
+    CHECK(stats.live_tuples == s->total - point, "flow: %" PRId64 " tuples live, axed up to %" PRId64 " of %" PRId64,
+          stats.live_tuples, point, s->total);
+    int64_t limit = (s->total - point) * (int64_t)sizeof(stress_tuple) + 3 * CHUNK_BYTES_LIMIT;
+    CHECK(stats.bytes_held <= limit, "flow: %" PRId64 " bytes held, axed up to %" PRId64 " of %" PRId64,
+          stats.bytes_held, point, s->total);
 }
 
 /* ---- history: indexed readers, axe behind the slowest reader, a chaser of axed indexes ------- */
@@ -298,13 +352,25 @@ static void history_verify(history_scene *s) {
         CHECK(memcmp(&s->sample[k], &reference[s->sample_index[k]], sizeof(stress_tuple)) == 0,
               "history: chaser read another tuple at index %" PRId64, s->sample_index[k]);
 
+    /* Axed, but never read by a next-observe: every tuple is kept, and refused by index. */
     CHECK(ps_axe(s->e, s->total) == PS_OK, "history: final axe failed");
     ps_element_stats stats = stats_of(s->e);
-    CHECK(stats.live_tuples == 0, "history: %" PRId64 " tuples live after axing all", stats.live_tuples);
-    CHECK(stats.bytes_held <= AXED_BYTES_LIMIT, "history: %" PRId64 " bytes held after axing all",
-          stats.bytes_held);
+    CHECK(stats.live_tuples == s->total, "history: %" PRId64 " tuples live after axing all unread, expected %" PRId64,
+          stats.live_tuples, s->total);
     stress_tuple t;
     CHECK(ps_observe_at(s->e, 0, &t, 0) == PS_EAXED, "history: axed tuple 0 still observable");
+    /* A next-observer reads them all, in order, and frees them as it goes. */
+    for (int64_t i = 0; i < s->total; i++) {
+        int64_t index = -1;
+        int rc = ps_observe(s->e, &t, &index, 0);
+        CHECK(rc == PS_OK && index == i && memcmp(&t, &reference[i], sizeof t) == 0,
+              "history: axed unread tuple %" PRId64 ": %s, index %" PRId64, i, ps_status_name(rc), index);
+        if (rc != PS_OK) break;
+    }
+    stats = stats_of(s->e);
+    CHECK(stats.live_tuples == 0, "history: %" PRId64 " tuples live after reading all axed", stats.live_tuples);
+    CHECK(stats.bytes_held <= AXED_BYTES_LIMIT, "history: %" PRId64 " bytes held after reading all axed",
+          stats.bytes_held);
 }
 
 /* ---- timeouts and wake-ups, one call at a time ------------------------------------------------ */
@@ -449,7 +515,7 @@ int main(int argc, char **argv) {
     /* Producer i, observer i and reader i share worker i: it only names the scene and the id. */
     flow_worker flow_workers[PRODUCERS];
     history_worker history_workers[PRODUCERS];
-    pthread_t flow_producers[PRODUCERS], flow_observers[OBSERVERS], flow_keeper, flow_axer;
+    pthread_t flow_producers[PRODUCERS], flow_observers[OBSERVERS], flow_keeper, flow_axer, flow_chaser;
     pthread_t history_producers[PRODUCERS], history_readers[READERS], history_axer, history_chaser;
     for (int i = 0; i < PRODUCERS; i++) {
         flow_workers[i] = (flow_worker){&flow, i};
@@ -457,7 +523,8 @@ int main(int argc, char **argv) {
     }
 
     start_thread(&flow_keeper, flow_keep_bound, &flow);
-    start_thread(&flow_axer, flow_axe_consumed, &flow);
+    start_thread(&flow_axer, flow_axe, &flow);
+    start_thread(&flow_chaser, flow_chase, &flow);
     start_thread(&history_axer, history_axe_read, &history);
     start_thread(&history_chaser, history_chase, &history);
     for (int i = 0; i < OBSERVERS; i++) start_thread(&flow_observers[i], flow_observe, &flow_workers[i]);
@@ -477,6 +544,7 @@ int main(int argc, char **argv) {
     atomic_store(&history.done, true);
     pthread_join(flow_keeper, NULL);
     pthread_join(flow_axer, NULL);
+    pthread_join(flow_chaser, NULL);
     pthread_join(history_axer, NULL);
     pthread_join(history_chaser, NULL);
 
@@ -486,8 +554,9 @@ int main(int argc, char **argv) {
     check_wake_ups(space);
 
     printf("stress_pastset: %d producers x %" PRId64 " tuples per scene; flow: %" PRId64
-           " timed-out calls retried; history: %" PRId64 " chaser reads, %" PRId64 " axed hits; %.2f s\n",
-           PRODUCERS, per_producer, atomic_load(&flow.timed_out), history.chaser_reads,
+           " timed-out calls retried, %" PRId64 " chaser reads; history: %" PRId64 " chaser reads, %" PRId64
+           " axed hits; %.2f s\n",
+           PRODUCERS, per_producer, atomic_load(&flow.timed_out), atomic_load(&flow.chased), history.chaser_reads,
            history.chaser_axed_hits, (double)(ps_now_ns() - started) / 1e9);
     ps_space_free(space);
     free(flow.seen);
