@@ -9,7 +9,9 @@ standard input and output, one JSON object per line. The node first prints `READ
     {"op": "gsum", "rounds": R, "contributors": N}       run GSum on the built handles
     {"op": "mcpi", "darts": D, "total_darts": T}         run MCPi on the built handles
     {"op": "counters"}                                   every live stage here, with its counters
-    {"op": "release"}                                    drop the handles (the tree goes with them)
+    {"op": "release", "settle": S}                       drop the handles (the tree goes with them); wait up to
+                                                         S s for trace files here to be written, and answer
+                                                         with those that could not be ("trace_failures")
     {"op": "quit"}                                       stop; so does the end of standard input
 
 Answers are {"ok": true, ...} or {"ok": false, "error": "..."}. The node's server shares the
@@ -23,7 +25,7 @@ import json
 import os
 import sys
 
-from . import bench
+from . import _native, bench
 from .build import default_pastset, set_remote_resolver, stage_table
 from .cpu_sets import cpu_list, format_cpu_list
 from .path_spec import path_from_json
@@ -77,8 +79,8 @@ class Node:
         return {"stages": stages, "server": self.server.native.counters()}
 
     def release_op(self, request: dict) -> dict:
-        self.handles = []
-        return {}
+        self.handles = []  # stages that other nodes' links hold here go as those links end
+        return {"trace_failures": _native.take_trace_failures(request.get("settle", 0))}
 
     def answer(self, request: dict) -> dict:
         operation = getattr(self, f"{request.get('op')}_op", None)
@@ -86,7 +88,8 @@ class Node:
             return {"ok": False, "error": f"node {self.name}: unknown request {request.get('op')!r}"}
         try:
             return {"ok": True, **operation(request)}
-        except (ValueError, TypeError, KeyError, ConnectionError, TimeoutError, RuntimeError, AssertionError) as e:
+        except (ValueError, TypeError, KeyError, ConnectionError, TimeoutError, RuntimeError, AssertionError,
+                MemoryError) as e:
             return {"ok": False, "error": f"node {self.name}: {type(e).__name__}: {e}"}
 
 

@@ -19,6 +19,7 @@ extern "C" {
 #include "bridge_stage.h"
 #include "server.h"
 #include "stage.h"
+#include "trace.h"
 }
 
 namespace py = pybind11;
@@ -664,6 +665,25 @@ std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict
     return std::make_shared<Stage>(stage, pastset.owner());
 }
 
+// ---- trace files that could not be written -----------------------------------------------------
+
+// Waits up to `wait` for every trace stage of the process to be released and its file written,
+// then returns what went wrong since the last call: a message per file that could not be
+// written, and one for the files still to come.
+std::vector<std::string> take_trace_failures(const py::object &wait) {
+    int64_t unwritten = 0;
+    wait_in_slices([&](int64_t slice) { return (unwritten = ps_trace_wait_written(slice)) ? PS_ETIMEDOUT : PS_OK; },
+                   wait, PS_FOREVER);
+    std::vector<std::string> failures;
+    ps_trace_take_failures([](void *context, const char *message) {
+        static_cast<std::vector<std::string> *>(context)->emplace_back(message);
+    }, &failures);
+    if (unwritten && !wait.is_none() && py::cast<double>(wait) > 0)
+        failures.push_back(std::to_string(unwritten) + " trace file(s) not written yet after " +
+                           py::str(wait).cast<std::string>() + " s: their stages are still in use");
+    return failures;
+}
+
 // ---- stages written in Python (the slow path) --------------------------------------------------
 
 // What the bridge stage calls for a stage kind written in Python: the Python object, and one
@@ -967,6 +987,9 @@ PYBIND11_MODULE(_native, m) {
         if (zmq_curve_keypair(public_key, secret_key) != 0) throw std::runtime_error("libzmq has no CURVE support");
         return std::make_pair(std::string(public_key), std::string(secret_key));
     }, "A new CURVE key pair (public, secret), Z85 text.");
+    m.def("take_trace_failures", &take_trace_failures, py::arg("wait") = 0.0,
+          "Wait up to `wait` seconds (None: no limit) for every trace stage of this process to be released\n"
+          "and its file written; return (and forget) the messages of the files that could not be written.");
     m.def("stage_kinds", &stage_kinds, "{kind: {doc, params: {name: {type, required, default, min, max, choices, doc}}}}");
     m.def("create_python_stage", &create_python_stage, py::arg("impl"), py::arg("below"),
           "Wrap a Python object (methods move, observe, observe_at, first, last, delta, axe, each taking\n"
