@@ -178,6 +178,19 @@ def test_a_file_that_cannot_be_written_is_reported(space, tmp_path, capfd):
     assert native.take_trace_failures() == []  # told once
 
 
+def test_a_failure_cut_to_fit_its_message_is_still_text(space, tmp_path, capfd):
+    deep = tmp_path.joinpath(*["é" * 100] * 4)  # 800 bytes of two-byte characters: cut somewhere
+    deep.mkdir(parents=True)
+    core, trace = traced_core(space, deep / "t.bin")
+    shutil.rmtree(tmp_path / ("é" * 100))
+    del trace, core
+    gc.collect()
+    capfd.readouterr()
+    [failure] = native.take_trace_failures()
+    assert failure.startswith(f"stage 'trace': cannot write trace file '{tmp_path}/éé")
+    assert len(failure) <= 512  # cut, perhaps inside a character: replaced, not an error
+
+
 @pytest.fixture
 def full_disk(tmp_path):
     """A folder on a 64 KiB tmpfs mounted for the test and filled up: a file can be created there,

@@ -36,25 +36,36 @@ PyObject *g_axed_error = nullptr;
 // An exception raised inside a Python stage, kept until the operation returns to Python.
 thread_local std::unique_ptr<py::error_already_set> t_python_stage_error;
 
+// Text from C as a Python str: a message cut to fit its buffer may end in half a UTF-8 character.
+py::str text_of(const std::string &text) {
+    PyObject *decoded = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
+    if (!decoded) throw py::error_already_set();
+    return py::reinterpret_steal<py::str>(decoded);
+}
+
+[[noreturn]] void raise_text(PyObject *type, const std::string &message) {
+    PyErr_SetObject(type, text_of(message).ptr());
+    throw py::error_already_set();
+}
+
 [[noreturn]] void raise_status(int rc, const std::string &what) {
     if (t_python_stage_error) {
         std::unique_ptr<py::error_already_set> error = std::move(t_python_stage_error);
         error->restore();
         throw py::error_already_set();
     }
-    std::string msg = what + ": " + ps_status_name(rc);
+    PyObject *type;
     switch (rc) {
-    case PS_ETIMEDOUT: PyErr_SetString(PyExc_TimeoutError, msg.c_str()); break;
-    case PS_EAXED: PyErr_SetString(g_axed_error, msg.c_str()); break;
-    case PS_EINDEX: PyErr_SetString(PyExc_IndexError, msg.c_str()); break;
-    case PS_EFORMAT: case PS_EMISMATCH: case PS_EINVAL:
-        PyErr_SetString(PyExc_ValueError, msg.c_str()); break;
-    case PS_ENOMEM: PyErr_SetString(PyExc_MemoryError, msg.c_str()); break;
-    case PS_ENOTSUP: PyErr_SetString(PyExc_NotImplementedError, msg.c_str()); break;
-    case PS_EREMOTE: PyErr_SetString(PyExc_ConnectionError, msg.c_str()); break;
-    default: PyErr_SetString(PyExc_RuntimeError, msg.c_str()); break;
+    case PS_ETIMEDOUT: type = PyExc_TimeoutError; break;
+    case PS_EAXED: type = g_axed_error; break;
+    case PS_EINDEX: type = PyExc_IndexError; break;
+    case PS_EFORMAT: case PS_EMISMATCH: case PS_EINVAL: type = PyExc_ValueError; break;
+    case PS_ENOMEM: type = PyExc_MemoryError; break;
+    case PS_ENOTSUP: type = PyExc_NotImplementedError; break;
+    case PS_EREMOTE: type = PyExc_ConnectionError; break;
+    default: type = PyExc_RuntimeError; break;
     }
-    throw py::error_already_set();
+    raise_text(type, what + ": " + ps_status_name(rc));
 }
 
 // A value as a message shows it: its repr, cut to a line.
@@ -649,18 +660,17 @@ std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict
         rc = ps_stage_create(kind, &checked, &context, below ? below->get() : nullptr, &stage, error, sizeof error);
     }
     if (rc != PS_OK) {
-        std::string why = below ? ps_stage_error(below->get()) : "";
-        if (rc == PS_ENOMEM && !error[0]) {  // what the stage asked for, since it could not say
+        std::string message = error;  // the stage's own reason, if it gave one
+        if (message.empty() && rc == PS_ENOMEM) {  // what the stage asked for, since it could not say
             std::string tuples = below ? " over " + std::to_string(ps_stage_format(below->get())->size) + "-byte tuples" : "";
-            snprintf(error, sizeof error, "stage '%s' (%s)%s: out of memory", kind_name.c_str(), given.c_str(),
-                     tuples.c_str());
+            message = "stage '" + kind_name + "' (" + given + ")" + tuples + ": out of memory";
         }
-        if (!error[0])
-            snprintf(error, sizeof error, "stage '%s': %s%s%s", kind_name.c_str(), ps_status_name(rc),
-                     why.empty() ? "" : ": ", why.c_str());
-        PyObject *type = rc == PS_EREMOTE ? PyExc_ConnectionError : rc == PS_ENOMEM ? PyExc_MemoryError : PyExc_ValueError;
-        PyErr_SetString(type, error);
-        throw py::error_already_set();
+        if (message.empty()) {
+            std::string why = below ? ps_stage_error(below->get()) : "";
+            message = "stage '" + kind_name + "': " + ps_status_name(rc) + (why.empty() ? "" : ": " + why);
+        }
+        raise_text(rc == PS_EREMOTE ? PyExc_ConnectionError : rc == PS_ENOMEM ? PyExc_MemoryError : PyExc_ValueError,
+                   message);
     }
     return std::make_shared<Stage>(stage, pastset.owner());
 }
@@ -670,7 +680,7 @@ std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict
 // Waits up to `wait` for every trace stage of the process to be released and its file written,
 // then returns what went wrong since the last call: a message per file that could not be
 // written, and one for the files still to come.
-std::vector<std::string> take_trace_failures(const py::object &wait) {
+py::list take_trace_failures(const py::object &wait) {
     int64_t unwritten = 0;
     wait_in_slices([&](int64_t slice) { return (unwritten = ps_trace_wait_written(slice)) ? PS_ETIMEDOUT : PS_OK; },
                    wait, PS_FOREVER);
@@ -681,7 +691,9 @@ std::vector<std::string> take_trace_failures(const py::object &wait) {
     if (unwritten && !wait.is_none() && py::cast<double>(wait) > 0)
         failures.push_back(std::to_string(unwritten) + " trace file(s) not written yet after " +
                            py::str(wait).cast<std::string>() + " s: their stages are still in use");
-    return failures;
+    py::list out;
+    for (const std::string &failure : failures) out.append(text_of(failure));
+    return out;
 }
 
 // ---- stages written in Python (the slow path) --------------------------------------------------
