@@ -3,7 +3,8 @@
  * tests/test_c_stress.py builds it plain, under AddressSanitizer + UBSan and under ThreadSanitizer.
  * Usage: stress_pastset [tuples_per_producer]   (default 50000). Exits 1 on any failure.
  *
- * Two scenes run at the same time on one space, then two checks of one call at a time:
+ * Two scenes run at the same time on one space, then a scene of names, then two checks of one call
+ * at a time:
  *   flow     producers move under a delta bound that a keeper thread keeps changing (and checks),
  *            next-observers consume, an axer axes everything moved so far, read or not, and
  *            what was consumed, in turns; a chaser reads random indexes meanwhile. Every move
@@ -15,6 +16,10 @@
  *            No one moves the cursor, so nothing is freed until the end, when a next-observer
  *            reads the whole axed history and so frees it.
  *   timeouts observe, observe_at and move at the bound expire on time and change nothing.
+ *   names    threads enter, use and leave elements of a few names while a remover keeps removing
+ *            them: a held element is never removed (the holder's own remove is refused), one
+ *            nobody holds is, and a name removed is entered again as a new, empty element. Then
+ *            10^5 names entered, listed in creation order, and removed.
  *   wake-up  an observer and a mover asleep in the futex are woken by the call they wait for.
  */
 #include <inttypes.h>
@@ -373,6 +378,121 @@ static void history_verify(history_scene *s) {
           stats.bytes_held);
 }
 
+/* ---- names: enter, leave and remove from many threads ----------------------------------------- */
+
+enum { NAMES = 48, NAME_WORKERS = 4, NAME_ROUNDS = 20000, MANY_NAMES = 100000 };
+
+typedef struct names_scene {
+    ps_space *space;
+    atomic_bool done;
+    _Atomic int64_t removed, refused, absent;
+} names_scene;
+
+static void name_of(char *out, size_t size, int64_t k) { snprintf(out, size, "name-%" PRId64, k); }
+
+/* Enters a name, moves into it, tries to remove it while holding it (refused), leaves it. */
+static void *names_use(void *arg) {
+    names_scene *s = arg;
+    uint64_t random_state = 0xD1B54A32D192ED03ULL ^ (uint64_t)(uintptr_t)&random_state;
+    for (int round = 0; round < NAME_ROUNDS; round++) {
+        random_state ^= random_state << 13;
+        random_state ^= random_state >> 7;
+        random_state ^= random_state << 17;
+        char name[32];
+        name_of(name, sizeof name, (int64_t)(random_state % NAMES));
+        ps_element *e = NULL;
+        int rc = ps_enter(s->space, name, "q", &e);
+        CHECK(rc == PS_OK, "names: enter %s: %s", name, ps_status_name(rc));
+        if (rc != PS_OK) continue;
+        int64_t value = round;
+        CHECK(ps_move(e, &value, 0) == PS_OK && ps_last(e) >= 1, "names: move into %s", name);
+        int64_t holds = 0;
+        rc = ps_remove(s->space, name, "q", &holds);
+        CHECK(rc == PS_ESTATE && holds >= 1, "names: removing %s while holding it: %s, %" PRId64 " holds", name,
+              ps_status_name(rc), holds);
+        CHECK(strcmp(ps_element_name(e), name) == 0, "names: %s is now %s", name, ps_element_name(e));
+        ps_leave(e);
+    }
+    return NULL;
+}
+
+static void *names_remove(void *arg) {
+    names_scene *s = arg;
+    for (int64_t k = 0; !atomic_load(&s->done); k = (k + 1) % NAMES) {
+        char name[32];
+        name_of(name, sizeof name, k);
+        int64_t holds = 0;
+        int rc = ps_remove(s->space, name, "q", &holds);
+        if (rc == PS_OK) atomic_fetch_add(&s->removed, 1);
+        else if (rc == PS_ESTATE) atomic_fetch_add(&s->refused, 1);
+        else if (rc == PS_EINVAL) atomic_fetch_add(&s->absent, 1);
+        CHECK(rc == PS_OK || rc == PS_EINVAL || (rc == PS_ESTATE && holds > 0), "names: remove %s: %s, %" PRId64
+              " holds", name, ps_status_name(rc), holds);
+    }
+    return NULL;
+}
+
+static void count_element(void *context, const ps_element *e) {
+    (void)e;
+    (*(int64_t *)context)++;
+}
+
+/* Checks that the elements listed are name-0, name-1, ... name-(count-1) in creation order. */
+static void check_listed_in_order(void *context, const ps_element *e) {
+    int64_t *next = context;
+    char name[32];
+    name_of(name, sizeof name, (*next)++);
+    CHECK(strcmp(ps_element_name(e), name) == 0, "names: listed %s where %s was expected", ps_element_name(e), name);
+}
+
+static void check_names(void) {
+    names_scene s = {.space = ps_space_new()};
+    if (!s.space) exit(1);
+    pthread_t workers[NAME_WORKERS], remover;
+    start_thread(&remover, names_remove, &s);
+    for (int i = 0; i < NAME_WORKERS; i++) start_thread(&workers[i], names_use, &s);
+    for (int i = 0; i < NAME_WORKERS; i++) pthread_join(workers[i], NULL);
+    atomic_store(&s.done, true);
+    pthread_join(remover, NULL);
+    CHECK(atomic_load(&s.removed) > 0, "names: the remover never removed an element");
+
+    /* Nobody holds anything now: every name left is removed, and a new one starts empty. */
+    for (int64_t k = 0; k < NAMES; k++) {
+        char name[32];
+        name_of(name, sizeof name, k);
+        int rc = ps_remove(s.space, name, "q", NULL);
+        CHECK(rc == PS_OK || rc == PS_EINVAL, "names: final remove of %s: %s", name, ps_status_name(rc));
+    }
+    int64_t listed = 0;
+    ps_space_each(s.space, count_element, &listed);
+    CHECK(listed == 0, "names: %" PRId64 " elements listed after removing all", listed);
+    ps_element *e = enter_or_die(s.space, "name-0", "q");
+    CHECK(ps_last(e) == 0, "names: a name entered again holds %" PRId64 " old tuples", ps_last(e));
+    ps_leave(e);
+    CHECK(ps_remove(s.space, "name-0", "q", NULL) == PS_OK, "names: remove of a fresh element");
+
+    /* Many names: the table grows under them, they list in creation order, and all go. */
+    for (int64_t k = 0; k < MANY_NAMES; k++) {
+        char name[32];
+        name_of(name, sizeof name, k);
+        ps_leave(enter_or_die(s.space, name, "q"));
+    }
+    int64_t next = 0;
+    ps_space_each(s.space, check_listed_in_order, &next);
+    CHECK(next == MANY_NAMES, "names: %" PRId64 " of %d names listed", next, MANY_NAMES);
+    for (int64_t k = MANY_NAMES - 1; k >= 0; k--) {
+        char name[32];
+        name_of(name, sizeof name, k);
+        CHECK(ps_remove(s.space, name, "q", NULL) == PS_OK, "names: remove %s of many", name);
+    }
+    listed = 0;
+    ps_space_each(s.space, count_element, &listed);
+    CHECK(listed == 0, "names: %" PRId64 " of many names left", listed);
+    printf("stress_pastset names: %" PRId64 " removed, %" PRId64 " refused in use, %" PRId64 " absent\n",
+           atomic_load(&s.removed), atomic_load(&s.refused), atomic_load(&s.absent));
+    ps_space_free(s.space);
+}
+
 /* ---- timeouts and wake-ups, one call at a time ------------------------------------------------ */
 
 /* The three calls that block: each waits on the element prepared by check_timeouts. */
@@ -550,6 +670,7 @@ int main(int argc, char **argv) {
 
     flow_verify(&flow);
     history_verify(&history);
+    check_names();
     check_timeouts(space);
     check_wake_ups(space);
 
