@@ -1,8 +1,11 @@
 """The anchors every benchmark reports against, measured in the same run: an OpenMP reduction
 and, where MPI is installed, an MPI_Allreduce, at the same thread counts.
 
-MPI is optional: `apt-get install openmpi-bin libopenmpi-dev` provides mpicc and mpirun. The
-anchor program (benchmarks/mpi/allreduce.c) is compiled once into build/mpi-anchor/.
+Both are programs of their own, apart from the `paths` package (which links neither): the
+OpenMP anchor (benchmarks/openmp/sum.c) is compiled once with `cc -fopenmp` into
+build/openmp-anchor/. MPI is optional: `apt-get install openmpi-bin libopenmpi-dev` provides
+mpicc and mpirun. The anchor program (benchmarks/mpi/allreduce.c) is compiled once into
+build/mpi-anchor/.
 """
 
 from __future__ import annotations
@@ -12,19 +15,33 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from paths import _native
-
 HERE = Path(__file__).resolve().parent
+OPENMP_SOURCE = HERE / "openmp" / "sum.c"
+OPENMP_BUILD = HERE.parent / "build" / "openmp-anchor"
+OPENMP_MAX_THREADS = 1024  # as benchmarks/openmp/sum.c: a larger team only measures its stacks
 MPI_SOURCE = HERE / "mpi" / "allreduce.c"
 MPI_BUILD = HERE.parent / "build" / "mpi-anchor"
 
 
-def openmp_sum_us(threads: int, rounds: int) -> float:
+def openmp_sum_us(threads: int, rounds: int, timeout: float = 120.0) -> float:
     """Median microseconds per OpenMP reduction of one value per thread."""
-    value = _native.bench.openmp_sum_us(threads, rounds)
-    if value < 0:
-        raise RuntimeError("the OpenMP anchor computed a wrong total")
-    return value
+    if not 1 <= threads <= OPENMP_MAX_THREADS or rounds < 1:
+        raise ValueError(f"the OpenMP anchor: expected 1 <= threads <= {OPENMP_MAX_THREADS} and rounds >= 1, "
+                         f"got {threads} threads and {rounds} rounds")
+    program = OPENMP_BUILD / "sum"
+    if not program.exists() or program.stat().st_mtime < OPENMP_SOURCE.stat().st_mtime:
+        OPENMP_BUILD.mkdir(parents=True, exist_ok=True)
+        built = subprocess.run([os.environ.get("CC", "cc"), "-O2", "-fopenmp", str(OPENMP_SOURCE), "-o", str(program)],
+                               capture_output=True, text=True)
+        if built.returncode != 0:
+            raise RuntimeError(f"cannot build the OpenMP anchor (a C compiler with OpenMP: build-essential): "
+                               f"{built.stderr.strip()[-400:]}")
+    done = subprocess.run([str(program), str(threads), str(rounds)], capture_output=True, text=True, timeout=timeout)
+    words = done.stdout.split()
+    if done.returncode != 0 or words[:1] != ["median_us"]:
+        raise RuntimeError(f"the OpenMP anchor failed (exit {done.returncode}): {done.stdout.strip()} "
+                           f"{done.stderr.strip()[-400:]}")
+    return float(words[1])
 
 
 def mpi_available() -> bool:

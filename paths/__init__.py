@@ -13,20 +13,29 @@
     m = paths.load_map("maps/paper-4w.yaml")       # or paths.builtin_map("paper-4w")
     paths.place(m, 12, policy="even")               # the node of each thread
     paths.plan_reduction(m, 12, ("GSUM", "q")).paths  # every thread's path
+
+    @paths.acquire_hook                               # how a thread reaches an element
+    def traced(request): return paths.make_path(paths.stage("trace", file="t.bin"), request.default())
+
+    paths.get_include()                               # the folder of paths.h, for C kernels
 """
 
 from . import bench
 from ._native import AxedError, Element, Handle, PastSet
+from .acquire_hook import AcquireRequest, acquire_hook, release_hook
 from .build import build_path, default_pastset
 from .cluster_map import ClusterMap, MapError, builtin_map, load_map
+from .compile_flags import get_include
 from .path_spec import PathSpec, StageSpec, make_path, stage
 from .placement import PlacementWarning, place
 from .reduction_tree import ReductionPlan, plan_reduction
+from .runtime import acquire
 from .server import PathServer
 from .stage_kinds import kinds, stage_kind
 from .tree_view import render_tree, show, to_dot
 
 __all__ = [
+    "AcquireRequest",
     "AxedError",
     "ClusterMap",
     "Element",
@@ -38,15 +47,19 @@ __all__ = [
     "PlacementWarning",
     "ReductionPlan",
     "StageSpec",
+    "acquire",
+    "acquire_hook",
     "bench",
     "build_path",
     "builtin_map",
     "default_pastset",
+    "get_include",
     "kinds",
     "load_map",
     "make_path",
     "place",
     "plan_reduction",
+    "release_hook",
     "render_tree",
     "show",
     "stage",

@@ -1,15 +1,23 @@
-"""The C benchmark kernels, with results as objects: `paths.bench.gsum` and `paths.bench.mcpi`.
+"""GSum and MCPi on handles you built, with results as objects: `paths.bench.gsum` and
+`paths.bench.mcpi`.
 
-Each kernel runs one C pthread per handle with the GIL released; Python only hands over the
-handles and reads the results.
+Both run the kernels of `paths run` (benchmarks/gsum.c and mcpi.c, on paths.h alone), one C
+thread per handle with the GIL released: thread t's paths_acquire gets handles[t]. Python only
+hands over the handles and reads the results. `kernel=` runs another build of the same kernel
+(paths.kernel.load_kernel("FILE.so:gsum")).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Optional, Sequence
 
 from . import _native
+from .build import build_path
+from .kernel import Kernel, load_kernel, run_kernel
+from .path_spec import make_path, stage
+
+LATENCIES = "gsum.latencies"  # where the GSum kernel's thread 0 leaves each round's latency
 
 
 @dataclass
@@ -41,25 +49,46 @@ class MCPiResult:
         return self.darts / self.seconds if self.seconds > 0 else float("inf")
 
 
+def _on_handles(kernel: Kernel, handles: list, args: dict, pin: bool, others: Optional[dict] = None):
+    """Run `kernel` with thread t's acquire answered by handles[t] (or by others[element]); a
+    timeout of None (forever) is the kernels' -1."""
+    if not handles:
+        raise ValueError(f"{kernel.name}: expected at least one handle")
+    args = dict(args, timeout=-1 if args["timeout"] is None else args["timeout"])
+    given = dict(others or {})
+    n = len(handles)
+
+    def acquire(thread: int, element: str, format: str):
+        return given[element] if element in given else handles[thread]
+
+    return run_kernel(kernel, range(n), n, "local", args, acquire, lambda thread, handle: None, pin=pin)
+
+
 def gsum(handles: Sequence, iters: int, contributors: int | None = None, timeout: float = 60.0,
-         pin: bool = False) -> GSumResult:
+         pin: bool = False, kernel: Optional[Kernel] = None) -> GSumResult:
     """Run GSum: each handle's thread does `move(i); observe()` for i < iters and checks every
     total against i * contributors (default: the number of handles). Raises on a wrong total.
 
     `pin=True` binds thread t of n to the (t * cpus // n)-th CPU this process may use: the
     threads of one group of a tree share a CPU, and no thread wanders between CPUs."""
-    raw = _native.bench.gsum(list(handles), iters, contributors, timeout, pin)
-    result = GSumResult(raw["latencies"], raw["seconds"], raw["bad_totals"], len(handles))
-    if result.bad_totals:
-        raise AssertionError(f"gsum: {result.bad_totals} rounds returned a wrong total")
-    return result
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters <= 0:
+        raise ValueError(f"gsum: expected iters > 0, got {iters!r}")
+    handles = list(handles)
+    out = build_path(make_path(stage("core", name=LATENCIES, format="d")), pastset=_native.PastSet())
+    args = {"rounds": iters, "contributors": contributors or len(handles), "timeout": timeout,
+            "latencies": LATENCIES}
+    run = _on_handles(kernel or load_kernel("gsum"), handles, args, pin, {LATENCIES: out})
+    return GSumResult([out.observe(i)[0] for i in range(iters)], run.seconds, 0, len(handles))
 
 
 def mcpi(handles: Sequence, darts: int, seed: int = 12345, timeout: float = 60.0,
-         total_darts: int | None = None, pin: bool = False) -> MCPiResult:
+         total_darts: int | None = None, pin: bool = False, kernel: Optional[Kernel] = None) -> MCPiResult:
     """Run MCPi: `darts` split evenly over the handles' threads, one global sum of the hits.
     `total_darts` is the darts of every process feeding the sum (default: `darts`); `pin` as
     for gsum."""
-    raw = _native.bench.mcpi(list(handles), darts, seed, timeout, pin)
     everything = total_darts if total_darts is not None else darts
-    return MCPiResult(4.0 * raw["hits"] / everything, raw["hits"], darts, raw["seconds"], len(handles))
+    args = {"darts": darts, "total_darts": everything, "seed": seed, "timeout": timeout}
+    run = _on_handles(kernel or load_kernel("mcpi"), list(handles), args, pin)
+    reported = dict(run.reports[0])
+    return MCPiResult(reported["pi"], round(reported["pi"] * everything / 4), darts, reported["seconds"],
+                      len(handles))

@@ -4,7 +4,9 @@
     paths trace FILE --perfetto OUT  summarize trace files, convert them to Perfetto JSON
     paths serve --bind ADDR          host a PastSet and server-side stages over ZeroMQ
     paths show --map MAP --threads N print a map's placement and generated tree
-    paths run gsum|mcpi --map MAP    run a benchmark on a cluster map
+    paths run KERNEL --map MAP       run a kernel on a cluster map: gsum, mcpi, FILE.so:SYMBOL,
+                                     pkg.mod:func
+    paths config --cflags --libs     what a program of its own on paths.h compiles and links with
 
 Exit codes: 0 success, 1 a failed run (named in the message), 2 a usage error, 130 Ctrl-C,
 141 the output was closed early (as by `| head`).
@@ -58,12 +60,19 @@ def _run(argv: list[str]) -> int:
     return run_command(argv)
 
 
+def _config(argv: list[str]) -> int:
+    from .compile_flags import config_command
+
+    return config_command(argv)
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "kinds": _kinds,
     "trace": _trace,
     "serve": _serve,
     "show": _show,
     "run": _run,
+    "config": _config,
 }
 
 

@@ -1,5 +1,6 @@
 """Cluster maps: the clusters and nodes, their CPUs and addresses, the root and home nodes, the
-placement policy, the reduction tree's fan-in, emulated slow links and how to launch.
+placement policy, the reduction tree's fan-in, emulated slow links, how to launch, the elements
+(sums, homes) and the acquire and release hooks.
 
 `load_map(path)` and `load_map_text(text)` turn YAML into frozen dataclasses; every problem is a
 `MapError` naming the file, the line, the field path and what was expected.  `builtin_map(name)`
@@ -15,13 +16,14 @@ from __future__ import annotations
 import math
 import os
 import reprlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, Optional, Union
 
 import yaml
 
 from .hostlist import MAX_HOSTS, expand_hostlist
+from .named_function import import_function
 from .placement import resolve_policy
 
 MAPS_DIR = Path(__file__).resolve().parent.parent / "maps"
@@ -67,6 +69,16 @@ class Link:
 
 
 @dataclass(frozen=True)
+class Element:
+    """An element the map says something about: a sum (its paths form a reduction tree), and
+    where it lives (None: the map's home)."""
+
+    name: str
+    reduce: Optional[str] = None  # "sum", or None: reached at its home
+    home: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class Launch:
     mode: str = "local"  # local: each node a process on this machine; ssh; slurm
     ssh: str = DEFAULT_SSH  # command template with {host} and {command}
@@ -83,6 +95,10 @@ class ClusterMap:
     max_fanin: int = DEFAULT_MAX_FANIN
     links: tuple[Link, ...] = ()
     launch: Launch = Launch()
+    elements: tuple[Element, ...] = ()
+    acquire: Optional[str] = None  # the acquire hook, pkg.mod:func (None: the default)
+    release: Optional[str] = None  # the release hook
+    text: str = field(default="", repr=False, compare=False)  # the YAML it was read from
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -94,6 +110,10 @@ class ClusterMap:
             if node.name == name:
                 return node
         raise KeyError(f"map {self.name!r} ({self.source}) has no node {name!r}")
+
+    def element(self, name: str) -> Optional[Element]:
+        """What the map says about element `name`, if anything."""
+        return next((element for element in self.elements if element.name == name), None)
 
     def link_between(self, cluster_a: str, cluster_b: str) -> Optional[Link]:
         """The emulated link between two clusters, if the map lists one."""
@@ -126,11 +146,21 @@ def builtin_map(name: str) -> ClusterMap:
     return load_map(MAPS_DIR / f"{name}.yaml")
 
 
+def open_map(name: Optional[str]) -> ClusterMap:
+    """A map by what a user types: a YAML file (a path, or a name ending in .yaml/.yml), a
+    shipped map's name, or None for this machine's map, "local"."""
+    if name is None:
+        return builtin_map("local")
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        return load_map(name)
+    return builtin_map(name)
+
+
 def load_map_text(text: str, source: str = "<string>") -> ClusterMap:
     """Validate a cluster map given as YAML text; `source` names it in error messages."""
     fields = _Field(_compose(text, source), "", source).fields(
         required=("name", "clusters", "root"),
-        optional=("home", "policy", "tree", "links", "launch"),
+        optional=("home", "policy", "tree", "links", "launch", "elements", "acquire", "release"),
     )
     clusters = _clusters(fields["clusters"])
     node_names = [node.name for cluster in clusters for node in cluster.nodes]
@@ -148,6 +178,10 @@ def load_map_text(text: str, source: str = "<string>") -> ClusterMap:
         max_fanin=_max_fanin(tree) if tree else DEFAULT_MAX_FANIN,
         links=_links(links, [cluster.name for cluster in clusters]) if links else (),
         launch=_launch(launch) if launch else Launch(),
+        elements=_elements(fields["elements"], node_names) if "elements" in fields else (),
+        acquire=_hook(fields["acquire"], "acquire") if "acquire" in fields else None,
+        release=_hook(fields["release"], "release") if "release" in fields else None,
+        text=text,
     )
 
 
@@ -383,6 +417,25 @@ def _links(field: _Field, cluster_names: list[str]) -> tuple[Link, ...]:
         jitter = fields["jitter_ms"].milliseconds() if "jitter_ms" in fields else 0.0
         links.append(Link(pair, fields["delay_ms"].milliseconds(), jitter))
     return tuple(links)
+
+
+def _elements(field: _Field, node_names: list[str]) -> tuple[Element, ...]:
+    elements = []
+    for name, entry in field.entries("a mapping of element names to {reduce: sum, home: node}").items():
+        fields = entry.fields(required=(), optional=("reduce", "home"))
+        reduce = fields["reduce"].member(["sum"], "'sum'") if "reduce" in fields else None
+        home = fields["home"].member(node_names, "a node listed under clusters") if "home" in fields else None
+        elements.append(Element(name, reduce, home))
+    return tuple(elements)
+
+
+def _hook(field: _Field, kind: str) -> str:
+    name = field.string(f"the {kind} hook, a function named 'pkg.mod:func'")
+    try:
+        import_function(name, f"{kind} hook", hook=kind)
+    except ValueError as error:
+        field.fail(str(error))
+    return name
 
 
 def _launch(field: _Field) -> Launch:

@@ -1,37 +1,45 @@
-"""A map run: GSum or MCPi on a cluster map, over a range of thread counts, repeated.
+"""A map run: a kernel (GSum, MCPi or your own) on a cluster map, over a range of thread counts,
+repeated.
 
-For each thread count the map gives a placement and every thread's path (reduction_tree); the
-node processes (launcher) build those paths, which merge into one tree across the nodes, and
-run the C kernel on them; the results come back here. The node processes are started once and
-serve every thread count; each count gets its own element, so its tree is a fresh one.
+For each thread count the map gives a placement; the node processes (launcher) each run the
+kernel on their threads, and every thread acquires its elements through the acquire hook, so
+the paths of all threads merge into trees across the nodes. Each run (a thread count, a repeat)
+works on fresh elements: element NAME of the kernel is NAME.<threads>.<repeat>. The node
+processes are started once and serve every run; a count's handles are dropped after its runs.
+What the threads report (paths_report) comes back here, as each run's columns.
 """
 
 from __future__ import annotations
 
-import hashlib
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from .acquire_hook import named_hook
 from .cluster_map import ClusterMap
+from .kernel import Kernel, load_kernel
 from .launcher import LaunchError, NodeProcesses
-from .path_spec import PathSpec, path_to_json, stage
 from .reduction_tree import ReductionPlan, plan_reduction
-
-KERNELS = ("gsum", "mcpi")
+from .runtime import BARRIER_ELEMENT, Tracing
 
 
 @dataclass
 class Measurement:
-    """One run of one thread count. GSum: microseconds per global sum (the median round, timed
-    by thread 0). MCPi: seconds, and the pi it found."""
+    """One run of one thread count: the columns its threads reported (each the mean over the
+    threads that reported it), `value` the first of them. GSum: microseconds per global sum
+    (the median round, timed by thread 0). MCPi: seconds, and the pi it found."""
 
     kernel: str
     threads: int
     repeat: int
     nodes: int
     value: float
-    pi: Optional[float] = None
+    columns: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def pi(self) -> Optional[float]:
+        return self.columns.get("pi")
 
 
 @dataclass
@@ -42,46 +50,89 @@ class RunReport:
 
 @dataclass
 class RunSettings:
-    kernel: str
+    kernel: str  # gsum, mcpi, FILE.so:SYMBOL or pkg.mod:func
     thread_counts: list[int]
     policy: Optional[str] = None
     max_fanin: Optional[int] = None
     repeat: int = 5
-    rounds: int = 1000
-    darts: int = 10_000_000
+    rounds: int = 1000  # gsum's argument
+    darts: int = 10_000_000  # mcpi's argument
     launch: Optional[str] = None
     timeout: float = 120.0
     collect_counters: bool = False
     trace_dir: Optional[str] = None  # trace every caller and every link into this folder
     pin: bool = False  # bind threads to CPUs (and local node processes to shares of the CPUs)
+    args: dict[str, str] = field(default_factory=dict)  # --arg key=value, what paths_arg returns
+    sums: tuple[str, ...] = ()  # elements to reduce as sums, besides the map's and the kernel's own
+    acquire: Optional[str] = None  # the acquire hook, pkg.mod:func (default: the map's)
+    release: Optional[str] = None  # the release hook
 
 
 def plans_for(cluster_map: ClusterMap, settings: RunSettings) -> dict[int, ReductionPlan]:
-    """Every thread count's plan, made (and so checked) before any process starts."""
-    return {n: plan_reduction(cluster_map, n, (f"{settings.kernel.upper()}.{n}", "q"),
-                              policy=settings.policy, max_fanin=settings.max_fanin)
+    """Every thread count's placement and sum tree (the barrier's: the shape of every sum of the
+    run), made (and so checked) before any process starts."""
+    return {n: plan_reduction(cluster_map, n, (BARRIER_ELEMENT, "q"), policy=settings.policy,
+                              max_fanin=settings.max_fanin)
             for n in settings.thread_counts}
 
 
-def darts_per_thread(darts: int, threads: int) -> list[int]:
-    return [darts // threads + (1 if i < darts % threads else 0) for i in range(threads)]
+def kernel_args(kernel: Kernel, settings: RunSettings, repeat: int) -> dict[str, str]:
+    """What paths_arg gives the kernel: the run's timeout and repeat (0, 1, ...: MCPi seeds its
+    darts with it), a built-in kernel's setting (--rounds, --darts), then --arg, which wins."""
+    args = {"timeout": str(settings.timeout), "repeat": str(repeat)}
+    if kernel.builtin:
+        args[kernel.builtin.setting] = str(getattr(settings, kernel.builtin.setting))
+    return {**args, **settings.args}
+
+
+def tracing(kernel: Kernel, settings: RunSettings) -> Optional[Tracing]:
+    """With --trace: every caller and link traced, into files named after the kernel and the run,
+    each holding what a run of GSum of the largest thread count records (2 events per round and
+    thread)."""
+    if not settings.trace_dir:
+        return None
+    capacity = min(1 << 22, 2 * max(settings.thread_counts) * max(settings.rounds, 1) + 16)
+    return Tracing(os.path.abspath(settings.trace_dir), trace_prefix(kernel), capacity)
+
+
+def trace_prefix(kernel: Kernel) -> str:
+    """The kernel's trace files start with this: its name, or its symbol or function."""
+    return kernel.name.rpartition(":")[2]
+
+
+def checked_kernel(cluster_map: ClusterMap, settings: RunSettings) -> Kernel:
+    """The kernel, with the hooks checked, before any process starts."""
+    kernel = load_kernel(settings.kernel)
+    named_hook(settings.acquire or cluster_map.acquire, "acquire")
+    named_hook(settings.release or cluster_map.release, "release")
+    return kernel
 
 
 def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
                    progress: Callable[[int, int], None] = lambda threads, repeat: None) -> RunReport:
+    kernel = checked_kernel(cluster_map, settings)
     plans = plans_for(cluster_map, settings)
-    nodes = list(dict.fromkeys(node for plan in plans.values() for node in plan.stages_by_node()))
+    homes = [cluster_map.home] + [element.home for element in cluster_map.elements if element.home]
+    nodes = [node.name for node in cluster_map.nodes
+             if node.name in homes or any(node.name in plan.stages_by_node() for plan in plans.values())]
     report = RunReport()
     node_options = ("--trace-dir", os.path.abspath(settings.trace_dir)) if settings.trace_dir else ()
+    context = {"op": "context", "map": cluster_map.text, "source": cluster_map.source,
+               "kernel": kernel.location, "kernel_name": kernel.name,
+               "sums": sorted(set(settings.sums) | set(kernel.sums)), "policy": settings.policy,
+               "max_fanin": settings.max_fanin, "acquire": settings.acquire, "release": settings.release,
+               "tracing": tracing(kernel, settings)}
     with NodeProcesses(cluster_map, nodes, settings.launch, node_options, pin=settings.pin) as processes:
+        processes.request_all({node: context for node in nodes}, settings.timeout)
         for n, plan in plans.items():
             threads_of = {node: [i for i, p in enumerate(plan.placements) if p == node] for node in nodes}
-            thread_paths = traced_paths(plan, settings) if settings.trace_dir else plan.paths
-            processes.request_all({node: {"op": "build", "paths": [path_to_json(thread_paths[i]) for i in threads]}
-                                   for node, threads in threads_of.items()}, settings.timeout)
             busy = [node for node in nodes if threads_of[node]]
             for r in range(settings.repeat):
-                report.measurements.append(_measure(processes, settings, plan, threads_of, busy, r))
+                requests = {node: {"op": "run", "threads": threads_of[node], "placements": plan.placements,
+                                   "tag": f"{n}.{r}", "args": kernel_args(kernel, settings, r), "pin": settings.pin,
+                                   "spans_processes": len(busy) > 1} for node in busy}
+                answers = processes.request_all(requests, settings.timeout * 2)
+                report.measurements.append(_measurement(kernel, n, r, len(busy), answers))
                 progress(n, r)
             if settings.collect_counters:
                 answers = processes.request_all({node: {"op": "counters"} for node in nodes})
@@ -94,50 +145,13 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
     return report
 
 
-def traced_paths(plan: ReductionPlan, settings: RunSettings) -> list[PathSpec]:
-    """Every thread's path with a trace stage on top (one per node: its threads are its callers)
-    and one before each remote stage (the link's round trips), each named after its node and
-    place, written into settings.trace_dir when the tree is released."""
-    n = len(plan.placements)
-    capacity = min(1 << 22, 2 * n * max(settings.rounds, 1) * settings.repeat + 16)
-    traced = []
-    for thread, path in enumerate(plan.paths):
-        node = plan.placements[thread]
-        stages = []
-        for i, spec in enumerate(path.stages):
-            if i == 0 or spec.kind == "remote":
-                rest = path.stages[i:]
-                tag = hashlib.sha1(repr(rest).encode()).hexdigest()[:8]
-                role = "callers" if i == 0 else "link"
-                # Built here: a full path. Past a remote, a server builds it: a bare name,
-                # which the server places in its own --trace-dir.
-                built_here = all(s.kind != "remote" for s in path.stages[:i])
-                directory = os.path.abspath(settings.trace_dir) if built_here else ""
-                name = f"{settings.kernel}-n{n}-{node}-{role}-{tag}.bin"
-                stages.append(stage("trace", file=os.path.join(directory, name) if directory else name,
-                                    node=node, capacity=capacity))
-            stages.append(spec)
-            if spec.kind == "remote":
-                node = spec.param("host")
-        traced.append(PathSpec(tuple(stages)))
-    return traced
-
-
-def _measure(processes: NodeProcesses, settings: RunSettings, plan: ReductionPlan, threads_of: dict,
-             busy: list[str], repeat: int) -> Measurement:
-    n = len(plan.placements)
-    if settings.kernel == "gsum":
-        request = {"op": "gsum", "rounds": settings.rounds, "contributors": n, "timeout": settings.timeout,
-                   "pin": settings.pin}
-        answers = processes.request_all({node: request for node in busy}, settings.timeout * 2)
-        timer = plan.placements[0]  # the node of thread 0, which times the rounds
-        return Measurement("gsum", n, repeat, len(busy), answers[timer]["median_us"])
-    share = darts_per_thread(settings.darts, n)
-    requests = {node: {"op": "mcpi", "darts": sum(share[i] for i in threads_of[node]),
-                       "total_darts": settings.darts, "seed": 12345 + 7919 * repeat + index,
-                       "timeout": settings.timeout, "pin": settings.pin}
-                for index, node in enumerate(busy)}  # a seed of its own per node: no repeated darts
-    answers = processes.request_all(requests, settings.timeout * 2)
-    first = answers[plan.placements[0]]
-    seconds = max(a["seconds"] for a in answers.values())
-    return Measurement("mcpi", n, repeat, len(busy), seconds, first["pi"])
+def _measurement(kernel: Kernel, threads: int, repeat: int, nodes: int, answers: dict) -> Measurement:
+    """The run's columns: each the mean over the threads that reported it, in the order of the
+    threads and of their reports."""
+    reported: dict[str, list[float]] = {}
+    for thread, reports in sorted((int(t), r) for answer in answers.values() for t, r in answer["reports"].items()):
+        for name, value in reports:
+            reported.setdefault(name, []).append(value)
+    columns = {name: math.fsum(values) / len(values) for name, values in reported.items()}
+    value = next(iter(columns.values()), math.nan)
+    return Measurement(kernel.name, threads, repeat, nodes, value, columns)

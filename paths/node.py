@@ -5,17 +5,22 @@ standard input and output, one JSON object per line. The node first prints `READ
 (its server's endpoint), then answers each request with one line:
 
     {"op": "addresses", "addresses": {node: endpoint}}   how remote stages reach other nodes
-    {"op": "build", "paths": [spec, ...]}                 build this node's threads' paths (JSON specs)
-    {"op": "gsum", "rounds": R, "contributors": N}       run GSum on the built handles
-    {"op": "mcpi", "darts": D, "total_darts": T}         run MCPi on the built handles
+    {"op": "context", "map": YAML, "source": S, "kernel": K, "kernel_name": N,
+     "sums": [...], "policy": P, "max_fanin": F, "acquire": H, "release": H,
+     "tracing": [DIR, PREFIX, CAPACITY] or null}         the run: its map, kernel (K loads it, N
+                                                         names it), hooks, traces
+    {"op": "run", "threads": [t, ...], "placements": [node, ...], "tag": T, "args": {...},
+     "pin": B}                                           run the kernel on these threads of a run
+                                                         whose elements are NAME.T; its reports
     {"op": "counters"}                                   every live stage here, with its counters
-    {"op": "release", "settle": S}                       drop the handles (the tree goes with them); wait up to
+    {"op": "release", "settle": S}                       drop the runs' handles (their trees go); wait up to
                                                          S s for trace files here to be written, and answer
                                                          with those that could not be ("trace_failures")
     {"op": "quit"}                                       stop; so does the end of standard input
 
 Answers are {"ok": true, ...} or {"ok": false, "error": "..."}. The node's server shares the
-node's stage table, so remainders other nodes send here merge with this node's own paths.
+node's stage table, so remainders other nodes send here merge with this node's own paths. A run's
+handles stay until "release", so that "counters" still finds their stages.
 """
 
 from __future__ import annotations
@@ -24,11 +29,14 @@ import argparse
 import json
 import os
 import sys
+import warnings
 
-from . import _native, bench
+from . import _native, kernel
 from .build import default_pastset, set_remote_resolver, stage_table
+from .cluster_map import load_map_text
 from .cpu_sets import cpu_list, format_cpu_list
-from .path_spec import path_from_json
+from .placement import PlacementWarning
+from .runtime import Tracing, make_runtime
 from .server import PathServer
 
 
@@ -38,8 +46,10 @@ class Node:
         self.server = server
         self.curve_public = curve_public
         self.table = stage_table(default_pastset())
-        self.handles: list = []
+        self.handles: list = []  # of the runs since the last release
         self.addresses: dict[str, str] = {}
+        self.runtime = None  # the run's context, from "context"
+        self.kernel = None
 
     def addresses_op(self, request: dict) -> dict:
         self.addresses = dict(request["addresses"])
@@ -53,25 +63,31 @@ class Node:
             params["curve_server_key"] = self.curve_public
         return params
 
-    def build_op(self, request: dict) -> dict:
-        specs = [path_from_json(text) for text in request["paths"]]
-        self.handles = [self.table.build(p, label=f"{self.name} thread {i}") for i, p in enumerate(specs)]
-        return {"threads": len(self.handles)}
+    def context_op(self, request: dict) -> dict:
+        cluster_map = load_map_text(request["map"], source=request["source"])
+        self.kernel = kernel.load_kernel(request["kernel"], request["kernel_name"])
+        self.runtime = make_runtime(cluster_map, 1, sums=request["sums"], policy=request["policy"],
+                                    max_fanin=request["max_fanin"], acquire=request["acquire"],
+                                    release=request["release"],
+                                    tracing=Tracing(*request["tracing"]) if request["tracing"] else None)
+        return {}
 
-    def gsum_op(self, request: dict) -> dict:
-        if not self.handles:
-            return {"threads": 0}
-        result = bench.gsum(self.handles, request["rounds"], request["contributors"], request.get("timeout", 120),
-                            pin=request.get("pin", False))
-        return {"threads": len(self.handles), "median_us": result.median_us, "seconds": result.seconds,
-                "latencies": result.latencies if request.get("latencies") else None}
+    def run_op(self, request: dict) -> dict:
+        if self.runtime is None:
+            raise ValueError("a run needs its context first")
+        runtime = self.runtime.for_run(request["placements"], request["tag"])
 
-    def mcpi_op(self, request: dict) -> dict:
-        if not self.handles:
-            return {"threads": 0}
-        result = bench.mcpi(self.handles, request["darts"], request.get("seed", 12345),
-                            request.get("timeout", 120), request["total_darts"], pin=request.get("pin", False))
-        return {"threads": len(self.handles), "hits": result.hits, "pi": result.pi, "seconds": result.seconds}
+        def acquire(thread: int, element: str, format: str):
+            return runtime.acquire(element, format, thread)
+
+        def release(thread: int, handle) -> None:
+            self.handles.append(handle)
+            runtime.release(handle, thread)
+
+        done = kernel.run_kernel(self.kernel, request["threads"], runtime.threads, self.name, request["args"],
+                                 acquire, release, spans_processes=request["spans_processes"],
+                                 pin=request["pin"], until_failure=True)
+        return {"seconds": done.seconds, "reports": {str(t): r for t, r in done.reports.items()}}
 
     def counters_op(self, request: dict) -> dict:
         stages = [{"stage": " -> ".join(str(s) for s in built.key), "kind": built.spec.kind,
@@ -88,8 +104,7 @@ class Node:
             return {"ok": False, "error": f"node {self.name}: unknown request {request.get('op')!r}"}
         try:
             return {"ok": True, **operation(request)}
-        except (ValueError, TypeError, KeyError, ConnectionError, TimeoutError, RuntimeError, AssertionError,
-                MemoryError) as e:
+        except (ValueError, TypeError, KeyError, ConnectionError, TimeoutError, RuntimeError, MemoryError) as e:
             return {"ok": False, "error": f"node {self.name}: {type(e).__name__}: {e}"}
 
 
@@ -112,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     # "-" for none (never on the command line, where other users could read it).
     keys = sys.stdin.readline().split()
     public, secret = keys if len(keys) == 2 else ("", "")
+    warnings.simplefilter("ignore", PlacementWarning)  # the launcher has said so already
     server = PathServer(args.bind, secret, trace_dir=args.trace_dir).start()
     endpoint = server.endpoint
     if args.advertise:

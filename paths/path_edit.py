@@ -5,9 +5,10 @@ are never changed in place."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 
-from .path_spec import PathSpec, StageSpec
+from .path_spec import PathSpec, StageSpec, stage
 
 
 def insert_top(path: PathSpec, new: StageSpec) -> PathSpec:
@@ -22,6 +23,26 @@ def insert_before(path: PathSpec, kind: str, new: StageSpec) -> PathSpec:
         if spec.kind == kind:
             stages.append(new)
         stages.append(spec)
+    return PathSpec(tuple(stages))
+
+
+def with_traces(path: PathSpec, node: str, directory: str, prefix: str, capacity: int) -> PathSpec:
+    """`path`, from a caller on `node`, with a trace stage on top (its callers on the node) and
+    one before each remote (the round trips of that link), each writing
+    `<prefix>-<node>-callers|link-<hash of the rest>.bin`: equal rests (merging paths) share one.
+    A trace built here writes into `directory`; one past a remote is built by that server and
+    gets a bare name, which the server places in its own --trace-dir."""
+    stages: list[StageSpec] = []
+    built_here = True
+    for i, spec in enumerate(path.stages):
+        if i == 0 or spec.kind == "remote":
+            rest = hashlib.sha1(repr(path.stages[i:]).encode()).hexdigest()[:8]
+            name = f"{prefix}-{node}-{'callers' if i == 0 else 'link'}-{rest}.bin"
+            stages.append(stage("trace", file=os.path.join(directory, name) if built_here else name, node=node,
+                                capacity=capacity))
+        stages.append(spec)
+        if spec.kind == "remote":
+            node, built_here = spec.param("host"), False
     return PathSpec(tuple(stages))
 
 

@@ -12,17 +12,15 @@ thread), given directly or named `pkg.mod:func` / `pkg.mod.func`; its answer is 
 
 from __future__ import annotations
 
-import importlib
-import re
 import warnings
 from typing import TYPE_CHECKING, Callable, Sequence, Union
+
+from .named_function import DOTTED_NAME, import_function
 
 if TYPE_CHECKING:
     from .cluster_map import ClusterMap, Node
 
 Policy = Callable[["ClusterMap", int], Sequence[str]]
-
-_DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*")
 
 
 class PlacementWarning(UserWarning):
@@ -50,22 +48,12 @@ def resolve_policy(name: str) -> Policy:
     """The policy function named `name`: a built-in name or a dotted name, imported."""
     if name in BUILTIN_POLICIES:
         return BUILTIN_POLICIES[name]
-    if not _DOTTED_NAME.fullmatch(name):
+    if not DOTTED_NAME.fullmatch(name):
         raise ValueError(
             f"unknown policy {name!r}: expected 'bucket', 'even' or a function named "
             "'pkg.mod:func' or 'pkg.mod.func'"
         )
-    module_name, _, func_name = name.rpartition(":" if ":" in name else ".")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(
-            f"policy {name!r}: cannot import module {module_name!r} ({error})"
-        ) from error
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        raise ValueError(f"policy {name!r}: module {module_name!r} has no function {func_name!r}")
-    return func
+    return import_function(name, "policy")
 
 
 def place(

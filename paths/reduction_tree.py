@@ -164,7 +164,7 @@ def plan_reduction(
 
     def assign(part: Union[_Sum, _Thread], next_node: str, rest: tuple[StageSpec, ...]) -> None:
         """Give `part` the stages `rest` (starting on `next_node`) and the hop to reach them."""
-        onward = _hop(cluster_map, part.node, next_node) + rest
+        onward = hop(cluster_map, part.node, next_node) + rest
         if isinstance(part, _Thread):
             paths[part.index] = make_path(onward)
             return
@@ -221,8 +221,10 @@ def _split(parts: list, max_fanin: int) -> list[list]:
     return groups
 
 
-def _hop(cluster_map: ClusterMap, from_node: str, to_node: str) -> tuple[StageSpec, ...]:
-    """The stages that carry a partial from one node to the next stage's node."""
+def hop(cluster_map: ClusterMap, from_node: str, to_node: str) -> tuple[StageSpec, ...]:
+    """The stages that carry an operation from one node to the next stage's node: none on the
+    same node, else `remote`, after a `delay` where the map lists the link. Every path the
+    default acquire hook makes crosses nodes this way, sums and elements at their homes alike."""
     if from_node == to_node:
         return ()
     remote = stage("remote", host=to_node)

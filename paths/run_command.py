@@ -3,12 +3,16 @@
     paths run gsum --map maps/paper-4w.yaml --threads 1-32 --policy even --max-fanin 4 \\
                    --repeat 5 --csv out.csv --plot out.png
     paths run mcpi --map paper-4w --threads 1-32 --darts 10000000
+    paths run ./libjacobi.so:jacobi --map paper-2w --threads 4 --arg points=32
+    paths run mymod:kernel --sum TOTAL --acquire mymod:traced --threads 1-4
     paths show --map maps/paper-4w.yaml --threads 12 [--dot]
 
+KERNEL is gsum, mcpi, FILE.so:SYMBOL (a C kernel on paths.h) or pkg.mod:func (a Python kernel).
 A map is a YAML file or the name of a shipped one (local, paper-2w, paper-4w, paper-8w,
 multicluster); with no --map the local machine's map is used. Swap the map, not the code — or
 compare several in one run: `--map paper-2w,paper-4w,paper-8w --policy bucket,even` runs every
-pair, prints a table each, and puts them side by side in the CSV and in one plot.
+pair, prints a table each, and puts them side by side in the CSV and in one plot. Every column
+the kernel reports (paths_report) gets min / avg / max per thread count.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
-from .cluster_map import ClusterMap, MapError, builtin_map, load_map
-from .experiment import KERNELS, Measurement, RunSettings, plans_for, run_experiment
+from .cluster_map import ClusterMap, MapError, open_map
+from .experiment import Measurement, RunSettings, checked_kernel, plans_for, run_experiment, trace_prefix
+from .kernel import load_kernel, parse_kernel_args
 from .launcher import LaunchError
 from .placement import PlacementWarning
 from .reduction_tree import plan_reduction
@@ -58,14 +63,6 @@ def positive(name: str):
     return parse
 
 
-def open_map(text: str | None) -> ClusterMap:
-    if text is None:
-        return builtin_map("local")
-    if text.endswith((".yaml", ".yml")) or "/" in text:
-        return load_map(text)
-    return builtin_map(text)
-
-
 @dataclass
 class Run:
     """One configuration of a `paths run` and what it measured."""
@@ -96,15 +93,25 @@ def _map_options(parser: argparse.ArgumentParser) -> None:
 def run_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="paths run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kernel", choices=KERNELS, help="gsum: global-sum latency; mcpi: Monte Carlo pi")
+    parser.add_argument("kernel", help="gsum (global-sum latency), mcpi (Monte Carlo pi), FILE.so:SYMBOL "
+                                       "(a C kernel) or pkg.mod:func (a Python kernel)")
     _map_options(parser)
     parser.add_argument("--threads", type=parse_thread_counts, default=[1, 2, 4],
                         help="thread counts: ranges and lists, e.g. 1-32 or 1,2,4,8 (default 1,2,4)")
     parser.add_argument("--repeat", type=positive("--repeat"), default=5, help="runs per thread count (default 5)")
     parser.add_argument("--rounds", type=positive("--rounds"), default=1000, help="gsum: global sums per run")
     parser.add_argument("--darts", type=positive("--darts"), default=10_000_000, help="mcpi: darts per run")
+    parser.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
+                        help="an argument the kernel reads with paths_arg (ctx.arg); repeatable")
+    parser.add_argument("--sum", action="append", default=[], metavar="NAME",
+                        help="reduce element NAME as a sum (as the map's elements: NAME: {reduce: sum}); repeatable")
+    parser.add_argument("--acquire", metavar="PKG.MOD:FUNC", help="the acquire hook (default: the map's, else "
+                                                                  "sums as reduction trees, elements at their homes)")
+    parser.add_argument("--release", metavar="PKG.MOD:FUNC", help="the release hook (default: the map's)")
     parser.add_argument("--launch", choices=("local", "ssh", "slurm"), help="how nodes start (default: the map's)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds any one step may take")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds any one step may take (kernels get it as --arg timeout, and the "
+                             "run's repeat, 0, 1, ..., as --arg repeat)")
     parser.add_argument("--trace", metavar="DIR", help="trace every node's callers and every link between nodes "
                                                     "into DIR, then merge the traces into DIR/<kernel>.json "
                                                     "(Perfetto: https://ui.perfetto.dev)")
@@ -119,10 +126,12 @@ def run_command(argv: list[str]) -> int:
     parser.add_argument("--plot", help="write a plot (min/avg/max per thread count) to this PNG file")
     args = parser.parse_args(argv)
     try:
+        kernel_args = parse_kernel_args(args.arg)
         runs = [Run(open_map(map_name), RunSettings(
                     args.kernel, args.threads, policy, args.max_fanin, args.repeat, args.rounds, args.darts,
                     args.launch, args.timeout, collect_counters=args.counters, trace_dir=args.trace,
-                    pin=args.pin))
+                    pin=args.pin, args=kernel_args, sums=tuple(args.sum), acquire=args.acquire,
+                    release=args.release))
                 for map_name in _listed(args.map) for policy in _listed(args.policy)]
         if args.trace and len(runs) > 1:
             raise ValueError("--trace: trace one map and policy at a time (their trace files would mix)")
@@ -134,8 +143,9 @@ def run_command(argv: list[str]) -> int:
                 raise ValueError(f"{option} {path}: no folder {folder} to write it in")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PlacementWarning)
-            for run in runs:
-                plans_for(run.cluster_map, run.settings)  # every count checked before anything starts
+            for run in runs:  # the kernel, the hooks and every count checked before anything starts
+                checked_kernel(run.cluster_map, run.settings)
+                plans_for(run.cluster_map, run.settings)
         for message in dict.fromkeys(str(w.message) for w in caught):
             print(f"paths run: warning: {message}", file=sys.stderr)
         with warnings.catch_warnings():
@@ -159,18 +169,18 @@ def run_command(argv: list[str]) -> int:
             return 1
         print(f"wrote {path}")
     if args.trace:
-        return _merge_traces(args.trace, args.kernel)
+        return _merge_traces(args.trace, trace_prefix(load_kernel(args.kernel)))
     return 0
 
 
-def _merge_traces(directory: str, kernel: str) -> int:
+def _merge_traces(directory: str, prefix: str) -> int:
     """All the run's trace files, as one Perfetto file beside them."""
     from .trace_file import TraceFileError, read_trace, to_perfetto
 
-    files = sorted(glob.glob(os.path.join(directory, f"{kernel}-n*.bin")))
+    files = sorted(glob.glob(os.path.join(directory, f"{glob.escape(prefix)}-*.bin")))
     try:
         traces = [read_trace(f) for f in files]
-        out = os.path.join(directory, f"{kernel}.json")
+        out = os.path.join(directory, f"{prefix}.json")
         to_perfetto(traces, out)
     except (TraceFileError, OSError) as e:
         print(f"paths run: --trace {directory}: {e}", file=sys.stderr)
@@ -199,30 +209,47 @@ def _summary(measurements: list[Measurement]) -> list[tuple[int, int, list[Measu
     return [(n, ms[0].nodes, ms) for n, ms in by_count.items()]
 
 
+def columns_of(runs: list[Run]) -> list[str]:
+    """Every column the runs' kernels reported, in the order they first appear."""
+    return list(dict.fromkeys(name for run in runs for m in run.measurements for name in m.columns))
+
+
+def _stats(measurements: list[Measurement], column: str) -> tuple[float, float, float]:
+    """min, average, max of a column over the runs that have it (NaN when none does)."""
+    values = [m.columns[column] for m in measurements if column in m.columns]
+    if not values:
+        return math.nan, math.nan, math.nan
+    return min(values), statistics.fmean(values), max(values)
+
+
+def _number(value: float) -> str:
+    return f"{value:.6g}"
+
+
 def results_table(cluster_map: ClusterMap, settings: RunSettings, measurements: list[Measurement]) -> str:
+    """Min / avg / max of each reported column per thread count. With one column the header says
+    min avg max (the title names what it is); with more, each cell says column:stat."""
+    kernel = load_kernel(settings.kernel)
     policy = settings.policy or cluster_map.policy
     fanin = settings.max_fanin or cluster_map.max_fanin
     mapping = f"policy {policy}, max fan-in {fanin}" + (", threads pinned" if settings.pin else "")
-    lines = []
-    if settings.kernel == "gsum":
-        lines.append(f"GSum on map {cluster_map.name} ({mapping}), {settings.rounds} "
-                     f"rounds x {settings.repeat} runs: microseconds per global sum (median round per run)")
-        lines.append(f"{'threads':>8} {'nodes':>6} {'min':>10} {'avg':>10} {'max':>10}")
-        for n, nodes, ms in _summary(measurements):
-            values = [m.value for m in ms]
-            lines.append(f"{n:>8} {nodes:>6} {min(values):>10.2f} {statistics.fmean(values):>10.2f} "
-                         f"{max(values):>10.2f}")
-    else:
-        lines.append(f"MCPi on map {cluster_map.name} ({mapping}), {settings.darts} "
-                     f"darts x {settings.repeat} runs: seconds per run")
-        lines.append(f"{'threads':>8} {'nodes':>6} {'pi':>10} {'|error|':>9} {'min s':>9} {'avg s':>9} "
-                     f"{'max s':>9} {'Mdarts/s':>9}")
-        for n, nodes, ms in _summary(measurements):
-            seconds = [m.value for m in ms]
-            pi = statistics.fmean(m.pi for m in ms)
-            rate = settings.darts / statistics.fmean(seconds) / 1e6
-            lines.append(f"{n:>8} {nodes:>6} {pi:>10.6f} {abs(pi - math.pi):>9.2e} {min(seconds):>9.4f} "
-                         f"{statistics.fmean(seconds):>9.4f} {max(seconds):>9.4f} {rate:>9.1f}")
+    given = [f"{getattr(settings, kernel.builtin.setting)} {kernel.builtin.setting}"] if kernel.builtin else []
+    given += [f"{key}={value}" for key, value in settings.args.items()]
+    repeats = f"{settings.repeat} run{'s' if settings.repeat != 1 else ''}"
+    runs = f"{', '.join(given)} x {repeats}" if given else repeats
+    columns = columns_of([Run(cluster_map, settings, measurements)])
+    title = f"{kernel.title} on map {cluster_map.name} ({mapping}), {runs}"
+    if len(columns) == 1:
+        unit = kernel.builtin.unit if kernel.builtin and kernel.builtin.unit else columns[0]
+        title += f": {unit}"
+    stats = ("min", "avg", "max")
+    labels = list(stats) if len(columns) == 1 else [f"{column}:{stat}" for column in columns for stat in stats]
+    widths = [max(10, len(label)) for label in labels]
+    lines = [title if columns else f"{title} (the kernel reported no columns)",
+             f"{'threads':>8} {'nodes':>6} " + " ".join(f"{label:>{w}}" for label, w in zip(labels, widths))]
+    for n, nodes, ms in _summary(measurements):
+        cells = [_number(v) for column in columns for v in _stats(ms, column)]
+        lines.append(f"{n:>8} {nodes:>6} " + " ".join(f"{cell:>{w}}" for cell, w in zip(cells, widths)))
     return "\n".join(lines)
 
 
@@ -241,41 +268,45 @@ def counters_table(counters: dict[int, dict[str, list]]) -> str:
 
 
 def write_csv(path: str, runs: list[Run]) -> None:
-    unit = "us_per_global_sum" if runs[0].settings.kernel == "gsum" else "seconds"
+    """One row per run: the configuration, then every column the kernel reported."""
+    columns = columns_of(runs)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["kernel", "map", "policy", "max_fanin", "threads", "nodes", "repeat", unit, "pi"])
+        writer.writerow(["kernel", "map", "policy", "max_fanin", "threads", "nodes", "repeat", *columns])
         for run in runs:
             cluster_map, settings = run.cluster_map, run.settings
             for m in run.measurements:
                 writer.writerow([m.kernel, cluster_map.name, settings.policy or cluster_map.policy,
                                  settings.max_fanin or cluster_map.max_fanin, m.threads, m.nodes, m.repeat,
-                                 f"{m.value:.6g}", "" if m.pi is None else f"{m.pi:.8f}"])
+                                 *(f"{m.columns[c]:.10g}" if c in m.columns else "" for c in columns)])
 
 
 def write_plot(path: str, runs: list[Run]) -> None:
-    """Average per thread count with min-max bars, one line per map and policy."""
+    """One panel per reported column: the average per thread count with min-max bars, one line
+    per map and policy."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = runs[0].settings
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    for run in runs:
-        rows = _summary(run.measurements)
-        values = [[m.value for m in ms] for _, _, ms in rows]
-        averages = [statistics.fmean(v) for v in values]
-        below = [a - min(v) for a, v in zip(averages, values)]
-        above = [max(v) - a for a, v in zip(averages, values)]
-        axes.errorbar([n for n, _, _ in rows], averages, yerr=[below, above], marker="o", capsize=3,
-                      label=run.label)
-    axes.set_xlabel("threads")
-    axes.set_ylabel("microseconds per global sum" if settings.kernel == "gsum" else "seconds per run")
+    columns = columns_of(runs) or ["(no columns reported)"]
+    figure, panels = plt.subplots(len(columns), 1, figsize=(7, 1.5 + 3 * len(columns)), squeeze=False)
+    for axes, column in zip(panels[:, 0], columns):
+        for run in runs:
+            rows = [(n, _stats(ms, column)) for n, _, ms in _summary(run.measurements)]
+            rows = [(n, low, mean, high) for n, (low, mean, high) in rows if not math.isnan(mean)]
+            if rows:
+                axes.errorbar([r[0] for r in rows], [r[2] for r in rows],
+                              yerr=[[r[2] - r[1] for r in rows], [r[3] - r[2] for r in rows]],
+                              marker="o", capsize=3, label=run.label)
+        axes.set_ylabel(column)
+        axes.grid(True, alpha=0.3)
+        if axes.has_data():
+            axes.legend()
+    panels[-1, 0].set_xlabel("threads")
     maps = ", ".join(dict.fromkeys(run.cluster_map.name for run in runs))
-    axes.set_title(f"{settings.kernel.upper()} on {maps}: min / average / max of {settings.repeat} runs")
-    axes.grid(True, alpha=0.3)
-    axes.legend()
+    title = load_kernel(runs[0].settings.kernel).title
+    panels[0, 0].set_title(f"{title} on {maps}: min / average / max of {runs[0].settings.repeat} runs")
     figure.tight_layout()
     kind = os.path.splitext(path)[1][1:].lower()  # exactly this file: PNG unless it names another format
     figure.savefig(path, dpi=120, format=kind if kind in figure.canvas.get_supported_filetypes() else "png")

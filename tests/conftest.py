@@ -1,5 +1,9 @@
-"""Fixtures shared by the test files: a fresh PastSet, and watching the node processes of map
-runs (tests/node_probe.py)."""
+"""Fixtures shared by the test files: a fresh PastSet, watching the node processes of map runs
+(tests/node_probe.py), and Python modules of a test's own (hooks, kernels) that this process and
+the node processes it starts can import."""
+
+import os
+import textwrap
 
 import pytest
 from node_probe import NodeProbe
@@ -38,3 +42,21 @@ def launched(monkeypatch):
 
     monkeypatch.setattr(experiment, "NodeProcesses", Recorded)
     return runs
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """user_module(name, source) writes module `name` where this process and the processes this
+    test starts (nodes, programs) import it from."""
+    folder = tmp_path / "modules"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+
+    def write(name: str, source: str) -> str:
+        (folder / f"{name}.py").write_text(textwrap.dedent(source).lstrip("\n"))
+        paths_now = os.environ.get("PYTHONPATH", "")
+        if str(folder) not in paths_now.split(os.pathsep):
+            monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(folder), paths_now) if p))
+        return name
+
+    return write

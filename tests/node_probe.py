@@ -40,16 +40,15 @@ if _FIFO and "paths.node" in _ARGV:
             os.close(fd)
 
     _tell("start")
-    import paths.bench
+    import paths.kernel
 
-    def _reporting(kernel, run):
-        def report(*args, **kwargs):
-            _tell(kernel)
-            return run(*args, **kwargs)
-        return report
+    _run_kernel = paths.kernel.run_kernel
 
-    paths.bench.gsum = _reporting("gsum", paths.bench.gsum)
-    paths.bench.mcpi = _reporting("mcpi", paths.bench.mcpi)
+    def _reporting(kernel, *args, **kwargs):
+        _tell(kernel.name)
+        return _run_kernel(kernel, *args, **kwargs)
+
+    paths.kernel.run_kernel = _reporting
 '''
 
 

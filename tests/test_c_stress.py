@@ -5,6 +5,8 @@ the test; nothing is skipped.
 - tests/c/stress_pastset.c: the PastSet core (pastset/*.c).
 - tests/c/stress_stages.c: the stage layer (wrappers_c/ over pastset/; libzmq links the remote
   stage in, which the test does not use): reduce-sum trees, pass-through stages, links, counters.
+- tests/c/stress_kernel_run.c: kernel runs, the C side of paths.h (threads, barriers, handles
+  through the run's hooks, reports, a failing thread), over the stage layer.
 """
 
 import os
@@ -23,6 +25,7 @@ STAGE_SOURCES = [
     for name in ("stage", "stage_params", "registry", "core", "reduce_sum", "cache", "trace", "delay", "remote",
                  "server", "wire", "zmq_context", "bridge_stage")
 ]
+KERNEL_RUN_SOURCES = [ROOT / "wrappers_c" / f"{name}.c" for name in ("kernel_run", "kernel_context", "paths_handle")]
 COMMON_FLAGS = ["-std=c11", "-O1", "-g", "-D_GNU_SOURCE", "-pthread", f"-I{ROOT / 'pastset'}"]
 BUILD_TIMEOUT_S = 120
 RUN_TIMEOUT_S = 60
@@ -37,6 +40,7 @@ SANITIZER_FLAGS = {
 SIZES = {
     "stress_pastset": {"plain": 200_000, "asan-ubsan": 100_000, "tsan": 50_000},
     "stress_stages": {"plain": 20_000, "asan-ubsan": 10_000, "tsan": 4_000},
+    "stress_kernel_run": {"plain": 4_000, "asan-ubsan": 2_000, "tsan": 400},
 }
 SANITIZER_OPTIONS = {
     "ASAN_OPTIONS": "halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1",
@@ -111,3 +115,9 @@ def test_stress_pastset(build, tmp_path):
 def test_stress_stages(build, tmp_path):
     build_and_run("stress_stages", build, tmp_path, [*PASTSET_SOURCES, *STAGE_SOURCES],
                   [f"-I{ROOT / 'wrappers_c'}", *libzmq_flags()])
+
+
+@pytest.mark.parametrize("build", list(SANITIZER_FLAGS))
+def test_stress_kernel_run(build, tmp_path):
+    build_and_run("stress_kernel_run", build, tmp_path, [*PASTSET_SOURCES, *STAGE_SOURCES, *KERNEL_RUN_SOURCES],
+                  [f"-I{ROOT / 'wrappers_c'}", "-DPATHS_BUILDING_LIBRARY", *libzmq_flags()])

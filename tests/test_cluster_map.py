@@ -150,7 +150,7 @@ BROKEN = {
         BASE + "polcy: even\n",
         7,
         "polcy",
-        "unknown field (valid: name, clusters, root, home, policy, tree, links, launch)",
+        "unknown field (valid: name, clusters, root, home, policy, tree, links, launch, elements, acquire, release)",
     ),
     "unknown cluster field": (
         edited(("cpus: 4", "cpus: 4\n    cpu: 4")),

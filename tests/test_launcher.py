@@ -6,9 +6,9 @@ Node processes carry a probe (tests/node_probe.py): the tests wait for its event
 and check that no node process is left, running or unreaped.
 """
 
-import dataclasses
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -25,7 +25,6 @@ from paths.cluster_map import builtin_map, load_map_text
 from paths.cpu_sets import cpu_shares, format_cpu_list
 from paths.experiment import RunSettings, run_experiment
 from paths.launcher import LaunchError, NodeProcesses, node_commands
-from paths.path_spec import path_to_json
 
 RUN_TIMEOUT = 60.0  # seconds any one step may wait; a failure must be reported long before
 PROMPT = 5.0        # the longest a failed or interrupted run may take to report and reap
@@ -47,21 +46,28 @@ def test_every_node_is_reaped_after_a_run(probe, launched):
     assert_all_reaped(probe, ["n0", "n1", "n2"])
 
 
-def test_a_build_that_fails_on_one_node_names_it_and_every_node_is_reaped(probe, monkeypatch):
-    planned = experiment.plans_for
+def test_a_path_that_fails_to_build_on_one_node_names_it_and_every_node_is_reaped(probe, user_module):
+    """Thread 8, alone on n2, gets a path with a stage kind nobody has from the acquire hook; the
+    threads of n0 and n1 wait for it in the barrier. The run must name n2 at once and stop all."""
+    user_module("bad_path_hook", """
+        import paths
+        from paths import make_path, stage
 
-    def with_a_bad_path(cluster_map, settings):  # the last thread's path gets a stage kind nobody has
-        plans = planned(cluster_map, settings)
-        return {n: dataclasses.replace(plan, paths=plan.paths[:-1] + (make_path(stage("no-such-kind"),
-                                                                                plan.paths[-1]),))
-                for n, plan in plans.items()}
-
-    monkeypatch.setattr(experiment, "plans_for", with_a_bad_path)
+        @paths.acquire_hook
+        def acquire(request):
+            path = request.default()
+            return make_path(stage("no-such-kind"), path) if request.thread == 8 else path
+    """)
     begin = time.monotonic()
     with pytest.raises(LaunchError) as failed:
-        run_experiment(builtin_map("paper-4w"), RunSettings("gsum", [9], repeat=1, rounds=20, timeout=RUN_TIMEOUT))
+        run_experiment(builtin_map("paper-4w"), RunSettings("gsum", [9], repeat=1, rounds=20, timeout=RUN_TIMEOUT,
+                                                            acquire="bad_path_hook:acquire"))
     assert time.monotonic() - begin < PROMPT
-    assert str(failed.value).startswith("node n2: ValueError: unknown stage kind 'no-such-kind'"), failed.value
+    assert str(failed.value) == (
+        "node n2: KernelError: kernel gsum: thread 8 on node n2 returned PATHS_EFAILED: the kernel's own failure: "
+        "paths_acquire('GSUM', 'q') by thread 8: its path no-such-kind() -> remote(host='n0') -> "
+        "reduce-sum(id='cluster:4w', num_threads=3) -> core(format='q', name='GSUM.9.0'): unknown stage kind "
+        "'no-such-kind' in stage no-such-kind() (valid kinds: cache, core, delay, reduce-sum, remote, trace)")
     assert_all_reaped(probe, ["n0", "n1", "n2"])
 
 
@@ -71,8 +77,8 @@ def test_a_node_failing_in_the_kernel_is_reported_at_once_not_at_the_others_time
 
     class OneBadNode(NodeProcesses):
         def request_all(self, requests, timeout=600.0):
-            if requests.get("n2", {}).get("op") == "gsum":
-                requests = dict(requests, n2=dict(requests["n2"], rounds=0))
+            if requests.get("n2", {}).get("op") == "run":
+                requests = dict(requests, n2=dict(requests["n2"], args=dict(requests["n2"]["args"], rounds="0")))
             return super().request_all(requests, timeout)
 
     monkeypatch.setattr(experiment, "NodeProcesses", OneBadNode)
@@ -80,7 +86,8 @@ def test_a_node_failing_in_the_kernel_is_reported_at_once_not_at_the_others_time
     with pytest.raises(LaunchError) as failed:
         run_experiment(builtin_map("paper-4w"), RunSettings("gsum", [12], repeat=1, rounds=20, timeout=20))
     assert time.monotonic() - begin < PROMPT
-    assert str(failed.value).startswith("node n2: ValueError: gsum: expected rounds > 0"), failed.value
+    assert re.fullmatch(r"node n2: KernelError: kernel gsum: thread (8|9|10|11) on node n2 returned PATHS_EINVAL: "
+                        r"a bad argument: gsum: expected rounds > 0, got 0", str(failed.value)), failed.value
     assert_all_reaped(probe, ["n0", "n1", "n2"])
 
 
@@ -223,7 +230,7 @@ def test_a_run_through_fake_ssh_on_loopback_addresses(probe, launched, tmp_path,
         addresses = launched[-1].addresses()
         checked["addresses"] = addresses
         [(public, _)] = keys
-        element = stage("core", name=f"GSUM.{threads}", format="q")
+        element = stage("core", name=f"GSUM.{threads}.{repeat}", format="q")
         with_key = build_path(make_path(stage("remote", host=addresses["n0"], curve_server_key=public), element),
                               pastset=paths.PastSet())
         checked["history"] = [with_key.observe(i, timeout=10)[0] for i in range(with_key.last())]
@@ -337,11 +344,16 @@ def test_a_node_exits_when_its_standard_input_closes(probe, holding):
         node.stdin.write("-\n")  # no CURVE keys
         node.stdin.flush()
         assert node.stdout.readline().startswith("READY tcp://127.0.0.1:")
-        if holding == "handles":
-            path = make_path(stage("reduce-sum", num_threads=2), stage("core", name="S", format="q"))
-            node.stdin.write(json.dumps({"op": "build", "paths": [path_to_json(path)] * 2}) + "\n")
-            node.stdin.flush()
-            assert json.loads(node.stdout.readline()) == {"ok": True, "threads": 2}
+        if holding == "handles":  # a run's handles stay until "release"
+            local = builtin_map("local")
+            for request in ({"op": "context", "map": local.text, "source": local.source, "kernel": "gsum",
+                             "kernel_name": "gsum", "sums": ["GSUM"], "policy": None, "max_fanin": None, "acquire": None, "release": None,
+                             "tracing": None},
+                            {"op": "run", "threads": [0, 1], "placements": ["alone", "alone"], "tag": "2.0",
+                             "args": {"rounds": "10"}, "pin": False, "spans_processes": False}):
+                node.stdin.write(json.dumps(request) + "\n")
+                node.stdin.flush()
+                assert json.loads(node.stdout.readline())["ok"] is True
         node.stdin.close()  # as when the launcher is gone
         assert node.wait(timeout=30) == 0
         assert node.stdout.read() == ""

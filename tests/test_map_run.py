@@ -21,6 +21,7 @@ from paths import build_path, make_path, stage
 from paths.cluster_map import builtin_map, load_map_text
 from paths.experiment import RunSettings, plans_for, run_experiment
 from paths.placement import PlacementWarning
+from paths.reduction_tree import plan_reduction
 from paths.run_command import results_table
 from paths.trace_file import read_trace
 
@@ -58,40 +59,39 @@ def test_multicluster_gsum_exact_and_one_round_trip_per_sum_across_each_link(pro
     histories = {}
 
     def after_each_run(threads, repeat):  # the nodes are still up: read the element on the home node
-        if repeat == MULTI_REPEAT - 1:
-            endpoint = launched[-1].addresses()[cluster_map.home]
-            histories[threads] = element_history(endpoint, f"GSUM.{threads}")
+        endpoint = launched[-1].addresses()[cluster_map.home]
+        histories[threads, repeat] = element_history(endpoint, f"GSUM.{threads}.{repeat}")
 
     report = run_experiment(cluster_map, settings, after_each_run)  # a node raises on a wrong total
 
     assert [(m.threads, m.repeat) for m in report.measurements] == [
         (n, r) for n in MULTI_COUNTS for r in range(MULTI_REPEAT)]
     for m in report.measurements:
-        assert m.kernel == "gsum" and m.value > 0
+        assert m.kernel == "gsum" and m.value > 0 and list(m.columns) == ["us_per_global_sum"]
         assert m.nodes == len(set(plans[m.threads].placements))
-    # Independently of the kernel: each run moved round i's total, i * threads, into the element.
-    for n in MULTI_COUNTS:
-        assert histories[n] == [n * i for i in range(MULTI_ROUNDS)] * MULTI_REPEAT, n
+    # Independently of the kernel: each run moved round i's total, i * threads, into its own element.
+    assert histories == {(n, r): [n * i for i in range(MULTI_ROUNDS)] for n in MULTI_COUNTS
+                         for r in range(MULTI_REPEAT)}
 
-    reductions = MULTI_ROUNDS * MULTI_REPEAT
     crossing = str(stage("remote", host=cluster_map.root))
     root_cluster = cluster_map.node(cluster_map.root).cluster
     assert set(report.counters) == set(MULTI_COUNTS)
-    for n in MULTI_COUNTS:
-        element = str(stage("core", name=f"GSUM.{n}", format="q"))
+    for n, r in ((n, r) for n in MULTI_COUNTS for r in range(MULTI_REPEAT)):
+        element = str(stage("core", name=f"GSUM.{n}.{r}", format="q"))
+        plan = plan_reduction(cluster_map, n, (f"GSUM.{n}.{r}", "q"))  # the default hook's paths
         stages = [(node, s) for node, found in report.counters[n].items() for s in found
-                  if s["stage"].endswith(element)]  # this count's tree, not a previous one being reaped
+                  if s["stage"].endswith(element)]  # this run's tree
         remotes = [(node, s) for node, s in stages if s["kind"] == "remote"]
         assert remotes, n
         # A remote stage under a sum makes one round trip per global sum (the sum's move and its
         # observe travel as one request); the remote of a thread alone on its node is that thread's
         # own link, a move and an observe: two. Plus, for each, the BUILD of its server side.
-        thread_tops = {(node, str(path)) for node, path in zip(plans[n].placements, plans[n].paths)}
+        thread_tops = {(node, str(path)) for node, path in zip(plan.placements, plan.paths)}
         for node, s in remotes:
             trips = 2 if (node, s["stage"]) in thread_tops else 1
-            assert s["counters"]["operations"] == trips * reductions, (n, node, s)
-            assert s["counters"]["requests"] == trips * reductions + 1, (n, node, s)
-            assert s["counters"]["answers"] == trips * reductions + 1, (n, node, s)
+            assert s["counters"]["operations"] == trips * MULTI_ROUNDS, (n, node, s)
+            assert s["counters"]["requests"] == trips * MULTI_ROUNDS + 1, (n, node, s)
+            assert s["counters"]["answers"] == trips * MULTI_ROUNDS + 1, (n, node, s)
             assert s["counters"]["failures"] == 0, (n, node, s)
         # Exactly one remote per cluster with threads crosses from that cluster to the root node.
         crossings = [cluster_map.node(node).cluster for node, s in remotes
@@ -99,11 +99,11 @@ def test_multicluster_gsum_exact_and_one_round_trip_per_sum_across_each_link(pro
         assert sorted(crossings) == sorted(CLUSTERS_WITH_THREADS[n]), n
         for node, s in remotes:  # ... and each crossing is one round trip per global sum
             if s["stage"].split(" -> ")[0] == crossing:
-                assert s["counters"]["requests"] == reductions + 1, (n, node, s)
-        assert {cluster_map.node(p).cluster for p in plans[n].placements} == CLUSTERS_WITH_THREADS[n]
+                assert s["counters"]["requests"] == MULTI_ROUNDS + 1, (n, node, s)
+        assert {cluster_map.node(p).cluster for p in plan.placements} == CLUSTERS_WITH_THREADS[n]
         # The element on the home node took one move per global sum.
         [core] = [s for node, s in stages if node == cluster_map.home and s["kind"] == "core"]
-        assert core["counters"]["element_moves"] == reductions, n
+        assert core["counters"]["element_moves"] == MULTI_ROUNDS, n
 
     started = probe.started()
     assert sorted(started.values()) == sorted(node.name for node in cluster_map.nodes)  # every node, once
@@ -122,8 +122,11 @@ def test_mcpi_through_a_map_finds_pi(probe):
         assert m.value > 0
     assert [m.nodes for m in report.measurements] == [1, 2, 8]
     table = results_table(cluster_map, settings, report.measurements).splitlines()
-    assert table[0].startswith("MCPi on map paper-4w (policy bucket, max fan-in 4), 10000000 darts")
+    assert table[0] == "MCPi on map paper-4w (policy bucket, max fan-in 4), 10000000 darts x 1 run"
+    assert table[1].split() == ["threads", "nodes"] + [f"{c}:{s}" for c in ("seconds", "pi") for s in ("min", "avg", "max")]
     assert [line.split()[:2] for line in table[2:]] == [["1", "1"], ["6", "2"], ["32", "8"]]
+    for line, m in zip(table[2:], report.measurements):  # one run each: min = avg = max
+        assert [float(x) for x in line.split()[5:]] == pytest.approx([m.pi] * 3, abs=1e-5)
     assert probe.unreaped() == []
 
 
@@ -169,7 +172,8 @@ def test_paths_run_prints_the_table_and_writes_csv_and_plot(probe, tmp_path):
     assert [(r["kernel"], r["map"], r["policy"], r["max_fanin"], r["threads"], r["nodes"], r["repeat"])
             for r in rows] == [("gsum", "paper-4w", "even", "4", str(n), str(k), str(r))
                                for n, k in ((1, 1), (5, 5)) for r in (0, 1)]
-    assert all(float(r["us_per_global_sum"]) > 0 and r["pi"] == "" for r in rows)
+    assert list(rows[0]) == ["kernel", "map", "policy", "max_fanin", "threads", "nodes", "repeat", "us_per_global_sum"]
+    assert all(float(r["us_per_global_sum"]) > 0 for r in rows)
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(probe.started().values()) == ["n0", "n1", "n2", "n3", "n4"]  # 5 threads dealt: 5 nodes
 
@@ -271,16 +275,18 @@ def test_trace_option_traces_every_node_and_link_into_one_perfetto_file(probe, t
     done = paths_run("gsum", "--map", "paper-4w", "--threads", "6", "--repeat", "2", "--rounds", str(rounds),
                      "--trace", str(tmp_path))
     assert done.returncode == 0, done.stderr
-    traces = {p.name: read_trace(str(p)) for p in tmp_path.glob("gsum-n6-*.bin")}
-    # bucket: threads 0-3 on n0, 4-5 on n1; one callers trace per node, one trace on n1's link to n0
-    callers = {name.split("-")[2]: t for name, t in traces.items() if "-callers-" in name}
-    links = [t for name, t in traces.items() if "-link-" in name]
-    assert sorted(callers) == ["n0", "n1"] and len(links) == 1
-    for node, threads in (("n0", 4), ("n1", 2)):
-        events = callers[node].events
-        assert len(events) == 2 * rounds * 2 * threads  # a move and an observe per round, per thread
-        assert {e.thread for e in events} == set(range(threads))
-    assert [e.op for e in links[0].events] == ["exchange"] * (rounds * 2)  # one round trip per sum
+    traces = {p.name: read_trace(str(p)) for p in tmp_path.glob("gsum-6.*.bin")}
+    for repeat in (0, 1):  # each run its own elements, so its own trees and traces
+        # bucket: threads 0-3 on n0, 4-5 on n1; one callers trace per node and element (the sum and
+        # the barrier), and one trace on n1's link to n0 per element
+        run = {name: t for name, t in traces.items() if name.startswith(f"gsum-6.{repeat}-")}
+        callers = {(name.split("-")[2], len(t.events)): t for name, t in run.items() if "-callers-" in name}
+        links = sorted(len(t.events) for name, t in run.items() if "-link-" in name)
+        assert sorted(callers) == [("n0", 2 * 4), ("n0", 2 * rounds * 4), ("n1", 2 * 2), ("n1", 2 * rounds * 2)]
+        for (node, events), trace in callers.items():  # a move and an observe per round, per thread
+            threads = 4 if node == "n0" else 2
+            assert {e.thread for e in trace.events} == set(range(threads))
+        assert links == [1, rounds]  # one round trip per sum: the barrier's one, the GSum's
     perfetto = json.loads((tmp_path / "gsum.json").read_text())
     assert sum(e.get("ph") == "X" for e in perfetto["traceEvents"]) == sum(len(t.events) for t in traces.values())
 
@@ -292,7 +298,7 @@ def test_counters_option_prints_every_nodes_stages(probe):
     assert "stages after 3 threads" in done.stdout
     # the one link from the 2w cluster to the root: a BUILD, then one round trip per global sum
     assert "remote(host='root0')" in done.stdout and "requests=31, answers=31" in done.stdout
-    assert "core(format='q', name='GSUM.3')" in done.stdout
+    assert "core(format='q', name='GSUM.3.0')" in done.stdout
 
 
 def test_several_maps_and_policies_in_one_run(probe, tmp_path):

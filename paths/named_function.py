@@ -1,0 +1,38 @@
+"""A function named in a map or on the command line, `pkg.mod:func` (or `pkg.mod.func`): a
+placement policy, an acquire or release hook, a kernel written in Python. A hook must also be
+marked as one (by @paths.acquire_hook or @paths.release_hook, which set HOOK_MARK).
+
+Modules are found as `python -m` finds them: on sys.path, and in the current folder.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from typing import Callable, Optional
+
+DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*")
+HOOK_MARK = "__paths_hook__"  # "acquire" or "release": what kind of hook a function was marked as
+
+
+def import_function(name: str, what: str, hook: Optional[str] = None) -> Callable:
+    """The function `name` names (marked as a `hook` hook, if given); ValueError saying what is
+    wrong, starting with `what` (such as "policy" or "acquire hook")."""
+    if not isinstance(name, str) or not DOTTED_NAME.fullmatch(name):
+        raise ValueError(f"{what} {name!r}: expected a function named 'pkg.mod:func' or 'pkg.mod.func'")
+    module_name, _, func_name = name.rpartition(":" if ":" in name else ".")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"{what} {name!r}: cannot import module {module_name!r} ({error})") from error
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ValueError(f"{what} {name!r}: module {module_name!r} has no function {func_name!r}")
+    if hook is not None and getattr(func, HOOK_MARK, None) != hook:
+        raise ValueError(f"{what} {name!r}: {func.__qualname__} is not marked as one: decorate it with "
+                         f"@paths.{hook}_hook")
+    return func

@@ -1,0 +1,236 @@
+"""The runtime context of a process that takes part in a run: the map, the run's threads and
+where each runs, its sum elements, its hooks, and the names its elements take.
+
+A node process of `paths run` makes one per run of a kernel (each run works on fresh elements:
+element NAME of the kernel is `NAME.<tag>` in the run with that tag); a program of its own gets
+one from paths_init (`start_program`). `paths.acquire(element, format)` asks the one of the
+calling kernel thread, or the program's.
+It is one explicit object, so that a launcher of programs (srun, mpirun) can fill it from the
+environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple, Optional
+
+from . import _native
+from .acquire_hook import AcquireRequest, default_acquire, default_release, named_hook
+from .build import build_path, default_pastset
+from .cluster_map import ClusterMap, open_map
+from .kernel import current_context, parse_kernel_args, raised_where
+from .path_edit import with_traces
+from .path_spec import PathSpec
+from .placement import PlacementWarning, place
+
+BARRIER_ELEMENT = "paths.barrier"  # the sum paths_barrier goes through across processes
+
+
+class Tracing(NamedTuple):
+    """Trace every caller and every link (paths run --trace): files <prefix>-<tag>-... in directory."""
+
+    directory: str
+    prefix: str
+    capacity: int  # events each trace stage holds
+
+
+@dataclass
+class Runtime:
+    """One process's part in a run; see the module docstring."""
+
+    cluster_map: ClusterMap
+    placements: tuple[str, ...]  # the node of each thread of the run
+    sums: frozenset[str] = frozenset()  # besides the map's `elements: NAME: {reduce: sum}`
+    policy: Optional[str] = None
+    max_fanin: Optional[int] = None
+    acquire_hook: Callable = default_acquire
+    release_hook: Callable = default_release
+    hook_names: tuple[Optional[str], Optional[str]] = (None, None)  # as named, for messages
+    tag: Optional[str] = None  # element NAME is NAME.tag (None: NAME)
+    tracing: Optional[Tracing] = None
+    pastset: _native.PastSet = field(default_factory=default_pastset)
+    _requests: dict = field(default_factory=dict, repr=False)  # handle -> its AcquireRequest
+    _formats: dict = field(default_factory=dict, repr=False)  # element -> (format, first thread)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def threads(self) -> int:
+        return len(self.placements)
+
+    def for_run(self, placements: tuple[str, ...], tag: str) -> "Runtime":
+        """The same context for a run of these threads, whose elements are NAME.tag."""
+        return dataclasses.replace(self, placements=tuple(placements), tag=tag, _requests={}, _formats={},
+                                   _lock=threading.Lock())
+
+    def request(self, element: str, format: str, thread: int) -> AcquireRequest:
+        """What the hook is asked for (element, format) from `thread`."""
+        if not 0 <= thread < self.threads:
+            raise ValueError(f"thread {thread}: expected 0 <= thread < {self.threads}")
+        declared = self.cluster_map.element(element)
+        is_sum = element in self.sums or element == BARRIER_ELEMENT or bool(declared and declared.reduce == "sum")
+        return AcquireRequest(element, format, thread, self.threads, self.placements[thread], self.cluster_map,
+                              is_sum, self._home(element, declared), self.policy, self.max_fanin)
+
+    def _home(self, element: str, declared) -> str:
+        if declared is not None and declared.home:
+            return declared.home
+        name, at, owner = element.rpartition("@")
+        if name and at and owner.isdigit():
+            if int(owner) >= self.threads:
+                raise ValueError(f"element {element!r}: homed with thread {owner}, but the run has "
+                                 f"{self.threads} threads")
+            return self.placements[int(owner)]
+        return self.cluster_map.home
+
+    def acquire(self, element: str, format: str, thread: int) -> _native.Handle:
+        """Ask the hook for the path of (element, format) from `thread`, build it, return the handle."""
+        call = f"paths_acquire({element!r}, {format!r}) by thread {thread}"
+        request = self.request(element, format, thread)
+        with self._lock:
+            first = self._formats.setdefault(element, (format, thread))
+        if first[0] != format:
+            raise ValueError(f"{call}: element {element!r} was acquired with format {first[0]!r} by thread "
+                             f"{first[1]}: an element has one format")
+        hook = default_acquire if element == BARRIER_ELEMENT else self.acquire_hook
+        try:
+            path = hook(request)
+        except Exception as e:
+            raise ValueError(f"{call} on node {request.node}: acquire hook {self.hook_names[0]} raised "
+                             f"{raised_where(e)}") from e
+        if not isinstance(path, PathSpec):
+            raise ValueError(f"{call}: acquire hook {self.hook_names[0]} returned {path!r:.200}, not a PathSpec "
+                             "(make_path(...))")
+        last = path.stages[-1]
+        if self.tag is not None and last.kind == "core":  # else building it says what is wrong
+            path = PathSpec(path.stages[:-1] + (last.replace(name=f"{last.param('name')}.{self.tag}"),))
+        if self.tracing:
+            prefix = "-".join(part for part in (self.tracing.prefix, self.tag) if part)
+            path = with_traces(path, request.node, self.tracing.directory, prefix, self.tracing.capacity)
+        try:
+            handle = build_path(path, pastset=self.pastset, label=f"{request.node} thread {thread}")
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{call}: its path {path}: {e}") from None
+        except ConnectionError as e:
+            raise ConnectionError(f"{call}: its path {path}: {e}") from None
+        with self._lock:
+            self._requests[handle] = request
+        return handle
+
+    def release(self, handle: _native.Handle, thread: int) -> None:
+        """The kernel is done with `handle`: the release hook sees it."""
+        with self._lock:
+            request = self._requests.pop(handle)
+        hook = default_release if request.element == BARRIER_ELEMENT else self.release_hook
+        try:
+            hook(request, handle)
+        except Exception as e:
+            raise ValueError(f"release of {request.element!r} by thread {thread}: release hook "
+                             f"{self.hook_names[1]} raised {raised_where(e)}") from e
+
+
+def make_runtime(cluster_map: ClusterMap, threads: int, *, sums=(), policy: Optional[str] = None,
+                 max_fanin: Optional[int] = None, acquire: Optional[str] = None,
+                 release: Optional[str] = None, tracing: Optional[Tracing] = None) -> Runtime:
+    """A runtime for `threads` threads placed by the map (or `policy`), with the hooks named
+    here or by the map."""
+    acquire, release = acquire or cluster_map.acquire, release or cluster_map.release
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlacementWarning)
+        placements = tuple(place(cluster_map, threads, policy))
+    return Runtime(cluster_map, placements, frozenset(sums), policy, max_fanin, named_hook(acquire, "acquire"),
+                   named_hook(release, "release"), (acquire or "(default)", release or "(default)"),
+                   tracing=tracing)
+
+
+# ---- a program of its own -------------------------------------------------------------------------
+
+_program: Optional[Runtime] = None
+_program_thread = 0
+
+
+def current() -> Runtime:
+    """The runtime of this process (a program of its own, after paths_init)."""
+    if _program is None:
+        raise ValueError("paths.acquire: this process takes part in no run (a program of its own calls "
+                         "paths_init first; a kernel runs in one)")
+    return _program
+
+
+def acquire(element: str, format: str) -> _native.Handle:
+    """A handle on (element, format) from the acquire hook: for the kernel thread that calls it
+    (a kernel written in Python: as ctx.acquire), else for this process's thread of its run (a
+    program of its own)."""
+    context = current_context()
+    if context is not None:
+        return context.acquire(element, format)
+    return current().acquire(element, format, _program_thread)
+
+
+PROGRAM_OPTIONS = {  # --paths-X: (what it takes, whether it may repeat)
+    "--paths-map": ("a map", False), "--paths-thread": ("a whole number", False),
+    "--paths-threads": ("a whole number", False), "--paths-sum": ("an element name", True),
+    "--paths-arg": ("KEY=VALUE", True), "--paths-acquire": ("pkg.mod:func", False),
+    "--paths-release": ("pkg.mod:func", False),
+}
+
+
+def program_options(argv: list[str]) -> tuple[dict[str, list[str]], list[int]]:
+    """The --paths-* options in argv (`--paths-X VALUE` or `--paths-X=VALUE`), each with its
+    values, and the indices of the other arguments; ValueError for an unknown or incomplete one."""
+    options: dict[str, list[str]] = {}
+    others, i = [], 0
+    while i < len(argv):
+        name, equals, value = argv[i].partition("=")
+        if not name.startswith("--paths-"):
+            others.append(i)
+            i += 1
+            continue
+        if name not in PROGRAM_OPTIONS:
+            raise ValueError(f"{name}: unknown option (known: {', '.join(PROGRAM_OPTIONS)})")
+        if not equals:
+            if i + 1 == len(argv):
+                raise ValueError(f"{name}: expected {PROGRAM_OPTIONS[name][0]} after it")
+            i, value = i + 1, argv[i + 1]
+        if options.get(name) and not PROGRAM_OPTIONS[name][1]:
+            raise ValueError(f"{name}: given twice")
+        options.setdefault(name, []).append(value)
+        i += 1
+    return options, others
+
+
+def _whole(options: dict, name: str, default: int) -> int:
+    text = options.get(name, [str(default)])[0]
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name} {text}: expected a whole number") from None
+
+
+def start_program(argv: list[str]) -> list[int]:
+    """paths_init: read the program's --paths-* options from argv (argv[1:] of main), make its
+    runtime, and give it the program's NULL context. Returns the indices (in main's argv) of the
+    arguments that are the program's own."""
+    global _program, _program_thread
+    options, others = program_options(argv)
+    thread, threads = _whole(options, "--paths-thread", 0), _whole(options, "--paths-threads", 1)
+    if not 0 <= thread < threads:
+        raise ValueError(f"--paths-thread {thread}: expected 0 <= thread < --paths-threads ({threads})")
+    one = {name: values[0] for name, values in options.items()}
+    runtime = make_runtime(open_map(one.get("--paths-map")), threads, sums=options.get("--paths-sum", []),
+                           acquire=one.get("--paths-acquire"), release=one.get("--paths-release"))
+    args = parse_kernel_args(options.get("--paths-arg", []), "--paths-arg")
+    _native.serve_process(thread, runtime.threads, runtime.placements[thread], args,
+                          lambda t, element, format: runtime.acquire(element, format, t),
+                          lambda t, handle: runtime.release(handle, t))
+    _program, _program_thread = runtime, thread
+    return [i + 1 for i in others]
+
+
+def end_program() -> None:
+    """paths_finalize: give back the program's handles."""
+    global _program
+    _native.end_process()
+    _program = None

@@ -1,0 +1,89 @@
+/* kernels.c — small kernels on paths.h for tests/test_kernels.py: each does one thing a test
+ * checks from the outside (a total, a barrier, reports, a failure). Built like a user's kernel. */
+#include <paths.h>
+#include <stdio.h>
+#include <string.h>
+
+PATHS_SUMS(count, "TOTAL");
+
+/* Every thread adds thread+1 into TOTAL `rounds` times (each round after a barrier of the whole
+ * run) and checks each total; thread 0 reports the last total and the barriers passed. */
+int count(paths_kernel_ctx *c) {
+    int64_t rounds = 3, threads = paths_threads(c), total = 0;
+    int rc = paths_arg_int(c, "rounds", &rounds);
+    paths_handle *sum = rc == PATHS_OK ? paths_acquire(c, "TOTAL", "q") : NULL;
+    if (!sum) return rc != PATHS_OK ? rc : PATHS_EFAILED;
+    for (int64_t r = 0; r < rounds; r++) {
+        int64_t mine = paths_thread(c) + 1;
+        rc = paths_barrier(c, 20 * 1000000000LL);
+        if (rc == PATHS_OK) rc = paths_move(sum, &mine, 20 * 1000000000LL);
+        if (rc == PATHS_OK) rc = paths_observe(sum, &total, 20 * 1000000000LL);
+        if (rc != PATHS_OK) return rc;
+        if (total != threads * (threads + 1) / 2)
+            return paths_fail(c, PATHS_EFAILED, "round %lld: total %lld", (long long)r, (long long)total);
+    }
+    paths_release(c, sum);
+    if (paths_thread(c) == 0) {
+        paths_report(c, "total", (double)total);
+        paths_report(c, "barriers", (double)rounds);
+    }
+    paths_report(c, "thread", paths_thread(c)); /* every thread: the run's value is their mean */
+    return PATHS_OK;
+}
+
+/* Thread `fail` (an --arg) says why and fails at once; the others wait for it in a barrier, for
+ * `timeout` seconds. */
+int failing(paths_kernel_ctx *c) {
+    int64_t fail = 1;
+    double timeout = 60.0;
+    paths_arg_int(c, "fail", &fail);
+    paths_arg_double(c, "timeout", &timeout);
+    if (paths_thread(c) == fail)
+        return paths_fail(c, PATHS_EFAILED, "thread %d of %d on %s says no", paths_thread(c), paths_threads(c),
+                          paths_node(c));
+    return paths_barrier(c, (int64_t)(timeout * 1e9));
+}
+
+/* Thread 0 acquires element X as "q"; after a barrier the last thread acquires it as "d". */
+int two_formats(paths_kernel_ctx *c) {
+    int last = paths_thread(c) == paths_threads(c) - 1;
+    paths_handle *h = paths_thread(c) == 0 ? paths_acquire(c, "X", "q") : NULL;
+    if (paths_thread(c) == 0 && !h) return PATHS_EFAILED;
+    int rc = paths_barrier(c, 20 * 1000000000LL);
+    if (rc == PATHS_OK && last && !paths_acquire(c, "X", "d")) return PATHS_EFAILED;
+    return rc;
+}
+
+/* Acquires element X ("q") and moves 1 into it: what a hook does to the path is seen outside. */
+int touch(paths_kernel_ctx *c) {
+    int64_t one = 1;
+    paths_handle *h = paths_acquire(c, "X", "q");
+    return h ? paths_move(h, &one, PATHS_FOREVER) : PATHS_EFAILED;
+}
+
+/* Every operation of paths.h on element H ("q"), from thread 0; fails naming the first surprise. */
+int history(paths_kernel_ctx *c) {
+    paths_handle *h = paths_acquire(c, "H", "q");
+    if (!h) return PATHS_EFAILED;
+    int64_t value = 0, first = -1, last = -1;
+    for (int64_t i = 0; i < 10; i++)
+        if (paths_move(h, &i, PATHS_FOREVER) != PATHS_OK)
+            return paths_fail(c, PATHS_EFAILED, "move %lld", (long long)i);
+    if (paths_last(h, &last) != PATHS_OK || last != 10)
+        return paths_fail(c, PATHS_EFAILED, "last %lld", (long long)last);
+    if (paths_observe_at(h, 3, &value, 0) != PATHS_OK || value != 3)
+        return paths_fail(c, PATHS_EFAILED, "observe_at(3) %lld", (long long)value);
+    if (paths_observe(h, &value, 0) != PATHS_OK || value != 0 || paths_first(h, &first) != PATHS_OK || first != 1)
+        return paths_fail(c, PATHS_EFAILED, "observe %lld, then first %lld", (long long)value, (long long)first);
+    if (paths_axe(h, 1) != PATHS_OK) return paths_fail(c, PATHS_EFAILED, "axe(1)");
+    int rc = paths_observe_at(h, 0, &value, 0);
+    if (rc != PATHS_EAXED) return paths_fail(c, PATHS_EFAILED, "observe_at(0) after axe(1): %s", paths_strerror(rc));
+    if (paths_observe_at(h, 10, &value, 1000) != PATHS_ETIMEDOUT)
+        return paths_fail(c, PATHS_EFAILED, "observe_at(10) did not time out");
+    if (strncmp(paths_strerror(PATHS_EAXED), "PATHS_EAXED:", 12) != 0)
+        return paths_fail(c, PATHS_EFAILED, "paths_strerror(PATHS_EAXED) is '%s'", paths_strerror(PATHS_EAXED));
+    paths_report(c, "tuple_size", (double)paths_tuple_size(h));
+    paths_report(c, "format_is_q", strcmp(paths_format(h), "q") == 0);
+    paths_report(c, "now_moves", paths_now_ns() > 0);
+    return PATHS_OK;
+}

@@ -1,0 +1,522 @@
+"""Kernels of your own: the public header, C kernels built outside the package as a user builds
+them (the one documented command) and run on local and emulated maps with exact results, a
+kernel written in Python, the acquire and release hooks, the capsule, a program of its own, and
+every bad input (a missing file or symbol, another API version, a kernel that fails, an element
+acquired with two formats, a hook that raises): one clear line, and every node reaped.
+
+The C sources are tests/c/kernels.c (small kernels, each checking one thing), tests/c/old_kernel.c
+(a stale build) and the examples: examples/jacobi/, examples/extension/, examples/program/.
+"""
+
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import paths
+from paths import make_path, stage
+from paths.kernel import Kernel, KernelError, load_kernel, run_kernel
+from paths.trace_file import read_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+C_TESTS = ROOT / "tests" / "c"
+RUN_TIMEOUT = 120
+
+
+def compile_c(*args: str, cwd: Path) -> None:
+    done = subprocess.run([os.environ.get("CC", "cc"), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def config(*options: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-m", "paths", "config", *options], capture_output=True, text=True,
+                          check=True)
+    return done.stdout.split()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The kernels, built outside the package exactly as the README says a user builds them."""
+    folder = tmp_path_factory.mktemp("kernels")
+    include = f"-I{paths.get_include()}"
+    compile_c("-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", include, str(EXAMPLES / "jacobi" / "jacobi.c"),
+              "-o", "libjacobi.so", cwd=folder)
+    compile_c("-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", include, str(C_TESTS / "kernels.c"),
+              "-o", "libkernels.so", cwd=folder)
+    compile_c("-shared", "-fPIC", str(C_TESTS / "old_kernel.c"), "-o", "libold.so", cwd=folder)
+    return folder
+
+
+def paths_run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "paths", "run", *args], capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT, cwd=cwd)
+
+
+def csv_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# ---- the header and the package's own libraries -------------------------------------------------
+
+@pytest.mark.parametrize("compiler, source", [("cc", "kernel.c"), ("c++", "kernel.cpp")])
+def test_the_public_header_alone_compiles_a_kernel_in_c_and_cpp(tmp_path, compiler, source):
+    (tmp_path / source).write_text('#include <paths.h>\nPATHS_SUMS(k, "A", "B");\n'
+                                   + ('extern "C" ' if source.endswith(".cpp") else "")
+                                   + "int k(paths_kernel_ctx *c) { return paths_thread(c) + PATHS_API_VERSION; }\n")
+    done = subprocess.run([compiler, "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{paths.get_include()}",
+                           source, "-o", "libk.so"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(paths.get_include())) == ["paths.h"]  # nothing internal is needed
+    assert (Path(paths.get_include()) / "paths.h").read_text() == (ROOT / "wrappers_c" / "paths.h").read_text()
+    kernel = load_kernel(str(tmp_path / "libk.so") + ":k")
+    assert kernel.sums == ("A", "B")
+
+
+def test_the_exact_declarations_of_the_api():
+    header = (Path(paths.get_include()) / "paths.h").read_text()
+    for declaration in [
+        "typedef struct paths_handle paths_handle;", "typedef struct paths_kernel_ctx paths_kernel_ctx;",
+        "#define PATHS_OK 0", "#define PATHS_FOREVER (-1)",
+        "int paths_move(paths_handle *h, const void *tuple, int64_t timeout_ns);",
+        "int paths_observe(paths_handle *h, void *out, int64_t timeout_ns);",
+        "int paths_observe_at(paths_handle *h, int64_t index, void *out, int64_t timeout_ns);",
+        "int paths_first(paths_handle *h, int64_t *out);", "int paths_last(paths_handle *h, int64_t *out);",
+        "int paths_axe(paths_handle *h, int64_t index);", "size_t paths_tuple_size(const paths_handle *h);",
+        "const char *paths_format(const paths_handle *h);", "const char *paths_strerror(int status);",
+        "int paths_thread(const paths_kernel_ctx *c);", "int paths_threads(const paths_kernel_ctx *c);",
+        "const char *paths_node(const paths_kernel_ctx *c);",
+        "const char *paths_arg(const paths_kernel_ctx *c, const char *key);",
+        "paths_handle *paths_acquire(paths_kernel_ctx *c, const char *element, const char *format);",
+        "void paths_release(paths_kernel_ctx *c, paths_handle *h);",
+        "int paths_barrier(paths_kernel_ctx *c, int64_t timeout_ns);",
+        "void paths_report(paths_kernel_ctx *c, const char *name, double value);", "int64_t paths_now_ns(void);",
+        "int paths_init(int *argc, char ***argv);", "void paths_finalize(void);",
+    ]:
+        assert declaration in header, declaration
+    assert f"#define PATHS_API_VERSION {paths._native.API_VERSION}\n" in header
+
+
+def dynamic_symbols(library: Path, which: str) -> set[str]:
+    done = subprocess.run(["nm", "-D", which, str(library)], capture_output=True, text=True, check=True)
+    return {line.split()[-1].split("@")[0] for line in done.stdout.splitlines() if line.strip()}
+
+
+def needed_libraries(library: Path) -> list[str]:
+    done = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True, check=True)
+    return re.findall(r"\(NEEDED\).*\[(.+)\]", done.stdout)
+
+
+def test_gsum_and_mcpi_are_kernels_on_the_public_api_alone():
+    package = Path(paths._native.__file__).parent
+    kernels = package / "libpaths_kernels.so"
+    undefined = dynamic_symbols(kernels, "--undefined-only")
+    assert {"paths_acquire", "paths_move", "paths_observe", "paths_barrier", "paths_report"} <= undefined
+    assert not [s for s in undefined if s.startswith("ps_")], undefined  # nothing internal
+    assert {"gsum", "mcpi", "paths_sums_gsum", "paths_sums_mcpi"} <= dynamic_symbols(kernels, "--defined-only")
+    assert load_kernel("gsum").sums == ("GSUM",) and load_kernel("mcpi").sums == ("MCPI",)
+    for library in package.glob("*.so"):  # the anchors left the package: no OpenMP in it
+        assert not [n for n in needed_libraries(library) if "gomp" in n or "mpi" in n], library
+
+
+def test_the_openmp_anchor_is_a_program_of_its_own_and_caps_its_threads():
+    from benchmarks import anchors
+
+    assert anchors.openmp_sum_us(2, 200) > 0
+    with pytest.raises(ValueError, match=r"^the OpenMP anchor: expected 1 <= threads <= 1024 and rounds >= 1, "
+                                         r"got 100000 threads and 10 rounds$"):
+        anchors.openmp_sum_us(100_000, 10)
+    done = subprocess.run([str(anchors.OPENMP_BUILD / "sum"), "100000", "10"], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.endswith("usage: " + str(anchors.OPENMP_BUILD / "sum") + " THREADS ROUNDS "
+                                "(1 <= THREADS <= 1024, 1 <= ROUNDS <= 100000000)\n")
+
+
+# ---- the Jacobi example, unchanged across maps --------------------------------------------------
+
+def test_jacobi_converges_to_the_known_answer_on_every_map(built, probe):
+    results = {}
+    for cluster_map, threads in (("local", "1,4"), ("paper-2w", "3"), ("multicluster", "4")):
+        out = built / f"jacobi-{cluster_map}.csv"
+        done = paths_run("./libjacobi.so:jacobi", "--map", cluster_map, "--threads", threads, "--repeat", "1",
+                         "--csv", str(out), cwd=built)
+        assert done.returncode == 0, done.stderr
+        for row in csv_rows(out):
+            results[cluster_map, row["threads"]] = (row["nodes"], row["iterations"], float(row["residual"]),
+                                                     float(row["rms_error"]))
+    assert sorted(results) == [("local", "1"), ("local", "4"), ("multicluster", "4"), ("paper-2w", "3")]
+    assert {key: nodes for key, (nodes, *_) in results.items()} == {
+        ("local", "1"): "1", ("local", "4"): "1", ("paper-2w", "3"): "2", ("multicluster", "4"): "2"}
+    # The same updates everywhere (the halos are exact): the same iterations, the same answer.
+    assert len({iterations for _, iterations, _, _ in results.values()}) == 1
+    for _, iterations, residual, error in results.values():
+        assert 100 < int(iterations) < 100_000 and residual < 1e-8 and error < 1e-6
+    assert probe.alive() == []
+
+
+# ---- C kernels through paths run: totals, barriers, reports ----------------------------------------
+
+def test_a_c_kernel_sums_and_passes_barriers_across_nodes_and_reports_columns(built, probe):
+    out = built / "count.csv"
+    done = paths_run("./libkernels.so:count", "--map", "paper-4w", "--threads", "1,6", "--repeat", "2",
+                     "--arg", "rounds=4", "--csv", str(out), cwd=built)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "./libkernels.so:count on map paper-4w (policy bucket, max fan-in 4), rounds=4 x 2 runs"
+    assert lines[1].split() == ["threads", "nodes"] + [f"{c}:{s}" for c in ("total", "barriers", "thread")
+                                                       for s in ("min", "avg", "max")]
+    assert [line.split() for line in lines[2:4]] == [["1", "1", "1", "1", "1", "4", "4", "4", "0", "0", "0"],
+                                                     ["6", "2", "21", "21", "21", "4", "4", "4", "2.5", "2.5", "2.5"]]
+    assert [(r["threads"], r["nodes"], r["total"], r["barriers"], r["thread"]) for r in csv_rows(out)] == [
+        ("1", "1", "1", "4", "0"), ("1", "1", "1", "4", "0"),
+        ("6", "2", "21", "4", "2.5"), ("6", "2", "21", "4", "2.5")]
+    assert sorted(set(probe.started().values())) == ["n0", "n1"] and probe.alive() == []
+
+
+def test_a_kernel_written_in_python(built, probe, user_module):
+    user_module("python_kernel", """
+        import paths
+
+        def kernel(ctx):
+            total = paths.acquire("TOTAL", "q")  # as ctx.acquire, for the thread that runs it
+            own = ctx.acquire(f"own@{ctx.thread}", "q")   # lives on this thread's node
+            ctx.barrier(timeout=20)
+            own.move(ctx.thread)
+            total.move(int(ctx.arg("base")) + ctx.thread)
+            ctx.report("total", total.observe(timeout=20)[0])
+            ctx.report("own", own.observe(0, timeout=20)[0])
+            if ctx.thread == 0:
+                ctx.report("threads", ctx.threads)
+
+        kernel.paths_sums = ("TOTAL",)
+    """)
+    out = built / "python.csv"
+    done = paths_run("python_kernel:kernel", "--map", "paper-4w", "--threads", "5", "--repeat", "1",
+                     "--arg", "base=10", "--csv", str(out), cwd=built)
+    assert done.returncode == 0, done.stderr
+    assert [(r["nodes"], r["total"], r["own"], r["threads"]) for r in csv_rows(out)] == [("2", "60", "2", "5")]
+    assert probe.alive() == []
+
+
+# ---- the hooks ----------------------------------------------------------------------------------
+
+def test_a_replaced_acquire_hook_changes_the_path_and_the_release_hook_sees_every_handle(built, probe, user_module,
+                                                                                        tmp_path):
+    released = tmp_path / "released.txt"
+    user_module("tracing_hooks", f"""
+        import paths
+        from paths import make_path, stage
+
+        @paths.acquire_hook
+        def traced(request):  # a trace on top of the default path, one per node
+            return make_path(stage("trace", file="{tmp_path}/" + request.node + ".bin", node=request.node),
+                             request.default())
+
+        @paths.release_hook
+        def note(request, handle):
+            with open("{released}", "a") as f:
+                f.write(f"{{request.element}} {{request.thread}} {{handle.stage.kind}}\\n")
+    """)
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "6", "--repeat", "1", "--rounds", "50",
+                     "--acquire", "tracing_hooks:traced", "--release", "tracing_hooks:note", "--counters", cwd=built)
+    assert done.returncode == 0, done.stderr
+    traces = re.findall(rf"^  (n\d) +trace\(file='{re.escape(str(tmp_path))}/(n\d).bin', node='n\d'\) +"
+                        r"operations=(\d+), .*events=(\d+)", done.stdout, re.M)
+    # 4 threads on n0, 2 on n1: a move and an observe per round each, through the trace
+    assert sorted(traces) == [("n0", "n0", "400", "400"), ("n1", "n1", "200", "200")]
+    assert (tmp_path / "n0.bin").exists() and (tmp_path / "n1.bin").exists()
+    # once per handle, each at the top of the path the hook gave (the barrier's are not the hook's)
+    assert sorted(released.read_text().splitlines()) == [f"GSUM {t} trace" for t in range(6)]
+    assert probe.alive() == []
+
+
+@pytest.mark.parametrize("module, hook, words", [
+    ("missing_hook_module", "no_such_module:hook", ["acquire hook 'no_such_module:hook': cannot import module"]),
+    ("unmarked_hook", "unmarked_hook:acquire", ["acquire hook 'unmarked_hook:acquire': acquire is not marked as one: "
+                                                "decorate it with @paths.acquire_hook"]),
+], ids=["no module", "not marked"])
+def test_a_hook_that_cannot_be_used_is_refused_before_any_node_starts(built, probe, user_module, module, hook, words):
+    user_module("unmarked_hook", "def acquire(request):\n    return request.default()\n")
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--acquire", hook, cwd=built)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("paths run: ")
+    for word in words:
+        assert word in done.stderr, done.stderr
+    assert probe.started() == {}
+
+
+# ---- bad input: one line each, exit 1 or 2, and every node reaped --------------------------------
+
+LOAD_ERRORS = {  # kernel, the one line on stderr
+    "missing file": ("./nope.so:k", "paths run: kernel ./nope.so:k: no file ./nope.so"),
+    "missing symbol": ("./libkernels.so:nosuch", "paths run: kernel ./libkernels.so:nosuch: no function 'nosuch' in "
+                       "it (a kernel is `int nosuch(paths_kernel_ctx *c)`, not static; in C++ extern \"C\")"),
+    "another API version": ("./libold.so:stale", "paths run: kernel ./libold.so:stale: compiled against PATHS API "
+                            "version 0, this PATHS has version 1: compile it again with -I paths.get_include()"),
+    "unknown name": ("fast", "paths run: unknown kernel 'fast': expected gsum, mcpi, FILE.so:SYMBOL (a C kernel) or "
+                     "pkg.mod:func (a Python kernel)"),
+    "missing module": ("no_such_module:run", "paths run: kernel 'no_such_module:run': cannot import module "
+                       "'no_such_module' (No module named 'no_such_module')"),
+}
+
+
+@pytest.mark.parametrize("case", LOAD_ERRORS, ids=list(LOAD_ERRORS))
+def test_a_kernel_that_cannot_be_loaded_is_refused_before_any_node_starts(built, probe, case):
+    kernel, line = LOAD_ERRORS[case]
+    done = paths_run(kernel, "--map", "paper-4w", "--threads", "2", cwd=built)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", line + "\n")
+    assert probe.started() == {}
+
+
+RUN_ERRORS = {  # kernel and its options, exit status, the one line on stderr (a pattern)
+    "a thread fails": (["./libkernels.so:failing", "--map", "paper-4w", "--threads", "6", "--arg", "fail=5"],
+                       r"node n1: KernelError: kernel \./libkernels\.so:failing: thread 5 on node n1 returned "
+                       r"PATHS_EFAILED: the kernel's own failure: thread 5 of 6 on n1 says no"),
+    "two formats": (["./libkernels.so:two_formats", "--map", "local", "--threads", "2"],
+                    r"node localhost: KernelError: kernel \./libkernels\.so:two_formats: thread 1 on node localhost "
+                    r"returned PATHS_EFAILED: the kernel's own failure: paths_acquire\('X', 'd'\) by thread 1: element "
+                    r"'X' was acquired with format 'q' by thread 0: an element has one format"),
+    "two formats, two nodes": (["./libkernels.so:two_formats", "--map", "paper-2w", "--threads", "3"],
+                               r"node n1: KernelError: kernel \./libkernels\.so:two_formats: thread 2 on node n1 "
+                               r"returned PATHS_EFAILED: the kernel's own failure: paths_acquire\('X', 'd'\) by thread "
+                               r"2: its path remote\(host='n0'\) -> core\(format='d', name='X\.3\.0'\): "
+                               r".*stage 'core': element 'X\.3\.0' exists with another format than 'd'.*"),
+    "a hook raises": (["./libkernels.so:touch", "--map", "paper-4w", "--threads", "6",
+                       "--acquire", "raising_hook:acquire"],
+                      r"node n1: KernelError: kernel \./libkernels\.so:touch: thread 5 on node n1 returned "
+                      r"PATHS_EFAILED: the kernel's own failure: paths_acquire\('X', 'q'\) by thread 5 on node n1: "
+                      r"acquire hook raising_hook:acquire raised LookupError: no path to X for thread 5 "
+                      r"\(at .*raising_hook\.py:7\)"),
+    "a bad --arg": (["./libkernels.so:count", "--map", "local", "--threads", "2", "--arg", "rounds=many"],
+                    r"node localhost: KernelError: kernel \./libkernels\.so:count: thread [01] on node localhost "
+                    r"returned PATHS_EINVAL: a bad argument: --arg rounds=many: expected a whole number"),
+}
+
+
+@pytest.mark.parametrize("case", RUN_ERRORS, ids=list(RUN_ERRORS))
+def test_a_kernel_that_fails_on_a_node_is_one_line_and_every_node_is_reaped(built, probe, user_module, case):
+    user_module("raising_hook", """
+        import paths
+
+
+        @paths.acquire_hook
+        def acquire(request):
+            if request.thread == 5:
+                raise LookupError(f"no path to {request.element} for thread {request.thread}")
+            return request.default()
+    """)
+    args, pattern = RUN_ERRORS[case]
+    done = paths_run(*args, "--repeat", "1", "--timeout", "60", cwd=built)
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    assert re.fullmatch(f"paths run: {pattern}\n", done.stderr, re.S), done.stderr
+    assert done.stderr.count("\n") == 1
+    assert probe.started() and probe.alive() == []
+
+
+def test_a_malformed_arg_is_a_usage_error(built, probe):
+    done = paths_run("gsum", "--arg", "rounds", cwd=built)
+    assert (done.returncode, done.stderr) == (2, "paths run: --arg 'rounds': expected KEY=VALUE\n")
+    assert probe.started() == {}
+
+
+def test_every_operation_of_a_handle_from_c(built, space):
+    kernel = load_kernel(str(built / "libkernels.so") + ":history")
+    element = paths.build_path(make_path(stage("core", name="H", format="q")), pastset=space)
+    done = run_kernel(kernel, [0], 1, "here", {}, lambda thread, name, format: element, lambda thread, handle: None)
+    assert done.reports == {0: [("tuple_size", 8.0), ("format_is_q", 1.0), ("now_moves", 1.0)]}
+    assert element.last() == 10 and element.first() == 1  # what the kernel did, seen from Python
+
+
+def test_run_kernel_in_this_process_names_the_failed_thread(built, space):
+    kernel = load_kernel(str(built / "libkernels.so") + ":failing")
+
+    def acquire(thread, element, format):  # the barrier's sum, in a PastSet of this test's own
+        return paths.build_path(make_path(stage("reduce-sum", num_threads=3), stage("core", name=element,
+                                                                                    format=format)), pastset=space)
+
+    # Threads 0 and 1 wait in the barrier for thread 2 (and would time out after a second): as in a
+    # node, the run ends at thread 2's failure, leaving them to end by themselves.
+    begin = time.monotonic()
+    with pytest.raises(KernelError, match=r"^kernel .*libkernels\.so:failing: thread 2 on node here returned "
+                                          r"PATHS_EFAILED: the kernel's own failure: thread 2 of 3 on here says no$"):
+        run_kernel(kernel, range(3), 3, "here", {"fail": "2", "timeout": "1"}, acquire,
+                   lambda thread, handle: None, spans_processes=True, until_failure=True)
+    assert time.monotonic() - begin < 0.9
+
+
+CTRL_C = """
+import sys
+import paths
+from benchmarks.local_trees import tree_handles
+
+handles = tree_handles(2, "flat", paths.PastSet())
+print("running", flush=True)
+try:
+    paths.bench.gsum(handles, 20_000_000, timeout=600)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_ends_a_kernel_run_in_this_process_at_once():
+    run = subprocess.Popen([sys.executable, "-c", CTRL_C], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert run.stdout.readline() == "running\n"
+        time.sleep(0.5)  # well into the kernel, which would run for minutes
+        interrupted = time.monotonic()
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert (out, run.returncode) == ("interrupted\n", 130)
+    assert time.monotonic() - interrupted < 2.0
+
+
+def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
+    def handle(thread, element, format):
+        return paths.build_path(make_path(stage("core", name=element, format=format)), pastset=space)
+
+    def run(function):
+        return run_kernel(Kernel("test:kernel", function), range(2), 2, "here", {"n": "7"}, handle,
+                          lambda thread, h: None)
+
+    def fine(ctx):
+        h = ctx.acquire(f"E@{ctx.thread}", "q")
+        h.move(int(ctx.arg("n")) + ctx.thread)
+        ctx.report("n", h.observe()[0])
+        ctx.report("missing", 1.0 if ctx.arg("missing") is None else 0.0)
+        ctx.release(h)
+        ctx.barrier(timeout=5)
+
+    assert run(fine).reports == {0: [("n", 7.0), ("missing", 1.0)], 1: [("n", 8.0), ("missing", 1.0)]}
+
+    gave_up = threading.Event()
+
+    def raising(ctx):
+        if ctx.thread == 1:
+            gave_up.set()
+            return 1 // 0
+        gave_up.wait(10)
+        ctx.barrier(timeout=0.2)  # thread 1 never comes: a timeout, after thread 1's failure
+
+    line = raising.__code__.co_firstlineno + 3
+    with pytest.raises(KernelError, match=rf"^kernel test:kernel: thread 1 on node here returned PATHS_EFAILED: "
+                                          rf"the kernel's own failure: ZeroDivisionError: integer division or modulo "
+                                          rf"by zero \(at {re.escape(__file__)}:{line}\)$"):
+        run(raising)
+
+    with pytest.raises(KernelError, match=r"thread 0 on node here returned PATHS_EINVAL: a bad argument: paths_report: "
+                                          r"expected a column name of 1 to 63 letters, digits and _ \. - / %, got 'a b'"):
+        run(lambda ctx: ctx.report("a b" if ctx.thread == 0 else "ok", 1.0))
+    with pytest.raises(KernelError, match=r"a Python kernel returns None or a status, it returned 'done'"):
+        run(lambda ctx: "done")
+
+
+# ---- the capsule and a program of its own --------------------------------------------------------
+
+def test_a_users_extension_module_runs_c_on_a_handle_through_its_capsule(tmp_path):
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    compile_c("-shared", "-fPIC", "-O2", "-Wall", "-Werror", *config("--cflags"),
+              str(EXAMPLES / "extension" / "handle_loops.c"), "-o", f"handle_loops{suffix}", cwd=tmp_path)
+    script = f"""
+import sys
+sys.path.insert(0, {str(tmp_path)!r})
+import paths, handle_loops
+h = paths.build_path(paths.make_path(paths.stage("core", name="N", format="q")))
+capsule = h.capsule()
+handle_loops.move_range(capsule, 1000)
+print(type(capsule).__name__, handle_loops.observe_sum(capsule, 1000), h.last())
+del h  # the capsule keeps the handle alive
+handle_loops.move_range(capsule, 5)
+print(handle_loops.observe_sum(capsule, 5))
+d = paths.build_path(paths.make_path(paths.stage("core", name="D", format="d")))
+try:
+    handle_loops.move_range(d.capsule(), 1)
+except ValueError as e:
+    print(e)
+try:
+    handle_loops.move_range(object(), 1)
+except ValueError as e:
+    print(e)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["PyCapsule 499500 1000", "10",
+                                        "expected a handle on a 'q' element, got format 'd'",
+                                        "PyCapsule_GetPointer called with invalid PyCapsule object"]
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("program")
+    compile_c("-Wall", "-Wextra", "-Werror", str(EXAMPLES / "program" / "squares.c"), *config("--cflags", "--libs"),
+              "-o", "squares", cwd=folder)
+    return folder / "squares"
+
+
+def test_a_program_of_its_own_on_a_map(program, tmp_path, user_module):
+    user_module("program_hook", f"""
+        import paths
+        from paths import make_path, stage
+
+        @paths.acquire_hook
+        def traced(request):
+            return make_path(stage("trace", file="{tmp_path}/" + request.element + ".bin"), request.default())
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHOME"}
+    done = subprocess.run([str(program), "1000", "--paths-map", "local", "--paths-sum", "TOTAL",
+                           "--paths-acquire", "program_hook:traced"], capture_output=True, text=True, timeout=60,
+                          env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "squares: node localhost, thread 0 of 1, sum 332833500, total 332833500\n"
+    assert sorted(p.name for p in tmp_path.glob("*.bin")) == ["TOTAL.bin", "squares.bin"]  # the hook ran
+    assert read_trace(str(tmp_path / "squares.bin")).events[0].op == "move"
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--paths-map", "no-such-map"], "paths_init: no built-in map 'no-such-map': expected one of local, "
+                                     "multicluster, paper-2w, paper-4w, paper-8w"),
+    (["--paths-thread", "3"], "paths_init: --paths-thread 3: expected 0 <= thread < --paths-threads (1)"),
+    (["--paths-acquire", "nowhere:hook"], "paths_init: acquire hook 'nowhere:hook': cannot import module 'nowhere' "
+                                          "(No module named 'nowhere')"),
+    (["--paths-colour", "red"], "paths_init: --paths-colour: unknown option (known: --paths-map, --paths-thread, "
+                                "--paths-threads, --paths-sum, --paths-arg, --paths-acquire, --paths-release)"),
+    (["--paths-map"], "paths_init: --paths-map: expected a map after it"),
+    (["--paths-threads=two"], "paths_init: --paths-threads two: expected a whole number"),
+], ids=["unknown map", "thread out of range", "missing hook", "unknown option", "no value", "not a number"])
+def test_a_program_with_bad_paths_options_says_so_in_one_line(program, args, line):
+    done = subprocess.run([str(program), "10", *args], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", line + "\n")
+
+
+def test_paths_acquire_in_python_uses_the_process_runtime():
+    from paths import runtime
+
+    with pytest.raises(ValueError, match="this process takes part in no run"):
+        paths.acquire("S", "q")
+    kept = runtime.start_program(["a", "--paths-map", "paper-4w", "b", "--paths-sum", "S", "--paths-threads", "3",
+                                  "--paths-thread=2"])
+    try:
+        assert kept == [1, 4]  # indices in main's argv: "a" and "b"
+        total = paths.acquire("S", "q")  # thread 2 of 3 on n0: its leg of the sum's tree
+        assert [s.kind for s in paths.build.handle_tree(total)[1]] == ["reduce-sum", "core"]
+        plain = paths.acquire("P", "q")
+        plain.move(7)
+        assert plain.observe() == (7,)
+    finally:
+        runtime.end_program()
+    with pytest.raises(ValueError):
+        paths.acquire("P", "q")
+

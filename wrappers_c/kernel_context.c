@@ -1,0 +1,233 @@
+/* kernel_context.c — the context half of paths.h: who a kernel thread is, its arguments, its
+ * handles (through the run's hooks), the barrier of the whole run, and its reports.
+ *
+ * A NULL context is the process's own (a program of its own, after paths_init): the context of
+ * the run set by ps_kernel_run_serve_process, or, before that, none, whose calls fail saying so.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel_context.h"
+
+static _Atomic(paths_kernel_ctx *) process_context;
+static paths_kernel_ctx no_context; /* run == NULL: every call says that paths_init is missing */
+
+void ps_kernel_run_serve_process(ps_kernel_run *run) {
+    atomic_store(&process_context, run ? &run->contexts[0] : NULL);
+}
+
+static paths_kernel_ctx *context(const paths_kernel_ctx *c) {
+    if (c) return (paths_kernel_ctx *)c;
+    paths_kernel_ctx *own = atomic_load(&process_context);
+    return own ? own : &no_context;
+}
+
+int paths_fail(paths_kernel_ctx *c, int status, const char *format, ...) {
+    c = context(c);
+    va_list args;
+    va_start(args, format);
+    vsnprintf(c->error, sizeof c->error, format, args);
+    va_end(args);
+    return status;
+}
+
+static int no_run(paths_kernel_ctx *c, const char *call) {
+    return paths_fail(c, PS_EINVAL, "%s: no PATHS run here: a program of its own calls paths_init first", call);
+}
+
+int paths_thread(const paths_kernel_ctx *c) { return context(c)->thread; }
+
+int paths_threads(const paths_kernel_ctx *c) {
+    const paths_kernel_ctx *own = context(c);
+    return own->run ? own->run->threads : 0;
+}
+
+const char *paths_node(const paths_kernel_ctx *c) {
+    const paths_kernel_ctx *own = context(c);
+    return own->run ? own->run->node : "";
+}
+
+const char *paths_arg(const paths_kernel_ctx *c, const char *key) {
+    const ps_kernel_run *run = context(c)->run;
+    if (!run || !key) return NULL;
+    for (int i = 0; i < run->arg_count; i++)
+        if (strcmp(run->args[i].key, key) == 0) return run->args[i].value;
+    return NULL;
+}
+
+int paths_arg_int(paths_kernel_ctx *c, const char *key, int64_t *out) {
+    const char *text = paths_arg(c, key);
+    if (!text) return PS_OK;
+    char *end = NULL;
+    errno = 0;
+    long long value = strtoll(text, &end, 10);
+    if (!*text || *end || errno)
+        return paths_fail(context(c), PS_EINVAL, "--arg %s=%s: expected a whole number", key, text);
+    *out = value;
+    return PS_OK;
+}
+
+int paths_arg_double(paths_kernel_ctx *c, const char *key, double *out) {
+    const char *text = paths_arg(c, key);
+    if (!text) return PS_OK;
+    char *end = NULL;
+    errno = 0;
+    double value = strtod(text, &end);
+    if (!*text || *end || errno)
+        return paths_fail(context(c), PS_EINVAL, "--arg %s=%s: expected a number", key, text);
+    *out = value;
+    return PS_OK;
+}
+
+const char *paths_last_error(const paths_kernel_ctx *c) { return context(c)->error; }
+
+/* ---- handles ------------------------------------------------------------------------------- */
+
+/* The hook's link for (element, format), or NULL with *status and the context's error set. */
+static ps_link *acquire_link(paths_kernel_ctx *c, const char *element, const char *format, int *status) {
+    ps_kernel_run *run = c->run;
+    *status = PS_EINVAL;
+    c->error[0] = '\0';
+    ps_link *link = run->hooks.acquire(run->hooks.data, c->thread, element, format, status, c->error,
+                                       sizeof c->error);
+    if (!link && !c->error[0])
+        paths_fail(c, *status, "paths_acquire('%s', '%s'): %s", element, format, ps_status_name(*status));
+    return link;
+}
+
+paths_handle *paths_acquire(paths_kernel_ctx *c, const char *element, const char *format) {
+    c = context(c);
+    if (!c->run) {
+        no_run(c, "paths_acquire");
+        return NULL;
+    }
+    if (!element || !*element || !format || !*format) {
+        paths_fail(c, PS_EINVAL, "paths_acquire: expected an element name and a format, got '%s', '%s'",
+                        element ? element : "(null)", format ? format : "(null)");
+        return NULL;
+    }
+    if (c->held_count == c->held_capacity) { /* room first: nothing can fail once the link exists */
+        int capacity = c->held_capacity ? 2 * c->held_capacity : 8;
+        ps_link **grown = realloc(c->held, (size_t)capacity * sizeof *grown);
+        if (!grown) {
+            paths_fail(c, PS_ENOMEM, "paths_acquire('%s', '%s'): out of memory", element, format);
+            return NULL;
+        }
+        c->held = grown;
+        c->held_capacity = capacity;
+    }
+    int status;
+    ps_link *link = acquire_link(c, element, format, &status);
+    if (link) c->held[c->held_count++] = link;
+    return (paths_handle *)link;
+}
+
+void paths_release(paths_kernel_ctx *c, paths_handle *h) {
+    c = context(c);
+    for (int i = 0; i < c->held_count; i++) {
+        if (c->held[i] != (ps_link *)h) continue;
+        c->held[i] = c->held[--c->held_count];
+        c->run->hooks.release(c->run->hooks.data, c->thread, (ps_link *)h);
+        return;
+    }
+    c->misuse = paths_fail(c, PS_EINVAL, "paths_release: given a handle thread %d does not hold", c->thread);
+}
+
+void ps_context_release_all(paths_kernel_ctx *c) {
+    ps_kernel_run *run = c->run;
+    while (c->held_count > 0) run->hooks.release(run->hooks.data, c->thread, c->held[--c->held_count]);
+    if (c->barrier) run->hooks.release(run->hooks.data, c->thread, c->barrier);
+    c->barrier = NULL;
+    free(c->held);
+    c->held = NULL;
+    c->held_capacity = 0;
+}
+
+/* ---- the barrier ----------------------------------------------------------------------------- */
+
+/* The threads of this process: the last to arrive opens the next generation. A thread whose wait
+ * times out takes its arrival back, unless the generation opened meanwhile. */
+static int local_barrier(ps_local_barrier *b, int parties, int64_t timeout_ns) {
+    uint32_t generation = atomic_load(&b->generation);
+    if (atomic_fetch_add(&b->arrived, 1) + 1 == (uint32_t)parties) {
+        atomic_store(&b->arrived, 0);
+        atomic_fetch_add(&b->generation, 1);
+        ps_waitpoint_wake(&b->changed);
+        return PS_OK;
+    }
+    int64_t deadline = ps_deadline(timeout_ns);
+    uint32_t spins = 0;
+    for (;;) {
+        uint32_t seen = ps_waitpoint_sequence(&b->changed);
+        if (atomic_load(&b->generation) != generation) return PS_OK;
+        if (ps_waitpoint_wait(&b->changed, seen, deadline, &spins) != PS_ETIMEDOUT) continue;
+        uint32_t arrived = atomic_load(&b->arrived);
+        while (atomic_load(&b->generation) == generation) {
+            if (atomic_compare_exchange_weak(&b->arrived, &arrived, arrived - 1)) return PS_ETIMEDOUT;
+        }
+        return PS_OK;
+    }
+}
+
+/* Every thread of the run, in every process: one round of a sum of ones through the planned tree. */
+static int run_barrier(paths_kernel_ctx *c, int64_t timeout_ns) {
+    int rc;
+    if (!c->barrier && !(c->barrier = acquire_link(c, PS_BARRIER_ELEMENT, "q", &rc))) return rc;
+    int64_t deadline = ps_deadline(timeout_ns), one = 1, total = 0;
+    rc = ps_link_move(c->barrier, &one, timeout_ns);
+    if (rc == PS_OK) rc = ps_link_observe(c->barrier, &total, ps_remaining(deadline));
+    if (rc != PS_OK) {
+        const char *why = ps_stage_error(c->barrier->stage);
+        return paths_fail(c, rc, "paths_barrier: %s%s%s", ps_status_name(rc), *why ? ": " : "", why);
+    }
+    if (total != c->run->threads)
+        return paths_fail(c, PATHS_EFAILED, "paths_barrier: %lld threads arrived, the run has %d",
+                               (long long)total, c->run->threads);
+    return PS_OK;
+}
+
+int paths_barrier(paths_kernel_ctx *c, int64_t timeout_ns) {
+    c = context(c);
+    if (!c->run) return no_run(c, "paths_barrier");
+    if (c->run->spans_processes) return run_barrier(c, timeout_ns);
+    int rc = local_barrier(&c->run->barrier, c->run->local, timeout_ns);
+    if (rc != PS_OK) paths_fail(c, rc, "paths_barrier: %s", ps_status_name(rc));
+    return rc;
+}
+
+/* ---- reports ------------------------------------------------------------------------------- */
+
+static int column_name(const char *name) {
+    size_t length = name ? strlen(name) : 0;
+    if (length == 0 || length > PS_REPORT_NAME_MAX) return 0;
+    for (size_t i = 0; i < length; i++)
+        if (!isalnum((unsigned char)name[i]) && !strchr("_.-/%", name[i])) return 0;
+    return 1;
+}
+
+void paths_report(paths_kernel_ctx *c, const char *name, double value) {
+    c = context(c);
+    if (!column_name(name)) {
+        c->misuse = paths_fail(c, PS_EINVAL, "paths_report: expected a column name of 1 to %d letters, "
+                                    "digits and _ . - / %%, got '%s'", PS_REPORT_NAME_MAX, name ? name : "(null)");
+        return;
+    }
+    for (int i = 0; i < c->report_count; i++) {
+        if (strcmp(c->reports[i].name, name) == 0) {
+            c->reports[i].value = value;
+            return;
+        }
+    }
+    if (c->report_count == PS_REPORTS_MAX) {
+        c->misuse = paths_fail(c, PS_EINVAL, "paths_report('%s'): a thread reports at most %d columns", name,
+                                    PS_REPORTS_MAX);
+        return;
+    }
+    ps_report *report = &c->reports[c->report_count++];
+    snprintf(report->name, sizeof report->name, "%s", name);
+    report->value = value;
+}

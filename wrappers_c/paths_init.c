@@ -1,0 +1,135 @@
+/* paths_init.c — a program of its own on a map: paths_init starts the embedded Python, finds the
+ * installed `paths` package next to this library, and lets paths.runtime read the program's
+ * --paths-* options (the map, its thread and node, the hooks), which it takes out of argv. From
+ * then on the program's paths_* calls with a NULL context go to that runtime; the GIL is free
+ * while the program runs, taken only to acquire and release handles. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "paths.h"
+
+static int initialized;
+static int started_python;     /* paths_init started the interpreter: paths_finalize ends it */
+static PyThreadState *program; /* the main thread's Python state while the program runs */
+
+/* Prints the pending Python exception as one line, "call: message" (a ValueError says what to
+ * fix; any other exception is named), and clears it. */
+static int report_python_error(const char *call) {
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    const char *message = text ? PyUnicode_AsUTF8(text) : NULL;
+    int explained = type && PyErr_GivenExceptionMatches(type, PyExc_ValueError);
+    fprintf(stderr, "%s: %s%s%s\n", call, explained || !type ? "" : ((PyTypeObject *)type)->tp_name,
+            explained || !type ? "" : ": ", message ? message : "(no message)");
+    PyErr_Clear();
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    return PATHS_EINVAL;
+}
+
+/* The site folder that holds the package this library belongs to (<site>/paths/libpaths.so):
+ * added the way site-packages is, so that an editable install's finder works too. */
+static int add_package_site(void) {
+    Dl_info info;
+    if (!dladdr((void *)paths_init, &info) || !info.dli_fname) {
+        fprintf(stderr, "paths_init: cannot tell where libpaths is installed\n");
+        return PATHS_EINVAL;
+    }
+    char library[4096];
+    snprintf(library, sizeof library, "%s", info.dli_fname);
+    char *package = dirname(library); /* <site>/paths */
+    char *site_dir = dirname(package);
+    PyObject *done = NULL, *site = PyImport_ImportModule("site");
+    if (site) done = PyObject_CallMethod(site, "addsitedir", "s", site_dir);
+    Py_XDECREF(site);
+    if (!done) return report_python_error("paths_init");
+    Py_DECREF(done);
+    return PATHS_OK;
+}
+
+/* paths.runtime.start_program(argv[1:]) returns the indices of the arguments to keep. */
+static int start_runtime(int *argc, char ***argv) {
+    PyObject *arguments = PyList_New(0);
+    for (int i = 1; arguments && i < *argc; i++) {
+        PyObject *text = PyUnicode_DecodeFSDefault((*argv)[i]);
+        if (!text || PyList_Append(arguments, text) != 0) Py_CLEAR(arguments);
+        Py_XDECREF(text);
+    }
+    PyObject *runtime = arguments ? PyImport_ImportModule("paths.runtime") : NULL;
+    PyObject *kept = runtime ? PyObject_CallMethod(runtime, "start_program", "O", arguments) : NULL;
+    Py_XDECREF(runtime);
+    Py_XDECREF(arguments);
+    if (!kept) return report_python_error("paths_init");
+    int count = 1;
+    for (Py_ssize_t i = 0; i < PyList_Size(kept); i++) {
+        long index = PyLong_AsLong(PyList_GetItem(kept, i));
+        if (index >= 1 && index < *argc) (*argv)[count++] = (*argv)[index];
+    }
+    Py_DECREF(kept);
+    (*argv)[count] = NULL;
+    *argc = count;
+    return PATHS_OK;
+}
+
+/* Ends the interpreter if paths_init started it. */
+static void stop_python(void) {
+    if (!started_python) return;
+    PyEval_RestoreThread(program);
+    program = NULL;
+    Py_FinalizeEx();
+    started_python = 0;
+}
+
+int paths_init(int *argc, char ***argv) {
+    if (initialized) {
+        fprintf(stderr, "paths_init: called twice (call paths_finalize first)\n");
+        return PATHS_EINVAL;
+    }
+    if (!argc || !argv || *argc < 1 || !*argv) {
+        fprintf(stderr, "paths_init: expected &argc and &argv of main\n");
+        return PATHS_EINVAL;
+    }
+    if (!Py_IsInitialized()) {
+        PyConfig config;
+        PyConfig_InitPythonConfig(&config);
+        config.install_signal_handlers = 0; /* Ctrl-C stops the program as it would without Python */
+        config.parse_argv = 0;
+        PyStatus status = Py_InitializeFromConfig(&config);
+        PyConfig_Clear(&config);
+        if (PyStatus_Exception(status)) {
+            fprintf(stderr, "paths_init: cannot start Python: %s\n", status.err_msg ? status.err_msg : "?");
+            return PATHS_EINVAL;
+        }
+        started_python = 1;
+    }
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int rc = add_package_site();
+    if (rc == PATHS_OK) rc = start_runtime(argc, argv);
+    PyGILState_Release(gil);
+    if (started_python) program = PyEval_SaveThread();
+    initialized = rc == PATHS_OK;
+    if (!initialized) stop_python();
+    return rc;
+}
+
+void paths_finalize(void) {
+    if (!initialized) return;
+    initialized = 0;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *runtime = PyImport_ImportModule("paths.runtime");
+    PyObject *done = runtime ? PyObject_CallMethod(runtime, "end_program", NULL) : NULL;
+    if (!done) report_python_error("paths_finalize");
+    Py_XDECREF(done);
+    Py_XDECREF(runtime);
+    PyGILState_Release(gil);
+    stop_python();
+}
