@@ -271,7 +271,7 @@ public:
     const TupleCodec &codec() const { return codec_; }
 
     void move(const py::handle &t, const py::object &timeout) {
-        py::bytes packed = codec_.pack(t, label_ + " move");
+        py::bytes packed = codec_.pack(t, label_);
         const char *bytes = PyBytes_AS_STRING(packed.ptr());
         int rc = wait_in_slices([&](int64_t slice) { return Backend::move(bytes, slice); }, timeout, Backend::deadline());
         if (rc == PS_ESTATE)
