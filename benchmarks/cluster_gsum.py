@@ -163,9 +163,9 @@ def report(configs: list[Config], runs: dict, anchor_runs: dict, args) -> tuple[
         if mpi:
             bound = TARGET_TWO if config.nodes == 2 else TARGET_MORE
             ratio = best[1] / mpi
-            verdict = "PASS" if ratio <= bound else f"MISS by {ratio / bound - 1:.0%}"
+            verdict = "PASS" if ratio <= bound else f"MISS by {ratio / bound - 1:.1%}"
             oversubscribed = " (more threads than cores)" if config.contributors > cores else ""
-            verdicts.append(f"  {verdict:<13} {config.nodes} nodes x {config.threads} thread(s){oversubscribed}: "
+            verdicts.append(f"  {verdict:<14} {config.nodes} nodes x {config.threads} thread(s){oversubscribed}: "
                             f"{best[0]} won, tcp {best[1]:.1f} us vs MPI {mpi:.1f} us = {ratio:.2f}x "
                             f"(target <= {bound:.2f}x)")
     if verdicts:
