@@ -1,6 +1,8 @@
 /* core_ops_loop.c — tight single-thread move+observe loops: on an element, and through a path. */
 #include "kernels.h"
 
+#include <stdlib.h>
+
 #include "pastset.h"
 
 double ps_kernel_core_pairs_ns(int64_t pairs) {
@@ -28,23 +30,56 @@ double ps_kernel_core_pairs_ns(int64_t pairs) {
 double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns) {
     int64_t out = 0;
     int64_t start = ps_now_ns();
-    for (int64_t i = 0; i < pairs; i++) {
-        if (ps_link_move(link, &i, timeout_ns) != PS_OK) return -1.0;
-        if (ps_link_observe(link, &out, timeout_ns) != PS_OK || out != i) return -1.0;
+    for (int64_t i = 0; i < pairs; i++) { /* a fresh operation each, as paths_move makes one */
+        ps_op move = {.kind = PS_OP_MOVE, .in = &i, .timeout_ns = timeout_ns};
+        if (ps_link_call(link, &move) != PS_OK) return -1.0;
+        ps_op observe = {.kind = PS_OP_OBSERVE, .out = &out, .timeout_ns = timeout_ns};
+        if (ps_link_call(link, &observe) != PS_OK || out != i) return -1.0;
     }
     return (double)(ps_now_ns() - start) / (double)pairs;
 }
 
+/* The element's last() through the link, or -1. */
+static int64_t last_of(ps_link *link) {
+    ps_op last = {.kind = PS_OP_LAST};
+    return ps_link_call(link, &last) == PS_OK ? last.value : -1;
+}
+
 double ps_kernel_link_moves_ns(ps_link *link, int64_t moves, int64_t timeout_ns) {
-    int64_t before = 0, after = 0;
-    if (moves <= 0 || ps_link_last(link, &before) != PS_OK) return -1.0;
+    int64_t before = last_of(link);
+    if (moves <= 0 || before < 0) return -1.0;
     int64_t start = ps_now_ns();
-    for (int64_t i = 0; i < moves; i++)
-        if (ps_link_move(link, &i, timeout_ns) != PS_OK) return -1.0;
+    for (int64_t i = 0; i < moves; i++) {
+        ps_op move = {.kind = PS_OP_MOVE, .in = &i, .timeout_ns = timeout_ns};
+        if (ps_link_call(link, &move) != PS_OK) return -1.0;
+    }
     /* last() answers after every earlier move: through a remote stage, once all pipelined moves
      * are acknowledged. */
-    if (ps_link_last(link, &after) != PS_OK) return -1.0;
+    int64_t after = last_of(link);
     int64_t elapsed = ps_now_ns() - start;
     if (after - before < moves) return -1.0;
+    return (double)elapsed / (double)moves;
+}
+
+double ps_kernel_link_batches_ns(ps_link *link, int64_t moves, uint32_t batch, int64_t timeout_ns) {
+    int64_t before = last_of(link);
+    int64_t *tuples = malloc((size_t)batch * sizeof *tuples);
+    if (moves <= 0 || batch == 0 || before < 0 || !tuples) {
+        free(tuples);
+        return -1.0;
+    }
+    int64_t start = ps_now_ns(), sent = 0;
+    int rc = PS_OK;
+    while (sent < moves && rc == PS_OK) {
+        uint32_t n = moves - sent < batch ? (uint32_t)(moves - sent) : batch;
+        for (uint32_t k = 0; k < n; k++) tuples[k] = sent + k;
+        ps_op many = {.kind = PS_OP_MOVE_MANY, .in = tuples, .count = n, .timeout_ns = timeout_ns};
+        rc = ps_link_call(link, &many);
+        sent += n;
+    }
+    int64_t after = last_of(link);
+    int64_t elapsed = ps_now_ns() - start;
+    free(tuples);
+    if (rc != PS_OK || after - before < moves) return -1.0;
     return (double)elapsed / (double)moves;
 }

@@ -24,6 +24,9 @@ double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns)
  * by fewer than `moves`. */
 double ps_kernel_link_moves_ns(ps_link *link, int64_t moves, int64_t timeout_ns);
 
+/* The same, moving the tuples `batch` at a time, each batch one move_many. */
+double ps_kernel_link_batches_ns(ps_link *link, int64_t moves, uint32_t batch, int64_t timeout_ns);
+
 #ifdef __cplusplus
 }
 #endif

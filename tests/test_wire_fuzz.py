@@ -18,8 +18,9 @@ import time
 
 import pytest
 from child_processes import counters
-from wire_frames import (BUILD, CONNECT, EXCHANGE, FIRST, HEADER, IPC, LAST, MAX_PAYLOAD, MOVE, OBSERVE,
-                         OBSERVE_AT, OP_LIMIT, PING, PS_EINVAL, PS_OK, RELEASE, SPEC_MAX, TCP, TRANSPORTS,
+from wire_frames import (BATCH_PAYLOAD, BUILD, CONNECT, EXCHANGE, FIRST, HEADER, IPC, LAST, MAX_PAYLOAD, MOVE,
+                         MOVE_MANY, OBSERVE, OBSERVE_AT, OP_LIMIT, PING, PS_EINVAL, PS_OK, RELEASE, SPEC_MAX, TCP,
+                         TRANSPORTS,
                          VERSION, AXE, DELTA, Direct, dealer, decode, encode, open_link, zmq_answer)
 
 import paths
@@ -45,8 +46,12 @@ def refused_by_server(parts: list[bytes], at_link: bool, link_id: int) -> bool:
     if not at_link:
         build = request["op"] == BUILD and 0 < request["length"] <= SPEC_MAX and request["argument"] in TRANSPORTS
         return not (request["op"] == PING or build)
-    expected_payload = TUPLE_SIZE if request["op"] in (MOVE, EXCHANGE) else 0
-    return request["handle_id"] != link_id or request["length"] != expected_payload or request["op"] in (BUILD, CONNECT)
+    length = request["length"]
+    if request["op"] == MOVE_MANY:
+        payload_ok = length % TUPLE_SIZE == 0 and 0 < length <= BATCH_PAYLOAD
+    else:
+        payload_ok = length == (TUPLE_SIZE if request["op"] in (MOVE, EXCHANGE) else 0)
+    return request["handle_id"] != link_id or not payload_ok or request["op"] in (BUILD, CONNECT)
 
 
 def safe_at_link(parts, link_id) -> bool:
@@ -118,8 +123,9 @@ class Fuzzer:
         return [bytes(frame)]
 
     def wrong_payload(self):
-        if self.at_link:  # a move or exchange with a tuple of the wrong size
-            return [encode(self.rng.choice([MOVE, EXCHANGE]), self.rng.randbytes(self.rng.choice([0, 1, 7, 9, 64])),
+        if self.at_link:  # a move, exchange or move_many with tuples of the wrong size
+            return [encode(self.rng.choice([MOVE, EXCHANGE, MOVE_MANY]),
+                           self.rng.randbytes(self.rng.choice([0, 1, 7, 9, 63, BATCH_PAYLOAD + TUPLE_SIZE])),
                            handle_id=self.link_id)]
         if self.rng.random() < 0.05:  # a path spec beyond the largest the server takes
             return [encode(BUILD, b"x" * (SPEC_MAX + 1))]

@@ -1,59 +1,47 @@
-/* bridge_stage.c — the bridge stage: each operation becomes one call of the bridge. */
+/* bridge_stage.c — the bridge stage: each operation the implementation answers becomes one call
+ * of the bridge; the others pass down, or come as the simpler operations they are made of. */
 #include <stdlib.h>
 
 #include "bridge_stage.h"
 #include "stage_base.h"
 
+_Static_assert(PS_OP_KIND_COUNT <= 32, "a bridge stage keeps the kinds it answers as bits of a uint32_t");
+
 typedef struct bridge_stage {
     ps_stage base;
     const ps_bridge *bridge;
     void *impl;
+    uint32_t answered; /* the kinds the implementation answers, a bit each */
 } bridge_stage;
 
-static int forward(ps_link *link, ps_bridge_call *call) {
+static int bridge_call(ps_link *link, ps_op *op) {
     bridge_stage *s = (bridge_stage *)link->stage;
-    call->below = ps_stage_down(link);
-    call->slot = link->slot;
-    return s->bridge->call(s->impl, call);
+    if (s->answered & (1u << op->kind)) return s->bridge->call(s->impl, ps_stage_down(link), link->slot, op);
+    if (ps_op_kinds[op->kind].shape & PS_OP_COMPOSED) return ps_op_fallback(link, op);
+    return ps_stage_pass(link, op);
 }
-
-static int bridge_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
-    ps_bridge_call call = {.op = PS_BRIDGE_MOVE, .tuple_in = tuple, .timeout_ns = timeout_ns};
-    return forward(link, &call);
-}
-
-static int bridge_observe(ps_link *link, void *out, int64_t timeout_ns) {
-    ps_bridge_call call = {.op = PS_BRIDGE_OBSERVE, .tuple_out = out, .timeout_ns = timeout_ns};
-    return forward(link, &call);
-}
-
-static int bridge_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
-    ps_bridge_call call = {.op = PS_BRIDGE_OBSERVE_AT, .tuple_out = out, .argument = index, .timeout_ns = timeout_ns};
-    return forward(link, &call);
-}
-
-static int bridge_number(ps_link *link, ps_bridge_op op, int64_t argument, int64_t *out) {
-    ps_bridge_call call = {.op = op, .argument = argument, .timeout_ns = PS_FOREVER};
-    int rc = forward(link, &call);
-    if (out) *out = call.result;
-    return rc;
-}
-
-static int bridge_first(ps_link *link, int64_t *out) { return bridge_number(link, PS_BRIDGE_FIRST, 0, out); }
-static int bridge_last(ps_link *link, int64_t *out) { return bridge_number(link, PS_BRIDGE_LAST, 0, out); }
-static int bridge_delta(ps_link *link, int64_t bound, int64_t *out) {
-    return bridge_number(link, PS_BRIDGE_DELTA, bound, out);
-}
-static int bridge_axe(ps_link *link, int64_t index) { return bridge_number(link, PS_BRIDGE_AXE, index, NULL); }
 
 static void bridge_destroy(ps_stage *stage) {
     bridge_stage *s = (bridge_stage *)stage;
     s->bridge->release(s->impl);
 }
 
-static const ps_stage_ops BRIDGE_OPS = {
-    bridge_move, bridge_observe, bridge_observe_at, bridge_first, bridge_last,
-    bridge_delta, bridge_axe, NULL, bridge_destroy,
+static size_t bridge_footprint(const ps_params *params, size_t tuple_size) {
+    (void)params;
+    (void)tuple_size;
+    return sizeof(bridge_stage);
+}
+
+/* Not in the registry: made by ps_bridge_stage_create for a kind written elsewhere (Python). */
+static const ps_stage_kind BRIDGE_KIND = {
+    .version = PS_STAGE_KIND_VERSION,
+    .name = "bridge",
+    .doc = "Answers the operations its implementation takes with a bridge (a stage written in Python).",
+    .role = PS_PASS_THROUGH,
+    .needs_below = 1,
+    .call = bridge_call,
+    .footprint = bridge_footprint,
+    .destroy = bridge_destroy,
 };
 
 int ps_bridge_stage_create(const ps_bridge *bridge, void *impl, ps_stage *below, ps_stage **out) {
@@ -65,7 +53,9 @@ int ps_bridge_stage_create(const ps_bridge *bridge, void *impl, ps_stage *below,
     }
     s->bridge = bridge;
     s->impl = impl;
-    int rc = ps_stage_init(&s->base, &BRIDGE_OPS, ps_stage_format(below), 0, below, PS_PASS_THROUGH);
+    for (int kind = 0; kind < PS_OP_KIND_COUNT; kind++)
+        if (bridge->answers(impl, (ps_op_kind)kind)) s->answered |= 1u << kind;
+    int rc = ps_stage_init(&s->base, &BRIDGE_KIND, ps_stage_format(below), 0, below);
     if (rc != PS_OK) {
         bridge->release(impl);
         ps_stage_abandon(&s->base);

@@ -2,7 +2,8 @@
  *
  * Tuples are immutable once moved, so a copy of tuple i is correct forever: the cache needs no
  * invalidation. It is direct-mapped (tuple i lives in entry i % capacity) and preallocated; only
- * observe(i) is cached, every other operation passes straight through.
+ * observe(i) is cached, and an axe stops it serving what it freed; every other operation passes
+ * straight through.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "stage_base.h"
+#include "stage_kinds.h"
 
 typedef struct cache_stage {
     ps_stage base;
@@ -21,8 +23,10 @@ typedef struct cache_stage {
     _Atomic int64_t axed;      /* the highest axe point passed through: older copies are not served */
 } cache_stage;
 
-static int cache_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
+static int cache_observe_at(ps_link *link, ps_op *op) {
     cache_stage *c = (cache_stage *)link->stage;
+    int64_t index = op->argument;
+    void *out = op->out;
     size_t size = c->base.tuple_size;
     if (index >= atomic_load_explicit(&c->axed, memory_order_acquire)) {
         int64_t entry = index % c->capacity;
@@ -36,7 +40,7 @@ static int cache_observe_at(ps_link *link, int64_t index, void *out, int64_t tim
         }
     }
     atomic_fetch_add_explicit(&c->misses, 1, memory_order_relaxed);
-    int rc = ps_link_observe_at(ps_stage_down(link), index, out, timeout_ns);
+    int rc = ps_stage_pass(link, op);
     if (rc == PS_OK && index >= 0) {
         int64_t entry = index % c->capacity;
         pthread_mutex_lock(&c->lock);
@@ -49,14 +53,23 @@ static int cache_observe_at(ps_link *link, int64_t index, void *out, int64_t tim
 
 /* Axing through the cache also stops it serving the freed tuples (an observe of one raises, as
  * it would without the cache). */
-static int cache_axe(ps_link *link, int64_t index) {
+static int cache_axe(ps_link *link, ps_op *op) {
     cache_stage *c = (cache_stage *)link->stage;
-    int rc = ps_forward_axe(link, index);
+    int64_t index = op->argument;
+    int rc = ps_stage_pass(link, op);
     if (rc != PS_OK) return rc;
     int64_t seen = atomic_load(&c->axed);
     while (seen < index && !atomic_compare_exchange_weak(&c->axed, &seen, index)) {
     }
     return PS_OK;
+}
+
+static int cache_call(ps_link *link, ps_op *op) {
+    switch (op->kind) {
+    case PS_OP_OBSERVE_AT: return cache_observe_at(link, op);
+    case PS_OP_AXE: return cache_axe(link, op);
+    default: return ps_stage_pass(link, op);
+    }
 }
 
 static int cache_counters(ps_stage *stage, ps_counter *out, int max) {
@@ -75,10 +88,9 @@ static void cache_destroy(ps_stage *stage) {
     pthread_mutex_destroy(&c->lock);
 }
 
-static const ps_stage_ops CACHE_OPS = {
-    ps_forward_move, ps_forward_observe, cache_observe_at, ps_forward_first, ps_forward_last,
-    ps_forward_delta, cache_axe, cache_counters, cache_destroy, ps_forward_exchange, NULL,
-};
+static size_t cache_footprint(const ps_params *params, size_t tuple_size) {
+    return sizeof(cache_stage) + (size_t)ps_params_int(params, "capacity") * (sizeof(int64_t) + tuple_size);
+}
 
 static int cache_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
                         ps_stage **out, char *error, size_t error_size) {
@@ -91,7 +103,7 @@ static int cache_create(const ps_params *params, const ps_build_context *context
     if (!c) return PS_ENOMEM;
     pthread_mutex_init(&c->lock, NULL);
     c->capacity = ps_params_int(params, "capacity");
-    int rc = ps_stage_init(&c->base, &CACHE_OPS, ps_stage_format(below), 0, below, PS_PASS_THROUGH);
+    int rc = ps_stage_init(&c->base, &ps_kind_cache, ps_stage_format(below), 0, below);
     c->tags = malloc((size_t)c->capacity * sizeof *c->tags);
     c->data = malloc((size_t)c->capacity * c->base.tuple_size);
     if (rc == PS_OK && (!c->tags || !c->data)) rc = PS_ENOMEM;
@@ -106,10 +118,20 @@ static int cache_create(const ps_params *params, const ps_build_context *context
 }
 
 static const ps_param_spec CACHE_PARAMS[] = {
-    {"capacity", PS_PARAM_INT, 0, "1024", 1, 1 << 20, NULL, "tuples kept (direct-mapped by index)"},
+    {"capacity", PS_PARAM_INT, 0, "1024", 1, 1 << 20, NULL, "tuples kept (direct-mapped by index)", PS_PARAM_GIVEN},
 };
 
 const ps_stage_kind ps_kind_cache = {
-    "cache", "Serves repeated indexed observes locally; tuples are immutable, so it is always correct.",
-    CACHE_PARAMS, sizeof CACHE_PARAMS / sizeof CACHE_PARAMS[0], cache_create, PS_PASS_THROUGH,
+    .version = PS_STAGE_KIND_VERSION,
+    .name = "cache",
+    .doc = "Serves repeated indexed observes locally; tuples are immutable, so it is always correct.",
+    .params = CACHE_PARAMS,
+    .param_count = sizeof CACHE_PARAMS / sizeof CACHE_PARAMS[0],
+    .role = PS_PASS_THROUGH,
+    .needs_below = 1,
+    .create = cache_create,
+    .call = cache_call,
+    .footprint = cache_footprint,
+    .counters = cache_counters,
+    .destroy = cache_destroy,
 };

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "stage_base.h"
+#include "stage_kinds.h"
 
 typedef struct core_stage {
     ps_stage base;
@@ -12,42 +13,44 @@ typedef struct core_stage {
 
 static ps_element *element_of(ps_link *link) { return ((core_stage *)link->stage)->element; }
 
-static int core_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
-    return ps_move(element_of(link), tuple, timeout_ns);
-}
-
-static int core_observe(ps_link *link, void *out, int64_t timeout_ns) {
-    return ps_observe(element_of(link), out, NULL, timeout_ns);
-}
-
-static int core_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved) {
-    return ps_exchange(element_of(link), tuple, out, timeout_ns, moved);
-}
-
-static int core_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
-    return ps_observe_at(element_of(link), index, out, timeout_ns);
-}
-
-static int core_first(ps_link *link, int64_t *out) {
-    *out = ps_first(element_of(link));
-    return PS_OK;
-}
-
-static int core_last(ps_link *link, int64_t *out) {
-    *out = ps_last(element_of(link));
-    return PS_OK;
-}
-
-static int core_delta(ps_link *link, int64_t bound, int64_t *out) {
-    if (bound >= 0) {
-        int rc = ps_set_delta(element_of(link), bound);
-        if (rc != PS_OK) return rc;
+int ps_element_call(ps_element *e, ps_op *op) {
+    switch (op->kind) {
+    case PS_OP_MOVE: return ps_move(e, op->in, op->timeout_ns);
+    case PS_OP_OBSERVE: return ps_observe(e, op->out, NULL, op->timeout_ns);
+    case PS_OP_OBSERVE_AT: return ps_observe_at(e, op->argument, op->out, op->timeout_ns);
+    case PS_OP_EXCHANGE: {
+        int moved = 0;
+        int rc = ps_exchange(e, op->in, op->out, op->timeout_ns, &moved);
+        op->done = (uint32_t)moved;
+        return rc;
     }
-    *out = ps_delta(element_of(link));
-    return PS_OK;
+    case PS_OP_MOVE_MANY: {
+        int64_t deadline = ps_deadline(op->timeout_ns);
+        const unsigned char *tuples = op->in;
+        size_t size = ps_element_tuple_size(e);
+        for (op->done = 0; op->done < op->count; op->done++) {
+            int rc = ps_move(e, tuples + (size_t)op->done * size, ps_remaining(deadline));
+            if (rc != PS_OK) return rc;
+        }
+        return PS_OK;
+    }
+    case PS_OP_FIRST: op->value = ps_first(e); return PS_OK;
+    case PS_OP_LAST: op->value = ps_last(e); return PS_OK;
+    case PS_OP_DELTA: {
+        int rc = op->argument >= 0 ? ps_set_delta(e, op->argument) : PS_OK;
+        op->value = ps_delta(e);
+        return rc;
+    }
+    case PS_OP_AXE: return ps_axe(e, op->argument);
+    default: return PS_ENOTSUP;
+    }
 }
 
-static int core_axe(ps_link *link, int64_t index) { return ps_axe(element_of(link), index); }
+/* A kind the element does not know is refused by the fallback, which says so. */
+static int core_call(ps_link *link, ps_op *op) {
+    int rc = ps_element_call(element_of(link), op);
+    return rc == PS_ENOTSUP ? ps_op_fallback(link, op) : rc;
+}
 
 static int core_counters(ps_stage *stage, ps_counter *out, int max) {
     ps_element_stats s;
@@ -63,10 +66,12 @@ static int core_counters(ps_stage *stage, ps_counter *out, int max) {
 
 static void core_destroy(ps_stage *stage) { ps_leave(((core_stage *)stage)->element); }
 
-static const ps_stage_ops CORE_OPS = {
-    core_move, core_observe, core_observe_at, core_first, core_last, core_delta, core_axe, core_counters,
-    core_destroy, core_exchange,
-};
+/* The element's tuples are the element's: the stage itself holds only its struct. */
+static size_t core_footprint(const ps_params *params, size_t tuple_size) {
+    (void)params;
+    (void)tuple_size;
+    return sizeof(core_stage);
+}
 
 static int core_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
                        ps_stage **out, char *error, size_t error_size) {
@@ -94,17 +99,28 @@ static int core_create(const ps_params *params, const ps_build_context *context,
         return PS_ENOMEM;
     }
     stage->element = element;
-    ps_stage_init(&stage->base, &CORE_OPS, &parsed, 0, NULL, PS_JOINING);
+    ps_stage_init(&stage->base, &ps_kind_core, &parsed, 0, NULL);
     *out = &stage->base;
     return PS_OK;
 }
 
 static const ps_param_spec CORE_PARAMS[] = {
-    {"name", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "the element's name"},
-    {"format", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "the element's Python struct format, e.g. 'q' or 'qd'"},
+    {"name", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "the element's name", PS_PARAM_GIVEN},
+    {"format", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "the element's Python struct format, e.g. 'q' or 'qd'",
+     PS_PARAM_GIVEN},
 };
 
 const ps_stage_kind ps_kind_core = {
-    "core", "The PastSet element (name, format) itself: the last stage of every path.",
-    CORE_PARAMS, sizeof CORE_PARAMS / sizeof CORE_PARAMS[0], core_create, PS_JOINING,
+    .version = PS_STAGE_KIND_VERSION,
+    .name = "core",
+    .doc = "The PastSet element (name, format) itself: the last stage of every path.",
+    .params = CORE_PARAMS,
+    .param_count = sizeof CORE_PARAMS / sizeof CORE_PARAMS[0],
+    .role = PS_JOINING,
+    .needs_below = 0,
+    .create = core_create,
+    .call = core_call,
+    .footprint = core_footprint,
+    .counters = core_counters,
+    .destroy = core_destroy,
 };

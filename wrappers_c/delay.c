@@ -1,7 +1,7 @@
 /* delay.c — the `delay` stage: emulates a slow link, so a wide-area experiment runs on one
- * machine. Every move, observe, observe_at and exchange through it waits `ms` (plus or minus up
- * to `jitter_ms`) on the way there and again on the way back, as a message crossing a link both
- * ways would; first, last, delta and axe pass at once.
+ * machine. Every operation that may wait (move, observe, observe_at, exchange, move_many) waits
+ * `ms` (plus or minus up to `jitter_ms`) on the way there and again on the way back, as a message
+ * crossing a link both ways would; first, last, delta and axe pass at once.
  *
  * No crossing outlasts the caller's timeout:
  *   - on the way there, the call returns PS_ETIMEDOUT with nothing done. The caller's message
@@ -18,15 +18,14 @@
 #include <time.h>
 
 #include "stage_base.h"
+#include "stage_kinds.h"
 
 enum { REPEAT_WITHIN_NS = 10 * 1000 * 1000 };
 
-enum crossing_op { CROSS_MOVE = 1, CROSS_OBSERVE, CROSS_OBSERVE_AT, CROSS_EXCHANGE };
-
 /* One caller's message on its way down (or arrived, its operation below not done yet). */
 typedef struct in_flight {
-    int op;               /* crossing_op; 0: none */
-    int64_t index;        /* observe_at's */
+    int op;               /* the operation's kind + 1; 0: none */
+    int64_t argument;     /* its argument */
     int64_t arrives_ns;   /* when it reaches the stage below */
     int64_t expires_ns;   /* a repeat after this is a new message */
 } in_flight;
@@ -73,13 +72,13 @@ static int64_t sleep_until(delay_stage *d, int64_t until, int64_t deadline) {
 
 /* The way there: PS_OK once the caller's message has arrived below, PS_ETIMEDOUT at the deadline
  * (the message stays on its way for a repeat). */
-static int go(ps_link *link, int op, int64_t index, int64_t deadline) {
+static int go(ps_link *link, const ps_op *op, int64_t deadline) {
     delay_stage *d = delay_of(link);
     in_flight *m = &d->messages[link->slot];
     int64_t now = ps_now_ns();
-    if (m->op != op || m->index != index || now > m->expires_ns) {
-        m->op = op;
-        m->index = index;
+    if (m->op != (int)op->kind + 1 || m->argument != op->argument || now > m->expires_ns) {
+        m->op = (int)op->kind + 1;
+        m->argument = op->argument;
         m->arrives_ns = now + crossing_ns(d);
     }
     m->expires_ns = INT64_MAX; /* on its way: only the end of this call sets a time to forget it */
@@ -87,8 +86,8 @@ static int go(ps_link *link, int op, int64_t index, int64_t deadline) {
 }
 
 /* The way back, with the status of the operation below (rc: PS_ETIMEDOUT when it was not done,
- * moved: an exchange's move took effect all the same). Returns the caller's status. */
-static int come_back(ps_link *link, int rc, int moved, int64_t deadline) {
+ * moved: tuples it moved all the same, as an exchange's move). Returns the caller's status. */
+static int come_back(ps_link *link, int rc, uint32_t moved, int64_t deadline) {
     delay_stage *d = delay_of(link);
     in_flight *m = &d->messages[link->slot];
     if (rc == PS_ETIMEDOUT && !moved) { /* nothing done: a repeat made at once goes on with it */
@@ -100,33 +99,19 @@ static int come_back(ps_link *link, int rc, int moved, int64_t deadline) {
     return rc;
 }
 
-static int delay_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
-    int64_t deadline = ps_deadline(timeout_ns);
-    int rc = go(link, CROSS_MOVE, -1, deadline);
-    if (rc == PS_OK) rc = ps_forward_move(link, tuple, ps_remaining(deadline));
-    return come_back(link, rc, 0, deadline);
-}
-
-static int delay_observe(ps_link *link, void *out, int64_t timeout_ns) {
-    int64_t deadline = ps_deadline(timeout_ns);
-    int rc = go(link, CROSS_OBSERVE, -1, deadline);
-    if (rc == PS_OK) rc = ps_forward_observe(link, out, ps_remaining(deadline));
-    return come_back(link, rc, 0, deadline);
-}
-
-static int delay_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
-    int64_t deadline = ps_deadline(timeout_ns);
-    int rc = go(link, CROSS_OBSERVE_AT, index, deadline);
-    if (rc == PS_OK) rc = ps_forward_observe_at(link, index, out, ps_remaining(deadline));
-    return come_back(link, rc, 0, deadline);
-}
-
-static int delay_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved) {
-    int64_t deadline = ps_deadline(timeout_ns);
-    *moved = 0;
-    int rc = go(link, CROSS_EXCHANGE, -1, deadline);
-    if (rc == PS_OK) rc = ps_forward_exchange(link, tuple, out, ps_remaining(deadline), moved);
-    return come_back(link, rc, *moved, deadline);
+/* An operation that may wait (move, observe, observe_at, exchange, move_many) crosses the link
+ * both ways; the others pass at once. */
+static int delay_call(ps_link *link, ps_op *op) {
+    if (!(ps_op_kinds[op->kind].shape & PS_OP_WAITS)) return ps_stage_pass(link, op);
+    int64_t deadline = ps_deadline(op->timeout_ns);
+    int64_t timeout_ns = op->timeout_ns;
+    int rc = go(link, op, deadline);
+    if (rc == PS_OK) {
+        op->timeout_ns = ps_remaining(deadline);
+        rc = ps_stage_pass(link, op);
+        op->timeout_ns = timeout_ns;
+    }
+    return come_back(link, rc, op->done, deadline);
 }
 
 /* A caller gone leaves nothing on its way for the next caller of its slot. */
@@ -140,10 +125,11 @@ static int delay_counters(ps_stage *stage, ps_counter *out, int max) {
 
 static void delay_destroy(ps_stage *stage) { free(((delay_stage *)stage)->messages); }
 
-static const ps_stage_ops DELAY_OPS = {
-    delay_move, delay_observe, delay_observe_at, ps_forward_first, ps_forward_last, ps_forward_delta,
-    ps_forward_axe, delay_counters, delay_destroy, delay_exchange, NULL, delay_detach,
-};
+static size_t delay_footprint(const ps_params *params, size_t tuple_size) {
+    (void)params;
+    (void)tuple_size;
+    return sizeof(delay_stage) + PS_PASS_THROUGH_CALLERS * sizeof(in_flight);
+}
 
 static int delay_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
                         ps_stage **out, char *error, size_t error_size) {
@@ -162,7 +148,7 @@ static int delay_create(const ps_params *params, const ps_build_context *context
     d->delay_ns = (int64_t)(ms * 1e6);
     d->jitter_ns = (int64_t)(jitter_ms * 1e6);
     atomic_init(&d->random_state, (uint64_t)ps_now_ns());
-    int rc = ps_stage_init(&d->base, &DELAY_OPS, ps_stage_format(below), 0, below, PS_PASS_THROUGH);
+    int rc = ps_stage_init(&d->base, &ps_kind_delay, ps_stage_format(below), 0, below);
     if (rc == PS_OK && !(d->messages = calloc(PS_PASS_THROUGH_CALLERS, sizeof *d->messages))) rc = PS_ENOMEM;
     if (rc != PS_OK) {
         delay_destroy(&d->base);
@@ -174,12 +160,25 @@ static int delay_create(const ps_params *params, const ps_build_context *context
 }
 
 static const ps_param_spec DELAY_PARAMS[] = {
-    {"ms", PS_PARAM_FLOAT, 1, NULL, 0, 60000, NULL, "one-way delay in milliseconds, paid going and coming back"},
-    {"jitter_ms", PS_PARAM_FLOAT, 0, "0", 0, 60000, NULL, "uniform jitter, +/- milliseconds (at most ms)"},
+    {"ms", PS_PARAM_FLOAT, 1, NULL, 0, 60000, NULL, "one-way delay in milliseconds, paid going and coming back",
+     PS_PARAM_GIVEN},
+    {"jitter_ms", PS_PARAM_FLOAT, 0, "0", 0, 60000, NULL, "uniform jitter, +/- milliseconds (at most ms)",
+     PS_PARAM_GIVEN},
 };
 
 const ps_stage_kind ps_kind_delay = {
-    "delay", "Emulates a slow link: each operation waits ms (+/- jitter_ms) going down and again coming back, "
-    "never past its timeout.",
-    DELAY_PARAMS, sizeof DELAY_PARAMS / sizeof DELAY_PARAMS[0], delay_create, PS_PASS_THROUGH,
+    .version = PS_STAGE_KIND_VERSION,
+    .name = "delay",
+    .doc = "Emulates a slow link: each operation that may wait crosses it in ms (+/- jitter_ms) going down "
+           "and again coming back, never past its timeout.",
+    .params = DELAY_PARAMS,
+    .param_count = sizeof DELAY_PARAMS / sizeof DELAY_PARAMS[0],
+    .role = PS_PASS_THROUGH,
+    .needs_below = 1,
+    .create = delay_create,
+    .call = delay_call,
+    .footprint = delay_footprint,
+    .counters = delay_counters,
+    .destroy = delay_destroy,
+    .detach = delay_detach,
 };

@@ -138,11 +138,12 @@ static int wait_for(int fd, short events, int64_t left_ns) {
     return n < 0 && errno == EINTR ? 0 : n;
 }
 
-/* Frames that come or go together share a buffer of this size (a larger frame gets its own). */
-enum { BUFFER_BYTES = 16384 };
+size_t ps_channel_buffer_bytes(size_t frame_max) {
+    return frame_max > PS_CHANNEL_BUFFER_BYTES ? frame_max : PS_CHANNEL_BUFFER_BYTES;
+}
 
 static int open_channel(int fd, int family, size_t frame_max, int64_t send_wait_ns, ps_channel *out) {
-    size_t capacity = frame_max > BUFFER_BYTES ? frame_max : BUFFER_BYTES;
+    size_t capacity = ps_channel_buffer_bytes(frame_max);
     *out = (ps_channel){.fd = -1};
     out->in = malloc(capacity);
     out->out = malloc(capacity);

@@ -26,7 +26,10 @@
 extern "C" {
 #endif
 
-enum { PS_CHANNEL_ENDPOINT_MAX = 256 };
+enum {
+    PS_CHANNEL_ENDPOINT_MAX = 256,
+    PS_CHANNEL_BUFFER_BYTES = 16384, /* frames that come or go together share a buffer this large */
+};
 
 typedef struct ps_channel {
     int fd;                 /* -1: not connected */
@@ -41,6 +44,9 @@ typedef struct ps_channel {
     size_t out_capacity, out_length;
     int corked;             /* the last send was marked `more`: TCP may hold it back */
 } ps_channel;
+
+/* The bytes of each of a channel's two buffers, for frames of up to frame_max bytes. */
+size_t ps_channel_buffer_bytes(size_t frame_max);
 
 /* Binds a listening socket for `transport` (PS_TRANSPORT_TCP on `host`, a free port;
  * PS_TRANSPORT_IPC: a fresh abstract name) and writes its endpoint. PS_OK, or PS_EREMOTE with

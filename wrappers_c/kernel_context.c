@@ -178,8 +178,10 @@ static int run_barrier(paths_kernel_ctx *c, int64_t timeout_ns) {
     int rc;
     if (!c->barrier && !(c->barrier = acquire_link(c, PS_BARRIER_ELEMENT, "q", &rc))) return rc;
     int64_t deadline = ps_deadline(timeout_ns), one = 1, total = 0;
-    rc = ps_link_move(c->barrier, &one, timeout_ns);
-    if (rc == PS_OK) rc = ps_link_observe(c->barrier, &total, ps_remaining(deadline));
+    ps_op move = {.kind = PS_OP_MOVE, .in = &one, .timeout_ns = timeout_ns};
+    rc = ps_link_call(c->barrier, &move);
+    ps_op observe = {.kind = PS_OP_OBSERVE, .out = &total, .timeout_ns = ps_remaining(deadline)};
+    if (rc == PS_OK) rc = ps_link_call(c->barrier, &observe);
     if (rc != PS_OK) {
         const char *why = ps_stage_error(c->barrier->stage);
         return paths_fail(c, rc, "paths_barrier: %s%s%s", ps_status_name(rc), *why ? ": " : "", why);

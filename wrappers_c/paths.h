@@ -81,6 +81,13 @@ typedef struct paths_kernel_ctx paths_kernel_ctx; /* what a kernel thread is giv
 /* ---- operations on a handle: plain C calls through the path's stages ---------------------- */
 
 int paths_move(paths_handle *h, const void *tuple, int64_t timeout_ns);     /* append a tuple */
+/* Appends the n tuples at `tuples` (n * paths_tuple_size(h) bytes), in order, as one operation:
+ * through a remote stage one frame and one acknowledgement per 16 KiB of tuples, through a sum n
+ * contributions of consecutive rounds (refused with PATHS_ESTATE, nothing moved, when they do not
+ * all fit in the caller's 4 rounds ahead). Its effect is that of n paths_move calls; a call that
+ * fails (a timeout, say at a full delta bound) may have moved a first part of them. n == 0 moves
+ * nothing. */
+int paths_move_many(paths_handle *h, const void *tuples, size_t n, int64_t timeout_ns);
 int paths_observe(paths_handle *h, void *out, int64_t timeout_ns);          /* the next unread one */
 int paths_observe_at(paths_handle *h, int64_t index, void *out, int64_t timeout_ns); /* tuple `index` */
 int paths_first(paths_handle *h, int64_t *out);   /* index of the next unread tuple */

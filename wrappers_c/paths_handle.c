@@ -1,5 +1,5 @@
 /* paths_handle.c — the handle half of paths.h: a paths_handle is a caller's ps_link, so every
- * operation is the link's own call, with nothing in between. */
+ * operation is one operation value through the link's call, with nothing in between. */
 #include "paths.h"
 
 #include "stage.h"
@@ -17,20 +17,50 @@ static ps_link *link_of(paths_handle *h) { return (ps_link *)h; }
 static const ps_link *const_link_of(const paths_handle *h) { return (const ps_link *)h; }
 
 int paths_move(paths_handle *h, const void *tuple, int64_t timeout_ns) {
-    return ps_link_move(link_of(h), tuple, timeout_ns);
+    ps_op op = {.kind = PS_OP_MOVE, .in = tuple, .timeout_ns = timeout_ns};
+    return ps_link_call(link_of(h), &op);
+}
+
+int paths_move_many(paths_handle *h, const void *tuples, size_t n, int64_t timeout_ns) {
+    int64_t deadline = ps_deadline(timeout_ns);
+    const unsigned char *next = tuples;
+    size_t tuple_size = paths_tuple_size(h);
+    while (n) { /* one operation per UINT32_MAX tuples at most: the count an operation carries */
+        uint32_t count = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+        ps_op op = {.kind = PS_OP_MOVE_MANY, .in = next, .count = count, .timeout_ns = ps_remaining(deadline)};
+        int rc = ps_link_call(link_of(h), &op);
+        if (rc != PS_OK) return rc;
+        next += (size_t)count * tuple_size;
+        n -= count;
+    }
+    return PS_OK;
 }
 
 int paths_observe(paths_handle *h, void *out, int64_t timeout_ns) {
-    return ps_link_observe(link_of(h), out, timeout_ns);
+    ps_op op = {.kind = PS_OP_OBSERVE, .out = out, .timeout_ns = timeout_ns};
+    return ps_link_call(link_of(h), &op);
 }
 
 int paths_observe_at(paths_handle *h, int64_t index, void *out, int64_t timeout_ns) {
-    return ps_link_observe_at(link_of(h), index, out, timeout_ns);
+    ps_op op = {.kind = PS_OP_OBSERVE_AT, .argument = index, .out = out, .timeout_ns = timeout_ns};
+    return ps_link_call(link_of(h), &op);
 }
 
-int paths_first(paths_handle *h, int64_t *out) { return ps_link_first(link_of(h), out); }
-int paths_last(paths_handle *h, int64_t *out) { return ps_link_last(link_of(h), out); }
-int paths_axe(paths_handle *h, int64_t index) { return ps_link_axe(link_of(h), index); }
+/* first, last: the value of an operation that takes nothing in. */
+static int value_of(paths_handle *h, ps_op_kind kind, int64_t *out) {
+    ps_op op = {.kind = kind};
+    int rc = ps_link_call(link_of(h), &op);
+    *out = op.value;
+    return rc;
+}
+
+int paths_first(paths_handle *h, int64_t *out) { return value_of(h, PS_OP_FIRST, out); }
+int paths_last(paths_handle *h, int64_t *out) { return value_of(h, PS_OP_LAST, out); }
+
+int paths_axe(paths_handle *h, int64_t index) {
+    ps_op op = {.kind = PS_OP_AXE, .argument = index};
+    return ps_link_call(link_of(h), &op);
+}
 
 size_t paths_tuple_size(const paths_handle *h) { return ps_stage_format(const_link_of(h)->stage)->size; }
 const char *paths_format(const paths_handle *h) { return ps_stage_format(const_link_of(h)->stage)->text; }

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "stage_base.h"
+#include "stage_kinds.h"
 #include "waitpoint.h"
 
 enum { ROUND_SLOTS = 4, CACHE_LINE = 64, MAX_FAN_IN = 4096 };
@@ -106,7 +107,8 @@ static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
             uint64_t observed = atomic_load_explicit(&s->down_observed, memory_order_relaxed);
             if (moved > observed && !forwards(s)) {
                 round_slot *slot = &s->slots[observed % ROUND_SLOTS];
-                rc = ps_link_observe(down, slot->total, timeout_ns);
+                ps_op observe = {.kind = PS_OP_OBSERVE, .out = slot->total, .timeout_ns = timeout_ns};
+                rc = ps_link_call(down, &observe);
                 if (rc == PS_ETIMEDOUT) break;
                 finish_round(s, slot, observed, rc);
             } else {
@@ -117,12 +119,15 @@ static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
                      * never ahead, since its answer is read at the root by our observers and so
                      * nothing is left to observe here. The root drives the round down. */
                     atomic_store(&s->down_moved, moved + 1);
-                    ps_link_move(down, slot->sum, timeout_ns);
+                    ps_op move = {.kind = PS_OP_MOVE, .in = slot->sum, .timeout_ns = timeout_ns};
+                    ps_link_call(down, &move);
                     down->observes = down->moves;
                 } else {
                     /* Move the sum down and observe the total: one round trip through a remote. */
-                    int did_move = 0;
-                    rc = ps_link_exchange(down, slot->sum, slot->total, timeout_ns, &did_move);
+                    ps_op exchange = {.kind = PS_OP_EXCHANGE, .in = slot->sum, .out = slot->total,
+                                      .timeout_ns = timeout_ns};
+                    rc = ps_link_call(down, &exchange);
+                    int did_move = exchange.done != 0;
                     if (did_move) atomic_store(&s->down_moved, moved + 1);
                     if (rc == PS_ETIMEDOUT) break; /* moved: the observe is left pending; else both are */
                     if (!did_move) atomic_store(&s->down_moved, moved + 1); /* a failed move: no total comes */
@@ -202,7 +207,17 @@ static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
     return slot->status;
 }
 
-/* ---- operations passed on: first, last, observe_at, delta, axe ------------------------------- */
+/* A move_many is that many contributions, of consecutive rounds: taken whole when they all fit in
+ * the caller's rounds ahead (ROUND_SLOTS beyond its observes), else refused, nothing moved. */
+static int sum_move_many(ps_link *link, ps_op *op) {
+    if (link->moves + op->count > link->observes + ROUND_SLOTS) return PS_ESTATE;
+    const unsigned char *tuples = op->in;
+    size_t size = link->stage->tuple_size;
+    for (uint32_t i = 0; i < op->count; i++) sum_move(link, tuples + (size_t)i * size, op->timeout_ns);
+    return PS_OK;
+}
+
+/* ---- operations passed on: first, last, observe_at, delta, axe, and any other --------------- */
 
 /* The link below is the stage's one link: the round driver uses it, so an operation passed on
  * takes it the same way (the driving flag), and gives it back to the rounds afterwards. */
@@ -229,54 +244,36 @@ static void give_link(reduce_sum_stage *s) {
     wake_observers(s);
 }
 
-/* Tuple `index` may only come with a round this stage drives down: so the link is held for a
- * short look at a time, never for the whole wait, and the rounds go on in between. */
+/* What an operation that waits (observe_at: a tuple still to come) waits for may only come with a
+ * round this stage drives down: so the link is held for a short look at a time, never for the
+ * whole wait, and the rounds go on in between. */
 static const int64_t LOOK_NS = 1000000;
 
-static int sum_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
+static int pass_on(ps_link *link, ps_op *op) {
     reduce_sum_stage *s = sum_of(link);
-    int64_t deadline = ps_deadline(timeout_ns);
+    int waits = ps_op_kinds[op->kind].shape & PS_OP_WAITS;
+    int64_t deadline = ps_deadline(waits ? op->timeout_ns : PASS_ON_TIMEOUT_NS);
+    int64_t timeout_ns = op->timeout_ns;
     for (;;) {
         int64_t left = ps_remaining(deadline);
         if (take_link(s, left) != PS_OK) return PS_ETIMEDOUT;
-        int64_t look = left == PS_FOREVER || left > LOOK_NS ? LOOK_NS : left;
-        int rc = ps_link_observe_at(&s->base.next, index, out, look);
+        if (waits) op->timeout_ns = left == PS_FOREVER || left > LOOK_NS ? LOOK_NS : left;
+        int rc = ps_link_call(&s->base.next, op);
+        op->timeout_ns = timeout_ns;
         give_link(s);
-        if (rc != PS_ETIMEDOUT || ps_remaining(deadline) == 0) return rc;
+        if (rc != PS_ETIMEDOUT || !waits || op->done || ps_remaining(deadline) == 0) return rc;
         if (pending(s)) drive(s, ps_remaining(deadline));
     }
 }
 
-static int sum_first(ps_link *link, int64_t *out) {
-    reduce_sum_stage *s = sum_of(link);
-    if (take_link(s, PASS_ON_TIMEOUT_NS) != PS_OK) return PS_ETIMEDOUT;
-    int rc = ps_link_first(&s->base.next, out);
-    give_link(s);
-    return rc;
-}
-
-static int sum_last(ps_link *link, int64_t *out) {
-    reduce_sum_stage *s = sum_of(link);
-    if (take_link(s, PASS_ON_TIMEOUT_NS) != PS_OK) return PS_ETIMEDOUT;
-    int rc = ps_link_last(&s->base.next, out);
-    give_link(s);
-    return rc;
-}
-
-static int sum_delta(ps_link *link, int64_t bound, int64_t *out) {
-    reduce_sum_stage *s = sum_of(link);
-    if (take_link(s, PASS_ON_TIMEOUT_NS) != PS_OK) return PS_ETIMEDOUT;
-    int rc = ps_link_delta(&s->base.next, bound, out);
-    give_link(s);
-    return rc;
-}
-
-static int sum_axe(ps_link *link, int64_t index) {
-    reduce_sum_stage *s = sum_of(link);
-    if (take_link(s, PASS_ON_TIMEOUT_NS) != PS_OK) return PS_ETIMEDOUT;
-    int rc = ps_link_axe(&s->base.next, index);
-    give_link(s);
-    return rc;
+static int sum_call(ps_link *link, ps_op *op) {
+    switch (op->kind) {
+    case PS_OP_MOVE: return sum_move(link, op->in, op->timeout_ns);
+    case PS_OP_OBSERVE: return sum_observe(link, op->out, op->timeout_ns);
+    case PS_OP_MOVE_MANY: return sum_move_many(link, op);
+    case PS_OP_EXCHANGE: return ps_op_fallback(link, op); /* a contribution, then its round's total */
+    default: return pass_on(link, op);
+    }
 }
 
 static int sum_counters(ps_stage *stage, ps_counter *out, int max) {
@@ -293,9 +290,30 @@ static void sum_destroy(ps_stage *stage) {
     for (int i = 0; i < ROUND_SLOTS; i++) free(s->slots[i].buffers);
 }
 
-static const ps_stage_ops SUM_OPS = {
-    sum_move, sum_observe, sum_observe_at, sum_first, sum_last, sum_delta, sum_axe, sum_counters, sum_destroy,
-};
+/* Where a sum of fan_in contributors keeps tuples of `size` bytes: packed on the arrival count's
+ * line when they fit (spread 0), else a cache-line-padded buffer each; plus, per round slot, a
+ * line for the sum and one for the total. */
+typedef struct layout {
+    int packs;
+    size_t stride, line, spread;
+} layout;
+
+static layout layout_of(size_t size, uint32_t fan_in) {
+    size_t words = (size + 7) / 8 * 8; /* packed contributions stay 8-byte aligned */
+    layout l;
+    l.packs = words * fan_in <= PACKED_BYTES;
+    l.line = (size + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
+    l.stride = l.packs ? words : l.line;
+    l.spread = l.packs ? 0 : l.stride * fan_in;
+    return l;
+}
+
+static size_t stage_bytes(void) { return (sizeof(reduce_sum_stage) + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE; }
+
+static size_t sum_footprint(const ps_params *params, size_t tuple_size) {
+    layout l = layout_of(tuple_size, (uint32_t)ps_params_int(params, "num_threads"));
+    return stage_bytes() + ROUND_SLOTS * (l.spread + 2 * l.line);
+}
 
 static int sum_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
                       ps_stage **out, char *error, size_t error_size) {
@@ -311,26 +329,23 @@ static int sum_create(const ps_params *params, const ps_build_context *context, 
                  "and floats, e.g. 'q' or 'qd')", format->text);
         return PS_EFORMAT;
     }
-    reduce_sum_stage *s = aligned_alloc(CACHE_LINE, (sizeof *s + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE);
+    reduce_sum_stage *s = aligned_alloc(CACHE_LINE, stage_bytes());
     if (!s) return PS_ENOMEM;
     memset(s, 0, sizeof *s);
     s->fan_in = (uint32_t)ps_params_int(params, "num_threads");
-    s->root = below->ops == &SUM_OPS ? ((reduce_sum_stage *)below)->root : s;
-    size_t words = (format->size + 7) / 8 * 8; /* packed contributions stay 8-byte aligned */
-    int packs = words * s->fan_in <= PACKED_BYTES;
-    s->stride = packs ? words : (format->size + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
-    size_t line = (format->size + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
-    int rc = ps_stage_init(&s->base, &SUM_OPS, format, s->fan_in, below, PS_JOINING);
+    s->root = below->kind == &ps_kind_reduce_sum ? ((reduce_sum_stage *)below)->root : s;
+    layout l = layout_of(format->size, s->fan_in);
+    s->stride = l.stride;
+    int rc = ps_stage_init(&s->base, &ps_kind_reduce_sum, format, s->fan_in, below);
     if (rc == PS_ESTATE) snprintf(error, error_size, "stage 'reduce-sum': the stage below has no free caller slot");
     for (int i = 0; rc == PS_OK && i < ROUND_SLOTS; i++) {
         round_slot *slot = &s->slots[i];
-        size_t spread = packs ? 0 : s->stride * s->fan_in;
-        slot->buffers = aligned_alloc(CACHE_LINE, spread + 2 * line);
+        slot->buffers = aligned_alloc(CACHE_LINE, l.spread + 2 * l.line);
         if (!slot->buffers) rc = PS_ENOMEM;
         else {
-            slot->contributions = packs ? slot->packed : slot->buffers;
-            slot->sum = slot->buffers + spread;
-            slot->total = format->size <= INLINE_TOTAL ? slot->total_inline : slot->sum + line;
+            slot->contributions = l.packs ? slot->packed : slot->buffers;
+            slot->sum = slot->buffers + l.spread;
+            slot->total = format->size <= INLINE_TOTAL ? slot->total_inline : slot->sum + l.line;
         }
     }
     ps_waitpoint_init(&s->link_wp);
@@ -345,10 +360,20 @@ static int sum_create(const ps_params *params, const ps_build_context *context, 
 }
 
 static const ps_param_spec SUM_PARAMS[] = {
-    {"num_threads", PS_PARAM_INT, 1, NULL, 1, MAX_FAN_IN, NULL, "the fan-in: contributors per round"},
+    {"num_threads", PS_PARAM_INT, 1, NULL, 1, MAX_FAN_IN, NULL, "the fan-in: contributors per round", PS_PARAM_GIVEN},
 };
 
 const ps_stage_kind ps_kind_reduce_sum = {
-    "reduce-sum", "Adds one tuple from each of num_threads contributors per round; each gets the round's total.",
-    SUM_PARAMS, sizeof SUM_PARAMS / sizeof SUM_PARAMS[0], sum_create, PS_JOINING,
+    .version = PS_STAGE_KIND_VERSION,
+    .name = "reduce-sum",
+    .doc = "Adds one tuple from each of num_threads contributors per round; each gets the round's total.",
+    .params = SUM_PARAMS,
+    .param_count = sizeof SUM_PARAMS / sizeof SUM_PARAMS[0],
+    .role = PS_JOINING,
+    .needs_below = 1,
+    .create = sum_create,
+    .call = sum_call,
+    .footprint = sum_footprint,
+    .counters = sum_counters,
+    .destroy = sum_destroy,
 };

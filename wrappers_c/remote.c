@@ -22,6 +22,7 @@
 #include "direct_channel.h"
 #include "server.h"
 #include "stage_base.h"
+#include "stage_kinds.h"
 #include "wire.h"
 #include "zmq_context.h"
 
@@ -36,7 +37,8 @@ typedef struct connection {
     uint32_t outstanding;   /* pipelined moves whose answers are not read yet */
     uint64_t oldest_pending;/* the request id of the oldest of them */
     int failed;             /* a status that broke the connection, 0 while it works */
-    unsigned char *request; /* the encoded request: header + one tuple */
+    unsigned char *request; /* the encoded request: a BUILD's path spec, or a frame of tuples */
+    size_t capacity;        /* its bytes */
 } connection;
 
 typedef struct remote_stage {
@@ -102,11 +104,10 @@ static int send_direct(remote_stage *r, connection *c, size_t length, int pipeli
  * when it is NULL, on the caller's direct connection (`pipelined`: see send_direct). Returns its
  * id, or 0 when it could not be sent. */
 static uint64_t send_request(remote_stage *r, connection *c, void *socket, uint8_t op, int64_t argument,
-                             int64_t server_timeout, const void *payload, size_t payload_length, size_t capacity,
-                             int pipelined) {
+                             int64_t server_timeout, const void *payload, size_t payload_length, int pipelined) {
     ps_frame request = {op, 0, ++c->next_request, c->handle_id, argument, server_timeout, payload,
                         (uint32_t)payload_length};
-    size_t length = ps_wire_encode(&request, c->request, capacity);
+    size_t length = ps_wire_encode(&request, c->request, c->capacity);
     if (!length) return 0;
     int sent = socket ? zmq_send(socket, c->request, length, 0) == (int)length
                       : send_direct(r, c, length, pipelined) == PS_OK;
@@ -182,80 +183,73 @@ static int drain(remote_stage *r, connection *c, uint32_t keep) {
     return PS_OK;
 }
 
-/* One operation: sent in slices of at most timeout_ms, each answered, until it is done or the
- * caller's timeout ends. out (may be NULL) receives an answered tuple, *value the answer's value. */
-static int call(ps_link *link, uint8_t op, int64_t argument, const void *payload, size_t payload_length,
-                void *out, int64_t *value, int64_t timeout_ns) {
+/* One operation, whatever its kind: sent in slices of at most timeout_ms, each answered, until it
+ * is done or the caller's timeout ends. The table says what travels: the tuples it takes in (a
+ * move_many's in frames of at most ps_wire_batch_tuples, each acknowledged), the one it gives
+ * back, its value. An answer's value is the kind's value, or else the tuples of the frame that
+ * took effect: a slice that ended with some done goes on with the rest (an exchange whose move
+ * is done, with its observe). */
+static int round_trips(ps_link *link, ps_op *op) {
     remote_stage *r = remote_of(link);
     connection *c = &r->connections[link->slot];
     if (c->failed) return c->failed;
-    size_t capacity = PS_WIRE_HEADER + r->base.tuple_size;
-    int64_t deadline = ps_deadline(timeout_ns);
-    int rc;
+    size_t tuple_size = r->base.tuple_size;
+    uint32_t tuples_in = ps_op_tuples_in(op);
+    uint32_t per_frame = ps_op_kinds[op->kind].shape & PS_OP_TUPLES_IN ? (uint32_t)ps_wire_batch_tuples(tuple_size) : 1;
+    const unsigned char *in = op->in;
+    ps_op_kind sending = op->kind;
+    int64_t deadline = ps_deadline(op->timeout_ns);
     for (int first = 1;; first = 0) {
+        uint32_t shape = ps_op_kinds[sending].shape;
+        uint32_t n = shape & (PS_OP_TUPLE_IN | PS_OP_TUPLES_IN) ? tuples_in - op->done : 0;
+        if (n > per_frame) n = per_frame;
         int64_t slice = server_slice(r);
         int64_t left = ps_remaining(deadline);
-        if (left != PS_FOREVER && left < slice) slice = left;
-        uint64_t id = send_request(r, c, c->socket, op, argument, slice, payload, payload_length, capacity, 0);
+        if (shape & PS_OP_WAITS && left != PS_FOREVER && left < slice) slice = left;
+        uint64_t id = send_request(r, c, c->socket, ps_op_kinds[sending].wire, op->argument, slice,
+                                   n ? in + (size_t)op->done * tuple_size : NULL, (size_t)n * tuple_size, 0);
         if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
         /* Pipelined moves went first: their answers come first. Sending before reading them
          * lets a move and the observe after it share one round trip. */
+        int rc;
         if (first && (rc = drain(r, c, 0)) != PS_OK) return rc;
         ps_frame answer;
         rc = wait_answer(r, c, c->socket, id, r->timeout_ns, &answer);
         if (rc != PS_OK) return broken(r, c, "no answer", rc);
         int status = answer.status;
-        if (status == PS_OK && out && answer.payload_length == r->base.tuple_size)
-            memcpy(out, answer.payload, r->base.tuple_size);
-        else if (status == PS_OK && out)
-            status = PS_EREMOTE;
-        if (value) *value = answer.value;
+        if (shape & PS_OP_TUPLE_OUT && status == PS_OK) {
+            if (answer.payload_length != tuple_size) return PS_EREMOTE;
+            memcpy(op->out, answer.payload, tuple_size);
+        }
+        if (shape & PS_OP_VALUE_OUT) op->value = answer.value;
+        else if (n) op->done += status == PS_OK ? n : answer.value > 0 && answer.value < n ? (uint32_t)answer.value : 0;
+        if (sending == PS_OP_EXCHANGE && op->done) sending = PS_OP_OBSERVE; /* what is left of it */
         int time_left = deadline == PS_FOREVER || ps_now_ns() < deadline;
-        if (status == PS_ETIMEDOUT && time_left && !(op == PS_OP_EXCHANGE && value && *value)) continue;
+        if (status == PS_OK && op->done < tuples_in) continue; /* the next frame of a move_many */
+        if (status == PS_ETIMEDOUT && time_left) continue;
         return status;
     }
 }
 
-static int remote_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
+/* A move with window > 1: sent without waiting for its answer while fewer than `window` are
+ * outstanding (pipelining); any other operation reads their answers first. */
+static int pipelined_move(ps_link *link, ps_op *op) {
     remote_stage *r = remote_of(link);
-    if (r->window <= 1) return call(link, PS_OP_MOVE, 0, tuple, r->base.tuple_size, NULL, NULL, timeout_ns);
     connection *c = &r->connections[link->slot];
     if (c->failed) return c->failed;
     int rc = drain(r, c, r->window - 1);
     if (rc != PS_OK) return rc;
-    size_t capacity = PS_WIRE_HEADER + r->base.tuple_size;
-    uint64_t id = send_request(r, c, c->socket, PS_OP_MOVE, 0, server_slice(r), tuple, r->base.tuple_size, capacity,
-                               1);
+    uint64_t id = send_request(r, c, c->socket, ps_op_kinds[PS_OP_MOVE].wire, 0, server_slice(r), op->in,
+                               r->base.tuple_size, 1);
     if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
     if (c->outstanding++ == 0) c->oldest_pending = id;
     return PS_OK;
 }
 
-static int remote_observe(ps_link *link, void *out, int64_t timeout_ns) {
-    return call(link, PS_OP_OBSERVE, 0, NULL, 0, out, NULL, timeout_ns);
-}
-
-static int remote_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
-    return call(link, PS_OP_OBSERVE_AT, index, NULL, 0, out, NULL, timeout_ns);
-}
-
-static int remote_first(ps_link *link, int64_t *out) { return call(link, PS_OP_FIRST, 0, NULL, 0, NULL, out, 0); }
-static int remote_last(ps_link *link, int64_t *out) { return call(link, PS_OP_LAST, 0, NULL, 0, NULL, out, 0); }
-static int remote_delta(ps_link *link, int64_t bound, int64_t *out) {
-    return call(link, PS_OP_DELTA, bound, NULL, 0, NULL, out, 0);
-}
-static int remote_axe(ps_link *link, int64_t index) { return call(link, PS_OP_AXE, index, NULL, 0, NULL, NULL, 0); }
-
-static int remote_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved) {
-    int64_t done = 0;
-    int64_t deadline = ps_deadline(timeout_ns);
-    int rc = call(link, PS_OP_EXCHANGE, 0, tuple, remote_of(link)->base.tuple_size, out, &done, timeout_ns);
-    *moved = done != 0 || rc == PS_OK;
-    if (rc == PS_ETIMEDOUT && *moved) {
-        int64_t left = ps_remaining(deadline);
-        if (left != 0) rc = remote_observe(link, out, left);
-    }
-    return rc;
+static int remote_call(ps_link *link, ps_op *op) {
+    if (op->kind == PS_OP_MOVE && remote_of(link)->window > 1) return pipelined_move(link, op);
+    if (ps_op_tuples_in(op) == 0 && ps_op_kinds[op->kind].shape & PS_OP_TUPLES_IN) return PS_OK; /* nothing to move */
+    return round_trips(link, op);
 }
 
 /* An answer's payload as text (a refusal's reason), cut to fit. */
@@ -276,15 +270,14 @@ static void reachable(const remote_stage *r, char *link_endpoint, size_t size) {
 
 /* BUILD at the main endpoint: on PS_OK, c->handle_id is the link, link_endpoint its way in and
  * secret (direct transports) what its connection presents. */
-static int build_link(remote_stage *r, connection *c, size_t capacity, char *link_endpoint,
-                      unsigned char *secret) {
+static int build_link(remote_stage *r, connection *c, char *link_endpoint, unsigned char *secret) {
     void *main_socket = open_socket(r, r->endpoint);
     if (!main_socket) {
         explain(r, "cannot open a socket", zmq_strerror(zmq_errno()));
         return PS_EREMOTE;
     }
-    uint64_t id = send_request(r, c, main_socket, PS_OP_BUILD, r->transport, 0, r->path_spec, strlen(r->path_spec),
-                               capacity, 0);
+    uint64_t id =
+        send_request(r, c, main_socket, PS_WIRE_BUILD, r->transport, 0, r->path_spec, strlen(r->path_spec), 0);
     ps_frame answer;
     int rc = id ? wait_answer(r, c, main_socket, id, r->timeout_ns, &answer) : PS_EREMOTE;
     size_t secret_length = r->transport == PS_TRANSPORT_ZMQ ? 0 : PS_WIRE_SECRET;
@@ -317,13 +310,13 @@ static int build_link(remote_stage *r, connection *c, size_t capacity, char *lin
 static int connect_direct(remote_stage *r, connection *c, const char *link_endpoint, const unsigned char *secret) {
     char error[300];
     int64_t deadline = ps_now_ns() + r->timeout_ns;
-    if (ps_channel_connect(link_endpoint, PS_WIRE_HEADER + r->base.tuple_size, r->timeout_ns, deadline, &c->channel,
-                           error, sizeof error) != PS_OK) {
+    if (ps_channel_connect(link_endpoint, ps_wire_link_frame_max(r->base.tuple_size), r->timeout_ns, deadline,
+                           &c->channel, error, sizeof error) != PS_OK) {
         explain(r, "the link's direct connection", error);
         return PS_EREMOTE;
     }
-    ps_frame hello = {PS_OP_CONNECT, 0, ++c->next_request, c->handle_id, 0, 0, secret, PS_WIRE_SECRET}, answer;
-    size_t length = ps_wire_encode(&hello, c->request, PS_WIRE_HEADER + PS_WIRE_SECRET);
+    ps_frame hello = {PS_WIRE_CONNECT, 0, ++c->next_request, c->handle_id, 0, 0, secret, PS_WIRE_SECRET}, answer;
+    size_t length = ps_wire_encode(&hello, c->request, c->capacity);
     int rc = ps_channel_send(&c->channel, c->request, length, 0);
     if (rc == PS_OK) rc = ps_channel_receive(&c->channel, deadline, &answer);
     if (rc == PS_OK && answer.request_id == hello.request_id && answer.status == PS_OK) return PS_OK;
@@ -337,18 +330,24 @@ static int connect_direct(remote_stage *r, connection *c, const char *link_endpo
     return PS_EREMOTE;
 }
 
+/* A connection's request buffer: a BUILD's path spec, or the longest frame of its link. */
+static size_t request_capacity(size_t tuple_size) {
+    size_t link_frame = ps_wire_link_frame_max(tuple_size);
+    return link_frame > PS_WIRE_HEADER + PS_SPEC_MAX ? link_frame : PS_WIRE_HEADER + PS_SPEC_MAX;
+}
+
 /* Connects a new caller: BUILD at the main endpoint, then its own way to its link. */
 static int remote_attach(ps_stage *stage, uint32_t slot) {
     remote_stage *r = (remote_stage *)stage;
     connection *c = &r->connections[slot];
-    size_t capacity = PS_WIRE_HEADER + (r->base.tuple_size > PS_SPEC_MAX ? r->base.tuple_size : PS_SPEC_MAX);
-    c->request = malloc(capacity);
+    c->capacity = request_capacity(r->base.tuple_size);
+    c->request = malloc(c->capacity);
     if (!c->request) return PS_ENOMEM;
     c->channel = (ps_channel){.fd = -1};
     zmq_msg_init(&c->message);
     char link_endpoint[MAX_ENDPOINT];
     unsigned char secret[PS_WIRE_SECRET];
-    int rc = build_link(r, c, capacity, link_endpoint, secret);
+    int rc = build_link(r, c, link_endpoint, secret);
     if (rc != PS_OK) return rc;
     if (r->transport != PS_TRANSPORT_ZMQ) return connect_direct(r, c, link_endpoint, secret);
     c->socket = open_socket(r, link_endpoint);
@@ -376,7 +375,7 @@ static void remote_detach(ps_stage *stage, uint32_t slot) {
     if (!c->request) return; /* never attached, or detached already */
     int open = c->socket || c->channel.fd >= 0;
     if (open && !c->failed && drain(r, c, 0) == PS_OK) {
-        uint64_t id = send_request(r, c, c->socket, PS_OP_RELEASE, 0, 0, NULL, 0, PS_WIRE_HEADER, 0);
+        uint64_t id = send_request(r, c, c->socket, PS_WIRE_RELEASE, 0, 0, NULL, 0, 0);
         ps_frame answer;
         if (id) wait_answer(r, c, c->socket, id, (int64_t)RELEASE_WAIT_MS * 1000000, &answer);
     }
@@ -395,10 +394,14 @@ static void remote_destroy(ps_stage *stage) {
     free(r->path_spec);
 }
 
-static const ps_stage_ops REMOTE_OPS = {
-    remote_move, remote_observe, remote_observe_at, remote_first, remote_last, remote_delta, remote_axe,
-    remote_counters, remote_destroy, remote_exchange, remote_attach, remote_detach,
-};
+/* Per caller slot, its connection; per caller attached, its request buffer and the direct
+ * channel's two buffers (at most PS_PASS_THROUGH_CALLERS of them). */
+static size_t remote_footprint(const ps_params *params, size_t tuple_size) {
+    (void)params;
+    size_t channel = 2 * ps_channel_buffer_bytes(ps_wire_link_frame_max(tuple_size));
+    return sizeof(remote_stage) + PS_SPEC_MAX +
+           PS_PASS_THROUGH_CALLERS * (sizeof(connection) + request_capacity(tuple_size) + channel);
+}
 
 static int remote_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
                          ps_stage **out, char *error, size_t error_size) {
@@ -437,7 +440,7 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
     snprintf(r->server_key, sizeof r->server_key, "%s", key);
     r->path_spec = strdup(ps_params_str(params, "path"));
     r->connections = calloc(PS_PASS_THROUGH_CALLERS, sizeof *r->connections);
-    int rc = ps_stage_init(&r->base, &REMOTE_OPS, &format, PS_PASS_THROUGH_CALLERS, NULL, PS_PASS_THROUGH);
+    int rc = ps_stage_init(&r->base, &ps_kind_remote, &format, PS_PASS_THROUGH_CALLERS, NULL);
     if (rc == PS_OK && (!r->path_spec || !r->connections)) rc = PS_ENOMEM;
     if (rc == PS_OK && strlen(r->path_spec) > PS_SPEC_MAX) {
         snprintf(error, error_size, "stage 'remote': the path remainder is longer than %d bytes", PS_SPEC_MAX);
@@ -454,22 +457,39 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
 
 static const ps_param_spec REMOTE_PARAMS[] = {
     {"host", PS_PARAM_STR, 1, NULL, 0, -1, NULL,
-     "the server's main (ZeroMQ) endpoint (tcp://127.0.0.1:7000), or host:port, or an ipc/inproc name"},
+     "the server's main (ZeroMQ) endpoint (tcp://127.0.0.1:7000), or host:port, or an ipc/inproc name", PS_PARAM_GIVEN},
     {"proto", PS_PARAM_STR, 0, NULL, 0, -1, "tcp|ipc|zmq|inproc",
      "how operations travel: tcp or ipc (a direct socket per link; not encrypted), zmq (ZeroMQ; with CURVE "
      "when curve_server_key is set), inproc (ZeroMQ to a server in this process). Not given: tcp, or zmq "
-     "when curve_server_key is set"},
-    {"timeout_ms", PS_PARAM_INT, 0, "10000", 1, 3600000, NULL, "a server silent this long is taken as gone"},
-    {"window", PS_PARAM_INT, 0, "1", 1, 1024, NULL, "moves sent before their answers are read (pipelining)"},
+     "when curve_server_key is set", PS_PARAM_GIVEN},
+    {"timeout_ms", PS_PARAM_INT, 0, "10000", 1, 3600000, NULL, "a server silent this long is taken as gone",
+     PS_PARAM_GIVEN},
+    {"window", PS_PARAM_INT, 0, "1", 1, 1024, NULL, "moves sent before their answers are read (pipelining)",
+     PS_PARAM_GIVEN},
     {"batch", PS_PARAM_INT, 0, "1", 1, 1024, NULL,
      "direct transports, window > 1: pipelined moves that leave in one write; a move waits in the caller's "
-     "buffer until `batch` moves do, or until the caller's next other request or wait for an answer"},
-    {"curve_server_key", PS_PARAM_STR, 0, "", 0, -1, NULL, "the server's CURVE public key (Z85), '' for none"},
-    {"format", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "the element's format (filled in by build_path)"},
-    {"path", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "the path remainder sent to the server (filled in by build_path)"},
+     "buffer until `batch` moves do, or until the caller's next other request or wait for an answer", PS_PARAM_GIVEN},
+    {"curve_server_key", PS_PARAM_STR, 0, "", 0, -1, NULL, "the server's CURVE public key (Z85), '' for none",
+     PS_PARAM_GIVEN},
+    {"format", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "the element's format (filled in by build_path)", PS_PARAM_BUILT},
+    {"path", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "the path remainder sent to the server (filled in by build_path)",
+     PS_PARAM_BUILT},
 };
 
 const ps_stage_kind ps_kind_remote = {
-    "remote", "Forwards operations to a server that hosts the rest of the path (direct TCP by default).",
-    REMOTE_PARAMS, sizeof REMOTE_PARAMS / sizeof REMOTE_PARAMS[0], remote_create, PS_PASS_THROUGH,
+    .version = PS_STAGE_KIND_VERSION,
+    .name = "remote",
+    .doc = "Forwards operations to a server that hosts the rest of the path (direct TCP by default).",
+    .params = REMOTE_PARAMS,
+    .param_count = sizeof REMOTE_PARAMS / sizeof REMOTE_PARAMS[0],
+    .role = PS_PASS_THROUGH,
+    .needs_below = 0,
+    .rest_at = "host",
+    .create = remote_create,
+    .call = remote_call,
+    .footprint = remote_footprint,
+    .counters = remote_counters,
+    .destroy = remote_destroy,
+    .attach = remote_attach,
+    .detach = remote_detach,
 };

@@ -113,35 +113,34 @@ static int64_t bounded_timeout(int64_t requested) {
     return requested < 0 || requested > OP_SLICE_NS ? OP_SLICE_NS : requested;
 }
 
-/* Runs one request on the worker's link; fills the answer's status, value and payload. */
-static int run_request(link_worker *w, const ps_frame *request, int64_t *value, size_t *payload_length) {
-    int64_t timeout = bounded_timeout(request->value);
-    *value = 0;
-    *payload_length = 0;
+/* A request's operation, checked against the table: the kind its op code names, with exactly the
+ * tuples that kind takes (a move_many: 1 to ps_wire_batch_tuples of them), and no payload for a
+ * kind that takes none. Returns 0 and fills *op (its results into w->tuple), or -1. */
+static int operation_of(link_worker *w, const ps_frame *request, ps_op *op) {
+    int kind = ps_op_kind_of_wire(request->op);
+    if (kind < 0) return -1;
+    uint32_t shape = ps_op_kinds[kind].shape;
+    size_t tuples = request->payload_length / w->tuple_size;
+    if (request->payload_length % w->tuple_size != 0) return -1;
+    if (shape & PS_OP_TUPLES_IN ? tuples == 0 || tuples > ps_wire_batch_tuples(w->tuple_size)
+                                : tuples != ((shape & PS_OP_TUPLE_IN) != 0))
+        return -1;
+    *op = (ps_op){.kind = (ps_op_kind)kind, .argument = request->argument,
+                  .timeout_ns = bounded_timeout(request->value), .in = request->payload, .out = w->tuple,
+                  .count = (uint32_t)tuples};
+    return 0;
+}
+
+/* Runs one request on the worker's link and returns its status; *op is the operation it ran, if
+ * any (*ran set): its results are in it. */
+static int run_request(link_worker *w, const ps_frame *request, ps_op *op, int *ran) {
+    *ran = 0;
     if (request->handle_id != w->id) return PS_EINVAL;
-    int takes_tuple = request->op == PS_OP_MOVE || request->op == PS_OP_EXCHANGE;
-    if (request->payload_length != (takes_tuple ? w->tuple_size : 0)) return PS_EINVAL;
-    int rc;
-    switch (request->op) {
-    case PS_OP_MOVE: return ps_link_move(w->link, request->payload, timeout);
-    case PS_OP_EXCHANGE: {
-        int moved = 0;
-        rc = ps_link_exchange(w->link, request->payload, w->tuple, timeout, &moved);
-        *value = moved;
-        if (rc == PS_OK) *payload_length = w->tuple_size;
-        return rc;
-    }
-    case PS_OP_OBSERVE: rc = ps_link_observe(w->link, w->tuple, timeout); break;
-    case PS_OP_OBSERVE_AT: rc = ps_link_observe_at(w->link, request->argument, w->tuple, timeout); break;
-    case PS_OP_FIRST: return ps_link_first(w->link, value);
-    case PS_OP_LAST: return ps_link_last(w->link, value);
-    case PS_OP_DELTA: return ps_link_delta(w->link, request->argument, value);
-    case PS_OP_AXE: return ps_link_axe(w->link, request->argument);
-    case PS_OP_PING: case PS_OP_RELEASE: return PS_OK;
-    default: return PS_EINVAL;
-    }
-    if (rc == PS_OK) *payload_length = w->tuple_size;
-    return rc;
+    if (request->op == PS_WIRE_PING || request->op == PS_WIRE_RELEASE)
+        return request->payload_length ? PS_EINVAL : PS_OK;
+    if (operation_of(w, request, op) != 0) return PS_EINVAL;
+    *ran = 1;
+    return ps_link_call(w->link, op);
 }
 
 /* Watches the connections to a link's socket, from before its client can connect. */
@@ -197,19 +196,27 @@ static size_t answer_request(link_worker *w, const ps_frame *request, int *relea
     ps_server *s = w->server;
     atomic_fetch_add(&s->frames, 1);
     int rc = PS_EINVAL;
-    int64_t value = 0;
-    size_t payload_length = 0;
-    uint8_t op = 0;
+    ps_op op;
+    int ran = 0;
+    uint8_t code = 0;
     uint64_t request_id = 0;
     if (request) {
-        op = request->op;
+        code = request->op;
         request_id = request->request_id;
-        rc = run_request(w, request, &value, &payload_length);
-        *released = request->op == PS_OP_RELEASE && rc == PS_OK;
+        rc = run_request(w, request, &op, &ran);
+        *released = request->op == PS_WIRE_RELEASE && rc == PS_OK;
         *served |= request->handle_id == w->id;
     }
     if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
-    return encode_answer(w->answer, PS_WIRE_HEADER + w->tuple_size, op, rc, request_id, w->id, value, w->tuple,
+    /* The answer's value: the kind's value, or else the tuples of the request that took effect. */
+    int64_t value = 0;
+    size_t payload_length = 0;
+    if (ran) {
+        uint32_t shape = ps_op_kinds[op.kind].shape;
+        value = shape & PS_OP_VALUE_OUT ? op.value : (int64_t)op.done;
+        payload_length = shape & PS_OP_TUPLE_OUT && rc == PS_OK ? w->tuple_size : 0;
+    }
+    return encode_answer(w->answer, PS_WIRE_HEADER + w->tuple_size, code, rc, request_id, w->id, value, w->tuple,
                          payload_length);
 }
 
@@ -251,7 +258,7 @@ static int serve_zmq(link_worker *w) {
 
 /* Whether a frame is the link's CONNECT with the link's secret (compared in constant time). */
 static int presents_secret(const link_worker *w, const ps_frame *frame) {
-    if (frame->op != PS_OP_CONNECT || frame->handle_id != w->id || frame->payload_length != PS_WIRE_SECRET) return 0;
+    if (frame->op != PS_WIRE_CONNECT || frame->handle_id != w->id || frame->payload_length != PS_WIRE_SECRET) return 0;
     unsigned char differ = 0;
     for (int i = 0; i < PS_WIRE_SECRET; i++) differ |= frame->payload[i] ^ w->secret[i];
     return differ == 0;
@@ -293,7 +300,8 @@ static int admit(link_worker *w, ps_channel *client) {
     pending waiting[PENDING_MAX];
     int count = 0, admitted = 0;
     int64_t nobody_due = ps_now_ns() + PEER_SILENCE_MS * MS;
-    size_t frame_max = PS_WIRE_HEADER + (w->tuple_size > PS_WIRE_SECRET ? w->tuple_size : PS_WIRE_SECRET);
+    size_t link_frame = ps_wire_link_frame_max(w->tuple_size);
+    size_t frame_max = link_frame > PS_WIRE_HEADER + PS_WIRE_SECRET ? link_frame : PS_WIRE_HEADER + PS_WIRE_SECRET;
     while (!admitted && !atomic_load(&s->stopping) && ps_now_ns() < nobody_due) {
         struct pollfd items[1 + PENDING_MAX];
         items[0] = (struct pollfd){w->listener, POLLIN, 0};
@@ -420,8 +428,8 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
         int whole = receive_request(s->main_socket, &routing_id, &frame) == 0;
         int valid = whole && ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0;
         int found = 0;
-        if (valid && request.op == PS_OP_BUILD && request.payload_length > 0 && request.payload_length <= PS_SPEC_MAX &&
-            request.argument >= 0 && request.argument < PS_TRANSPORT_LIMIT &&
+        if (valid && request.op == PS_WIRE_BUILD && request.payload_length > 0 &&
+            request.payload_length <= PS_SPEC_MAX && request.argument >= 0 && request.argument < PS_TRANSPORT_LIMIT &&
             zmq_msg_size(&routing_id) <= PS_ROUTING_ID_MAX) {
             out->routing_id_length = zmq_msg_size(&routing_id);
             memcpy(out->routing_id, zmq_msg_data(&routing_id), out->routing_id_length);
@@ -430,8 +438,8 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
             memcpy(out->spec, request.payload, request.payload_length);
             out->spec[request.payload_length] = 0;
             found = 1;
-        } else if (valid && request.op == PS_OP_PING) {
-            answer_main(s, &routing_id, PS_OP_PING, PS_OK, request.request_id, 0, NULL);
+        } else if (valid && request.op == PS_WIRE_PING) {
+            answer_main(s, &routing_id, PS_WIRE_PING, PS_OK, request.request_id, 0, NULL);
         } else if (whole) {
             atomic_fetch_add(&s->bad_frames, 1);
             answer_main(s, &routing_id, valid ? request.op : 0, PS_EINVAL, valid ? request.request_id : 0, 0,
@@ -478,7 +486,7 @@ static int open_link(ps_server *s, link_worker *w, char *bound, size_t bound_siz
 
 static void reply_build(ps_server *s, const ps_build_request *request, int status, uint64_t id, const void *payload,
                         size_t payload_length) {
-    size_t length = encode_answer(s->main_answer, sizeof s->main_answer, PS_OP_BUILD, status, request->request_id, id,
+    size_t length = encode_answer(s->main_answer, sizeof s->main_answer, PS_WIRE_BUILD, status, request->request_id, id,
                                   0, payload, payload_length);
     send_answer(s->main_socket, request->routing_id, request->routing_id_length, s->main_answer, length);
 }

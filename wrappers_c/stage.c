@@ -1,13 +1,14 @@
-/* stage.c — the generic part of every stage: references, links, counters, forwarding. */
+/* stage.c — the generic part of every stage: references, links, counters, the one call of every
+ * operation and its fallback. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "stage_base.h"
 
-int ps_stage_init(ps_stage *stage, const ps_stage_ops *ops, const ps_tuple_format *format,
-                  uint32_t max_links, ps_stage *below, ps_stage_joining joining) {
-    stage->ops = ops;
+int ps_stage_init(ps_stage *stage, const ps_stage_kind *kind, const ps_tuple_format *format, uint32_t max_links,
+                  ps_stage *below) {
+    stage->kind = kind;
     atomic_init(&stage->references, 1);
     atomic_init(&stage->links, 0);
     stage->max_links = max_links;
@@ -22,14 +23,14 @@ int ps_stage_init(ps_stage *stage, const ps_stage_ops *ops, const ps_tuple_forma
     stage->free_slots = NULL;
     stage->free_count = 0;
     stage->below = below;
-    if (joining == PS_PASS_THROUGH) {
+    if (kind->role == PS_PASS_THROUGH) {
         if (!stage->max_links || stage->max_links > PS_PASS_THROUGH_CALLERS) stage->max_links = PS_PASS_THROUGH_CALLERS;
         stage->free_slots = malloc(PS_PASS_THROUGH_CALLERS * sizeof *stage->free_slots);
         if (!stage->free_slots) return PS_ENOMEM;
     }
     if (!below) return PS_OK;
     ps_stage_retain(below);
-    if (joining == PS_JOINING) return ps_stage_attach(below, &stage->next);
+    if (kind->role == PS_JOINING) return ps_stage_attach(below, &stage->next);
     stage->caller_links = calloc(PS_PASS_THROUGH_CALLERS, sizeof *stage->caller_links);
     return stage->caller_links ? PS_OK : PS_ENOMEM;
 }
@@ -89,11 +90,11 @@ void ps_stage_retain(ps_stage *stage) { atomic_fetch_add_explicit(&stage->refere
 
 void ps_stage_release(ps_stage *stage) {
     if (atomic_fetch_sub_explicit(&stage->references, 1, memory_order_acq_rel) != 1) return;
-    if (stage->ops->destroy) stage->ops->destroy(stage);
+    if (stage->kind->destroy) stage->kind->destroy(stage);
     ps_stage_abandon(stage);
 }
 
-const char *ps_stage_kind_name(const ps_stage *stage) { return stage->kind ? stage->kind->name : "?"; }
+const char *ps_stage_kind_name(const ps_stage *stage) { return stage->kind->name; }
 uint32_t ps_stage_max_links(const ps_stage *stage) { return stage->max_links; }
 uint32_t ps_stage_link_count(const ps_stage *stage) {
     ps_stage *s = (ps_stage *)stage;
@@ -132,7 +133,7 @@ static int claim_slot(ps_stage *stage, uint32_t *out) {
 static void free_slot(ps_stage *stage, uint32_t slot) {
     if (!stage->free_slots) return;
     if (stage->caller_links) ps_link_detach(&stage->caller_links[slot]);
-    if (stage->ops->detach) stage->ops->detach(stage, slot);
+    if (stage->kind->detach) stage->kind->detach(stage, slot);
     pthread_mutex_lock(&stage->links_lock);
     stage->free_slots[stage->free_count++] = slot;
     pthread_mutex_unlock(&stage->links_lock);
@@ -144,7 +145,7 @@ int ps_stage_attach(ps_stage *stage, ps_link *link) {
     if (rc != PS_OK) return rc;
     if (stage->caller_links) /* a pass-through stage: the new caller is a new caller below too */
         rc = ps_stage_attach(stage->below, &stage->caller_links[slot]);
-    if (rc == PS_OK && stage->ops->attach) rc = stage->ops->attach(stage, slot);
+    if (rc == PS_OK && stage->kind->attach) rc = stage->kind->attach(stage, slot);
     if (rc == PS_OK) {
         *link = (ps_link){stage, slot, 0, 0, 0, 0, 0};
         rc = remember_link(stage, link);
@@ -173,60 +174,41 @@ static inline void count(ps_link *link, int64_t bytes) {
     if (bytes) __atomic_store_n(&link->bytes, link->bytes + bytes, __ATOMIC_RELAXED);
 }
 
-int ps_link_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
+int ps_link_call(ps_link *link, ps_op *op) {
     ps_stage *s = link->stage;
-    int rc = s->ops->move(link, tuple, timeout_ns);
-    count(link, rc == PS_OK ? (int64_t)s->tuple_size : 0);
+    op->done = 0;
+    int rc = s->kind->call(link, op);
+    if (rc == PS_OK) op->done = ps_op_tuples_in(op);
+    uint32_t tuples = op->done + (rc == PS_OK && (ps_op_kinds[op->kind].shape & PS_OP_TUPLE_OUT));
+    count(link, (int64_t)tuples * (int64_t)s->tuple_size);
+    op->status = rc;
     return rc;
 }
 
-int ps_link_observe(ps_link *link, void *out, int64_t timeout_ns) {
+int ps_op_fallback(ps_link *link, ps_op *op) {
     ps_stage *s = link->stage;
-    int rc = s->ops->observe(link, out, timeout_ns);
-    count(link, rc == PS_OK ? (int64_t)s->tuple_size : 0);
-    return rc;
-}
-
-int ps_link_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
-    ps_stage *s = link->stage;
-    int rc = s->ops->observe_at(link, index, out, timeout_ns);
-    count(link, rc == PS_OK ? (int64_t)s->tuple_size : 0);
-    return rc;
-}
-
-int ps_link_first(ps_link *link, int64_t *out) {
-    count(link, 0);
-    return link->stage->ops->first(link, out);
-}
-
-int ps_link_last(ps_link *link, int64_t *out) {
-    count(link, 0);
-    return link->stage->ops->last(link, out);
-}
-
-int ps_link_delta(ps_link *link, int64_t bound, int64_t *out) {
-    count(link, 0);
-    return link->stage->ops->delta(link, bound, out);
-}
-
-int ps_link_axe(ps_link *link, int64_t index) {
-    count(link, 0);
-    return link->stage->ops->axe(link, index);
-}
-
-int ps_link_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved) {
-    ps_stage *s = link->stage;
-    *moved = 0;
-    if (s->ops->exchange) {
-        int rc = s->ops->exchange(link, tuple, out, timeout_ns, moved);
-        count(link, *moved ? (int64_t)s->tuple_size * (rc == PS_OK ? 2 : 1) : 0);
-        return rc;
+    int64_t deadline = ps_deadline(op->timeout_ns);
+    int rc = PS_OK;
+    if (op->kind == PS_OP_EXCHANGE) {
+        ps_op move = {.kind = PS_OP_MOVE, .in = op->in, .timeout_ns = op->timeout_ns};
+        if ((rc = s->kind->call(link, &move)) != PS_OK) return rc;
+        op->done = 1;
+        ps_op observe = {.kind = PS_OP_OBSERVE, .out = op->out, .timeout_ns = ps_remaining(deadline)};
+        return s->kind->call(link, &observe);
     }
-    int64_t deadline = ps_deadline(timeout_ns);
-    int rc = ps_link_move(link, tuple, timeout_ns);
-    if (rc != PS_OK) return rc;
-    *moved = 1;
-    return ps_link_observe(link, out, ps_remaining(deadline));
+    if (op->kind == PS_OP_MOVE_MANY) {
+        const unsigned char *tuples = op->in;
+        for (; op->done < op->count; op->done++) {
+            ps_op move = {.kind = PS_OP_MOVE, .in = tuples + (size_t)op->done * s->tuple_size,
+                          .timeout_ns = ps_remaining(deadline)};
+            if ((rc = s->kind->call(link, &move)) != PS_OK) return rc;
+        }
+        return PS_OK;
+    }
+    pthread_mutex_lock(&s->links_lock);
+    snprintf(s->error, sizeof s->error, "stage '%s' does not support %s", s->kind->name, ps_op_kinds[op->kind].name);
+    pthread_mutex_unlock(&s->links_lock);
+    return PS_ENOTSUP;
 }
 
 int ps_stage_counters(ps_stage *stage, ps_counter *out, int max) {
@@ -249,23 +231,11 @@ int ps_stage_counters(ps_stage *stage, ps_counter *out, int max) {
     };
     int n = 0;
     for (size_t i = 0; i < sizeof generic / sizeof generic[0] && n < max; i++) out[n++] = generic[i];
-    if (stage->ops->counters && n < max) n += stage->ops->counters(stage, out + n, max - n);
+    if (stage->kind->counters && n < max) n += stage->kind->counters(stage, out + n, max - n);
     return n;
 }
 
-int ps_forward_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
-    return ps_link_move(ps_stage_down(link), tuple, timeout_ns);
-}
-int ps_forward_observe(ps_link *link, void *out, int64_t timeout_ns) {
-    return ps_link_observe(ps_stage_down(link), out, timeout_ns);
-}
-int ps_forward_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
-    return ps_link_observe_at(ps_stage_down(link), index, out, timeout_ns);
-}
-int ps_forward_first(ps_link *link, int64_t *out) { return ps_link_first(ps_stage_down(link), out); }
-int ps_forward_last(ps_link *link, int64_t *out) { return ps_link_last(ps_stage_down(link), out); }
-int ps_forward_delta(ps_link *link, int64_t bound, int64_t *out) { return ps_link_delta(ps_stage_down(link), bound, out); }
-int ps_forward_axe(ps_link *link, int64_t index) { return ps_link_axe(ps_stage_down(link), index); }
-int ps_forward_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved) {
-    return ps_link_exchange(ps_stage_down(link), tuple, out, timeout_ns, moved);
+size_t ps_stage_base_footprint(const ps_stage_kind *kind) {
+    if (kind->role == PS_JOINING) return 0;
+    return PS_PASS_THROUGH_CALLERS * (sizeof(uint32_t) + (kind->needs_below ? sizeof(ps_link) : 0));
 }

@@ -1,17 +1,20 @@
 /* stage.h — the stage interface every wrapper implements, and the registry of stage kinds.
  *
- * A stage offers the operations of an element (move, observe, observe_at, first, last, delta,
- * axe) and holds a link to the next stage toward the element. Callers reach a stage through a
- * link: a thread's handle is a link, and so is a stage's connection to the stage below it. The
- * link carries the caller's slot (its contributor number at that stage) and its own move and
- * observe counts, which is all the per-caller state a stage such as reduce-sum needs.
+ * A stage offers the operations of an element (operation.h: move, observe, ... move_many) and
+ * holds a link to the next stage toward the element. Callers reach a stage through a link: a
+ * thread's handle is a link, and so is a stage's connection to the stage below it. The link
+ * carries the caller's slot (its contributor number at that stage) and its own move and observe
+ * counts, which is all the per-caller state a stage such as reduce-sum needs. Every operation is
+ * one call, ps_link_call(link, op), which hands the operation value to the kind's one entry point.
  *
  * Stages are reference counted: every link holds one reference, and the owner that built the
  * stage holds one. The last release destroys the stage, which flushes what it must (a trace
  * writes its file) and releases its own link downward.
  *
- * A stage kind is a name, a table of typed parameters with defaults, and a constructor. Adding
- * a kind is one C file plus one line in registry.c.
+ * A stage kind is one record (ps_stage_kind), filled by field name: its name, its roles (how it
+ * reaches the stage below, whether it needs one, whether the rest of the path is built elsewhere),
+ * a table of typed parameters with defaults, what it holds in memory, and its functions. Adding a
+ * kind is one C file plus one line in registry.c.
  */
 #ifndef WRAPPERS_STAGE_H
 #define WRAPPERS_STAGE_H
@@ -19,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "operation.h"
 #include "pastset.h"
 
 #ifdef __cplusplus
@@ -52,6 +56,14 @@ typedef struct ps_counter {
 
 typedef enum ps_param_type { PS_PARAM_INT, PS_PARAM_FLOAT, PS_PARAM_STR } ps_param_type;
 
+/* What a parameter is for, besides its value (ps_param_spec.role). */
+typedef enum ps_param_role {
+    PS_PARAM_GIVEN = 0,        /* given by the path's author */
+    PS_PARAM_BUILT,            /* filled in by the builder: "format" (the element's format), "path"
+                                  (the rest of the path, as JSON); a path's author does not give it */
+    PS_PARAM_WRITTEN_FILE,     /* a file the stage writes: a server keeps it in a folder of its own */
+} ps_param_role;
+
 typedef struct ps_param_spec {
     const char *name;
     ps_param_type type;
@@ -60,6 +72,7 @@ typedef struct ps_param_spec {
     int64_t min, max;          /* for ints (and floats, as whole numbers); min > max: no range */
     const char *choices;       /* for strings: "a|b|c", or NULL for any string */
     const char *doc;
+    ps_param_role role;
 } ps_param_spec;
 
 typedef struct ps_param_value {
@@ -92,18 +105,44 @@ typedef struct ps_build_context {
  * PS_PASS_THROUGH: each caller of the stage stays a distinct caller below (trace, cache, delay), so
  *   a trace above a reduce-sum of four threads still gives the sum four contributors. The stage
  *   attaches one link below per caller, when the caller attaches. */
-typedef enum ps_stage_joining { PS_JOINING, PS_PASS_THROUGH } ps_stage_joining;
+typedef enum ps_stage_role { PS_JOINING, PS_PASS_THROUGH } ps_stage_role;
+
+/* The layout of ps_stage_kind this header describes; a record of another version is refused. */
+enum { PS_STAGE_KIND_VERSION = 2 };
 
 struct ps_stage_kind {
+    int version;               /* PS_STAGE_KIND_VERSION */
     const char *name;
     const char *doc;
     const ps_param_spec *params;
     size_t param_count;
-    /* Creates the stage above `next` (NULL for a stage that is itself the bottom). On failure
-     * returns a status and writes a reason into error. */
-    int (*create)(const ps_params *params, const ps_build_context *context, ps_stage *next,
+
+    /* Roles: what a builder needs to know to place the stage in a path. */
+    ps_stage_role role;
+    int needs_below;           /* 1: it is built above a stage; 0: it ends what is built here */
+    const char *rest_at;       /* the parameter naming where the rest of the path is built (the
+                                  remote stage's "host"): built there, not below; NULL: here */
+
+    /* Creates the stage above `below` (NULL when it needs none). On failure returns a status and
+     * writes a reason into error. */
+    int (*create)(const ps_params *params, const ps_build_context *context, ps_stage *below,
                   ps_stage **out, char *error, size_t error_size);
-    ps_stage_joining joining;
+    /* Does one operation that arrived on `link` (a link to this stage). It handles the kinds it
+     * cares about and hands the others on: ps_stage_pass (down, unchanged) or ps_op_fallback
+     * (stage_base.h). It returns the status; on failure it sets op->done to the tuples of `in`
+     * that took effect all the same. */
+    int (*call)(ps_link *link, ps_op *op);
+    /* The bytes the stage allocates for itself, given its parameters (defaults filled in) and the
+     * tuple size: what a budget holds it to. */
+    size_t (*footprint)(const ps_params *params, size_t tuple_size);
+    /* Optional: fills up to max kind-specific counters; returns how many. */
+    int (*counters)(ps_stage *stage, ps_counter *out, int max);
+    /* Optional: flushes and frees the kind's own state (not the stage struct, not the link below). */
+    void (*destroy)(ps_stage *stage);
+    /* Optional: a new caller got `slot` (a remote stage connects it to its server here). */
+    int (*attach)(ps_stage *stage, uint32_t slot);
+    /* Optional: the caller in `slot` is gone (a remote stage releases its server link here). */
+    void (*detach)(ps_stage *stage, uint32_t slot);
 };
 
 /* ---- the registry ------------------------------------------------------------------------- */
@@ -119,6 +158,11 @@ int ps_params_check(const ps_stage_kind *kind, const ps_params *params, char *er
 /* Checks the parameters and creates the stage. The caller owns one reference. */
 int ps_stage_create(const ps_stage_kind *kind, const ps_params *params, const ps_build_context *context,
                     ps_stage *next, ps_stage **out, char *error, size_t error_size);
+
+/* The bytes a stage of the kind with these parameters would hold over tuples of tuple_size
+ * bytes, the generic part included, or 0 with a reason in error when the parameters are wrong. */
+size_t ps_stage_footprint(const ps_stage_kind *kind, const ps_params *params, size_t tuple_size, char *error,
+                          size_t error_size);
 
 /* ---- using a stage ------------------------------------------------------------------------ */
 
@@ -139,17 +183,10 @@ int ps_stage_attach(ps_stage *stage, ps_link *link);
 /* Drops the link's reference; the link may not be used afterwards. */
 void ps_link_detach(ps_link *link);
 
-/* Calls through a link: the generic counters are kept here, the work is the kind's. */
-int ps_link_move(ps_link *link, const void *tuple, int64_t timeout_ns);
-int ps_link_observe(ps_link *link, void *out, int64_t timeout_ns);
-int ps_link_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns);
-int ps_link_first(ps_link *link, int64_t *out);
-int ps_link_last(ps_link *link, int64_t *out);
-int ps_link_delta(ps_link *link, int64_t bound, int64_t *out);
-int ps_link_axe(ps_link *link, int64_t index);
-/* Move then observe (one round trip through a remote stage). *moved tells whether the move
- * took effect: after a timeout with *moved set, only the observe remains to be done. */
-int ps_link_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved);
+/* Does one operation through the link: the kind's call, then the link's generic counters (one
+ * operation, the bytes of the tuples that went in and came out). Sets op->status and op->done
+ * (all of `in` on PS_OK) and returns the status. */
+int ps_link_call(ps_link *link, ps_op *op);
 
 /* Reads the generic and the kind's counters: returns how many were written (at most max). */
 int ps_stage_counters(ps_stage *stage, ps_counter *out, int max);

@@ -1,5 +1,5 @@
 /* stage_base.h — what every stage kind's C file builds on: the generic stage struct, its set-up,
- * and forwarding operations for kinds that pass an operation straight down. Not for C++.
+ * and the two ways a kind hands on an operation it does not do itself. Not for C++.
  */
 #ifndef WRAPPERS_STAGE_BASE_H
 #define WRAPPERS_STAGE_BASE_H
@@ -9,31 +9,8 @@
 
 #include "stage.h"
 
-typedef struct ps_stage_ops {
-    int (*move)(ps_link *link, const void *tuple, int64_t timeout_ns);
-    int (*observe)(ps_link *link, void *out, int64_t timeout_ns);
-    int (*observe_at)(ps_link *link, int64_t index, void *out, int64_t timeout_ns);
-    int (*first)(ps_link *link, int64_t *out);
-    int (*last)(ps_link *link, int64_t *out);
-    /* bound >= 0 sets the bound; bound < 0 only reads it. */
-    int (*delta)(ps_link *link, int64_t bound, int64_t *out);
-    int (*axe)(ps_link *link, int64_t index);
-    /* Fills up to max kind-specific counters; returns how many. May be NULL. */
-    int (*counters)(ps_stage *stage, ps_counter *out, int max);
-    /* Flushes and frees the kind's own state (not the stage struct, not the next link). */
-    void (*destroy)(ps_stage *stage);
-    /* Optional: move then observe as one operation (a remote stage does it in one round trip).
-     * *moved tells whether the move part took effect, so a timed-out observe can be retried. */
-    int (*exchange)(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved);
-    /* Optional: a new caller got `slot` (a remote stage connects it to its server here). */
-    int (*attach)(ps_stage *stage, uint32_t slot);
-    /* Optional: the caller in `slot` is gone (a remote stage releases its server link here). */
-    void (*detach)(ps_stage *stage, uint32_t slot);
-} ps_stage_ops;
-
 /* The part of every stage that the generic code owns. Kinds embed it first in their struct. */
 struct ps_stage {
-    const ps_stage_ops *ops;
     const ps_stage_kind *kind;
     _Atomic int32_t references;
     _Atomic uint32_t links;        /* links attached so far: the next slot to give out */
@@ -57,11 +34,11 @@ struct ps_stage {
  * left is given to the next one). */
 enum { PS_PASS_THROUGH_CALLERS = 1024 };
 
-/* Sets up the generic fields of a freshly allocated stage above `below` (NULL for a bottom
- * stage). Returns PS_ESTATE if below's fan-in is exhausted, PS_ENOMEM. On failure the caller
- * frees the stage with ps_stage_abandon. */
-int ps_stage_init(ps_stage *stage, const ps_stage_ops *ops, const ps_tuple_format *format,
-                  uint32_t max_links, ps_stage *below, ps_stage_joining joining);
+/* Sets up the generic fields of a freshly allocated stage of `kind` above `below` (NULL for a
+ * bottom stage), reaching it as the kind's role says. Returns PS_ESTATE if below's fan-in is
+ * exhausted, PS_ENOMEM. On failure the caller frees the stage with ps_stage_abandon. */
+int ps_stage_init(ps_stage *stage, const ps_stage_kind *kind, const ps_tuple_format *format, uint32_t max_links,
+                  ps_stage *below);
 /* Undoes ps_stage_init for a stage whose constructor failed, and frees it. */
 void ps_stage_abandon(ps_stage *stage);
 
@@ -76,14 +53,16 @@ static inline void ps_link_count_wait(ps_link *link) {
     __atomic_store_n(&link->waits, link->waits + 1, __ATOMIC_RELAXED);
 }
 
-/* Forwarding implementations, for kinds that pass an operation straight down. */
-int ps_forward_move(ps_link *link, const void *tuple, int64_t timeout_ns);
-int ps_forward_observe(ps_link *link, void *out, int64_t timeout_ns);
-int ps_forward_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns);
-int ps_forward_first(ps_link *link, int64_t *out);
-int ps_forward_last(ps_link *link, int64_t *out);
-int ps_forward_delta(ps_link *link, int64_t bound, int64_t *out);
-int ps_forward_axe(ps_link *link, int64_t index);
-int ps_forward_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved);
+/* Hands the operation, unchanged, to the caller's link below: what a pass-through stage does with
+ * every kind it has nothing to add to (the op may be one it has never heard of). */
+static inline int ps_stage_pass(ps_link *link, ps_op *op) { return ps_link_call(ps_stage_down(link), op); }
+
+/* Does an operation the stage does not take whole as the simpler ones it is made of (an exchange
+ * as a move then an observe, a move_many as its moves in order), each through the stage's own
+ * call; any other kind is refused with PS_ENOTSUP, and the stage's error says which. */
+int ps_op_fallback(ps_link *link, ps_op *op);
+
+/* The generic part of ps_stage_footprint for a kind (its links and slots), in bytes. */
+size_t ps_stage_base_footprint(const ps_stage_kind *kind);
 
 #endif

@@ -1,8 +1,12 @@
-/* stage_kinds.h — the built-in stage kinds, each defined in the C file of its name. */
+/* stage_kinds.h — the built-in stage kinds, each defined in the C file of its name. Usable from C++. */
 #ifndef WRAPPERS_STAGE_KINDS_H
 #define WRAPPERS_STAGE_KINDS_H
 
 #include "stage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 extern const ps_stage_kind ps_kind_core;        /* core.c */
 extern const ps_stage_kind ps_kind_reduce_sum;  /* reduce_sum.c */
@@ -10,5 +14,13 @@ extern const ps_stage_kind ps_kind_trace;       /* trace.c */
 extern const ps_stage_kind ps_kind_cache;       /* cache.c */
 extern const ps_stage_kind ps_kind_remote;      /* remote.c */
 extern const ps_stage_kind ps_kind_delay;       /* delay.c */
+
+/* Does one operation on an element, as the core stage does: what a bare Element from Python
+ * does too. PS_ENOTSUP only for a kind an element does not know (core.c). */
+int ps_element_call(ps_element *e, ps_op *op);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -109,18 +109,37 @@ static size_t with_defaults(const ps_stage_kind *kind, const ps_params *given, p
     return n;
 }
 
-int ps_stage_create(const ps_stage_kind *kind, const ps_params *params, const ps_build_context *context,
-                    ps_stage *below, ps_stage **out, char *error, size_t error_size) {
-    *out = NULL;
+/* Checks the kind's record and the parameters, and fills in the defaults (into `all`). */
+static int complete_params(const ps_stage_kind *kind, const ps_params *params, ps_param_value *all,
+                           ps_params *complete, char *error, size_t error_size) {
+    if (kind->version != PS_STAGE_KIND_VERSION) {
+        snprintf(error, error_size, "stage '%s': its kind record has version %d, this build reads version %d",
+                 kind->name, kind->version, PS_STAGE_KIND_VERSION);
+        return PS_EINVAL;
+    }
     if (params->count > MAX_PARAMS) {
         snprintf(error, error_size, "stage '%s': more than %d parameters", kind->name, MAX_PARAMS);
         return PS_EINVAL;
     }
     int rc = ps_params_check(kind, params, error, error_size);
     if (rc != PS_OK) return rc;
+    *complete = (ps_params){all, with_defaults(kind, params, all)};
+    return PS_OK;
+}
+
+int ps_stage_create(const ps_stage_kind *kind, const ps_params *params, const ps_build_context *context,
+                    ps_stage *below, ps_stage **out, char *error, size_t error_size) {
+    *out = NULL;
     ps_param_value all[MAX_PARAMS];
-    ps_params complete = {all, with_defaults(kind, params, all)};
-    rc = kind->create(&complete, context, below, out, error, error_size);
-    if (rc == PS_OK) (*out)->kind = kind;
-    return rc;
+    ps_params complete;
+    int rc = complete_params(kind, params, all, &complete, error, error_size);
+    return rc == PS_OK ? kind->create(&complete, context, below, out, error, error_size) : rc;
+}
+
+size_t ps_stage_footprint(const ps_stage_kind *kind, const ps_params *params, size_t tuple_size, char *error,
+                          size_t error_size) {
+    ps_param_value all[MAX_PARAMS];
+    ps_params complete;
+    if (complete_params(kind, params, all, &complete, error, error_size) != PS_OK) return 0;
+    return ps_stage_base_footprint(kind) + kind->footprint(&complete, tuple_size);
 }

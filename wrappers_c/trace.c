@@ -22,6 +22,7 @@
 #endif
 
 #include "stage_base.h"
+#include "stage_kinds.h"
 #include "trace.h"
 #include "waitpoint.h"
 
@@ -117,80 +118,41 @@ void ps_trace_take_failures(void (*visit)(void *context, const char *message), v
 
 /* ---- the hot path ------------------------------------------------------------------------- */
 
-/* Ends the event of an operation that started at `start`; tuple is NULL when it has none. */
-static inline void record(ps_link *link, ps_trace_op op, uint64_t start, int status, int64_t index,
-                          const void *tuple) {
+/* The tuple an event keeps in operation mode: the one the operation moved (move_many: its first),
+ * else the one it observed, else none. */
+static inline const void *kept_tuple(const ps_op *op, uint32_t shape, int status) {
+    if (shape & PS_OP_TUPLE_IN || (shape & PS_OP_TUPLES_IN && op->count)) return op->in;
+    return shape & PS_OP_TUPLE_OUT && status == PS_OK ? op->out : NULL;
+}
+
+/* Ends the event of an operation that started at `start`; the table says what its index is (an
+ * index argument; move_many: the tuples moved; else -1). */
+static inline void record(ps_link *link, const ps_op *op, uint64_t start, int status) {
     uint64_t end = ticks_now();
     trace_stage *t = (trace_stage *)link->stage;
     uint64_t slot = atomic_fetch_add_explicit(&t->claimed, 1, memory_order_relaxed);
     if (slot >= t->capacity) return;
+    uint32_t shape = ps_op_kinds[op->kind].shape;
     ps_trace_event *e = &t->events[slot];
     e->start_ticks = start;
     e->end_ticks = end;
-    e->index = index;
+    e->index = shape & PS_OP_INDEX ? op->argument : shape & PS_OP_TUPLES_IN ? (int64_t)op->done : -1;
     e->thread = link->slot;
-    e->op = (uint8_t)op;
+    e->op = (uint8_t)op->kind;
     e->status = (uint16_t)status;
     e->flags = 0;
-    if (t->tuples && tuple) {
+    const void *tuple = t->tuples ? kept_tuple(op, shape, status) : NULL;
+    if (tuple) {
         memcpy(t->tuples + slot * t->base.tuple_size, tuple, t->base.tuple_size);
         e->flags = PS_TRACE_HAS_TUPLE;
     }
 }
 
-static int trace_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
+/* Every operation, whatever its kind: timed on its way down and back. */
+static int trace_call(ps_link *link, ps_op *op) {
     uint64_t start = ticks_now();
-    int rc = ps_link_move(ps_stage_down(link), tuple, timeout_ns);
-    record(link, PS_TRACE_MOVE, start, rc, -1, tuple);
-    return rc;
-}
-
-static int trace_observe(ps_link *link, void *out, int64_t timeout_ns) {
-    uint64_t start = ticks_now();
-    int rc = ps_link_observe(ps_stage_down(link), out, timeout_ns);
-    record(link, PS_TRACE_OBSERVE, start, rc, -1, rc == PS_OK ? out : NULL);
-    return rc;
-}
-
-static int trace_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
-    uint64_t start = ticks_now();
-    int rc = ps_link_observe_at(ps_stage_down(link), index, out, timeout_ns);
-    record(link, PS_TRACE_OBSERVE_AT, start, rc, index, rc == PS_OK ? out : NULL);
-    return rc;
-}
-
-static int trace_first(ps_link *link, int64_t *out) {
-    uint64_t start = ticks_now();
-    int rc = ps_link_first(ps_stage_down(link), out);
-    record(link, PS_TRACE_FIRST, start, rc, -1, NULL);
-    return rc;
-}
-
-static int trace_last(ps_link *link, int64_t *out) {
-    uint64_t start = ticks_now();
-    int rc = ps_link_last(ps_stage_down(link), out);
-    record(link, PS_TRACE_LAST, start, rc, -1, NULL);
-    return rc;
-}
-
-static int trace_delta(ps_link *link, int64_t bound, int64_t *out) {
-    uint64_t start = ticks_now();
-    int rc = ps_link_delta(ps_stage_down(link), bound, out);
-    record(link, PS_TRACE_DELTA, start, rc, -1, NULL);
-    return rc;
-}
-
-static int trace_axe(ps_link *link, int64_t index) {
-    uint64_t start = ticks_now();
-    int rc = ps_link_axe(ps_stage_down(link), index);
-    record(link, PS_TRACE_AXE, start, rc, index, NULL);
-    return rc;
-}
-
-static int trace_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved) {
-    uint64_t start = ticks_now();
-    int rc = ps_link_exchange(ps_stage_down(link), tuple, out, timeout_ns, moved);
-    record(link, PS_TRACE_EXCHANGE, start, rc, -1, tuple);
+    int rc = ps_stage_pass(link, op);
+    record(link, op, start, rc);
     return rc;
 }
 
@@ -261,11 +223,6 @@ static void trace_destroy(ps_stage *stage) {
     file_done();
 }
 
-static const ps_stage_ops TRACE_OPS = {
-    trace_move, trace_observe, trace_observe_at, trace_first, trace_last,
-    trace_delta, trace_axe, trace_counters, trace_destroy, trace_exchange, NULL,
-};
-
 /* Zeroed memory with every page already touched, so that the hot path never takes a page fault
  * (calloc alone may hand out untouched zero pages). */
 static void *prefaulted(size_t size) {
@@ -314,6 +271,12 @@ static int check_params(const char *file, const char *node, uint64_t capacity, s
     return PS_OK;
 }
 
+static size_t trace_footprint(const ps_params *params, size_t tuple_size) {
+    size_t capacity = (size_t)ps_params_int(params, "capacity");
+    int operation_mode = strcmp(ps_params_str(params, "mode"), "operation") == 0;
+    return sizeof(trace_stage) + capacity * (sizeof(ps_trace_event) + (operation_mode ? tuple_size : 0));
+}
+
 static int trace_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
                         ps_stage **out, char *error, size_t error_size) {
     (void)context;
@@ -334,7 +297,7 @@ static int trace_create(const ps_params *params, const ps_build_context *context
     memset(t, 0, sizeof *t);
     t->capacity = capacity;
     atomic_init(&t->claimed, 0);
-    rc = ps_stage_init(&t->base, &TRACE_OPS, format, 0, below, PS_PASS_THROUGH);
+    rc = ps_stage_init(&t->base, &ps_kind_trace, format, 0, below);
     if (rc == PS_OK) rc = open_temporary(t, file, error, error_size);
     if (rc == PS_OK) {
         t->events = prefaulted((size_t)capacity * sizeof *t->events);
@@ -370,14 +333,27 @@ static int trace_create(const ps_params *params, const ps_build_context *context
 }
 
 static const ps_param_spec TRACE_PARAMS[] = {
-    {"file", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "where the trace is written when the stage is released"},
-    {"capacity", PS_PARAM_INT, 0, "1048576", 1, 1 << 26, NULL, "events kept; later ones are counted as dropped"},
+    {"file", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "where the trace is written when the stage is released",
+     PS_PARAM_WRITTEN_FILE},
+    {"capacity", PS_PARAM_INT, 0, "1048576", 1, 1 << 26, NULL, "events kept; later ones are counted as dropped",
+     PS_PARAM_GIVEN},
     {"mode", PS_PARAM_STR, 0, "timestamp", 0, -1, "timestamp|operation",
-     "timestamp: times only; operation: also the tuples moved and observed"},
-    {"node", PS_PARAM_STR, 0, "", 0, -1, NULL, "a label for this process or node (the Perfetto process name)"},
+     "timestamp: times only; operation: also the tuples moved and observed", PS_PARAM_GIVEN},
+    {"node", PS_PARAM_STR, 0, "", 0, -1, NULL, "a label for this process or node (the Perfetto process name)",
+     PS_PARAM_GIVEN},
 };
 
 const ps_stage_kind ps_kind_trace = {
-    "trace", "Timestamps every operation into a preallocated buffer; writes the trace file when released.",
-    TRACE_PARAMS, sizeof TRACE_PARAMS / sizeof TRACE_PARAMS[0], trace_create, PS_PASS_THROUGH,
+    .version = PS_STAGE_KIND_VERSION,
+    .name = "trace",
+    .doc = "Timestamps every operation into a preallocated buffer; writes the trace file when released.",
+    .params = TRACE_PARAMS,
+    .param_count = sizeof TRACE_PARAMS / sizeof TRACE_PARAMS[0],
+    .role = PS_PASS_THROUGH,
+    .needs_below = 1,
+    .create = trace_create,
+    .call = trace_call,
+    .footprint = trace_footprint,
+    .counters = trace_counters,
+    .destroy = trace_destroy,
 };

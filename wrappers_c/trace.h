@@ -6,12 +6,13 @@
  *   events   event_count records of PS_TRACE_EVENT_SIZE bytes: ps_trace_event below, in the
  *            order their slots were claimed (operation ends, give or take a few ticks)
  *   tuples   operation mode only: event_count * tuple_size bytes; tuple i belongs to event i
- *            and is meaningful when that event has PS_TRACE_HAS_TUPLE set (zeros otherwise)
+ *            and is meaningful when that event has PS_TRACE_HAS_TUPLE set (zeros otherwise): the
+ *            tuple the operation moved (move_many: its first), else the one it observed
  *
  * Times are raw ticks of the CPU's timestamp counter (or CLOCK_MONOTONIC_RAW nanoseconds where
  * there is none). Nanoseconds since the stage was created are (ticks - origin_ticks) /
  * ticks_per_ns; origin_unix_ns (CLOCK_REALTIME at creation) lines up traces of several processes.
- * paths/trace_file.py reads this format.
+ * paths/trace_file.py reads this format; it takes the operations' names from the same table.
  */
 #ifndef WRAPPERS_TRACE_H
 #define WRAPPERS_TRACE_H
@@ -29,17 +30,6 @@ enum {
 };
 
 typedef enum ps_trace_mode { PS_TRACE_TIMESTAMP = 0, PS_TRACE_OPERATION = 1 } ps_trace_mode;
-
-typedef enum ps_trace_op {
-    PS_TRACE_MOVE = 0,
-    PS_TRACE_OBSERVE = 1,
-    PS_TRACE_OBSERVE_AT = 2,
-    PS_TRACE_FIRST = 3,
-    PS_TRACE_LAST = 4,
-    PS_TRACE_DELTA = 5,
-    PS_TRACE_AXE = 6,
-    PS_TRACE_EXCHANGE = 7, /* a move and an observe as one operation (the tuple moved is kept) */
-} ps_trace_op;
 
 enum { PS_TRACE_HAS_TUPLE = 1 };  /* event flag: the tuples section holds this event's tuple */
 
@@ -62,9 +52,10 @@ typedef struct ps_trace_header {
 typedef struct ps_trace_event {
     uint64_t start_ticks;   /* when the operation was called */
     uint64_t end_ticks;     /* when it returned */
-    int64_t index;          /* observe_at's and axe's index; -1 for the other operations */
+    int64_t index;          /* an index argument (observe_at, axe); move_many: the tuples it moved;
+                               -1 for the other operations */
     uint32_t thread;        /* the caller's slot at the trace stage */
-    uint8_t op;             /* ps_trace_op */
+    uint8_t op;             /* the operation's kind: its index in ps_op_kinds (operation.h) */
     uint8_t flags;          /* PS_TRACE_HAS_TUPLE */
     uint16_t status;        /* the operation's ps_status */
 } ps_trace_event;

@@ -48,7 +48,7 @@ size_t ps_wire_encode(const ps_frame *frame, unsigned char *buf, size_t capacity
 }
 
 int64_t ps_wire_payload_length(const unsigned char *header) {
-    if (header[0] != PS_WIRE_VERSION || header[1] < PS_OP_BUILD || header[1] >= PS_OP_LIMIT) return -1;
+    if (header[0] != PS_WIRE_VERSION || header[1] < PS_WIRE_OP_FIRST || header[1] >= PS_WIRE_OP_LIMIT) return -1;
     uint32_t payload_length = get32(header + 4);
     return payload_length > PS_WIRE_MAX_PAYLOAD ? -1 : (int64_t)payload_length;
 }

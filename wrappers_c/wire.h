@@ -20,23 +20,31 @@ enum {
     PS_WIRE_HEADER = 40,
     PS_WIRE_MAX_PAYLOAD = (1 << 20) + 4096, /* a tuple of the largest format, or a path spec */
     PS_WIRE_SECRET = 32,                    /* bytes of a direct link's secret */
+    PS_WIRE_BATCH_PAYLOAD = 16384,          /* a frame of several tuples carries at most this many
+                                               bytes of them (or one tuple, when larger) */
 };
 
+/* The op codes of the control plane and of a link's life. A stage operation's op code is its
+ * kind's (ps_op_kinds in operation.h: move 2, observe 3, ... exchange 11, move_many 13). */
 typedef enum ps_wire_op {
-    PS_OP_BUILD = 1,   /* payload: a path spec (JSON); answer: handle id, payload: endpoint */
-    PS_OP_MOVE,        /* payload: the tuple */
-    PS_OP_OBSERVE,     /* answer payload: the tuple */
-    PS_OP_OBSERVE_AT,  /* argument: the index; answer payload: the tuple */
-    PS_OP_FIRST,       /* answer value */
-    PS_OP_LAST,        /* answer value */
-    PS_OP_DELTA,       /* argument: the bound (< 0 reads); answer value */
-    PS_OP_AXE,         /* argument: the index */
-    PS_OP_RELEASE,     /* the client is done with the handle */
-    PS_OP_PING,        /* liveness; answer is empty */
-    PS_OP_EXCHANGE,    /* move then observe in one round trip; answer value 1 once the move is done */
-    PS_OP_CONNECT,     /* first frame of a direct connection; payload: the link's secret */
-    PS_OP_LIMIT
+    PS_WIRE_BUILD = 1,   /* payload: a path spec (JSON); answer: handle id, payload: endpoint */
+    PS_WIRE_RELEASE = 9, /* the client is done with the handle */
+    PS_WIRE_PING = 10,   /* liveness; answer is empty */
+    PS_WIRE_CONNECT = 12,/* first frame of a direct connection; payload: the link's secret */
 } ps_wire_op;
+
+/* Op codes a well-formed frame may carry: PS_WIRE_OP_FIRST <= op < PS_WIRE_OP_LIMIT. */
+enum { PS_WIRE_OP_FIRST = 1, PS_WIRE_OP_LIMIT = 14 };
+
+/* Tuples of `tuple_size` bytes one frame carries at most: PS_WIRE_BATCH_PAYLOAD bytes of them, or
+ * one; and the longest frame of a link over such tuples (what its buffers must hold). */
+static inline size_t ps_wire_batch_tuples(size_t tuple_size) {
+    size_t n = tuple_size ? PS_WIRE_BATCH_PAYLOAD / tuple_size : 1;
+    return n ? n : 1;
+}
+static inline size_t ps_wire_link_frame_max(size_t tuple_size) {
+    return PS_WIRE_HEADER + ps_wire_batch_tuples(tuple_size) * tuple_size;
+}
 
 /* How a link's operations travel, asked for in a BUILD's argument. */
 typedef enum ps_wire_transport {

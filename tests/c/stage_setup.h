@@ -1,6 +1,7 @@
 /* stage_setup.h — what the stage-level C stress tests share: a watchdog that turns a hang into a
- * failure naming the scene that hung, threads that must start, and stages made by kind name with
- * typed parameters (ps_stage_create), attached to or the end of the test. Include after
+ * failure naming the scene that hung, threads that must start, stages made by kind name with
+ * typed parameters (ps_stage_create), attached to or the end of the test, and operations through
+ * a link as one-line calls (each one operation value through ps_link_call). Include after
  * stress_report.h. */
 #ifndef STAGE_SETUP_H
 #define STAGE_SETUP_H
@@ -121,6 +122,48 @@ static void attach_or_die(ps_stage *stage, ps_link *link) {
                 ps_stage_error(stage));
         exit(1);
     }
+}
+
+/* ---- operations through a link ------------------------------------------------------------- */
+
+static inline int link_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
+    ps_op op = {.kind = PS_OP_MOVE, .in = tuple, .timeout_ns = timeout_ns};
+    return ps_link_call(link, &op);
+}
+
+static inline int link_observe(ps_link *link, void *out, int64_t timeout_ns) {
+    ps_op op = {.kind = PS_OP_OBSERVE, .out = out, .timeout_ns = timeout_ns};
+    return ps_link_call(link, &op);
+}
+
+static inline int link_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
+    ps_op op = {.kind = PS_OP_OBSERVE_AT, .argument = index, .out = out, .timeout_ns = timeout_ns};
+    return ps_link_call(link, &op);
+}
+
+/* first or last: the operation's value into *out. */
+static inline int link_value(ps_link *link, ps_op_kind kind, int64_t *out) {
+    ps_op op = {.kind = kind};
+    int rc = ps_link_call(link, &op);
+    *out = op.value;
+    return rc;
+}
+
+/* A move then an observe; *moved: whether the move took effect (after a timeout, only the observe
+ * is left to do). */
+static inline int link_exchange(ps_link *link, const void *tuple, void *out, int64_t timeout_ns, int *moved) {
+    ps_op op = {.kind = PS_OP_EXCHANGE, .in = tuple, .out = out, .timeout_ns = timeout_ns};
+    int rc = ps_link_call(link, &op);
+    *moved = op.done != 0;
+    return rc;
+}
+
+/* n tuples moved in order as one operation; *done: how many took effect. */
+static inline int link_move_many(ps_link *link, const void *tuples, uint32_t n, int64_t timeout_ns, uint32_t *done) {
+    ps_op op = {.kind = PS_OP_MOVE_MANY, .in = tuples, .count = n, .timeout_ns = timeout_ns};
+    int rc = ps_link_call(link, &op);
+    *done = op.done;
+    return rc;
 }
 
 #endif

@@ -118,8 +118,8 @@ static void *sum_thread(void *arg) {
     attach_or_die(job->remote, &link);
     for (int64_t r = 0; r < job->rounds; r++) {
         int64_t mine = r * 1000 + job->thread, total = -1;
-        int rc = ps_link_move(&link, &mine, WAIT);
-        if (rc == PS_OK) rc = ps_link_observe(&link, &total, WAIT);
+        int rc = link_move(&link, &mine, WAIT);
+        if (rc == PS_OK) rc = link_observe(&link, &total, WAIT);
         int64_t expected = r * 1000 * THREADS + THREADS * (THREADS - 1) / 2;
         CHECK(rc == PS_OK && total == expected, "sum thread %d round %" PRId64 ": %s, total %" PRId64 " (expected %"
               PRId64 "): %s", job->thread, r, ps_status_name(rc), total, expected, ps_stage_error(job->remote));
@@ -143,11 +143,11 @@ static void run_sum(served *s, const char *endpoint, int64_t rounds) {
     ps_link history;
     attach_or_die(s->sum_element, &history);
     int64_t last = -1;
-    ps_link_last(&history, &last);
+    link_value(&history, PS_OP_LAST, &last);
     CHECK(last == rounds, "sum: the element holds %" PRId64 " totals, expected %" PRId64, last, rounds);
     for (int64_t r = 0; r < last && r < rounds; r++) {
         int64_t total = -1;
-        ps_link_observe_at(&history, r, &total, WAIT);
+        link_observe_at(&history, r, &total, WAIT);
         CHECK(total == r * 1000 * THREADS + THREADS * (THREADS - 1) / 2, "sum: total %" PRId64 " in place %" PRId64,
               total, r);
     }
@@ -171,7 +171,7 @@ static void *producer(void *arg) {
     attach_or_die(job->remote, &link);
     for (int64_t i = 0; i < job->jobs; i++) {
         int64_t value = (int64_t)job->index * job->jobs + i;
-        int rc = ps_link_move(&link, &value, WAIT);
+        int rc = link_move(&link, &value, WAIT);
         CHECK(rc == PS_OK, "producer %d job %" PRId64 ": %s", job->index, i, ps_status_name(rc));
         if (rc != PS_OK) break;
     }
@@ -187,7 +187,7 @@ static void *consumer(void *arg) {
     for (int p = 0; p < PRODUCERS; p++) last_of[p] = -1;
     while (atomic_load(job->taken) < total) {
         int64_t value = -1;
-        int rc = ps_link_observe(&link, &value, 20 * MS);
+        int rc = link_observe(&link, &value, 20 * MS);
         if (rc == PS_ETIMEDOUT) continue; /* the others may have taken the rest */
         CHECK(rc == PS_OK && value >= 0 && value < total, "consumer %d: %s, job %" PRId64, job->index,
               ps_status_name(rc), value);
@@ -245,7 +245,7 @@ static void *churner(void *arg) {
         ps_link link;
         attach_or_die(job->remote, &link);
         int64_t last = -1;
-        int rc = ps_link_last(&link, &last);
+        int rc = link_value(&link, PS_OP_LAST, &last);
         CHECK(rc == PS_OK && last == 0, "churn %d: last() %s, %" PRId64, job->index, ps_status_name(rc), last);
         ps_link_detach(&link);
     }

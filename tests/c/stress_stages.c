@@ -223,10 +223,10 @@ static void rounds_lockstep(sum_worker *w) {
     sum_scene *s = w->scene;
     for (int64_t r = 0; r < s->rounds; r++) {
         int64_t value = contribution(w->id, r), total = -1;
-        int rc = ps_link_move(&w->link, &value, WAIT);
+        int rc = link_move(&w->link, &value, WAIT);
         CHECK(rc == PS_OK, "%s: contributor %d move %" PRId64 ": %s", s->name, w->id, r, ps_status_name(rc));
         if (rc != PS_OK) return;
-        rc = ps_link_observe(&w->link, &total, WAIT);
+        rc = link_observe(&w->link, &total, WAIT);
         CHECK(rc == PS_OK, "%s: contributor %d observe %" PRId64 ": %s", s->name, w->id, r, ps_status_name(rc));
         if (rc != PS_OK) return;
         record_total(w, r, total);
@@ -242,13 +242,13 @@ static void rounds_drifting(sum_worker *w) {
         if (ahead == AHEAD && moves < s->rounds && x % 4 == 0) {
             /* A 5th round ahead: its slot still holds a round this contributor has not observed. */
             int64_t value = contribution(w->id, moves);
-            int rc = ps_link_move(&w->link, &value, (x >> 8) % 2 ? 0 : 100 * US);
+            int rc = link_move(&w->link, &value, (x >> 8) % 2 ? 0 : 100 * US);
             CHECK(rc == PS_ESTATE, "%s: a 5th move ahead returned %s", s->name, ps_status_name(rc));
             CHECK(w->link.moves == (uint64_t)moves && w->link.observes == (uint64_t)observes,
                   "%s: a refused move changed the link", s->name);
             atomic_fetch_add(&s->ahead_refused, 1);
         } else if (ahead == 0 && x % 16 == 1) {
-            int rc = ps_link_observe(&w->link, &total, 0);
+            int rc = link_observe(&w->link, &total, 0);
             CHECK(rc == PS_ESTATE && total == -1, "%s: an observe with no move returned %s", s->name,
                   ps_status_name(rc));
             atomic_fetch_add(&s->early_refused, 1);
@@ -256,13 +256,13 @@ static void rounds_drifting(sum_worker *w) {
         bool move = moves < s->rounds && ahead < AHEAD && (ahead == 0 || (x >> 16) % 3 != 0);
         if (move) {
             int64_t value = contribution(w->id, moves);
-            int rc = ps_link_move(&w->link, &value, WAIT);
+            int rc = link_move(&w->link, &value, WAIT);
             CHECK(rc == PS_OK && w->link.moves == (uint64_t)moves + 1, "%s: contributor %d move %" PRId64 ": %s",
                   s->name, w->id, moves, ps_status_name(rc));
             if (rc != PS_OK) return;
             moves++;
         } else {
-            int rc = ps_link_observe(&w->link, &total, WAIT);
+            int rc = link_observe(&w->link, &total, WAIT);
             CHECK(rc == PS_OK, "%s: contributor %d observe %" PRId64 ": %s", s->name, w->id, observes,
                   ps_status_name(rc));
             if (rc != PS_OK) return;
@@ -284,12 +284,12 @@ static void rounds_tiny_timeouts(sum_worker *w) {
         bool observed = false;
         if (next_random(&w->random) % 3 == 0) {
             /* Move then observe as one call: after a timeout, *moved says whether the move is done. */
-            while ((rc = ps_link_exchange(&w->link, &value, &total, TINY_TIMEOUTS[attempt++ % 3], &moved)) ==
+            while ((rc = link_exchange(&w->link, &value, &total, TINY_TIMEOUTS[attempt++ % 3], &moved)) ==
                        PS_ETIMEDOUT && !moved)
                 atomic_fetch_add(&s->retries, 1);
             observed = rc == PS_OK;
         } else {
-            while ((rc = ps_link_move(&w->link, &value, TINY_TIMEOUTS[attempt++ % 3])) == PS_ETIMEDOUT)
+            while ((rc = link_move(&w->link, &value, TINY_TIMEOUTS[attempt++ % 3])) == PS_ETIMEDOUT)
                 atomic_fetch_add(&s->retries, 1);
             moved = rc == PS_OK;
         }
@@ -298,7 +298,7 @@ static void rounds_tiny_timeouts(sum_worker *w) {
         if (!moved) return;
         if (!observed) {
             CHECK(w->link.observes == (uint64_t)r, "%s: a timed-out observe advanced the link", s->name);
-            while ((rc = ps_link_observe(&w->link, &total, TINY_TIMEOUTS[attempt++ % 3])) == PS_ETIMEDOUT)
+            while ((rc = link_observe(&w->link, &total, TINY_TIMEOUTS[attempt++ % 3])) == PS_ETIMEDOUT)
                 atomic_fetch_add(&s->retries, 1);
         }
         CHECK(rc == PS_OK, "%s: contributor %d observe %" PRId64 ": %s", s->name, w->id, r, ps_status_name(rc));
@@ -514,9 +514,9 @@ static void *fields_contributor(void *arg) {
     for (int64_t r = 0; r < s->rounds; r++) {
         unsigned char in[16], out[16], expected[16];
         fields_contribution(s->format, w->id, r, in);
-        int rc = ps_link_move(&w->link, in, WAIT);
+        int rc = link_move(&w->link, in, WAIT);
         CHECK(rc == PS_OK, "fields %s: move: %s", s->format, ps_status_name(rc));
-        if (rc == PS_OK) rc = ps_link_observe(&w->link, out, WAIT);
+        if (rc == PS_OK) rc = link_observe(&w->link, out, WAIT);
         CHECK(rc == PS_OK, "fields %s: observe: %s", s->format, ps_status_name(rc));
         if (rc != PS_OK) break;
         fields_expected(s->format, s->tree.threads, r, expected);
@@ -569,7 +569,7 @@ static double run_fields_scene(ps_space *space, const char *name, const char *fo
 enum { PASS_THREADS = 8, PASS_CACHE = 64, PASS_OPS_PER_ROUND = 6 };
 
 typedef struct op_record {
-    uint8_t op;    /* ps_trace_op */
+    uint8_t op;    /* ps_op_kind */
     int64_t index; /* observe_at's index, else -1 */
 } op_record;
 
@@ -595,7 +595,7 @@ typedef struct pass_worker {
     uint64_t random;
 } pass_worker;
 
-static void pass_log(pass_worker *w, ps_trace_op op, int64_t index) {
+static void pass_log(pass_worker *w, ps_op_kind op, int64_t index) {
     w->log[w->logged++] = (op_record){(uint8_t)op, index};
 }
 
@@ -607,12 +607,12 @@ static void *pass_contributor(void *arg) {
     pthread_barrier_wait(&s->attached);
     for (int64_t r = 0; r < s->rounds; r++) {
         int64_t value = contribution(w->id, r), total = -1, out = -1;
-        int rc = ps_link_move(&w->link, &value, WAIT);
-        pass_log(w, PS_TRACE_MOVE, -1);
+        int rc = link_move(&w->link, &value, WAIT);
+        pass_log(w, PS_OP_MOVE, -1);
         CHECK(rc == PS_OK, "pass: move: %s", ps_status_name(rc));
         if (rc != PS_OK) break;
-        rc = ps_link_observe(&w->link, &total, WAIT);
-        pass_log(w, PS_TRACE_OBSERVE, -1);
+        rc = link_observe(&w->link, &total, WAIT);
+        pass_log(w, PS_OP_OBSERVE, -1);
         CHECK(rc == PS_OK && total == expected_total(PASS_THREADS, r), "pass: observe %" PRId64 ": %s, %" PRId64, r,
               ps_status_name(rc), total);
         if (rc != PS_OK) break;
@@ -621,20 +621,20 @@ static void *pass_contributor(void *arg) {
             /* An old total twice: the second read is usually the upper cache's. */
             int64_t index = (int64_t)((x >> 8) % (uint64_t)(r + 1));
             for (int k = 0; k < 2; k++) {
-                rc = ps_link_observe_at(&w->link, index, &out, WAIT);
-                pass_log(w, PS_TRACE_OBSERVE_AT, index);
+                rc = link_observe_at(&w->link, index, &out, WAIT);
+                pass_log(w, PS_OP_OBSERVE_AT, index);
                 atomic_fetch_add(&s->indexed, 1);
                 CHECK(rc == PS_OK && out == expected_total(PASS_THREADS, index), "pass: observe_at(%" PRId64
                       "): %s, %" PRId64, index, ps_status_name(rc), out);
             }
         }
         if ((x >> 4) % 8 == 1) {
-            rc = ps_link_last(&w->link, &out);
-            pass_log(w, PS_TRACE_LAST, -1);
+            rc = link_value(&w->link, PS_OP_LAST, &out);
+            pass_log(w, PS_OP_LAST, -1);
             CHECK(rc == PS_OK && out > r && out <= s->rounds, "pass: last %" PRId64 " after round %" PRId64, out, r);
         } else if ((x >> 4) % 8 == 2) {
-            rc = ps_link_first(&w->link, &out);
-            pass_log(w, PS_TRACE_FIRST, -1);
+            rc = link_value(&w->link, PS_OP_FIRST, &out);
+            pass_log(w, PS_OP_FIRST, -1);
             CHECK(rc == PS_OK && out >= 0 && out <= s->rounds, "pass: first %" PRId64, out);
         }
     }
@@ -697,15 +697,15 @@ static void check_top_trace(pass_scene *s, pass_worker *workers, int64_t operati
             continue;
         }
         op_record want = worker->log[next[w]++];
-        bool tuple_op = want.op <= PS_TRACE_OBSERVE_AT;
+        bool tuple_op = want.op <= PS_OP_OBSERVE_AT;
         CHECK(e[k].op == want.op && e[k].index == want.index && e[k].status == PS_OK &&
               e[k].flags == (tuple_op ? PS_TRACE_HAS_TUPLE : 0) && e[k].start_ticks <= e[k].end_ticks,
               "pass: upper event %" PRId64 " (thread %u): op %u index %" PRId64 " status %u flags %u, expected op %u"
               " index %" PRId64, k, e[k].thread, e[k].op, e[k].index, e[k].status, e[k].flags, want.op, want.index);
         int64_t expected = 0;
-        if (want.op == PS_TRACE_MOVE) expected = contribution(worker->id, moves[w]++);
-        else if (want.op == PS_TRACE_OBSERVE) expected = expected_total(PASS_THREADS, observes[w]++);
-        else if (want.op == PS_TRACE_OBSERVE_AT) expected = expected_total(PASS_THREADS, want.index);
+        if (want.op == PS_OP_MOVE) expected = contribution(worker->id, moves[w]++);
+        else if (want.op == PS_OP_OBSERVE) expected = expected_total(PASS_THREADS, observes[w]++);
+        else if (want.op == PS_OP_OBSERVE_AT) expected = expected_total(PASS_THREADS, want.index);
         CHECK(tuples[k] == expected, "pass: upper event %" PRId64 " holds %" PRId64 ", expected %" PRId64, k, tuples[k],
               expected);
     }
@@ -727,17 +727,17 @@ static void check_low_trace(pass_scene *s, int64_t forwarded, int64_t forwarded_
     for (int64_t k = 0; k < n; k++) {
         CHECK(e[k].thread == 0 && e[k].status == PS_OK, "pass: lower event %" PRId64 ": thread %u status %u", k,
               e[k].thread, e[k].status);
-        if (e[k].op == PS_TRACE_EXCHANGE) {
+        if (e[k].op == PS_OP_EXCHANGE) {
             CHECK(e[k].flags == PS_TRACE_HAS_TUPLE && tuples[k] == expected_total(PASS_THREADS, exchanges),
                   "pass: lower exchange %" PRId64 " holds %" PRId64 ", expected round %" PRId64 "'s sum", k, tuples[k],
                   exchanges);
             exchanges++;
-        } else if (e[k].op == PS_TRACE_OBSERVE_AT) {
+        } else if (e[k].op == PS_OP_OBSERVE_AT) {
             CHECK(e[k].flags == PS_TRACE_HAS_TUPLE && tuples[k] == expected_total(PASS_THREADS, e[k].index),
                   "pass: lower observe_at(%" PRId64 ") holds %" PRId64, e[k].index, tuples[k]);
             indexed++;
         } else {
-            CHECK(e[k].op == PS_TRACE_FIRST || e[k].op == PS_TRACE_LAST, "pass: lower event %" PRId64 " is op %u", k,
+            CHECK(e[k].op == PS_OP_FIRST || e[k].op == PS_OP_LAST, "pass: lower event %" PRId64 " is op %u", k,
                   e[k].op);
             scalar++;
         }
@@ -819,7 +819,7 @@ static double run_pass_scene(ps_space *space, int64_t rounds, const char *direct
     for (int i = 0; i < PASS_THREADS; i++) {
         operations += workers[i].logged;
         for (int64_t k = 0; k < workers[i].logged; k++)
-            scalar += workers[i].log[k].op == PS_TRACE_FIRST || workers[i].log[k].op == PS_TRACE_LAST;
+            scalar += workers[i].log[k].op == PS_OP_FIRST || workers[i].log[k].op == PS_OP_LAST;
     }
     int64_t hits = counter(s.top_cache, "hits"), misses = counter(s.top_cache, "misses");
     int64_t low_hits = counter(s.low_cache, "hits"), low_misses = counter(s.low_cache, "misses");
@@ -883,8 +883,8 @@ static void *links_contributor(void *arg) {
     pthread_barrier_wait(&s->attached);
     for (int64_t r = 0; r < s->rounds; r++) {
         int64_t value = contribution(w->id, r), total = -1;
-        int rc = ps_link_move(&w->link, &value, WAIT);
-        if (rc == PS_OK) rc = ps_link_observe(&w->link, &total, WAIT);
+        int rc = link_move(&w->link, &value, WAIT);
+        if (rc == PS_OK) rc = link_observe(&w->link, &total, WAIT);
         CHECK(rc == PS_OK && total == expected_total(THREADS, r), "links: round %" PRId64 ": %s, %" PRId64, r,
               ps_status_name(rc), total);
         if (rc != PS_OK) break;
@@ -902,19 +902,19 @@ static void *links_reader(void *arg) {
         for (int k = 0; k < READER_OPS; k++) {
             uint64_t x = next_random(&random);
             int64_t value = -1, last = -1;
-            int rc = ps_link_last(&link, &last);
+            int rc = link_value(&link, PS_OP_LAST, &last);
             atomic_fetch_add(&s->reader_ops, 1);
             atomic_fetch_add(&s->reader_forwarded_scalar, 1);
             CHECK(rc == PS_OK && last >= 0 && last <= s->rounds, "links: last %" PRId64, last);
             if (last > 0 && x % 2) {
                 int64_t index = (int64_t)((x >> 8) % (uint64_t)last);
-                rc = ps_link_observe_at(&link, index, &value, WAIT);
+                rc = link_observe_at(&link, index, &value, WAIT);
                 atomic_fetch_add(&s->reader_ops, 1);
                 atomic_fetch_add(&s->reader_indexed, 1);
                 CHECK(rc == PS_OK && value == expected_total(THREADS, index), "links: observe_at(%" PRId64 "): %s, %" PRId64,
                       index, ps_status_name(rc), value);
             } else if (x % 4 == 2) {
-                rc = ps_link_first(&link, &value);
+                rc = link_value(&link, PS_OP_FIRST, &value);
                 atomic_fetch_add(&s->reader_ops, 1);
                 atomic_fetch_add(&s->reader_forwarded_scalar, 1);
                 CHECK(rc == PS_OK && value >= 0, "links: first %" PRId64, value);

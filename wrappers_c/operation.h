@@ -1,0 +1,87 @@
+/* operation.h — an operation on a stage as a value, and the one table of operation kinds.
+ *
+ * Every operation a stage offers is a ps_op: its kind, its arguments and, once it returns, its
+ * results. A stage kind has one entry point that receives it (stage.h), so a stage that treats
+ * every operation alike (trace, delay, remote, the server) has one code path, and passes the very
+ * same value on down. The kinds are listed once, in ps_op_kinds (operation.c): their names (trace
+ * files, `paths trace` and Python stages read them from there), their op codes in wire frames,
+ * and the shape of their arguments and results, from which every generic code path works (the
+ * wire, the trace, the Python bridge, a link's counters). A new kind is one enum value here and
+ * one row there. Usable from C++.
+ *
+ * Ownership: an operation belongs to the thread that made it until it returns; its results are
+ * all in the value (status, done, value, the tuple at `out`), so another thread that completes it
+ * writes only into it.
+ */
+#ifndef WRAPPERS_OPERATION_H
+#define WRAPPERS_OPERATION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ps_op_kind {
+    PS_OP_MOVE,        /* appends the tuple at `in` */
+    PS_OP_OBSERVE,     /* the next unread tuple, into `out` */
+    PS_OP_OBSERVE_AT,  /* tuple `argument` of the history, into `out` */
+    PS_OP_FIRST,       /* value: the index of the next unread tuple */
+    PS_OP_LAST,        /* value: the number of tuples moved */
+    PS_OP_DELTA,       /* argument: the bound on unread tuples (< 0: only read it); value: the bound */
+    PS_OP_AXE,         /* argument: the index before which tuples may be freed */
+    PS_OP_EXCHANGE,    /* a move of `in`, then an observe into `out`, as one operation */
+    PS_OP_MOVE_MANY,   /* the `count` tuples at `in`, moved in order, as one operation */
+    PS_OP_KIND_COUNT
+} ps_op_kind;
+
+/* The shape of a kind: what generic code needs to carry it. */
+enum {
+    PS_OP_TUPLE_IN = 1 << 0,  /* `in` holds one tuple */
+    PS_OP_TUPLES_IN = 1 << 1, /* `in` holds `count` tuples */
+    PS_OP_TUPLE_OUT = 1 << 2, /* `out` receives one tuple (on PS_OK) */
+    PS_OP_INDEX = 1 << 3,     /* `argument` is an index of the history */
+    PS_OP_BOUND = 1 << 4,     /* `argument` is a bound, < 0 for none given */
+    PS_OP_VALUE_OUT = 1 << 5, /* the result is `value` */
+    PS_OP_WAITS = 1 << 6,     /* it may wait: it takes `timeout_ns` */
+    PS_OP_COMPOSED = 1 << 7,  /* made of simpler kinds: a stage that does not take it whole gets
+                                 those (ps_op_fallback, stage_base.h) */
+};
+
+typedef struct ps_op_info {
+    const char *name; /* as Python and trace files name it: "move", "observe_at", ... */
+    uint8_t wire;     /* its op code in a frame (wire.md) */
+    uint32_t shape;   /* PS_OP_* above */
+} ps_op_info;
+
+/* Indexed by ps_op_kind. A trace event records the kind's index. */
+extern const ps_op_info ps_op_kinds[PS_OP_KIND_COUNT];
+
+typedef struct ps_op {
+    ps_op_kind kind;
+    int status;          /* result: the operation's status once it has returned */
+    int64_t argument;    /* PS_OP_INDEX, PS_OP_BOUND */
+    int64_t timeout_ns;  /* PS_OP_WAITS: the longest it may wait (PS_FOREVER: no limit) */
+    const void *in;      /* PS_OP_TUPLE_IN, PS_OP_TUPLES_IN */
+    void *out;           /* PS_OP_TUPLE_OUT */
+    uint32_t count;      /* PS_OP_TUPLES_IN: tuples at `in` */
+    uint32_t done;       /* result: tuples of `in` that took effect, all of them on PS_OK; a
+                            failed operation may have done a first part (an exchange its move) */
+    int64_t value;       /* result, PS_OP_VALUE_OUT */
+} ps_op;
+
+/* The tuples an operation takes in: 0, 1, or its count. */
+static inline uint32_t ps_op_tuples_in(const ps_op *op) {
+    uint32_t shape = ps_op_kinds[op->kind].shape;
+    return shape & PS_OP_TUPLES_IN ? op->count : (shape & PS_OP_TUPLE_IN) != 0;
+}
+
+/* The kind whose wire op code is `code`, or -1 for none. */
+int ps_op_kind_of_wire(unsigned code);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
