@@ -1,0 +1,210 @@
+// endpoint.hpp — the operations every tuple endpoint offers Python: an Element and a Handle
+// answer the same calls and differ only in what runs an operation value. Endpoint<Backend> makes
+// the operation from Python's arguments, runs it in slices without the GIL, and words its errors;
+// Backend supplies
+//   int call(ps_op *op)              runs one operation (its results are in op)
+//   int64_t axed()                   the axe point, for messages (-1: not known here)
+//   int64_t deadline()               the latest any call may wait (PS_FOREVER: no limit)
+//   std::string explanation()        what the path could say about its last failure
+#ifndef WRAPPERS_ENDPOINT_HPP
+#define WRAPPERS_ENDPOINT_HPP
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "python_call.hpp"
+#include "tuple_codec.hpp"
+
+extern "C" {
+#include "operation.h"
+}
+
+namespace paths_native {
+
+// A fresh operation of `kind`, every argument and result zero.
+inline ps_op operation(ps_op_kind kind) {
+    ps_op op{};
+    op.kind = kind;
+    return op;
+}
+
+template <class Backend>
+class Endpoint : public Backend {
+public:
+    template <class... Args>
+    Endpoint(const std::string &format, std::string label, Args &&...args)
+        : Backend(std::forward<Args>(args)...), codec_(format), label_(std::move(label)) {}
+
+    const std::string &format() const { return codec_.format(); }
+    const std::string &label() const { return label_; }
+    const TupleCodec &codec() const { return codec_; }
+
+    void move(const py::handle &t, const py::object &timeout) {
+        py::bytes packed = codec_.pack(t, label_);
+        ps_op op = operation(PS_OP_MOVE);
+        op.in = PyBytes_AS_STRING(packed.ptr());
+        int rc = waiting(op, timeout);
+        if (rc == PS_ESTATE)
+            fail(rc, label_ + " move: a sum holds 4 rounds, and this caller has moved 4 it has not observed yet: observe first");
+        if (rc != PS_OK) fail(rc, label_ + " move");
+    }
+
+    // The tuples in order, as one operation (a remote stage: one frame per 16 KiB of them).
+    void move_many(const py::handle &tuples, const py::object &timeout) {
+        std::string call = label_ + " move_many";
+        std::vector<unsigned char> packed;
+        size_t n = codec_.pack_all(tuples, call, packed), done = 0;
+        int rc = wait_in_slices([&](int64_t slice) {
+            int64_t deadline = ps_deadline(slice);
+            int status = PS_OK;
+            while (done < n && status == PS_OK) {
+                ps_op op = operation(PS_OP_MOVE_MANY);
+                op.in = packed.data() + done * codec_.size();
+                op.count = static_cast<uint32_t>(std::min<size_t>(n - done, UINT32_MAX));
+                op.timeout_ns = ps_remaining(deadline);
+                status = Backend::call(&op);
+                done += op.done;
+            }
+            return status;
+        }, timeout, Backend::deadline());
+        std::string moved = std::to_string(done) + " of " + std::to_string(n) + " tuples moved";
+        if (rc == PS_ESTATE)
+            fail(rc, call + ": a sum holds 4 rounds ahead of this caller's observes, and these do not fit (" + moved +
+                         "): observe first");
+        if (rc != PS_OK) fail(rc, call + " (" + moved + ")");
+    }
+
+    py::object observe(const py::object &index, const py::object &timeout) {
+        TupleBuffer buffer(codec_.size());
+        if (index.is_none()) {
+            ps_op op = operation(PS_OP_OBSERVE);
+            op.out = buffer.data();
+            int rc = waiting(op, timeout);
+            if (rc == PS_ESTATE) fail(rc, label_ + " observe: each observe answers one earlier move");
+            if (rc != PS_OK) fail(rc, label_ + " observe");
+            return codec_.unpack(buffer.data());
+        }
+        int64_t i = int_argument(index, label_ + " observe(index)");
+        std::string call = label_ + " observe(" + std::to_string(i) + ")";
+        ps_op op = operation(PS_OP_OBSERVE_AT);
+        op.argument = i;
+        op.out = buffer.data();
+        int rc = waiting(op, timeout);
+        if (rc == PS_EAXED)
+            fail(rc, call + ": tuple " + std::to_string(i) + " was freed by axe (first live index is " +
+                         std::to_string(Backend::axed()) + ")");
+        if (rc == PS_EINDEX) fail(rc, call + ": expected an index >= 0");
+        if (rc != PS_OK) fail(rc, call);
+        return codec_.unpack(buffer.data());
+    }
+
+    // A move of t, then an observe, as one operation (through a remote stage: one round trip).
+    py::object exchange(const py::handle &t, const py::object &timeout) {
+        py::bytes packed = codec_.pack(t, label_);
+        TupleBuffer buffer(codec_.size());
+        ps_op op = operation(PS_OP_EXCHANGE);
+        op.in = PyBytes_AS_STRING(packed.ptr());
+        op.out = buffer.data();
+        int rc = wait_in_slices([&](int64_t slice) {
+            op.timeout_ns = slice;
+            int status = Backend::call(&op);
+            if (op.kind == PS_OP_EXCHANGE && op.done) op.kind = PS_OP_OBSERVE;  // what is left of it
+            return status;
+        }, timeout, Backend::deadline());
+        if (rc == PS_ESTATE)
+            fail(rc, label_ + " exchange: a sum holds 4 rounds, and this caller has moved 4 it has not observed yet");
+        if (rc != PS_OK) fail(rc, label_ + (op.kind == PS_OP_OBSERVE ? " exchange (moved; its observe)" : " exchange"));
+        return codec_.unpack(buffer.data());
+    }
+
+    int64_t first() { return value_of(operation(PS_OP_FIRST), "first"); }
+    int64_t last() { return value_of(operation(PS_OP_LAST), "last"); }
+
+    int64_t delta(const py::object &bound) {
+        ps_op op = operation(PS_OP_DELTA);
+        op.argument = -1;
+        if (!bound.is_none()) {
+            op.argument = int_argument(bound, label_ + " delta(bound)");
+            if (op.argument < 0)
+                throw py::value_error(label_ + " delta(" + std::to_string(op.argument) +
+                                      "): expected a bound >= 0 (0 = unbounded)");
+        }
+        return value_of(op, "delta");
+    }
+
+    void axe(const py::object &index) {
+        std::string call = label_ + " axe(" + shown(index) + ")";
+        ps_op op = operation(PS_OP_AXE);
+        int rc = PS_EINDEX;  // an index beyond 64 bits is beyond last() too
+        if (int64_of(index, call, &op.argument)) {
+            py::gil_scoped_release released;
+            rc = Backend::call(&op);
+        }
+        if (rc == PS_EINDEX || rc == PS_EINVAL)
+            fail(rc, call + ": expected 0 <= index <= last() = " + std::to_string(last()));
+        if (rc != PS_OK) fail(rc, call);
+    }
+
+    std::string repr(const char *type) {
+        return std::string("<paths.") + type + " " + label_ + " format '" + format() + "' first=" +
+               std::to_string(first()) + " last=" + std::to_string(last()) + ">";
+    }
+
+private:
+    // Runs an operation that may wait, in slices (see wait_in_slices).
+    int waiting(ps_op &op, const py::object &timeout) {
+        return wait_in_slices([&](int64_t slice) {
+            op.timeout_ns = slice;
+            return Backend::call(&op);
+        }, timeout, Backend::deadline());
+    }
+
+    // Runs an operation that does not wait and returns its value.
+    int64_t value_of(ps_op op, const char *what) {
+        int rc;
+        {
+            py::gil_scoped_release released;
+            rc = Backend::call(&op);
+        }
+        if (rc != PS_OK) fail(rc, label_ + " " + what);
+        return op.value;
+    }
+
+    // Raises the status as a Python exception, with what the path could say about it.
+    [[noreturn]] void fail(int rc, const std::string &what) {
+        bool explained = rc == PS_EREMOTE || rc == PS_EINVAL || rc == PS_ENOTSUP;
+        std::string why = explained ? Backend::explanation() : "";
+        raise_status(rc, why.empty() ? what : what + " (" + why + ")");
+    }
+
+    TupleCodec codec_;
+    std::string label_;
+};
+
+template <class T, class... Options>
+void bind_endpoint(py::class_<T, Options...> &cls, const char *type) {
+    cls.def_property_readonly("format", &T::format)
+        .def("move", &T::move, py::arg("t"), py::arg("timeout") = py::none(),
+             "Append tuple t; blocks while the unread tuples reach the delta bound.")
+        .def("move_many", &T::move_many, py::arg("tuples"), py::arg("timeout") = py::none(),
+             "Append the tuples in order, as one operation (n moves in effect; through a remote stage one\n"
+             "round trip). A failure may come after a first part of them moved: its message says how many.")
+        .def("observe", &T::observe, py::arg("index") = py::none(), py::arg("timeout") = py::none(),
+             "observe() reads the next unread tuple; observe(i) reads tuple i. Both block until it exists.")
+        .def("exchange", &T::exchange, py::arg("t"), py::arg("timeout") = py::none(),
+             "Move t, then observe the next unread tuple, as one operation (through a remote stage: one\n"
+             "round trip); returns the observed tuple.")
+        .def("first", &T::first, "Index of the next unread tuple.")
+        .def("last", &T::last, "Number of tuples moved.")
+        .def("delta", &T::delta, py::arg("bound") = py::none(),
+             "delta(n) bounds the unread tuples (0 = unbounded); delta() reads the bound.")
+        .def("axe", &T::axe, py::arg("index"), "Free the tuples before index.")
+        .def("__repr__", [type](T &self) { return self.repr(type); });
+}
+
+}  // namespace paths_native
+
+#endif

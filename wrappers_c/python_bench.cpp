@@ -1,0 +1,72 @@
+// python_bench.cpp — paths._native.bench: the single-thread C loops the benchmarks time, each with
+// no Python on its path.
+#include <string>
+
+#include "python_handle.hpp"
+#include "python_module.hpp"
+
+extern "C" {
+#include "kernels.h"
+}
+
+namespace paths_native {
+
+namespace {
+
+ps_link *q_link_of(const std::shared_ptr<Handle> &handle, const char *loop) {
+    const ps_tuple_format *f = ps_stage_format(handle->stage()->get());
+    if (f->size != 8 || f->run_count != 1 || f->runs[0].code != 'q')
+        throw py::value_error(std::string(loop) + ": expected a path over a 'q' element, got format '" + f->text + "'");
+    return handle->link();
+}
+
+// Runs loop(link, count, timeout_ns), a single-thread C loop of `count` operations through one
+// handle, without the GIL; its ns per operation.
+template <class Loop>
+double single_link_loop(const std::shared_ptr<Handle> &handle, int64_t count, const py::object &timeout,
+                        const char *name, Loop loop, const char *failure) {
+    ps_link *link = q_link_of(handle, name);
+    if (count <= 0) throw py::value_error(std::string(name) + ": expected a count > 0");
+    int64_t wait = timeout_ns(timeout);
+    double ns;
+    {
+        py::gil_scoped_release released;
+        ns = loop(link, count, wait);
+    }
+    if (ns < 0) throw std::runtime_error(std::string(name) + ": " + failure);
+    return ns;
+}
+
+}  // namespace
+
+void bind_bench(py::module_ &m) {
+    py::module_ bench = m.def_submodule("bench", "single-thread C loops of the benchmarks");
+    bench.def("core_pairs_ns", [](int64_t pairs) {
+        if (pairs <= 0) throw py::value_error("core_pairs_ns: expected pairs > 0");
+        py::gil_scoped_release released;
+        return ps_kernel_core_pairs_ns(pairs);
+    }, py::arg("pairs"), "Nanoseconds per move+observe pair from a C loop on one element.");
+    bench.def("pairs_ns", [](const std::shared_ptr<Handle> &handle, int64_t pairs, const py::object &timeout) {
+        return single_link_loop(handle, pairs, timeout, "pairs_ns", ps_kernel_link_pairs_ns,
+                                "an operation failed or returned a wrong tuple");
+    }, py::arg("handle"), py::arg("pairs"), py::arg("timeout") = 60.0,
+       "Nanoseconds per move+observe pair through one handle, from a C loop (single thread).");
+    bench.def("link_moves_ns", [](const std::shared_ptr<Handle> &handle, int64_t moves, const py::object &timeout) {
+        return single_link_loop(handle, moves, timeout, "link_moves_ns", ps_kernel_link_moves_ns,
+                                "a move failed, or last() grew by fewer than the moves made");
+    }, py::arg("handle"), py::arg("moves"), py::arg("timeout") = 60.0,
+       "Nanoseconds per move through one handle from a C loop, until every move is acknowledged (single thread).");
+    bench.def("link_batches_ns", [](const std::shared_ptr<Handle> &handle, int64_t moves, uint32_t batch,
+                                    const py::object &timeout) {
+        if (batch == 0) throw py::value_error("link_batches_ns: expected a batch > 0");
+        auto loop = [batch](ps_link *link, int64_t count, int64_t wait) {
+            return ps_kernel_link_batches_ns(link, count, batch, wait);
+        };
+        return single_link_loop(handle, moves, timeout, "link_batches_ns", loop,
+                                "a move_many failed, or last() grew by fewer than the tuples moved");
+    }, py::arg("handle"), py::arg("moves"), py::arg("batch"), py::arg("timeout") = 60.0,
+       "Nanoseconds per tuple moved through one handle `batch` at a time (each batch one move_many), from a C\n"
+       "loop, until every one is acknowledged (single thread).");
+}
+
+}  // namespace paths_native

@@ -1,0 +1,80 @@
+// python_call.cpp — statuses as Python exceptions, and the checked conversion of arguments.
+#include "python_call.hpp"
+
+#include <cmath>
+
+namespace paths_native {
+
+PyObject *g_axed_error = nullptr;
+
+thread_local std::unique_ptr<py::error_already_set> t_python_stage_error;
+
+py::str text_of(const std::string &text) {
+    PyObject *decoded = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
+    if (!decoded) throw py::error_already_set();
+    return py::reinterpret_steal<py::str>(decoded);
+}
+
+[[noreturn]] void raise_text(PyObject *type, const std::string &message) {
+    PyErr_SetObject(type, text_of(message).ptr());
+    throw py::error_already_set();
+}
+
+[[noreturn]] void raise_status(int rc, const std::string &what) {
+    if (t_python_stage_error) {
+        std::unique_ptr<py::error_already_set> error = std::move(t_python_stage_error);
+        error->restore();
+        throw py::error_already_set();
+    }
+    PyObject *type;
+    switch (rc) {
+    case PS_ETIMEDOUT: type = PyExc_TimeoutError; break;
+    case PS_EAXED: type = g_axed_error; break;
+    case PS_EINDEX: type = PyExc_IndexError; break;
+    case PS_EFORMAT: case PS_EMISMATCH: case PS_EINVAL: type = PyExc_ValueError; break;
+    case PS_ENOMEM: type = PyExc_MemoryError; break;
+    case PS_ENOTSUP: type = PyExc_NotImplementedError; break;
+    case PS_EREMOTE: type = PyExc_ConnectionError; break;
+    default: type = PyExc_RuntimeError; break;
+    }
+    raise_text(type, what + ": " + ps_status_name(rc));
+}
+
+std::string shown(const py::handle &value) {
+    std::string text = py::repr(value).cast<std::string>();
+    return text.size() > 120 ? text.substr(0, 117) + "..." : text;
+}
+
+int64_t timeout_ns(const py::object &timeout) {
+    if (timeout.is_none()) return PS_FOREVER;
+    if (!py::isinstance<py::int_>(timeout) && !py::isinstance<py::float_>(timeout))
+        throw py::type_error("timeout: expected None or a number of seconds, got " + shown(timeout));
+    double seconds = py::cast<double>(timeout);
+    if (!(seconds >= 0.0) || std::isinf(seconds))
+        throw py::value_error("timeout: expected None or a finite number of seconds >= 0, got " + shown(timeout));
+    constexpr double kLongest = 1e9;  // seconds: beyond 31 years, a timeout is no timeout
+    return seconds >= kLongest ? PS_FOREVER : static_cast<int64_t>(seconds * 1e9);
+}
+
+bool int64_of(const py::handle &value, const std::string &what, int64_t *out) {
+    if (!PyLong_Check(value.ptr()) || PyBool_Check(value.ptr()))
+        throw py::type_error(what + ": expected an int, got " + shown(value));
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+    return overflow == 0;
+}
+
+int64_t int_argument(const py::handle &value, const std::string &what) {
+    int64_t v;
+    if (!int64_of(value, what, &v))
+        throw py::value_error(what + ": expected an int that fits in 64 bits, got " + shown(value));
+    return v;
+}
+
+const std::string &c_text(const std::string &text, const std::string &what) {
+    if (text.find('\0') != std::string::npos)
+        throw py::value_error(what + ": expected text without NUL bytes, got " + shown(py::str(text)));
+    return text;
+}
+
+}  // namespace paths_native

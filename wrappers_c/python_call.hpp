@@ -1,0 +1,72 @@
+// python_call.hpp — how a call from Python reaches C and comes back: arguments checked and
+// converted (timeouts, ints, text), blocking calls run without the GIL in slices so that Ctrl-C
+// is seen, and status codes raised as Python exceptions. Every file of the module builds on it.
+#ifndef WRAPPERS_PYTHON_CALL_HPP
+#define WRAPPERS_PYTHON_CALL_HPP
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>  // in every file of the module alike: its conversions must not differ
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+extern "C" {
+#include "pastset.h"
+}
+
+namespace py = pybind11;
+
+namespace paths_native {
+
+constexpr int64_t kWaitSliceNs = 100 * 1000 * 1000;  // how long a wait goes between signal checks
+
+// paths.AxedError, made when the module is.
+extern PyObject *g_axed_error;
+
+// An exception raised inside a Python stage, kept until the operation returns to Python.
+extern thread_local std::unique_ptr<py::error_already_set> t_python_stage_error;
+
+// Text from C as a Python str: a message cut to fit its buffer may end in half a UTF-8 character.
+py::str text_of(const std::string &text);
+[[noreturn]] void raise_text(PyObject *type, const std::string &message);
+// Raises the status as its Python exception (wire.md's table), or the exception a Python stage
+// raised on the way.
+[[noreturn]] void raise_status(int rc, const std::string &what);
+
+// A value as a message shows it: its repr, cut to a line.
+std::string shown(const py::handle &value);
+// Seconds (None = forever) to nanoseconds (PS_FOREVER), refusing negative or NaN timeouts.
+int64_t timeout_ns(const py::object &timeout);
+// An int argument's value, or false when it does not fit in 64 bits; a TypeError naming `what`
+// when it is no int (a bool is no index either).
+bool int64_of(const py::handle &value, const std::string &what, int64_t *out);
+// An int argument that must fit in 64 bits, or a TypeError/ValueError naming it.
+int64_t int_argument(const py::handle &value, const std::string &what);
+// Text handed to C, where a NUL byte would silently end it ('a\0b' would be 'a').
+const std::string &c_text(const std::string &text, const std::string &what);
+
+// Runs op(slice_timeout_ns) without the GIL, in slices, checking for signals between slices,
+// until the timeout or the `latest` deadline (PS_FOREVER: none), whichever comes first. op must
+// leave no trace when it times out, so that it can simply be called again.
+template <class Op>
+int wait_in_slices(Op op, const py::object &timeout, int64_t latest) {
+    int64_t deadline = ps_deadline(timeout_ns(timeout));
+    if (latest != PS_FOREVER && (deadline == PS_FOREVER || latest < deadline)) deadline = latest;
+    for (;;) {
+        int64_t slice = kWaitSliceNs;
+        if (deadline != PS_FOREVER) slice = std::max<int64_t>(0, std::min(slice, deadline - ps_now_ns()));
+        int rc;
+        {
+            py::gil_scoped_release released;
+            rc = op(slice);
+        }
+        if (rc != PS_ETIMEDOUT) return rc;
+        if (deadline != PS_FOREVER && ps_now_ns() >= deadline) return PS_ETIMEDOUT;
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    }
+}
+
+}  // namespace paths_native
+
+#endif

@@ -1,0 +1,56 @@
+// python_handle.cpp — paths._native.Stage and paths.Handle.
+#include "python_handle.hpp"
+
+#include "python_module.hpp"
+
+namespace paths_native {
+
+py::dict Stage::counters() const {
+    ps_counter values[32];
+    int n = ps_stage_counters(stage_, values, 32);
+    py::dict d;
+    for (int i = 0; i < n; i++) d[values[i].name] = values[i].value;
+    return d;
+}
+
+namespace {
+
+std::shared_ptr<Handle> attach(const std::shared_ptr<Stage> &stage, const std::string &label, py::object owner) {
+    return std::make_shared<Handle>(stage->format(), label, stage, nullptr, std::move(owner));
+}
+
+// A capsule named "paths_handle" whose pointer is the handle's paths_handle: C code of a user's own
+// extension module works on it with paths.h. The capsule keeps the Handle alive.
+py::object handle_capsule(const py::object &self) {
+    Handle &handle = self.cast<Handle &>();
+    PyObject *capsule = PyCapsule_New(handle.link(), "paths_handle", [](PyObject *c) {
+        Py_XDECREF(static_cast<PyObject *>(PyCapsule_GetContext(c)));
+    });
+    if (!capsule) throw py::error_already_set();
+    Py_INCREF(self.ptr());
+    PyCapsule_SetContext(capsule, self.ptr());
+    return py::reinterpret_steal<py::object>(capsule);
+}
+
+}  // namespace
+
+void bind_handle(py::module_ &m) {
+    py::class_<Stage, std::shared_ptr<Stage>>(m, "Stage", "One built C stage (one reference to it).")
+        .def_property_readonly("kind", &Stage::kind)
+        .def_property_readonly("format", &Stage::format)
+        .def_property_readonly("max_links", &Stage::max_links, "The fan-in: callers allowed (0 = any).")
+        .def_property_readonly("link_count", &Stage::link_count, "Callers attached so far.")
+        .def("counters", &Stage::counters, "The stage's counters: operations, waits, bytes, and its own.")
+        .def("attach", &attach, py::arg("label"), py::arg("owner") = py::none(),
+             "A new caller's handle on this stage; `owner` is kept alive as long as the handle.");
+
+    py::class_<Handle, std::shared_ptr<Handle>> handle(m, "Handle", "One caller's handle on a path: use it from one thread.");
+    bind_endpoint(handle, "Handle");
+    handle.def_property_readonly("stage", &Handle::stage)
+        .def_property_readonly("slot", &Handle::slot)
+        .def("capsule", &handle_capsule,
+             "A PyCapsule named \"paths_handle\" holding this handle's paths_handle, for C code of your own\n"
+             "(paths.h); it keeps the handle alive.");
+}
+
+}  // namespace paths_native

@@ -1,0 +1,103 @@
+// python_handle.hpp — built stages and callers' handles as Python sees them: paths._native.Stage
+// (one reference to a C stage) and paths.Handle (one caller's link, with the operations every
+// endpoint offers; its capsule gives C code of a user's own the same link as a paths_handle).
+#ifndef WRAPPERS_PYTHON_HANDLE_HPP
+#define WRAPPERS_PYTHON_HANDLE_HPP
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <string>
+
+#include "endpoint.hpp"
+#include "python_element.hpp"
+
+extern "C" {
+#include "stage.h"
+}
+
+namespace paths_native {
+
+// One reference to a built C stage, owned by Python. Keeps the PastSet alive for the core.
+class Stage {
+public:
+    Stage(ps_stage *stage, std::shared_ptr<SpaceOwner> owner) : stage_(stage), owner_(std::move(owner)) {}
+    ~Stage() {
+        py::gil_scoped_release released;  // a trace may write its file here
+        ps_stage_release(stage_);
+    }
+    Stage(const Stage &) = delete;
+    Stage &operator=(const Stage &) = delete;
+
+    ps_stage *get() const { return stage_; }
+    const std::shared_ptr<SpaceOwner> &owner() const { return owner_; }
+    std::string kind() const { return ps_stage_kind_name(stage_); }
+    uint32_t max_links() const { return ps_stage_max_links(stage_); }
+    uint32_t link_count() const { return ps_stage_link_count(stage_); }
+    std::string format() const { return ps_stage_format(stage_)->text; }
+
+    py::dict counters() const;
+
+private:
+    ps_stage *stage_;
+    std::shared_ptr<SpaceOwner> owner_;
+};
+
+// One caller's link, running operations through the path. The link is owned (a thread's handle)
+// or borrowed (the view a Python stage gets of its link below).
+class LinkCalls {
+public:
+    LinkCalls(std::shared_ptr<Stage> stage, ps_link *borrowed, py::object owner)
+        : stage_(std::move(stage)), owner_(std::move(owner)), link_(borrowed) {
+        if (!link_) {
+            link_ = &owned_;
+            int rc;
+            {
+                py::gil_scoped_release released;  // a remote stage waits for its server here
+                rc = ps_stage_attach(stage_->get(), &owned_);
+            }
+            if (rc == PS_ESTATE)
+                throw py::value_error("attach to stage '" + stage_->kind() + "': its fan-in of " +
+                                      std::to_string(stage_->max_links()) + " callers (or one below it) is used up");
+            if (rc != PS_OK) {
+                std::string why = ps_stage_error(stage_->get());
+                raise_status(rc, "attach to stage '" + stage_->kind() + "'" + (why.empty() ? "" : ": " + why));
+            }
+            owns_ = true;
+        }
+    }
+    ~LinkCalls() {
+        if (owns_) ps_link_detach(&owned_);
+    }
+    LinkCalls(const LinkCalls &) = delete;
+
+    int call(ps_op *op) { return ps_link_call(link_, op); }
+    int64_t axed() { return -1; }
+    // The latest any call may wait: the caller's deadline, for the view a Python stage gets of
+    // its link below (set for each call it serves); PS_FOREVER for a thread's own handle.
+    int64_t deadline() const { return deadline_; }
+    void set_deadline(int64_t deadline) { deadline_ = deadline; }
+    // What the stage could say about its last failure (a remote names its server).
+    std::string explanation() const { return ps_stage_error(stage_->get()); }
+
+    ps_link *link() { return link_; }
+    const std::shared_ptr<Stage> &stage() const { return stage_; }
+    uint32_t slot() const { return link_->slot; }
+
+private:
+    std::shared_ptr<Stage> stage_;
+    py::object owner_;  // whatever the builder wants kept alive as long as the handle
+    // Written by every operation: on a cache line of its own, so that threads' handles never
+    // share one.
+    alignas(64) ps_link owned_{};
+    ps_link *link_;
+    bool owns_ = false;
+    int64_t deadline_ = PS_FOREVER;
+};
+
+using Handle = Endpoint<LinkCalls>;
+
+
+}  // namespace paths_native
+
+#endif
