@@ -23,7 +23,7 @@
 from . import bench
 from ._native import AxedError, Element, Handle, PastSet
 from .acquire_hook import AcquireRequest, acquire_hook, release_hook
-from .build import build_path, default_pastset
+from .build import BuildContext, build_path, default_pastset
 from .cluster_map import ClusterMap, MapError, builtin_map, load_map
 from .compile_flags import get_include
 from .path_spec import PathSpec, StageSpec, make_path, stage
@@ -37,6 +37,7 @@ from .tree_view import render_tree, show, to_dot
 __all__ = [
     "AcquireRequest",
     "AxedError",
+    "BuildContext",
     "ClusterMap",
     "Element",
     "Handle",

@@ -1,10 +1,13 @@
 """build_path: turn a path spec into C stages, merging the paths of many callers into one tree.
 
 Two specs whose remainders down to the element are equal denote the same stage, so each stage
-is identified by the tuple of specs from it down to the element (its *key*). A `StageTable`
-holds the live stages of one PastSet by key; building a path reuses every stage whose key is
-already live and creates the rest bottom-up, then attaches a new caller at the top. Everything is
-checked before anything is built: kinds, parameters, the path's shape, and fan-in.
+is identified by the tuple of specs from it down to the element (its *key*). A `BuildContext`
+is everything building needs, passed explicitly to whatever builds (a server, a node, a
+runtime): the PastSet the elements live in, the table of the stages built over it by key, and
+how a stage whose rest is built elsewhere reaches there. Building a path reuses every stage
+whose key is already live and creates the rest bottom-up, then attaches a new caller at the top.
+Everything is checked before anything is built: kinds, parameters, the path's shape, and fan-in.
+The builder reads each kind's roles (kinds()), never its name.
 
 Stages live as long as a handle (or a stage above) needs them: the table only holds weak
 references, so the last handle released releases the tree, and a trace writes its file.
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 from . import _native
 from .path_spec import PathSpec, StageSpec, make_path, path_to_json
@@ -38,11 +41,20 @@ class BuiltStage:
         return self.key[0]
 
 
-class StageTable:
-    """The stages built over one PastSet, found by key; where paths merge."""
+def _unchanged(params: dict) -> dict:
+    return params
 
-    def __init__(self, pastset: _native.PastSet):
-        self.pastset = pastset
+
+class BuildContext:
+    """What building needs besides the path: the PastSet, the table of the stages built over it
+    (where the paths of many callers merge), and `resolve(params)`, which completes the
+    parameters of a stage whose rest is built elsewhere (a node's name becomes the endpoint the
+    launcher gathered, a run's CURVE key is added); by default they stay as given."""
+
+    def __init__(self, pastset: Optional[_native.PastSet] = None,
+                 resolve: Optional[Callable[[dict], dict]] = None):
+        self.pastset = pastset if pastset is not None else _native.PastSet()
+        self.resolve = resolve or _unchanged
         self._stages: dict[StageKey, weakref.ref] = {}
         self._handles: list[tuple[weakref.ref, StageKey, str]] = []
         self._building: dict[StageKey, threading.Event] = {}  # keys a build is creating now
@@ -85,7 +97,7 @@ class StageTable:
         with self._lock:
             self._handles = [h for h in self._handles if h[0]() is not None]
             self._handles.append((weakref.ref(handle), below.key, label))
-        _HANDLE_TABLES[handle] = (self, below.key)
+        _HANDLE_CONTEXTS[handle] = (self, below.key)
         return handle
 
     def _reserve(self, specs: StageKey, local: int) -> tuple[list, list]:
@@ -107,13 +119,15 @@ class StageTable:
     def _create(self, key: StageKey, below: BuiltStage | None) -> BuiltStage:
         spec = key[0]
         info = check_spec(spec)
+        params = native_params(spec)
+        if info.rest_at is not None:
+            params = self.resolve(params)
+        params.update({name: _BUILT_PARAMS[name](key) for name in info.built_params})
         below_native = below.native if below is not None else None
         if info.python_class is not None:
-            native = _native.create_python_stage(info.python_class(**native_params(spec)), below_native)
-        elif spec.kind == "remote":
-            native = _native.create_stage("remote", _remote_params(key), None, self.pastset)
+            native = _native.create_python_stage(info.python_class(**params), below_native)
         else:
-            native = _native.create_stage(spec.kind, native_params(spec), below_native, self.pastset)
+            native = _native.create_stage(spec.kind, params, below_native, self.pastset)
         built = BuiltStage(key, native, below)
         with self._lock:
             self._stages = {k: r for k, r in self._stages.items() if r() is not None}
@@ -121,8 +135,14 @@ class StageTable:
         return built
 
 
-# Which table and stage each live handle belongs to, for show() and to_dot().
-_HANDLE_TABLES: "weakref.WeakKeyDictionary[_native.Handle, tuple[StageTable, StageKey]]" = (
+# What the builder fills in for a parameter a kind marks "built", from the stage's key.
+_BUILT_PARAMS: dict[str, Callable[[StageKey], object]] = {
+    "format": lambda key: key[-1].param("format"),  # the element's format
+    "path": lambda key: path_to_json(PathSpec(key[1:])),  # the rest of the path, for where it is built
+}
+
+# Which context and stage each live handle belongs to, for show() and to_dot().
+_HANDLE_CONTEXTS: "weakref.WeakKeyDictionary[_native.Handle, tuple[BuildContext, StageKey]]" = (
     weakref.WeakKeyDictionary()
 )
 
@@ -132,50 +152,29 @@ def check_path(path: PathSpec | StageSpec | list) -> StageKey:
     if not isinstance(path, PathSpec):
         path = make_path(path)
     specs = tuple(path.stages)
-    for spec in specs:
-        check_spec(spec)
-    if specs[-1].kind != "core":
-        raise ValueError(
-            f"path {path}: the last stage must be stage('core', name=..., format=...), "
-            f"got {specs[-1]}"
-        )
-    for spec in specs[:-1]:
-        if spec.kind == "core":
+    infos = [check_spec(spec) for spec in specs]
+    if not infos[-1].ends_path:
+        raise ValueError(f"path {path}: the last stage must be {_enders()} (the element), got {specs[-1]}")
+    for spec, info in zip(specs[:-1], infos):
+        if info.ends_path:
             raise ValueError(f"path {path}: stage {spec} may only be the last stage")
     return specs
 
 
+def _enders() -> str:
+    """The kinds that end a path, as a message shows them: stage('core', name=..., format=...)."""
+    return " or ".join(f"stage({name!r}, {', '.join(f'{p}=...' for p, param in info.params.items() if param.required)})"
+                       for name, info in sorted(kinds().items()) if info.ends_path)
+
+
 def _local_part(specs: StageKey) -> int:
-    """How many stages are built here: up to and including the first remote stage (the rest is
-    built by the server it names)."""
+    """How many stages are built here: up to and including the first whose rest is built
+    elsewhere (remote: by the server it names)."""
+    known = kinds()
     for i, spec in enumerate(specs):
-        if spec.kind == "remote":
+        if known[spec.kind].rest_at is not None:
             return i + 1
     return len(specs)
-
-
-def _unchanged(params: dict) -> dict:
-    return params
-
-
-_remote_resolver = _unchanged
-
-
-def set_remote_resolver(resolve) -> None:
-    """Set how a remote stage's parameters are completed before it is built: resolve(params)
-    returns them with `host` turned from a node name into an endpoint (and, for a map run,
-    the CURVE key added). None restores the parameters as given."""
-    global _remote_resolver
-    _remote_resolver = resolve or _unchanged
-
-
-def _remote_params(key: StageKey) -> dict:
-    """A remote stage's parameters: the user's, the resolved host, the element's format and
-    the path remainder the server builds."""
-    params = _remote_resolver(native_params(key[0]))
-    params["format"] = key[-1].param("format")
-    params["path"] = path_to_json(PathSpec(key[1:]))
-    return params
 
 
 def _check_fan_in(specs: StageKey, existing: list[BuiltStage | None]) -> None:
@@ -200,44 +199,59 @@ def _check_fan_in(specs: StageKey, existing: list[BuiltStage | None]) -> None:
 
 
 _DEFAULT_LOCK = threading.Lock()
-_default_pastset: _native.PastSet | None = None
+_default_context: BuildContext | None = None
+# The context of each PastSet given to build_path alone, so that its builds merge.
+_CONTEXTS: "weakref.WeakKeyDictionary[_native.PastSet, BuildContext]" = weakref.WeakKeyDictionary()
+
+
+def default_context() -> BuildContext:
+    """The process's own build context, over its own PastSet: what build_path uses when given
+    neither a context nor a PastSet."""
+    global _default_context
+    with _DEFAULT_LOCK:
+        if _default_context is None:
+            _default_context = BuildContext()
+        return _default_context
 
 
 def default_pastset() -> _native.PastSet:
     """The process's own PastSet, used when build_path is given none."""
-    global _default_pastset
-    with _DEFAULT_LOCK:
-        if _default_pastset is None:
-            _default_pastset = _native.PastSet()
-        return _default_pastset
+    return default_context().pastset
 
 
-def stage_table(pastset: _native.PastSet) -> StageTable:
-    """The table of stages built over `pastset` (one per PastSet)."""
+def context_of(pastset: _native.PastSet) -> BuildContext:
+    """The build context of `pastset` given alone (one per PastSet, made on first use)."""
+    if pastset is default_pastset():
+        return default_context()
     with _DEFAULT_LOCK:
-        table = getattr(pastset, "_stage_table", None)
-        if table is None:
-            table = StageTable(pastset)
-            pastset._stage_table = table
-        return table
+        context = _CONTEXTS.get(pastset)
+        if context is None:
+            context = _CONTEXTS[pastset] = BuildContext(pastset)
+        return context
 
 
 def build_path(
     path: PathSpec | StageSpec | list,
     pastset: _native.PastSet | None = None,
     label: str | None = None,
+    context: BuildContext | None = None,
 ) -> _native.Handle:
     """Build (or join) the stages of `path` and return a new caller's handle at its top.
 
     Use each handle from one thread. Paths whose remainders are equal share those stages, so
-    building the same path for four threads gives one tree with four leaves.
+    building the same path for four threads gives one tree with four leaves. The stages are built
+    in `context` (a server's, a node's), else in that of `pastset`, else in the process's own.
     """
-    return stage_table(pastset if pastset is not None else default_pastset()).build(path, label)
+    if context is None:
+        context = context_of(pastset) if pastset is not None else default_context()
+    elif pastset is not None and pastset is not context.pastset:
+        raise ValueError("build_path: give a context or a pastset, not both")
+    return context.build(path, label)
 
 
-def handle_tree(handle: _native.Handle) -> tuple[StageTable, StageKey]:
-    """The table and top stage key of a handle made by build_path."""
+def handle_tree(handle: _native.Handle) -> tuple[BuildContext, StageKey]:
+    """The build context and top stage key of a handle made by build_path."""
     try:
-        return _HANDLE_TABLES[handle]
+        return _HANDLE_CONTEXTS[handle]
     except (KeyError, TypeError):
         raise TypeError(f"expected a handle returned by build_path, got {handle!r}") from None

@@ -24,10 +24,14 @@ def _kinds(argv: list[str]) -> int:
 
     from .stage_kinds import kinds
 
-    parser = argparse.ArgumentParser(prog="paths kinds", description="List the stage kinds a path may use.")
+    parser = argparse.ArgumentParser(prog="paths kinds", description="List the stage kinds a path may use, with their "
+                                     "roles and parameters.")
     parser.parse_args(argv)
     for name, info in sorted(kinds().items()):
-        print(f"{name}{'  (pass-through)' if info.pass_through else ''}\n    {info.doc}")
+        roles = [info.role] + (["needs a stage below"] if info.needs_below else []) + (
+            [f"the rest of the path is built at its {info.rest_at}"] if info.rest_at else []) + (
+            ["ends a path"] if info.ends_path else []) + (["written in Python"] if info.python_class else [])
+        print(f"{name}  ({'; '.join(roles)})\n    {info.doc}")
         for p in info.params.values():
             default = "required" if p.required else f"default {p.default!r}"
             extra = f", one of {'|'.join(p.choices)}" if p.choices else ""

@@ -18,8 +18,8 @@ standard input and output, one JSON object per line. The node first prints `READ
                                                          with those that could not be ("trace_failures")
     {"op": "quit"}                                       stop; so does the end of standard input
 
-Answers are {"ok": true, ...} or {"ok": false, "error": "..."}. The node's server shares the
-node's stage table, so remainders other nodes send here merge with this node's own paths. A run's
+Answers are {"ok": true, ...} or {"ok": false, "error": "..."}. The node's server and its runs
+build in one build context, so remainders other nodes send here merge with this node's own paths. A run's
 handles stay until "release", so that "counters" still finds their stages.
 """
 
@@ -32,7 +32,7 @@ import sys
 import warnings
 
 from . import _native, kernel
-from .build import default_pastset, set_remote_resolver, stage_table
+from .build import BuildContext
 from .cluster_map import load_map_text
 from .cpu_sets import cpu_list, format_cpu_list
 from .placement import PlacementWarning
@@ -41,11 +41,11 @@ from .server import PathServer
 
 
 class Node:
-    def __init__(self, name: str, server: PathServer, curve_public: str):
+    def __init__(self, name: str, curve_public: str):
         self.name = name
-        self.server = server
         self.curve_public = curve_public
-        self.table = stage_table(default_pastset())
+        self.context = BuildContext(resolve=self._resolve)  # the node's runs and its server build here
+        self.server: PathServer | None = None  # started in self.context by main()
         self.handles: list = []  # of the runs since the last release
         self.addresses: dict[str, str] = {}
         self.runtime = None  # the run's context, from "context"
@@ -53,7 +53,6 @@ class Node:
 
     def addresses_op(self, request: dict) -> dict:
         self.addresses = dict(request["addresses"])
-        set_remote_resolver(self._resolve)
         return {}
 
     def _resolve(self, params: dict) -> dict:
@@ -69,7 +68,8 @@ class Node:
         self.runtime = make_runtime(cluster_map, 1, sums=request["sums"], policy=request["policy"],
                                     max_fanin=request["max_fanin"], acquire=request["acquire"],
                                     release=request["release"],
-                                    tracing=Tracing(*request["tracing"]) if request["tracing"] else None)
+                                    tracing=Tracing(*request["tracing"]) if request["tracing"] else None,
+                                    context=self.context)
         return {}
 
     def run_op(self, request: dict) -> dict:
@@ -91,7 +91,7 @@ class Node:
 
     def counters_op(self, request: dict) -> dict:
         stages = [{"stage": " -> ".join(str(s) for s in built.key), "kind": built.spec.kind,
-                   "counters": built.native.counters()} for built in self.table.stages()]
+                   "counters": built.native.counters()} for built in self.context.stages()]
         return {"stages": stages, "server": self.server.native.counters()}
 
     def release_op(self, request: dict) -> dict:
@@ -128,11 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     keys = sys.stdin.readline().split()
     public, secret = keys if len(keys) == 2 else ("", "")
     warnings.simplefilter("ignore", PlacementWarning)  # the launcher has said so already
-    server = PathServer(args.bind, secret, trace_dir=args.trace_dir).start()
+    node = Node(args.name, public)
+    server = node.server = PathServer(args.bind, secret, trace_dir=args.trace_dir, context=node.context).start()
     endpoint = server.endpoint
     if args.advertise:
         endpoint = endpoint.replace("0.0.0.0", args.advertise)
-    node = Node(args.name, server, public)
     print(f"READY {endpoint}", flush=True)
     try:
         for line in sys.stdin:

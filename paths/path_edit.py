@@ -1,14 +1,17 @@
 """Editing path specs by role, as tools that rewrite paths need: put a stage on top of a path,
-or before every stage of a kind (a trace before each remote), or make a path that came from a
-remote client safe to build here. Every function returns a new PathSpec; specs are values and
-are never changed in place."""
+or before every stage of a kind or a role (a trace before each stage whose rest is built
+elsewhere: each remote), or make a path that came from a remote client safe to build here.
+Roles are read from kinds(), never from kind names. Every function returns a new PathSpec;
+specs are values and are never changed in place."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+from typing import Callable, Union
 
 from .path_spec import PathSpec, StageSpec, stage
+from .stage_kinds import KindInfo, kinds
 
 
 def insert_top(path: PathSpec, new: StageSpec) -> PathSpec:
@@ -16,49 +19,61 @@ def insert_top(path: PathSpec, new: StageSpec) -> PathSpec:
     return PathSpec((new,) + path.stages)
 
 
-def insert_before(path: PathSpec, kind: str, new: StageSpec) -> PathSpec:
-    """`new` goes just before every stage of `kind` (e.g. a trace before each remote)."""
+def insert_before(path: PathSpec, where: Union[str, Callable[[KindInfo], bool]], new: StageSpec) -> PathSpec:
+    """`new` goes just before every stage of kind `where`, or (a function of a KindInfo) of the
+    role it picks: insert_before(p, rest_elsewhere, trace) puts a trace before each remote."""
+    picks = (lambda info: info.name == where) if isinstance(where, str) else where
+    known = kinds()
     stages: list[StageSpec] = []
     for spec in path.stages:
-        if spec.kind == kind:
+        if picks(known[spec.kind]):
             stages.append(new)
         stages.append(spec)
     return PathSpec(tuple(stages))
 
 
+def rest_elsewhere(info: KindInfo) -> bool:
+    """The role of a stage whose rest of the path is built elsewhere (remote)."""
+    return info.rest_at is not None
+
+
 def with_traces(path: PathSpec, node: str, directory: str, prefix: str, capacity: int) -> PathSpec:
     """`path`, from a caller on `node`, with a trace stage on top (its callers on the node) and
-    one before each remote (the round trips of that link), each writing
-    `<prefix>-<node>-callers|link-<hash of the rest>.bin`: equal rests (merging paths) share one.
-    A trace built here writes into `directory`; one past a remote is built by that server and
-    gets a bare name, which the server places in its own --trace-dir."""
+    one before each stage whose rest is built elsewhere (the round trips of that link), each
+    writing `<prefix>-<node>-callers|link-<hash of the rest>.bin`: equal rests (merging paths)
+    share one. A trace built here writes into `directory`; one past such a stage is built where
+    that stage names (a server) and gets a bare name, which the server places in its own
+    --trace-dir."""
+    known = kinds()
     stages: list[StageSpec] = []
     built_here = True
     for i, spec in enumerate(path.stages):
-        if i == 0 or spec.kind == "remote":
+        rest_at = known[spec.kind].rest_at
+        if i == 0 or rest_at is not None:
             rest = hashlib.sha1(repr(path.stages[i:]).encode()).hexdigest()[:8]
             name = f"{prefix}-{node}-{'callers' if i == 0 else 'link'}-{rest}.bin"
             stages.append(stage("trace", file=os.path.join(directory, name) if built_here else name, node=node,
                                 capacity=capacity))
         stages.append(spec)
-        if spec.kind == "remote":
-            node, built_here = spec.param("host"), False
+        if rest_at is not None:
+            node, built_here = spec.param(rest_at), False
     return PathSpec(tuple(stages))
 
 
 def confine_trace_files(path: PathSpec, directory: str | None) -> PathSpec:
-    """The path with every trace file placed in `directory`. A path that comes from elsewhere
-    (a remote client) must not choose where this process writes: a trace file must be a bare
-    file name, and with no directory, trace stages are refused."""
+    """The path with every file a stage writes (a trace's) placed in `directory`. A path that
+    comes from elsewhere (a remote client) must not choose where this process writes: such a
+    file must be a bare file name, and with no directory, stages that write files are refused."""
+    known = kinds()
     stages = []
     for spec in path.stages:
-        if spec.kind == "trace":
-            name = spec.param("file", "")
+        for param in known[spec.kind].written_files if spec.kind in known else ():
+            name = spec.param(param, "")
             if directory is None:
                 raise ValueError(f"stage {spec}: this server writes no trace files (start it with --trace-dir DIR)")
             if not name or os.path.basename(name) != name or name in (".", ".."):
                 raise ValueError(f"stage {spec}: a trace file sent to a server must be a bare file name, got {name!r}")
-            spec = spec.replace(file=os.path.join(directory, name))
+            spec = spec.replace(**{param: os.path.join(directory, name)})
         stages.append(spec)
     return PathSpec(tuple(stages))
 

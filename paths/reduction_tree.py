@@ -29,6 +29,7 @@ from typing import Iterator, Optional, Union
 from .cluster_map import ClusterMap
 from .path_spec import PathSpec, StageSpec, make_path, stage
 from .placement import Policy, place, policy_name
+from .stage_kinds import kinds
 
 StageKey = tuple[str, tuple[StageSpec, ...]]  # (node it lives on, specs from it to the element)
 THREAD_HOP_WINDOW = 2  # a thread's move through its own hop does not wait for its answer
@@ -120,13 +121,16 @@ class ReductionPlan:
         return "\n".join(lines)
 
     def _keyed_paths(self) -> Iterator[tuple[int, list[StageKey]]]:
-        """Each thread with the stage instances of its path, first stage first."""
+        """Each thread with the stage instances of its path, first stage first: past a stage
+        whose rest is built elsewhere, the node it names (a remote stage's host)."""
+        known = kinds()
         for thread, (node, path) in enumerate(zip(self.placements, self.paths)):
             keys = []
             for index, spec in enumerate(path.stages):
                 keys.append((node, path.stages[index:]))
-                if spec.kind == "remote":
-                    node = spec.param("host")
+                rest_at = known[spec.kind].rest_at
+                if rest_at is not None:
+                    node = spec.param(rest_at)
             yield thread, keys
 
 

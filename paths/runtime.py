@@ -19,12 +19,13 @@ from typing import Callable, NamedTuple, Optional
 
 from . import _native
 from .acquire_hook import AcquireRequest, default_acquire, default_release, named_hook
-from .build import build_path, default_pastset
+from .build import BuildContext, default_context
 from .cluster_map import ClusterMap, open_map
 from .kernel import current_context, parse_kernel_args, raised_where
 from .path_edit import with_traces
 from .path_spec import PathSpec
 from .placement import PlacementWarning, place
+from .stage_kinds import kinds
 
 BARRIER_ELEMENT = "paths.barrier"  # the sum paths_barrier goes through across processes
 
@@ -51,7 +52,7 @@ class Runtime:
     hook_names: tuple[Optional[str], Optional[str]] = (None, None)  # as named, for messages
     tag: Optional[str] = None  # element NAME is NAME.tag (None: NAME)
     tracing: Optional[Tracing] = None
-    pastset: _native.PastSet = field(default_factory=default_pastset)
+    context: BuildContext = field(default_factory=default_context)  # where its paths are built
     _requests: dict = field(default_factory=dict, repr=False)  # handle -> its AcquireRequest
     _formats: dict = field(default_factory=dict, repr=False)  # element -> (format, first thread)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -104,13 +105,14 @@ class Runtime:
             raise ValueError(f"{call}: acquire hook {self.hook_names[0]} returned {path!r:.200}, not a PathSpec "
                              "(make_path(...))")
         last = path.stages[-1]
-        if self.tag is not None and last.kind == "core":  # else building it says what is wrong
+        ends = kinds().get(last.kind)
+        if self.tag is not None and ends is not None and ends.ends_path:  # else building it says what is wrong
             path = PathSpec(path.stages[:-1] + (last.replace(name=f"{last.param('name')}.{self.tag}"),))
         if self.tracing:
             prefix = "-".join(part for part in (self.tracing.prefix, self.tag) if part)
             path = with_traces(path, request.node, self.tracing.directory, prefix, self.tracing.capacity)
         try:
-            handle = build_path(path, pastset=self.pastset, label=f"{request.node} thread {thread}")
+            handle = self.context.build(path, label=f"{request.node} thread {thread}")
         except (ValueError, TypeError) as e:
             raise ValueError(f"{call}: its path {path}: {e}") from None
         except ConnectionError as e:
@@ -133,16 +135,17 @@ class Runtime:
 
 def make_runtime(cluster_map: ClusterMap, threads: int, *, sums=(), policy: Optional[str] = None,
                  max_fanin: Optional[int] = None, acquire: Optional[str] = None,
-                 release: Optional[str] = None, tracing: Optional[Tracing] = None) -> Runtime:
+                 release: Optional[str] = None, tracing: Optional[Tracing] = None,
+                 context: Optional[BuildContext] = None) -> Runtime:
     """A runtime for `threads` threads placed by the map (or `policy`), with the hooks named
-    here or by the map."""
+    here or by the map, building its paths in `context` (default: the process's own)."""
     acquire, release = acquire or cluster_map.acquire, release or cluster_map.release
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PlacementWarning)
         placements = tuple(place(cluster_map, threads, policy))
     return Runtime(cluster_map, placements, frozenset(sums), policy, max_fanin, named_hook(acquire, "acquire"),
                    named_hook(release, "release"), (acquire or "(default)", release or "(default)"),
-                   tracing=tracing)
+                   tracing=tracing, context=context or default_context())
 
 
 # ---- a program of its own -------------------------------------------------------------------------

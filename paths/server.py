@@ -1,10 +1,11 @@
 """The PastSet server: hosts a PastSet and server-side stages for remote callers.
 
-A remote stage's caller sends the remainder of its path; the server builds it into its own
-stage table, exactly as build_path does in a process, so the paths of many clients merge into
-one tree here. From then on the C side serves that caller's operations on a connection and a
-thread of its own (a direct TCP or Unix socket, or ZeroMQ: the caller's `proto`); Python only
-builds, and reaps what clients release.
+A remote stage's caller sends the remainder of its path; the server builds it in its build
+context, exactly as build_path does in a process, so the paths of many clients merge into one
+tree here (and with the paths the process builds itself in the same context, as a node's do).
+From then on the C side serves that caller's operations on a connection and a thread of its own
+(a direct TCP or Unix socket, or ZeroMQ: the caller's `proto`); Python only builds, and reaps
+what clients release.
 
     paths serve --bind tcp://127.0.0.1:7000        (also: python -m paths serve)
 
@@ -23,7 +24,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _native
-from .build import default_pastset, stage_table
+from .build import BuildContext, context_of, default_context
 from .path_edit import client_path
 from .path_spec import path_from_json
 
@@ -33,12 +34,16 @@ BUILD_WORKERS = 8
 
 
 class PathServer:
-    """A server over one PastSet (the process's own by default)."""
+    """A server that builds clients' paths in `context` (else in that of `pastset`, else in the
+    process's own)."""
 
     def __init__(self, bind: str = "tcp://127.0.0.1:7000", curve_secret: str = "",
-                 pastset: _native.PastSet | None = None, trace_dir: str | None = None):
-        self.pastset = pastset if pastset is not None else default_pastset()
-        self.table = stage_table(self.pastset)
+                 pastset: _native.PastSet | None = None, trace_dir: str | None = None,
+                 context: BuildContext | None = None):
+        if context is None:
+            context = context_of(pastset) if pastset is not None else default_context()
+        self.context = context
+        self.pastset = context.pastset
         self.native = _native.Server(bind, curve_secret)
         self.endpoint = self.native.endpoint
         self._served: dict[int, _native.Handle] = {}
@@ -66,7 +71,7 @@ class PathServer:
 
     def _build(self, spec: str) -> _native.Handle:
         path = client_path(path_from_json(spec), self.trace_dir)
-        return self.table.build(path, label=f"remote caller {next(self._callers)}")
+        return self.context.build(path, label=f"remote caller {next(self._callers)}")
 
     def _answer_finished(self) -> None:
         waiting = []

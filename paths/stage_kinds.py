@@ -18,9 +18,6 @@ from .path_spec import StageSpec
 # Parameters every kind accepts that the builder uses itself rather than passing on.
 BUILDER_PARAMS = ("id",)
 
-# Parameters the builder fills in itself for some kinds; a user does not give them.
-FILLED_BY_BUILDER = {"remote": ("format", "path")}
-
 _PY_TYPES = {"int": (int,), "float": (int, float), "str": (str,)}
 
 
@@ -34,69 +31,86 @@ class ParamInfo:
     max: int | None = None
     choices: tuple[str, ...] | None = None
     doc: str = ""
+    role: str = "given"  # "given"; "built": filled in by the builder; "written file": a file the stage writes
 
 
 @dataclass(frozen=True)
 class KindInfo:
+    """A stage kind as its record says: its parameters and its roles, which is all a builder,
+    a planner or an editor of paths reads (none of them tests a kind's name)."""
+
     name: str
     doc: str
-    params: dict[str, ParamInfo]
-    pass_through: bool
+    params: dict[str, ParamInfo]  # what a path's author gives
+    role: str  # "joining": the stage is one caller below; "pass-through": its callers stay distinct
+    needs_below: bool  # built above a stage; else it ends what is built here
+    rest_at: str | None = None  # the parameter naming where the rest of the path is built (remote: host)
+    built_params: tuple[str, ...] = ()  # filled in by the builder: "format", "path"
     python_class: type | None = None  # set for kinds written in Python
+
+    @property
+    def pass_through(self) -> bool:
+        return self.role == "pass-through"
+
+    @property
+    def ends_path(self) -> bool:
+        """The last stage of a path: the element itself (core)."""
+        return not self.needs_below and self.rest_at is None
+
+    @property
+    def written_files(self) -> tuple[str, ...]:
+        """The parameters that name a file the stage writes."""
+        return tuple(p.name for p in self.params.values() if p.role == "written file")
 
 
 def _native_kinds() -> dict[str, KindInfo]:
     kinds = {}
     for name, entry in _native.stage_kinds().items():
         params = {
-            pname: ParamInfo(
-                pname,
-                p["type"],
-                p["required"],
-                p["default"],
-                p["min"],
-                p["max"],
-                tuple(p["choices"]) if p["choices"] else None,
-                p["doc"],
-            )
+            pname: ParamInfo(pname, p["type"], p["required"], p["default"], p["min"], p["max"],
+                             tuple(p["choices"]) if p["choices"] else None, p["doc"], p["role"])
             for pname, p in entry["params"].items()
-            if pname not in FILLED_BY_BUILDER.get(name, ())
         }
-        kinds[name] = KindInfo(name, entry["doc"], params, entry["pass_through"])
+        built = tuple(pname for pname, p in params.items() if p.role == "built")
+        kinds[name] = KindInfo(name, entry["doc"], {k: v for k, v in params.items() if k not in built}, entry["role"],
+                               entry["needs_below"], entry["rest_at"], built)
     return kinds
 
 
 _KINDS: dict[str, KindInfo] = _native_kinds()
 
-# Kinds the builder itself understands (for example `remote`) register here, so validation and
-# `paths kinds` see them like any other.
-_SPECIAL_KINDS: dict[str, KindInfo] = {}
-
-
-def register_special_kind(info: KindInfo) -> None:
-    _SPECIAL_KINDS[info.name] = info
+# Kinds written in Python, registered by @stage_kind.
+_PYTHON_KINDS: dict[str, KindInfo] = {}
 
 
 def kinds() -> dict[str, KindInfo]:
-    """Every known stage kind by name: built-in C kinds, special kinds and Python kinds."""
-    return {**_KINDS, **_SPECIAL_KINDS}
+    """Every known stage kind by name, with its role: built-in C kinds and Python kinds."""
+    return {**_KINDS, **_PYTHON_KINDS}
 
 
 def stage_kind(name: str) -> Callable[[type], type]:
-    """Register a class as a stage kind written in Python (the slow path: every operation takes
-    the GIL). The class is constructed with the stage's keyword parameters and may define
-    move(below, t), observe(below), observe_at(below, index), first(below), last(below),
-    delta(below, bound), axe(below, index); `below` is a handle on the caller's link to the next
-    stage, whose blocking calls wait no longer than the caller's timeout (a TimeoutError they
-    raise ends the caller's call as a timeout). Operations it does not define pass straight through.
+    """Register a class as a pass-through stage kind written in Python (the slow path: every
+    operation takes the GIL). The class is constructed with the stage's keyword parameters.
+    Each operation kind it has a method named after (the table of paths._native.operations())
+    is answered by that method, called with `below`, a handle on the caller's link to the next
+    stage, whose blocking calls wait no longer than the caller's timeout:
+
+        move(below, t), observe(below) -> t, observe_at(below, index) -> t, first(below) -> int,
+        last(below) -> int, delta(below, bound or None) -> int, axe(below, index),
+        exchange(below, t) -> t, move_many(below, [t, ...])
+
+    The others pass straight through, except exchange and move_many, which come as the moves
+    and observes they are made of when it has no method for them. A TimeoutError a method
+    raises means it did nothing: it ends the caller's call as a timeout, and a
+    NotImplementedError refuses the operation (PS_ENOTSUP).
     """
 
     def register(cls: type) -> type:
-        if name in _KINDS or name in _SPECIAL_KINDS:
+        if name in _KINDS:
             raise ValueError(f"stage_kind({name!r}): a built-in stage kind has that name")
-        for op, default in _PASS_THROUGH_DEFAULTS.items():
-            if not hasattr(cls, op):
-                setattr(cls, op, default)
+        if name in _PYTHON_KINDS:
+            raise ValueError(f"stage_kind({name!r}): {_PYTHON_KINDS[name].python_class.__qualname__} is registered "
+                             "under that name already")
         params = {}
         for pname, p in inspect.signature(cls.__init__).parameters.items():
             if pname == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -104,21 +118,10 @@ def stage_kind(name: str) -> Callable[[type], type]:
             required = p.default is inspect.Parameter.empty
             params[pname] = ParamInfo(pname, "any", required, None if required else p.default)
         doc = inspect.getdoc(cls) or f"Python stage {cls.__name__}"
-        _SPECIAL_KINDS[name] = KindInfo(name, doc, params, True, cls)
+        _PYTHON_KINDS[name] = KindInfo(name, doc, params, "pass-through", True, python_class=cls)
         return cls
 
     return register
-
-
-_PASS_THROUGH_DEFAULTS = {
-    "move": lambda self, below, t: below.move(t),
-    "observe": lambda self, below: below.observe(),
-    "observe_at": lambda self, below, index: below.observe(index),
-    "first": lambda self, below: below.first(),
-    "last": lambda self, below: below.last(),
-    "delta": lambda self, below, bound: below.delta(bound),
-    "axe": lambda self, below, index: below.axe(index),
-}
 
 
 def _describe(spec: StageSpec) -> str:

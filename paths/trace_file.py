@@ -1,9 +1,11 @@
 """Trace files written by the `trace` stage: reading them, converting them to Perfetto, `paths trace`.
 
 The binary format is documented in wrappers_c/trace.h: a 256-byte header, 32-byte event records,
-then (operation mode) one tuple per event.  `read_trace` turns a file into a `Trace` with times in
-nanoseconds since the stage was created; `to_perfetto` writes Chrome/Perfetto trace-event JSON
-(open it at https://ui.perfetto.dev); `trace_command` is the `paths trace` command line.
+then (operation mode) one tuple per event. An event's operation is its kind's code in the table of
+operation kinds (paths._native.operations()), which gives its name here too. `read_trace` turns a
+file into a `Trace` with times in nanoseconds since the stage was created; `to_perfetto` writes
+Chrome/Perfetto trace-event JSON (open it at https://ui.perfetto.dev); `trace_command` is the
+`paths trace` command line.
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
+from . import _native
+
 MAGIC = b"PATHSTR1"
 VERSION = 1
 HEADER = struct.Struct("<8sIIIIQdQqQQ72s112s")
 EVENT = struct.Struct("<QQqIBBH")
 HAS_TUPLE = 1
 MODES = ("timestamp", "operation")
-OPS = ("move", "observe", "observe_at", "first", "last", "delta", "axe", "exchange")
+OPS = tuple(op["name"] for op in sorted(_native.operations(), key=lambda op: op["code"]))
 # ps_status in pastset/pastset.h, in order.
 STATUS_NAMES = ("ok", "timed out", "axed", "bad index", "bad format", "format mismatch",
                 "out of memory", "invalid argument", "closed", "wrong state", "not supported",

@@ -2,15 +2,17 @@
 
 The tree is drawn from the element (the root) up to the callers (the leaves): each stage with
 its parameters, how many callers it has out of its fan-in, and its counters on request. Stages
-past a remote stage live on its server; they are drawn too, marked as such.
+past one whose rest is built elsewhere (a remote stage) live there; they are drawn too, marked
+with where they live (the remote stage's host).
 """
 
 from __future__ import annotations
 
-from .build import StageKey, StageTable, handle_tree
+from .build import BuildContext, StageKey, handle_tree
+from .stage_kinds import kinds
 
 
-def _children(table: StageTable) -> tuple[dict, dict]:
+def _children(table: BuildContext) -> tuple[dict, dict]:
     """Stages below -> the stages above them, and stage -> the labels of its callers."""
     stages_above: dict[StageKey, set[StageKey]] = {}
     for built in table.stages():
@@ -24,11 +26,24 @@ def _children(table: StageTable) -> tuple[dict, dict]:
     return stages_above, callers
 
 
-def _stage_line(table: StageTable, key: StageKey, counters: bool) -> str:
-    built = table.live(key)
+def _built_at(table: BuildContext, key: StageKey) -> str:
+    """Where a stage not built here lives: what the nearest stage above it whose rest is built
+    elsewhere names (a remote stage's host)."""
+    known = kinds()
+    for built in table.stages():
+        above = built.key
+        if len(above) > len(key) and above[len(above) - len(key):] == key:
+            for spec in reversed(above[:len(above) - len(key)]):
+                if known[spec.kind].rest_at is not None:
+                    return str(spec.param(known[spec.kind].rest_at))
+    return "another process"
+
+
+def _stage_line(table: BuildContext, key: StageKey, counters: bool) -> str:
     text = str(key[0])
-    if built is None:
-        return text + "  (on the server)"
+    built = table.live(key)
+    if built is None:  # past a stage whose rest is built elsewhere
+        return f"{text}  (on {_built_at(table, key)})"
     native = built.native
     if native.max_links:
         text += f"  [{native.link_count}/{native.max_links} callers]"

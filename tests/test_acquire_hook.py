@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from paths import make_path, stage
+from paths import BuildContext, make_path, stage
 from paths.cluster_map import MapError, builtin_map, load_map_text
 from paths.reduction_tree import plan_reduction
 from paths.runtime import make_runtime
@@ -74,7 +74,7 @@ def test_the_default_path_of_each_kind_of_element(user_module):
 
 def test_a_run_names_its_elements_and_an_element_has_one_format(space):
     runtime = make_runtime(builtin_map("local"), 2).for_run(("localhost", "localhost"), "2.1")
-    runtime.pastset = space
+    runtime.context = BuildContext(space)
     handle = runtime.acquire("X", "qd", 0)
     handle.move((1, 2.5))
     assert space.elements() == [("X.2.1", "qd")]
