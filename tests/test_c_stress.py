@@ -1,37 +1,52 @@
 """Builds the C stress tests three ways — plain, AddressSanitizer + UBSan, ThreadSanitizer — and runs
 each: it must exit 0 with no sanitizer report. A missing compiler, sanitizer runtime or libzmq fails
-the test; nothing is skipped.
+the test; nothing is skipped. Each build compiles the library the way CMake builds libpaths — its
+sources found by the globs CMakeLists.txt names, so a new stage's file is in it with no list kept
+here — into an archive once, and each stress test links what it uses from that archive.
 
 - tests/c/stress_pastset.c: the PastSet core (pastset/*.c).
-- tests/c/stress_stages.c: the stage layer (wrappers_c/ over pastset/; libzmq links the remote
-  stage in, which the test does not use): reduce-sum trees, pass-through stages, links, counters.
+- tests/c/stress_stages.c: the stage layer (wrappers_c/ over pastset/): reduce-sum trees,
+  pass-through stages, links, counters, move_many.
 - tests/c/stress_kernel_run.c: kernel runs, the C side of paths.h (threads, barriers, handles
   through the run's hooks, reports, a failing thread), over the stage layer.
 - tests/c/stress_remote.c: remote stages and a server in one process on the direct transport
-  (tcp and Unix sockets): a sum, a job queue, links opened and released over and over.
-  libzmq, which carries the BUILDs, is not built for TSan: tests/c/tsan.supp silences it.
+  (tcp and Unix sockets): a sum, a job queue, move_many batches, links opened and released over
+  and over. libzmq, which carries the BUILDs, is not built for TSan: tests/c/tsan.supp silences it.
 """
 
 import os
 import platform
+import re
 import shutil
 import subprocess
+import sysconfig
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 C_TESTS = ROOT / "tests" / "c"
-PASTSET_SOURCES = sorted((ROOT / "pastset").glob("*.c"))
-STAGE_SOURCES = [
-    ROOT / "wrappers_c" / f"{name}.c"
-    for name in ("stage", "stage_params", "registry", "core", "reduce_sum", "cache", "trace", "delay", "remote",
-                 "server", "wire", "direct_channel", "zmq_context", "bridge_stage")
-]
-KERNEL_RUN_SOURCES = [ROOT / "wrappers_c" / f"{name}.c" for name in ("kernel_run", "kernel_context", "paths_handle")]
-COMMON_FLAGS = ["-std=c11", "-O1", "-g", "-D_GNU_SOURCE", "-pthread", f"-I{ROOT / 'pastset'}"]
-BUILD_TIMEOUT_S = 120
+COMMON_FLAGS = ["-std=c11", "-O1", "-g", "-D_GNU_SOURCE", "-DPATHS_BUILDING_LIBRARY", "-pthread",
+                f"-I{ROOT / 'pastset'}", f"-I{ROOT / 'wrappers_c'}"]
+BUILD_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 60
+
+
+def library_sources(target="paths"):
+    """The C sources of a CMake target, found as CMakeLists.txt finds them: the files its
+    file(GLOB VAR ...) patterns match, for each ${VAR} the target's add_library lists."""
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    globs = {name: patterns.split() for name, patterns in
+             re.findall(r"file\(GLOB\s+(\w+)\s+(?:CONFIGURE_DEPENDS\s+)?([^)]*)\)", cmake)}
+    listed = re.search(rf"add_library\({target}\s+\w+\s+([^)]*)\)", cmake)
+    assert listed, f"CMakeLists.txt has no add_library({target} ...)"
+    sources = []
+    for variable in re.findall(r"\$\{(\w+)\}", listed[1]):
+        for pattern in globs[variable]:
+            sources += sorted(ROOT.glob(pattern))
+    assert sources, f"CMakeLists.txt's globs for {target} match no file"
+    return sources
+
 
 SANITIZER_FLAGS = {
     "plain": [],
@@ -62,12 +77,20 @@ def c_compiler():
     return compiler
 
 
-def libzmq_flags():
+def pkg_config_libzmq(what):
     pkg_config = shutil.which("pkg-config")
     assert pkg_config, "no pkg-config (bootstrap.sh installs it)"
-    found = subprocess.run([pkg_config, "--cflags", "--libs", "libzmq"], capture_output=True, text=True)
+    found = subprocess.run([pkg_config, what, "libzmq"], capture_output=True, text=True)
     assert found.returncode == 0, f"pkg-config finds no libzmq (bootstrap.sh installs libzmq3-dev):\n{found.stderr}"
     return found.stdout.split()
+
+
+def libzmq_cflags():
+    return pkg_config_libzmq("--cflags")
+
+
+def libzmq_libs():
+    return pkg_config_libzmq("--libs")
 
 
 def run(command):
@@ -84,13 +107,36 @@ def describe(result):
     return f"exit code {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr[-8000:]}"
 
 
-def build_and_run(name, build, tmp_path, sources, flags=()):
-    """Compiles tests/c/<name>.c with `sources` for `build`, runs it at its size and checks that it
-    passed with no sanitizer report. `flags` follow the sources, so that libraries among them link."""
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    """library(build): the path of libpaths's sources compiled for `build` into an archive (made
+    once per build in this module)."""
+    made = {}
+
+    def archive(build):
+        if build not in made:
+            folder = tmp_path_factory.mktemp(f"libpaths-{build}")
+            compiled = subprocess.run(
+                [c_compiler(), *COMMON_FLAGS, *SANITIZER_FLAGS[build], f"-I{sysconfig.get_paths()['include']}",
+                 *libzmq_cflags(), "-c", *map(str, library_sources())],
+                capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, cwd=folder)
+            assert compiled.returncode == 0, f"building libpaths ({build}) failed:\n{compiled.stderr}"
+            objects = sorted(str(o) for o in folder.glob("*.o"))
+            made[build] = folder / "libpaths.a"
+            packed = subprocess.run(["ar", "rcs", str(made[build]), *objects], capture_output=True, text=True)
+            assert packed.returncode == 0, f"ar failed:\n{packed.stderr}"
+        return made[build]
+
+    return archive
+
+
+def build_and_run(name, build, tmp_path, library):
+    """Compiles tests/c/<name>.c for `build`, links it with libpaths's archive of that build, runs
+    it at its size and checks that it passed with no sanitizer report."""
     binary = tmp_path / f"{name}_{build}"
     compiled = subprocess.run(
-        [c_compiler(), *COMMON_FLAGS, *SANITIZER_FLAGS[build], *map(str, sources), str(C_TESTS / f"{name}.c"),
-         *flags, "-o", str(binary)],
+        [c_compiler(), *COMMON_FLAGS, *SANITIZER_FLAGS[build], str(C_TESTS / f"{name}.c"), str(library(build)),
+         *libzmq_libs(), "-ldl", "-lm", "-o", str(binary)],
         capture_output=True,
         text=True,
         timeout=BUILD_TIMEOUT_S,
@@ -110,24 +156,17 @@ def build_and_run(name, build, tmp_path, sources, flags=()):
     assert f"{name}:" in result.stdout, describe(result)
 
 
+def test_the_archive_holds_every_source_cmake_builds():
+    """The sources are CMake's: every .c file of pastset/ and wrappers_c/, the newest stage among
+    them, and nothing else."""
+    found = {p.relative_to(ROOT).as_posix() for p in library_sources()}
+    on_disk = {p.relative_to(ROOT).as_posix() for folder in ("pastset", "wrappers_c")
+               for p in (ROOT / folder).glob("*.c")}
+    assert found == on_disk
+    assert {"wrappers_c/operation.c", "wrappers_c/reduce_sum.c", "wrappers_c/bridge_stage.c"} <= found
+
+
+@pytest.mark.parametrize("name", list(SIZES))
 @pytest.mark.parametrize("build", list(SANITIZER_FLAGS))
-def test_stress_pastset(build, tmp_path):
-    build_and_run("stress_pastset", build, tmp_path, PASTSET_SOURCES)
-
-
-@pytest.mark.parametrize("build", list(SANITIZER_FLAGS))
-def test_stress_stages(build, tmp_path):
-    build_and_run("stress_stages", build, tmp_path, [*PASTSET_SOURCES, *STAGE_SOURCES],
-                  [f"-I{ROOT / 'wrappers_c'}", *libzmq_flags()])
-
-
-@pytest.mark.parametrize("build", list(SANITIZER_FLAGS))
-def test_stress_kernel_run(build, tmp_path):
-    build_and_run("stress_kernel_run", build, tmp_path, [*PASTSET_SOURCES, *STAGE_SOURCES, *KERNEL_RUN_SOURCES],
-                  [f"-I{ROOT / 'wrappers_c'}", "-DPATHS_BUILDING_LIBRARY", *libzmq_flags()])
-
-
-@pytest.mark.parametrize("build", list(SANITIZER_FLAGS))
-def test_stress_remote(build, tmp_path):
-    build_and_run("stress_remote", build, tmp_path, [*PASTSET_SOURCES, *STAGE_SOURCES],
-                  [f"-I{ROOT / 'wrappers_c'}", *libzmq_flags()])
+def test_stress(name, build, tmp_path, library):
+    build_and_run(name, build, tmp_path, library)
