@@ -11,7 +11,7 @@
     paths.show(h)
 
     m = paths.load_map("maps/paper-4w.yaml")       # or paths.builtin_map("paper-4w")
-    paths.place(m, 12, policy="even")               # the node of each thread
+    paths.place(m, 12, policy="cyclic")             # the node of each thread
     paths.plan_reduction(m, 12, ("GSUM", "q")).paths  # every thread's path
 
     @paths.acquire_hook                               # how a thread reaches an element

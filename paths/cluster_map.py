@@ -342,7 +342,7 @@ def _addresses(field: _Field, names: list[str]) -> list[str]:
 
 
 def _policy(field: _Field) -> str:
-    name = field.string("'bucket', 'even' or a function named 'pkg.mod:func'")
+    name = field.string("'block', 'cyclic' or a function named 'pkg.mod:func'")
     try:
         resolve_policy(name)
     except ValueError as error:
