@@ -492,7 +492,8 @@ def test_a_program_of_its_own_on_a_map(program, tmp_path, user_module):
     (["--paths-acquire", "nowhere:hook"], "paths_init: acquire hook 'nowhere:hook': cannot import module 'nowhere' "
                                           "(No module named 'nowhere')"),
     (["--paths-colour", "red"], "paths_init: --paths-colour: unknown option (known: --paths-map, --paths-thread, "
-                                "--paths-threads, --paths-sum, --paths-arg, --paths-acquire, --paths-release)"),
+                                "--paths-threads, --paths-policy, --paths-sum, --paths-arg, --paths-acquire, "
+                                "--paths-release)"),
     (["--paths-map"], "paths_init: --paths-map: expected a map after it"),
     (["--paths-threads=two"], "paths_init: --paths-threads two: expected a whole number"),
 ], ids=["unknown map", "thread out of range", "missing hook", "unknown option", "no value", "not a number"])
