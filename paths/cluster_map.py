@@ -131,9 +131,21 @@ def open_map(name: Optional[str]) -> ClusterMap:
     shipped map's name, or None for this machine's map, "local"."""
     if name is None:
         return builtin_map("local")
-    if name.endswith((".yaml", ".yml")) or "/" in name:
+    if _names_a_file(name):
         return load_map(name)
     return builtin_map(name)
+
+
+def map_reference(name: Optional[str]) -> str:
+    """What names the same map as `name` (as open_map takes it) in another process, in another
+    folder: a file's absolute path, or a shipped map's name."""
+    if name is None:
+        return "local"
+    return os.path.abspath(name) if _names_a_file(name) else name
+
+
+def _names_a_file(name: str) -> bool:
+    return name.endswith((".yaml", ".yml")) or "/" in name
 
 
 def load_map_text(text: str, source: str = "<string>") -> ClusterMap:

@@ -192,6 +192,7 @@ class NodeProcesses:
                  node_options: tuple[str, ...] = (), pin: bool = False):
         self.commands = node_commands(cluster_map, nodes, mode, node_options=node_options, share_cpus=pin)
         self.secure = (mode or cluster_map.launch.mode) != "local"
+        self.public_key = ""  # the run's CURVE public key, when secure: what proves its servers
         self.nodes: dict[str, _Node] = {}
 
     def __enter__(self) -> "NodeProcesses":
@@ -207,6 +208,7 @@ class NodeProcesses:
 
     def start(self) -> None:
         keys = " ".join(_native.curve_keypair()) if self.secure else "-"
+        self.public_key = keys.split()[0] if self.secure else ""
         for command in self.commands:
             try:
                 self.nodes[command.node] = _Node(command, keys)
