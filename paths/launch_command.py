@@ -116,8 +116,9 @@ def launch_command(argv: list[str]) -> int:
     except (MapError, ValueError, OSError) as e:
         print(f"paths launch: {e}", file=sys.stderr)
         return 2
-    common = {MAP: map_reference(args.map), SIZE: str(args.threads), POLICY: args.policy or "", SUMS: ",".join(args.sum),
-              ACQUIRE: args.acquire or "", RELEASE: args.release or ""}
+    given = {MAP: map_reference(args.map), SIZE: str(args.threads), POLICY: args.policy, SUMS: ",".join(args.sum),
+             ACQUIRE: args.acquire, RELEASE: args.release}
+    common = {name: value for name, value in given.items() if value}
     output = RankOutput(args.output_dir)
     placements = runtime.placements
 

@@ -74,8 +74,10 @@ class Runtime:
 
     def nodes(self) -> list[str]:
         """The nodes the run starts: reachable_nodes of the barrier's tree (every sum's shape)."""
-        plan = plan_reduction(self.cluster_map, self.threads, (BARRIER_ELEMENT, "q"), policy=self.policy,
-                              max_fanin=self.max_fanin)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PlacementWarning)  # make_runtime's placement said so
+            plan = plan_reduction(self.cluster_map, self.threads, (BARRIER_ELEMENT, "q"), policy=self.policy,
+                                  max_fanin=self.max_fanin)
         return reachable_nodes(self.cluster_map, [plan])
 
     def request(self, element: str, format: str, thread: int) -> AcquireRequest:
