@@ -1,0 +1,74 @@
+"""A real (single-node) Slurm: `paths run` inside `salloc`, a program started by `srun` that finds
+its rank and the other ranks by itself, and `paths launch` inside an allocation. The Slurm is
+the session's (tests/slurm_cluster.py, the `slurm` fixture); skipped only when it cannot be
+installed."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+APP = str(Path(__file__).resolve().parent / "rank_app.py")
+PATHS = [sys.executable, "-m", "paths"]
+
+# The allocation's one host is the map's one node; its server on loopback (the tests reach no
+# other address).
+ALLOCATION_MAP = """\
+name: allocation
+clusters:
+  here:
+    nodes: a0
+    cpus: 2
+    address: "tcp://127.0.0.1:*"
+root: a0
+launch:
+  mode: slurm
+"""
+
+
+@pytest.fixture
+def allocation_map(tmp_path):
+    path = tmp_path / "allocation.yaml"
+    path.write_text(ALLOCATION_MAP)
+    return str(path)
+
+
+def run(argv: list[str], slurm: dict, cwd, **extra) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=cwd,
+                          env={**os.environ, **slurm, **extra})
+
+
+def test_paths_run_inside_salloc(slurm, allocation_map, tmp_path):
+    done = run(["salloc", "-N1", "-n2", *PATHS, "run", "gsum", "--map", allocation_map, "--threads", "1,2",
+                "--repeat", "2", "--rounds", "200"], slurm, tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == ("GSum on map allocation (policy bucket, max fan-in 4), 200 rounds x 2 runs: "
+                        "microseconds per global sum (median round per run)")
+    assert [line.split()[:2] for line in lines[2:]] == [["1", "1"], ["2", "1"]]
+    assert re.search(r"salloc: Granted job allocation \d+", done.stderr)
+
+
+@pytest.mark.parametrize("policy, nodes", [("block", ["n0"] * 4), ("cyclic", ["n0", "n1", "n2", "n3"])])
+def test_srun_ranks_find_each_other_and_sum(slurm, tmp_path, policy, nodes):
+    done = run(["srun", "-n", "4", sys.executable, APP, "sum"], slurm, tmp_path, PATHS_MAP="paper-4w",
+               PATHS_POLICY=policy, PATHS_SUM="TOTAL")
+    assert done.returncode == 0, done.stderr
+    lines = sorted(done.stdout.splitlines())
+    assert len(lines) == 4, done.stdout
+    for rank, line in enumerate(lines):
+        assert re.fullmatch(rf"rank {rank} of 4 on {nodes[rank]} by srun total 10 rendezvous rank 0 at "
+                            r"tcp://127\.0\.0\.1:\d+", line), line
+    assert list(tmp_path.iterdir()) == []  # the rendezvous file is gone
+
+
+def test_paths_launch_inside_an_allocation(slurm, allocation_map, tmp_path):
+    done = run(["salloc", "-N1", "-n2", *PATHS, "launch", "--map", allocation_map, "--threads", "2", "--sum", "TOTAL",
+                "--", sys.executable, APP, "sum"], slurm, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.splitlines()) == [
+        f"[{r}] rank {r} of 2 on a0 by paths launch total 3 rendezvous the node servers paths launch started"
+        for r in range(2)]
