@@ -23,8 +23,10 @@ ranks.
 Every line a rank prints comes out prefixed with its rank, `[3] ...` (standard error on standard
 error), or with --output-dir DIR into DIR/rank.<rank>.log (both streams, unprefixed). The exit
 status is the first failing rank's (128 + N for a rank killed by signal N); the other ranks are
-stopped then (SIGTERM, SIGKILL a second later). Ctrl-C stops them all (exit 130). Nothing the run
-started outlives it, even a launcher killed with SIGKILL (paths/parent_death.py, paths/node.py).
+stopped then (SIGTERM, SIGKILL a second later). Ctrl-C stops them all (exit 130), and so does
+--timeout (exit 1). Nothing the run started outlives it, even a launcher killed with SIGKILL:
+nodes and ranks get the parent-death signal, and a node off this machine ends when its ssh or
+srun does.
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ def launch_command(argv: list[str]) -> int:
                                "ranks": {str(r): {**common, RANK: str(r), NODE: node, SERVERS: servers}
                                          for r, p in enumerate(placements) if p == node}}
                         for node in dict.fromkeys(placements)}
-            processes.request_all(requests, args.timeout or math.inf, on_event)
+            processes.request_all(requests, args.timeout or math.inf, on_event, "for their ranks to end")
     except RankFailed as failed:
         print(f"paths launch: {failed}; the other ranks were stopped", file=sys.stderr)
         return failed.status

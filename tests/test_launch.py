@@ -157,6 +157,18 @@ def test_a_rank_killed_by_a_signal_exits_128_plus_it(app):
     assert "rank 1 on node localhost exited with status 137" in done.stderr
 
 
+def test_a_run_past_its_timeout_is_stopped(app, probe):
+    begin = time.monotonic()
+    done = launch("--map", "paper-4w", "--threads", "5", "--policy", "cyclic", "--timeout", "1.5", "--",
+                  sys.executable, app, "sleep")
+    assert done.returncode == 1
+    assert done.stderr.endswith("paths launch: nodes n0, n1, n2, n3, n4 did not answer within 1.5 s "
+                                "(for their ranks to end)\n"), done.stderr
+    assert time.monotonic() - begin < 10
+    assert gone_within(app, REAPED_WITHIN) == []
+    assert probe.alive() == []
+
+
 @pytest.mark.parametrize("args, problem", [
     (["--threads", "2"], "expected -- CMD [ARGS...] after the options"),
     (["--threads", "2", "--"], "expected -- CMD [ARGS...] after the options"),
