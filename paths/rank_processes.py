@@ -107,14 +107,33 @@ class RankProcesses:
         return True
 
     def stop(self) -> None:
-        """Stop every rank still running: SIGTERM, then SIGKILL after STOP_SECONDS; all reaped."""
-        running = [rank.process for rank in self.ranks if rank.process.poll() is None]
-        for process in running:
-            process.send_signal(signal.SIGTERM)
+        """Stop every rank still running: SIGTERM, then SIGKILL after STOP_SECONDS; all reaped.
+        Safe from a signal handler (the node's SIGTERM): it waits with waitpid itself, not
+        through the Popen objects, whose lock the interrupted code may hold."""
+        running = [rank.process.pid for rank in self.ranks if rank.process.returncode is None]
+        for pid in running:
+            _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_SECONDS
-        for process in running:
-            try:
-                process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        while running:
+            running = [pid for pid in running if not _reaped(pid)]
+            if time.monotonic() >= deadline:
+                for pid in running:
+                    _signal(pid, signal.SIGKILL)
+                    _reaped(pid, block=True)
+                return
+            time.sleep(0.01)
+
+
+def _signal(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:
+        pass
+
+
+def _reaped(pid: int, block: bool = False) -> bool:
+    """Reap pid if it has exited (wait for it with block); True once it is gone."""
+    try:
+        return os.waitpid(pid, 0 if block else os.WNOHANG)[0] == pid
+    except ChildProcessError:  # reaped already
+        return True

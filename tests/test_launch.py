@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from test_launcher import FAKE_SSH, LOOPBACK_MAP
+
 from paths.batch_script import batch_script
 
 TESTS = Path(__file__).resolve().parent
@@ -104,6 +106,28 @@ def test_a_sum_across_ranks_is_exact_on_every_map(app, the_map, threads, policy,
         seen_nodes.add(node)
         assert by == f"paths launch total {total} rendezvous the node servers paths launch started"
     assert seen_nodes == nodes
+
+
+def test_ranks_of_nodes_started_over_ssh_reach_them_with_the_runs_key(app, probe, tmp_path):
+    """Nodes started through a fake ssh on their own loopback addresses: servers off this
+    machine's view, so CURVE; each rank's PATHS_SERVERS carries the run's public key."""
+    ssh = tmp_path / "fake-ssh"
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(0o755)
+    the_map = tmp_path / "ssh.yaml"
+    the_map.write_text(LOOPBACK_MAP.format(ssh=str(ssh)))
+    done = launch("--map", str(the_map), "--threads", "5", "--sum", "TOTAL", "--", sys.executable, app, "sum")
+    assert done.returncode == 0, done.stderr
+    assert sorted(line.split(" by ")[0] for line in done.stdout.splitlines()) == [
+        f"[{r}] rank {r} of 5 on n{r // 2}" for r in range(5)]
+    assert all(line.endswith(" total 15 rendezvous the node servers paths launch started")
+               for line in done.stdout.splitlines())
+    done = launch("--map", str(the_map), "--threads", "5", "--", sys.executable, app, "env")
+    servers = json.loads(next(line for line in done.stdout.splitlines() if "PATHS_SERVERS=" in line).split("=", 1)[1])
+    assert sorted(servers["endpoints"]) == ["n0", "n1", "n2"]
+    assert servers["endpoints"]["n1"].startswith("tcp://127.0.0.3:")
+    assert len(set(servers["keys"].values())) == 1 and len(servers["keys"]["n0"]) == 40
+    assert probe.alive() == []
 
 
 def test_a_program_alone_with_paths_map(app, tmp_path):
