@@ -364,3 +364,35 @@ def test_a_node_exits_when_its_standard_input_closes(probe, holding):
         node.stdout.close()
         node.stderr.close()
     assert list(probe.started().values()) == ["alone"] and probe.unreaped() == []
+
+
+def test_a_busy_node_whose_standard_input_closes_exits_at_once(probe):
+    """As when its ssh or srun dies with the launcher: the node is in a long GSum (waiting for a
+    thread that never comes) and cannot answer; the end of its input ends it at once."""
+    node = subprocess.Popen([sys.executable, "-m", "paths.node", "--name", "alone"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        node.stdin.write("-\n")
+        node.stdin.flush()
+        assert node.stdout.readline().startswith("READY tcp://127.0.0.1:")
+        local = builtin_map("local")
+        for request in ({"op": "context", "map": local.text, "source": local.source, "kernel": "gsum",
+                         "kernel_name": "gsum", "sums": ["GSUM"], "policy": None, "max_fanin": None, "acquire": None,
+                         "release": None, "tracing": None},
+                        {"op": "run", "threads": [0], "placements": ["alone", "alone"], "tag": "2.0",
+                         "args": {"rounds": "10", "timeout": "600"}, "pin": False, "spans_processes": True}):
+            node.stdin.write(json.dumps(request) + "\n")
+            node.stdin.flush()
+        assert json.loads(node.stdout.readline())["ok"] is True  # the context; the run waits for thread 1
+        probe.wait_for("gsum", 1)
+        closed = time.monotonic()
+        node.stdin.close()
+        assert node.wait(timeout=30) == 1
+        assert time.monotonic() - closed < 2.0
+    finally:
+        if node.poll() is None:
+            node.kill()
+            node.wait()
+        node.stdout.close()
+        node.stderr.close()
+    assert probe.unreaped() == []
