@@ -2,9 +2,10 @@
  *
  * The log is a directory of chunks, each holding a power-of-two number of tuples. Tuple i lives
  * in chunk i >> shift; the directory starts at chunk `chunk_base`, so axe() frees whole chunks
- * from the front and keeps one spare for reuse. One mutex guards the log and the cursor; waiting
- * happens outside it, on the `arrived` (observers) and `departed` (movers at the delta bound)
- * waitpoints.
+ * from the front and keeps one spare for reuse. An axe never frees a tuple the shared cursor has
+ * not passed: past the cursor, the cursor frees the axed chunks as it leaves them. One mutex
+ * guards the log and the cursor; waiting happens outside it, on the `arrived` (observers) and
+ * `departed` (movers at the delta bound) waitpoints.
  */
 #include "element.h"
 
@@ -129,11 +130,36 @@ static int append(ps_element *e, const void *tuple) {
     return PS_OK;
 }
 
-/* With the lock held and an unread tuple: reads it and advances the cursor; returns its index. */
+/* With the lock held: frees the chunks that lie wholly before `index`, keeping one spare. */
+static void free_chunks_before(ps_element *e, int64_t index) {
+    size_t dead = 0;
+    while (dead < e->chunk_count && ((e->chunk_base + (int64_t)dead + 1) << e->chunk_shift) <= index) dead++;
+    for (size_t i = 0; i < dead; i++) {
+        if (!e->spare) {
+            e->spare = e->directory[i];
+        } else {
+            free(e->directory[i]);
+            e->bytes_held -= (int64_t)e->chunk_bytes;
+        }
+    }
+    if (dead) {
+        memmove(e->directory, e->directory + dead, (e->chunk_count - dead) * sizeof *e->directory);
+        e->chunk_count -= dead;
+        e->chunk_base += (int64_t)dead;
+    }
+}
+
+/* With the lock held: the tuples before this index are freed (axed, and passed by the cursor). */
+static int64_t freed_below(const ps_element *e) { return e->axed < e->first ? e->axed : e->first; }
+
+/* With the lock held and an unread tuple: reads it and advances the cursor; returns its index.
+ * Leaving a chunk that lies before the axe point frees it. */
 static int64_t take_next(ps_element *e, void *out) {
     int64_t index = e->first++;
     memcpy(out, tuple_address(e, index), e->tuple_size);
     e->observes++;
+    if (e->first <= e->axed && (e->first & (((int64_t)1 << e->chunk_shift) - 1)) == 0)
+        free_chunks_before(e, e->first);
     return index;
 }
 
@@ -252,32 +278,14 @@ int ps_axe(ps_element *e, int64_t index) {
         return PS_EINDEX;
     }
     if (index > e->axed) e->axed = index;
-    int cursor_moved = e->first < e->axed;
-    if (cursor_moved) e->first = e->axed;
-    /* Free the chunks that lie wholly before the axe point; keep one spare for reuse. */
-    size_t dead = 0;
-    while (dead < e->chunk_count && ((e->chunk_base + (int64_t)dead + 1) << e->chunk_shift) <= e->axed) dead++;
-    for (size_t i = 0; i < dead; i++) {
-        if (!e->spare) {
-            e->spare = e->directory[i];
-        } else {
-            free(e->directory[i]);
-            e->bytes_held -= (int64_t)e->chunk_bytes;
-        }
-    }
-    if (dead) {
-        memmove(e->directory, e->directory + dead, (e->chunk_count - dead) * sizeof *e->directory);
-        e->chunk_count -= dead;
-        e->chunk_base += (int64_t)dead;
-    }
+    free_chunks_before(e, freed_below(e));
     pthread_mutex_unlock(&e->lock);
-    if (cursor_moved) ps_waitpoint_wake(&e->departed);
     return PS_OK;
 }
 
 void ps_element_stats_read(ps_element *e, ps_element_stats *out) {
     pthread_mutex_lock(&e->lock);
-    out->live_tuples = e->last - e->axed;
+    out->live_tuples = e->last - freed_below(e);
     out->bytes_held = e->bytes_held;
     out->moves = e->last;
     out->observes = e->observes;

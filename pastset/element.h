@@ -3,6 +3,7 @@
 #define PASTSET_ELEMENT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "pastset.h"
 #include "waitpoint.h"
@@ -36,6 +37,14 @@ struct ps_element {
 
     _Alignas(PS_CACHE_LINE) ps_waitpoint arrived; /* bumped by move: observers wait here */
     ps_waitpoint departed;    /* bumped when unread tuples fall: movers at the bound wait here */
+
+    /* The space's bookkeeping (space.c, under the space's lock), on a line no operation touches. */
+    _Alignas(PS_CACHE_LINE) struct {
+        uint64_t hash;            /* of the name */
+        ps_element *next_in_bucket;
+        ps_element *older, *newer; /* creation order */
+        _Atomic int64_t holds;    /* ps_enter's not yet given back by ps_leave */
+    } in_space;
 };
 
 ps_element *ps_element_new(const char *name, const ps_tuple_format *format);

@@ -54,7 +54,7 @@ typedef struct ps_element ps_element;
 
 /* Counters of one element, read without stopping it. */
 typedef struct ps_element_stats {
-    int64_t live_tuples;   /* tuples held: last - axed */
+    int64_t live_tuples;   /* tuples held: last - min(axe point, first) */
     int64_t bytes_held;    /* bytes of log chunks allocated (held or spare) */
     int64_t moves;
     int64_t observes;      /* next-observes and indexed observes */
@@ -65,13 +65,22 @@ ps_space *ps_space_new(void);
 /* Frees the space and all its elements. No thread may still use them. */
 void ps_space_free(ps_space *space);
 
-/* Finds or creates the element (name, format). Returns PS_EFORMAT for a bad format string,
- * PS_EMISMATCH when the name exists with another format. */
+/* Finds or creates the element (name, format), in constant time, and takes one hold on it: give
+ * it back with ps_leave when done (ps_space_free frees every element, held or not). Returns
+ * PS_EINVAL for a name that is empty or longer than 255 bytes, PS_EFORMAT for a bad format
+ * string, PS_EMISMATCH when the name exists with another format. */
 int ps_enter(ps_space *space, const char *name, const char *format, ps_element **out);
+/* Gives back one hold taken by ps_enter; the element may not be used through it afterwards. */
+void ps_leave(ps_element *e);
+/* Frees the element (name, format) and its tuples, so that a later ps_enter starts a new one
+ * (PastSet's delelement). Refused while anyone holds it: PS_ESTATE, with the holds in *holds_out
+ * (may be NULL). PS_EINVAL when there is no element of that name, PS_EMISMATCH when it has
+ * another format, PS_EFORMAT for a bad format string. */
+int ps_remove(ps_space *space, const char *name, const char *format, int64_t *holds_out);
 
-/* Number of elements and the i-th element (in creation order), for listing. */
-size_t ps_space_count(ps_space *space);
-ps_element *ps_space_element(ps_space *space, size_t i);
+/* Calls visit(context, e) for every element, in creation order, with the space locked: visit
+ * may read the element's name and format, and must not call into the space. */
+void ps_space_each(ps_space *space, void (*visit)(void *context, const ps_element *e), void *context);
 
 const char *ps_element_name(const ps_element *e);
 const ps_tuple_format *ps_element_format(const ps_element *e);
@@ -89,11 +98,13 @@ int ps_exchange(ps_element *e, const void *tuple, void *out, int64_t timeout_ns,
 int ps_observe_at(ps_element *e, int64_t index, void *out, int64_t timeout_ns);
 int64_t ps_first(ps_element *e);   /* index of the next unread tuple */
 int64_t ps_last(ps_element *e);    /* number of tuples moved */
-int64_t ps_axed(ps_element *e);    /* tuples before this index are freed */
+int64_t ps_axed(ps_element *e);    /* the axe point: observe_at refuses the tuples before it */
 /* Sets the bound on unread tuples (0 = unbounded); wakes movers the new bound admits. */
 int ps_set_delta(ps_element *e, int64_t bound);
 int64_t ps_delta(ps_element *e);
-/* Frees the tuples before index (index <= last). A cursor behind index jumps to index. */
+/* Frees the tuples before index (index <= last) that the shared cursor has passed; those it has
+ * not passed stay for next-observes, and are freed as the cursor passes them. The axe point
+ * only grows: observe_at(i) of an i before it is PS_EAXED, read or not. The cursor never moves. */
 int ps_axe(ps_element *e, int64_t index);
 void ps_element_stats_read(ps_element *e, ps_element_stats *out);
 

@@ -33,8 +33,18 @@ static const code_info *find_code(char c) {
     return NULL;
 }
 
+/* Writes "bad format '<text>': <why>", the text cut to PS_FORMAT_MAX_TEXT bytes (never inside a
+ * UTF-8 character, so that the message stays valid text). */
 static int fail(char *error, size_t error_size, const char *text, const char *why) {
-    if (error && error_size) snprintf(error, error_size, "bad format '%s': %s", text, why);
+    if (!error || !error_size) return -1;
+    size_t shown = strlen(text);
+    const char *more = "";
+    if (shown > PS_FORMAT_MAX_TEXT) {
+        shown = PS_FORMAT_MAX_TEXT;
+        while (shown > 0 && ((unsigned char)text[shown] & 0xC0) == 0x80) shown--;
+        more = "...";
+    }
+    snprintf(error, error_size, "bad format '%.*s%s': %s", (int)shown, text, more, why);
     return -1;
 }
 
@@ -78,8 +88,15 @@ int ps_tuple_format_parse(const char *text, ps_tuple_format *out, char *error, s
         }
         const code_info *info = find_code(*p);
         if (!info) {
-            char why[96];
-            snprintf(why, sizeof why, "unknown format character '%c' (expected one of xcbB?hHiIlLqQnNefdspP)", *p);
+            char why[128];
+            unsigned char c = (unsigned char)*p;
+            if (c >= 0x80)
+                snprintf(why, sizeof why, "a non-ASCII character at byte %zu (expected one of xcbB?hHiIlLqQnNefdspP)",
+                         (size_t)(p - text));
+            else if (!isprint(c))
+                snprintf(why, sizeof why, "unknown format character 0x%02x (expected one of xcbB?hHiIlLqQnNefdspP)", c);
+            else
+                snprintf(why, sizeof why, "unknown format character '%c' (expected one of xcbB?hHiIlLqQnNefdspP)", c);
             return fail(error, error_size, text, why);
         }
         if (!native && info->standard_size == 0) {

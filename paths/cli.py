@@ -113,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (| head): stop writing, and keep Python from complaining at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except SystemExit as e:  # argparse: 0 after --help, 2 for a usage error
-        return int(e.code or 0) if not isinstance(e.code, str) else 2
+    except SystemExit as e:  # argparse: 0 after --help, 2 for a usage error; or a message to say
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            return 2
+        return int(e.code or 0)
 
 
 if __name__ == "__main__":

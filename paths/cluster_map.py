@@ -5,19 +5,24 @@ placement policy, the reduction tree's fan-in, emulated slow links, how to launc
 `load_map(path)` and `load_map_text(text)` turn YAML into frozen dataclasses; every problem is a
 `MapError` naming the file, the line, the field path and what was expected.  `builtin_map(name)`
 loads one of the maps shipped in the repository's `maps/` folder.  The schema is in docs/maps.md.
+
+A map is plain YAML (mappings, lists, strings, numbers): tags, merge keys and anchors that
+contain themselves are refused, and a map is read with limits on its size, its nodes and its
+CPUs, so that no file (`/dev/zero` included) can keep a reader busy.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, Optional, Union
 
 import yaml
 
-from .hostlist import expand_hostlist
+from .hostlist import MAX_HOSTS, expand_hostlist
 from .named_function import import_function
 from .placement import resolve_policy
 
@@ -26,6 +31,13 @@ DEFAULT_POLICY = "bucket"
 DEFAULT_MAX_FANIN = 4
 DEFAULT_SSH = "ssh {host} {command}"
 LAUNCH_MODES = ("local", "ssh", "slurm")
+MAX_MAP_BYTES = 1 << 20    # a map is a short text; /dev/zero is not one
+MAX_MAP_NODES = MAX_HOSTS  # nodes in all the map's clusters together
+MAX_NODE_CPUS = 1 << 16    # cpus of one node
+MAX_MAP_CPUS = 1 << 20     # cpus of all the map's nodes together (placement deals them out one by one)
+
+_shown = reprlib.Repr()  # how messages show a value: long strings and deep lists cut
+_shown.maxstring = _shown.maxother = 60
 
 
 class MapError(ValueError):
@@ -110,11 +122,19 @@ class ClusterMap:
 
 
 def load_map(path: Union[str, os.PathLike]) -> ClusterMap:
-    """Read and validate the cluster map in a YAML file."""
+    """Read and validate the cluster map in a YAML file (UTF-8, at most MAX_MAP_BYTES)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            data = f.read(MAX_MAP_BYTES + 1)
     except OSError as error:
         raise MapError(f"{path}: cannot read the cluster map: {error.strerror}") from None
+    if len(data) > MAX_MAP_BYTES:
+        raise MapError(f"{path}: expected a cluster map of at most {MAX_MAP_BYTES} bytes, got more")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise MapError(f"{path}:{line}: expected UTF-8 text, got byte 0x{data[error.start]:02x}") from None
     return load_map_text(text, source=str(path))
 
 
@@ -193,11 +213,17 @@ class _Field:
         elif isinstance(self.node, yaml.SequenceNode):
             got = "a list"
         else:
-            got = repr(self.value())
+            got = _shown.repr(self.value())
         self.fail(f"expected {expected}, got {got}")
 
     def value(self) -> Any:
-        return yaml.constructor.SafeConstructor().construct_object(self.node, deep=True)
+        try:
+            return yaml.constructor.SafeConstructor().construct_object(self.node, deep=True)
+        except yaml.MarkedYAMLError as error:  # a tag, or an anchor that holds itself
+            mark = error.problem_mark or self.node.start_mark
+            problem = "an anchor used inside itself" if "recursive" in (error.problem or "") else error.problem
+            raise MapError(f"{self.source}:{mark.line + 1}: {self.path or '(top level)'}: {problem} "
+                           f"(a map is plain YAML: mappings, lists, strings and numbers)") from None
 
     def entries(self, expected: str) -> dict[str, _Field]:
         """The values of a mapping by key; keys must be unique names."""
@@ -205,8 +231,11 @@ class _Field:
             self.expect(expected)
         found: dict[str, _Field] = {}
         for key_node, value_node in self.node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                _Field(key_node, self.path, self.source).fail("merge keys (<<) are not supported: write the fields out")
             key = _Field(key_node, self.path, self.source).string("a name as key")
-            child = _Field(value_node, f"{self.path}.{key}" if self.path else key, self.source)
+            shown = key if len(key) <= 40 else key[:37] + "..."
+            child = _Field(value_node, f"{self.path}.{shown}" if self.path else shown, self.source)
             if key in found:
                 child.fail(f"duplicate key (first at line {found[key].node.start_mark.line + 1})")
             found[key] = child
@@ -242,9 +271,9 @@ class _Field:
             self.expect(expected)
         return value
 
-    def integer(self, minimum: int, expected: str) -> int:
+    def integer(self, minimum: int, expected: str, maximum: float = math.inf) -> int:
         value = self.value()
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
             self.expect(expected)
         return value
 
@@ -266,10 +295,13 @@ def _compose(text: str, source: str) -> yaml.Node:
         mark = error.problem_mark or error.context_mark
         line = mark.line if mark else 0
         lines = text.splitlines()
-        problem = f"{error.problem} (in {lines[line].strip() if line < len(lines) else ''!r})"
+        problem = f"{error.problem} (in {_shown.repr(lines[line].strip() if line < len(lines) else '')})"
         if error.context and error.context_mark:
             problem += f", {error.context} at line {error.context_mark.line + 1}"
         raise MapError(f"{source}:{line + 1}: invalid YAML: {problem}") from None
+    except yaml.reader.ReaderError as error:  # a character YAML does not allow
+        line = text[: error.position].count("\n") + 1
+        raise MapError(f"{source}:{line}: invalid YAML: character #x{error.character:04x} is not allowed") from None
     except yaml.YAMLError as error:
         raise MapError(f"{source}: invalid YAML: {error}") from None
     if node is None:
@@ -286,9 +318,10 @@ def _clusters(field: _Field) -> tuple[Cluster, ...]:
         field.fail("expected at least one cluster")
     clusters: list[Cluster] = []
     cluster_of_node: dict[str, str] = {}
+    map_cpus = 0
     for name, cluster_field in entries.items():
         fields = cluster_field.fields(required=("nodes", "cpus"), optional=("address", "head"))
-        names = _host_names(fields["nodes"])
+        names = _host_names(fields["nodes"], MAX_MAP_NODES - len(cluster_of_node))
         for node in names:
             if node in cluster_of_node:
                 fields["nodes"].fail(
@@ -297,6 +330,10 @@ def _clusters(field: _Field) -> tuple[Cluster, ...]:
                 )
             cluster_of_node[node] = name
         cpus = _cpus(fields["cpus"])
+        map_cpus += cpus * len(names)
+        if map_cpus > MAX_MAP_CPUS:
+            fields["cpus"].fail(f"the map's nodes have more than {MAX_MAP_CPUS} CPUs in all "
+                                f"({map_cpus} up to this cluster's {len(names)} x {cpus})")
         addresses = (
             _addresses(fields["address"], names) if "address" in fields else [None] * len(names)
         )
@@ -310,7 +347,8 @@ def _clusters(field: _Field) -> tuple[Cluster, ...]:
     return tuple(clusters)
 
 
-def _host_names(field: _Field) -> list[str]:
+def _host_names(field: _Field, room: int) -> list[str]:
+    """The names of a host list, or a list of them; the map has room for `room` more nodes."""
     expected = "a host list like 'n[0-7]' or a list of them"
     parts = field.items(expected) if isinstance(field.node, yaml.SequenceNode) else [field]
     names: list[str] = []
@@ -320,6 +358,8 @@ def _host_names(field: _Field) -> list[str]:
             names.extend(expand_hostlist(text))
         except ValueError as error:
             part.fail(str(error))
+        if len(names) > room:
+            part.fail(f"the map's clusters name more than {MAX_MAP_NODES} nodes in all")
     return names
 
 
@@ -327,7 +367,8 @@ def _cpus(field: _Field) -> int:
     if field.value() == "auto":
         return os.cpu_count() or 1
     return field.integer(
-        0, "a non-negative integer or 'auto' (0: the node hosts stages but runs no threads)"
+        0, f"an integer from 0 to {MAX_NODE_CPUS} or 'auto' (0: the node hosts stages but runs no threads)",
+        MAX_NODE_CPUS,
     )
 
 

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from .acquire_hook import named_hook, reachable_nodes
 from .cluster_map import ClusterMap
 from .kernel import Kernel, load_kernel
-from .launcher import NodeProcesses
+from .launcher import LaunchError, NodeProcesses
 from .reduction_tree import ReductionPlan, plan_reduction
 from .runtime import BARRIER_ELEMENT, Tracing
 
@@ -135,7 +135,11 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
             if settings.collect_counters:
                 answers = processes.request_all({node: {"op": "counters"} for node in nodes})
                 report.counters[n] = {node: a["stages"] for node, a in answers.items()}
-            processes.request_all({node: {"op": "release"} for node in nodes})
+            released = processes.request_all({node: {"op": "release", "settle": settings.timeout if settings.trace_dir
+                                                      else 0} for node in nodes}, settings.timeout * 2)
+            lost = [f"node {node}: {failure}" for node, a in released.items() for failure in a["trace_failures"]]
+            if lost:
+                raise LaunchError("traces lost:\n  " + "\n  ".join(lost))
     return report
 
 

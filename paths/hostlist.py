@@ -9,7 +9,9 @@ product (`r[1-2]n[1-2]` gives r1n1, r1n2, r2n1, r2n2).
 from __future__ import annotations
 
 import itertools
+import math
 import re
+import reprlib
 from typing import NoReturn
 
 EXAMPLES = "'n[0-7]', 'n[0-3,8,10-11]', 'a[01-03]b' or 'n[0-1],login'"
@@ -17,22 +19,23 @@ MAX_HOSTS = 65536
 
 _NAME_PART = re.compile(r"[A-Za-z0-9._-]*")
 _SPAN = re.compile(r"(\d+)(?:-(\d+))?")
+_shown = reprlib.Repr()  # a long host list is shown cut
+_shown.maxstring = _shown.maxother = 60
 
 
 def expand_hostlist(text: str) -> list[str]:
-    """Expand a Slurm-style host list into host names, in the order written."""
+    """Expand a Slurm-style host list into host names, in the order written; ValueError for a
+    list of more than MAX_HOSTS names (counted before they are made)."""
     if not isinstance(text, str) or not text.strip():
         _fail(text, "it is empty")
     hosts: list[str] = []
     for name in _split_names(text):
-        hosts.extend(_expand_name(text, name))
-        if len(hosts) > MAX_HOSTS:
-            _fail(text, f"it names more than {MAX_HOSTS} hosts")
+        hosts.extend(_expand_name(text, name, len(hosts)))
     return hosts
 
 
 def _fail(text: object, problem: str) -> NoReturn:
-    raise ValueError(f"bad host list {text!r}: {problem}; expected names like {EXAMPLES}")
+    raise ValueError(f"bad host list {_shown.repr(text)}: {problem}; expected names like {EXAMPLES}")
 
 
 def _split_names(text: str) -> list[str]:
@@ -58,7 +61,8 @@ def _split_names(text: str) -> list[str]:
     return names
 
 
-def _expand_name(text: str, name: str) -> list[str]:
+def _expand_name(text: str, name: str, before: int) -> list[str]:
+    """The hosts of one name, which follow `before` others of the list."""
     # re.split with a group alternates literal parts and bracket bodies: lit, body, lit, ...
     pieces = re.split(r"\[([^\]]*)\]", name)
     choices: list[list[str]] = []
@@ -68,7 +72,9 @@ def _expand_name(text: str, name: str) -> list[str]:
         elif _NAME_PART.fullmatch(piece):
             choices.append([piece])
         else:
-            _fail(text, f"{name!r} has characters other than letters, digits, '.', '_', '-'")
+            _fail(text, f"{_shown.repr(name)} has characters other than letters, digits, '.', '_', '-'")
+        if before + math.prod(map(len, choices)) > MAX_HOSTS:
+            _fail(text, f"it names more than {MAX_HOSTS} hosts")
     return ["".join(parts) for parts in itertools.product(*choices)]
 
 
@@ -77,12 +83,12 @@ def _expand_ranges(text: str, body: str) -> list[str]:
     for span in body.split(","):
         match = _SPAN.fullmatch(span.strip())
         if not match:
-            _fail(text, f"[{body}] holds {span!r}, not a number or a 'lo-hi' span")
+            _fail(text, f"[{_shown.repr(body)[1:-1]}] holds {_shown.repr(span)}, not a number or a 'lo-hi' span")
         low_text, high_text = match.group(1), match.group(2) or match.group(1)
         low, high = int(low_text), int(high_text)
         if low > high:
-            _fail(text, f"span {span!r} runs backwards")
-        if high - low >= MAX_HOSTS:
-            _fail(text, f"span {span!r} names more than {MAX_HOSTS} hosts")
+            _fail(text, f"span {_shown.repr(span)} runs backwards")
+        if len(numbers) + high - low >= MAX_HOSTS:
+            _fail(text, f"it names more than {MAX_HOSTS} hosts")
         numbers.extend(str(number).zfill(len(low_text)) for number in range(low, high + 1))
     return numbers

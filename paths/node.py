@@ -13,7 +13,9 @@ standard input and output, one JSON object per line. The node first prints `READ
      "pin": B}                                           run the kernel on these threads of a run
                                                          whose elements are NAME.T; its reports
     {"op": "counters"}                                   every live stage here, with its counters
-    {"op": "release"}                                    drop the runs' handles (their trees go)
+    {"op": "release", "settle": S}                       drop the runs' handles (their trees go); wait up to
+                                                         S s for trace files here to be written, and answer
+                                                         with those that could not be ("trace_failures")
     {"op": "launch", "command": [...], "cwd": DIR,       start these ranks of `paths launch`
      "ranks": {rank: {VAR: value}}}                      (each with its environment) and wait
                                                          for them; meanwhile event lines
@@ -42,7 +44,7 @@ import sys
 import threading
 import warnings
 
-from . import kernel
+from . import _native, kernel
 from .build import default_pastset, set_remote_resolver, stage_table
 from .cluster_map import load_map_text
 from .cpu_sets import cpu_list, format_cpu_list
@@ -105,8 +107,8 @@ class Node:
         return {"stages": stages, "server": self.server.native.counters()}
 
     def release_op(self, request: dict) -> dict:
-        self.handles = []
-        return {}
+        self.handles = []  # stages that other nodes' links hold here go as those links end
+        return {"trace_failures": _native.take_trace_failures(request.get("settle", 0))}
 
     def launch_op(self, request: dict) -> dict:
         self.ranks = RankProcesses(request["command"], {int(r): env for r, env in request["ranks"].items()},

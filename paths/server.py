@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import signal
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from . import _native
 from .build import default_pastset, stage_table
@@ -120,15 +120,22 @@ class PathServer:
         self.close()
 
 
+Z85_DIGITS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#")
+
+
 def read_key_file(path: str, what: str) -> str:
-    """A Z85 CURVE key from a file (its first line); SystemExit naming the file otherwise."""
+    """A Z85 CURVE key from a file (its first line); ValueError naming the file and what is wrong."""
     try:
-        key = Path(path).read_text().strip().splitlines()[0].strip()
-    except (OSError, IndexError) as e:
-        raise SystemExit(f"paths serve: cannot read {what} '{path}': {getattr(e, 'strerror', None) or 'empty file'}")
-    if len(key) != 40:
-        raise SystemExit(f"paths serve: {what} '{path}': expected a 40-character Z85 key, got {len(key)} characters")
-    return key
+        with open(path, "rb") as f:
+            first = f.read(4096).split(b"\n", 1)[0].strip()  # a key file is one short line
+    except OSError as e:
+        raise ValueError(f"cannot read {what} '{path}': {e.strerror}") from None
+    if len(first) != 40 or not set(first.decode("latin-1")) <= Z85_DIGITS:
+        got = "an empty line" if not first else f"{len(first)} characters" + (
+            "" if len(first) != 40 else ", not all of them Z85 digits")
+        raise ValueError(f"{what} '{path}': expected a 40-character Z85 key on its first line (as "
+                         f"`paths serve --keygen` writes), got {got}")
+    return first.decode("ascii")
 
 
 def serve_command(argv: list[str]) -> int:
@@ -142,7 +149,8 @@ def serve_command(argv: list[str]) -> int:
     parser.add_argument("--curve-secret", metavar="FILE",
                         help="file holding the server's CURVE secret key (Z85); clients then need its public key")
     parser.add_argument("--insecure", action="store_true",
-                        help="allow binding a non-loopback address without CURVE")
+                        help="allow binding a non-loopback address without CURVE (with a warning: anyone who "
+                             "reaches it may use it)")
     parser.add_argument("--trace-dir", metavar="DIR",
                         help="where trace stages sent by clients write their files (bare names only); "
                              "without it, such paths are refused")
@@ -151,20 +159,33 @@ def serve_command(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.keygen:
         public, secret = _native.curve_keypair()
-        Path(args.keygen + ".key").write_text(secret + "\n")
-        Path(args.keygen + ".key").chmod(0o600)
-        Path(args.keygen + ".pub").write_text(public + "\n")
+        try:  # the secret is the owner's alone from the moment it exists
+            for suffix, key, mode in ((".key", secret, 0o600), (".pub", public, 0o644)):
+                with os.fdopen(os.open(args.keygen + suffix, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as f:
+                    os.fchmod(f.fileno(), mode)  # an older file keeps its mode otherwise
+                    f.write(key + "\n")
+        except OSError as e:
+            print(f"paths serve: --keygen {args.keygen}: cannot write '{e.filename or args.keygen + suffix}': "
+                  f"{e.strerror}", file=sys.stderr)
+            return 2
         print(f"wrote {args.keygen}.key (secret) and {args.keygen}.pub (public)")
         return 0
     problem = _endpoint_problem(args.bind)
     if problem:
         print(f"paths serve: --bind {args.bind}: {problem}", file=sys.stderr)
         return 2
-    secret = read_key_file(args.curve_secret, "CURVE secret key") if args.curve_secret else ""
+    try:
+        secret = read_key_file(args.curve_secret, "CURVE secret key") if args.curve_secret else ""
+    except ValueError as e:
+        print(f"paths serve: --curve-secret: {e}", file=sys.stderr)
+        return 2
     if not _is_local(args.bind) and not secret and not args.insecure:
         print(f"paths serve: --bind {args.bind} reaches beyond this machine: give --curve-secret FILE "
               "(see --keygen), or --insecure", file=sys.stderr)
         return 2
+    if args.insecure and not secret:
+        print(f"paths serve: warning: --insecure: {args.bind} serves without CURVE: anyone who reaches it can "
+              "build stages, read and write its elements, and read all its traffic", file=sys.stderr)
     try:
         server = PathServer(args.bind, secret, trace_dir=args.trace_dir)
     except ValueError as e:

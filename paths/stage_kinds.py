@@ -87,7 +87,8 @@ def stage_kind(name: str) -> Callable[[type], type]:
     the GIL). The class is constructed with the stage's keyword parameters and may define
     move(below, t), observe(below), observe_at(below, index), first(below), last(below),
     delta(below, bound), axe(below, index); `below` is a handle on the caller's link to the next
-    stage. Operations it does not define pass straight through.
+    stage, whose blocking calls wait no longer than the caller's timeout (a TimeoutError they
+    raise ends the caller's call as a timeout). Operations it does not define pass straight through.
     """
 
     def register(cls: type) -> type:
@@ -158,6 +159,8 @@ def _check_value(spec: StageSpec, param: ParamInfo, value: Any) -> None:
             f"{_describe(spec)}: parameter {param.name!r} must be {param.type}, "
             f"got {type(value).__name__} {value!r}"
         )
+    if isinstance(value, str) and "\0" in value:  # C would cut the text there
+        raise ValueError(f"{_describe(spec)}: parameter {param.name!r} must not contain a NUL byte, got {value!r}")
     if param.min is not None and not param.min <= value <= param.max:
         raise ValueError(
             f"{_describe(spec)}: parameter {param.name!r} must be between "

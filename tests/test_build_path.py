@@ -1,7 +1,10 @@
 """build_path: merging of equal remainders, id=, validation before building, show/to_dot,
 and stage kinds written in Python."""
 
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
@@ -143,6 +146,83 @@ def test_python_stage_exception_reaches_the_caller(space):
     with pytest.raises(LookupError, match="refuses"):
         h.observe()
     assert h.observe(0) == (1,)  # the stage and the element are intact
+
+
+@paths.stage_kind("wrong-answers")
+class WrongAnswers:
+    def first(self, below):
+        return "soon"
+
+    def last(self, below):
+        return 2**64
+
+    def observe(self, below):
+        return None
+
+
+@pytest.mark.parametrize("call, error, expected", [
+    (lambda h: h.first(), TypeError, r"python stage WrongAnswers.first\(\) returned: expected an int, got 'soon'"),
+    (lambda h: h.last(), ValueError,
+     r"python stage WrongAnswers.last\(\) returned: expected an int that fits in 64 bits, got 18446744073709551616"),
+    (lambda h: h.observe(), TypeError,
+     r"python stage WrongAnswers.observe\(\) returned \(format 'q'\): expected a tuple of 1 value\(s\) \(int\), "
+     r"got None"),
+])
+def test_python_stage_returning_the_wrong_type_is_one_clear_line(space, call, error, expected):
+    h = build_path(make_path(stage("wrong-answers"), CORE), pastset=space)
+    h.move(1)
+    with pytest.raises(error, match=f"^{expected}"):
+        call(h)
+    assert h.observe(0) == (1,)
+
+
+def test_python_stage_waits_no_longer_than_its_callers_timeout(space):
+    h = build_path(make_path(stage("offset", amount=0), CORE), pastset=space)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        h.observe(timeout=0.3)  # the stage's own below.observe() has no timeout
+    assert 0.3 <= time.monotonic() - started < 1.3
+    mover = threading.Timer(0.3, lambda: space.enter("G", "q").move(5))
+    mover.start()
+    assert h.observe(timeout=10) == (5,)  # its slices' timeouts were no reason to give up
+    mover.join()
+
+
+def test_a_nul_byte_in_a_stage_parameter_is_refused_before_anything_is_built(space):
+    with pytest.raises(ValueError, match=r"parameter 'name' must not contain a NUL byte, got 'a\\x00b'"):
+        build_path(make_path(stage("core", name="a\x00b", format="q")), pastset=space)
+    with pytest.raises(ValueError, match=r"parameter 'file' must not contain a NUL byte"):
+        build_path(make_path(stage("trace", file="t\x00.bin"), CORE), pastset=space)
+    assert space.elements() == []
+
+
+def test_a_nul_byte_is_refused_by_the_native_builder_too(space):
+    with pytest.raises(ValueError, match=r"stage 'core': parameter 'name': expected text without NUL bytes"):
+        paths._native.create_stage("core", {"name": "a\x00b", "format": "q"}, None, space)
+    assert space.elements() == []
+
+
+OUT_OF_MEMORY = """
+import resource, sys, paths
+from paths import build_path, make_path, stage
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # no 4 GiB cache can fit
+for above in (stage("cache", capacity=1 << 20), stage("trace", file=sys.argv[1], capacity=1 << 20, mode="operation")):
+    try:
+        build_path(make_path(above, stage("core", name="big", format="4096s")))
+    except MemoryError as e:
+        print(e)
+"""
+
+
+def test_a_stage_too_big_for_memory_says_which_and_how_big(tmp_path):
+    done = subprocess.run([sys.executable, "-c", OUT_OF_MEMORY, str(tmp_path / "big.bin")], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "stage 'cache' (capacity=1048576) over 4096-byte tuples: out of memory",
+        "stage 'trace': cannot preallocate 1048576 events: out of memory",
+    ]
+    assert list(tmp_path.iterdir()) == []  # the trace's file was never written
 
 
 def test_python_stage_parameters_are_checked(space):

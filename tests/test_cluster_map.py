@@ -1,6 +1,8 @@
 """Cluster maps: the shipped maps, the full schema, and errors that name file, line and field."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -178,7 +180,7 @@ BROKEN = {
         edited(("cpus: 4", "cpus: -2")),
         5,
         "clusters.4w.cpus",
-        "expected a non-negative integer or 'auto' (0: the node hosts stages but runs no threads), "
+        "expected an integer from 0 to 65536 or 'auto' (0: the node hosts stages but runs no threads), "
         "got -2",
     ),
     "cpus not a number": (edited(("cpus: 4", "cpus: four")), 5, "clusters.4w.cpus", "got 'four'"),
@@ -330,6 +332,16 @@ BROKEN = {
         "invalid YAML: mapping values are not allowed here (in 'cpus: 4: x')",
     ),
     "unclosed flow list": (edited(("nodes: n[0-7]", "nodes: [n0, n1")), 5, None, "invalid YAML"),
+    # YAML a map may not use
+    "a tag": (edited(("name: t", "name: !secret t")), 1, "name", "could not determine a constructor for the tag "
+                                                                  "'!secret'"),
+    "a python tag": (edited(("cpus: 4", "cpus: !!python/object/apply:os.system ['echo hi']")), 5, "clusters.4w.cpus",
+                     "could not determine a constructor for the tag 'tag:yaml.org,2002:python/object/apply:os.system'"),
+    "a merge key": (edited(("    cpus: 4", "    <<: {cpus: 4}")), 5, "clusters.4w",
+                    "merge keys (<<) are not supported: write the fields out"),
+    "a recursive anchor": (edited(("nodes: n[0-7]", "nodes: &n [n0, *n]")), 4, "clusters.4w.nodes[1]",
+                           "an anchor used inside itself"),
+    "a NUL character": (edited(("name: t", "name: t\0")), 1, None, "invalid YAML: character #x0000 is not allowed"),
 }
 
 
@@ -343,7 +355,7 @@ def test_broken_map_names_file_line_and_field(tmp_path, case):
     message = str(info.value)
     prefix = f"{path}:{line}: " + (f"{field}: " if field else "")
     assert message.startswith(prefix), message
-    assert problem in message, message
+    assert problem in message and "\n" not in message, message
 
 
 def test_error_from_text_names_the_given_source():
@@ -372,3 +384,65 @@ def test_cpus_auto_and_zero():
     assert cluster_map.node("n7").cpus == os.cpu_count()
     assert cluster_map.node("hub").cpus == 0
     assert cluster_map.root == "hub"
+
+
+# ---- YAML a map may not use, sizes, limits -----------------------------------------------------
+
+def test_a_map_file_is_read_with_a_size_limit(tmp_path):
+    with pytest.raises(MapError, match=r"^/dev/zero: expected a cluster map of at most 1048576 bytes, got more$"):
+        load_map("/dev/zero")
+    big = tmp_path / "big.yaml"
+    big.write_text(BASE + "#" * (1 << 20))
+    with pytest.raises(MapError, match="at most 1048576 bytes"):
+        load_map(big)
+
+
+def test_a_map_that_is_not_utf8_names_the_file_and_line(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(edited(("root: n0", "root: n\xe9")).encode("latin-1"))
+    with pytest.raises(MapError, match=rf"^{path}:6: expected UTF-8 text, got byte 0xe9$"):
+        load_map(path)
+
+
+def test_paths_show_refuses_dev_zero_at_once():
+    done = subprocess.run([sys.executable, "-m", "paths", "show", "--map", "/dev/zero", "--threads", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == "paths show: /dev/zero: expected a cluster map of at most 1048576 bytes, got more\n"
+
+
+def clusters(*pairs):
+    """A map of clusters c0, c1, ... with the given (nodes, cpus)."""
+    lines = [f"  c{i}:\n    nodes: {nodes!r}\n    cpus: {cpus}" for i, (nodes, cpus) in enumerate(pairs)]
+    return "name: big\nclusters:\n" + "\n".join(lines) + "\nroot: a0\n"
+
+
+def test_a_map_has_at_most_65536_nodes_in_all_not_only_per_list():
+    cluster_map = load_map_text(clusters(("a[0-32767]", 1), ("b[0-32767]", 1)))
+    assert len(cluster_map.nodes) == 65536
+    with pytest.raises(MapError, match=r"^<string>:10: clusters\.c2\.nodes: the map's clusters name more than 65536 "
+                                       r"nodes in all$"):
+        load_map_text(clusters(("a[0-32767]", 1), ("b[0-32767]", 1), ("c", 1)))
+    aliased = ("name: big\nclusters:\n  c0:\n    nodes: &all ['n[0-65535]']\n    cpus: 1\n"
+               "  c1:\n    nodes: *all\n    cpus: 1\nroot: n0\n")
+    with pytest.raises(MapError, match=r"^<string>:4: clusters\.c1\.nodes\[0\]: the map's clusters name more than "
+                                       r"65536 nodes in all$"):
+        load_map_text(aliased)  # every list within its limit, the map not
+
+
+def test_cpu_counts_have_a_limit_per_node_and_per_map():
+    with pytest.raises(MapError, match=r"clusters\.c0\.cpus: expected an integer from 0 to 65536 .*got 100000000000$"):
+        load_map_text(clusters(("a0", 10**11)))
+    assert sum(n.cpus for n in load_map_text(clusters(("a[0-15]", 65536))).nodes) == 1 << 20
+    with pytest.raises(MapError, match=r"clusters\.c1\.cpus: the map's nodes have more than 1048576 CPUs in all "
+                                       r"\(1048577 up to this cluster's 1 x 1\)"):
+        load_map_text(clusters(("a[0-15]", 65536), ("b0", 1)))
+
+
+def test_long_values_are_cut_in_messages():
+    with pytest.raises(MapError) as info:
+        load_map_text(edited(("cpus: 4", f"cpus: '{'y' * 5000}'")))
+    assert len(str(info.value)) < 300 and "got 'yyyy" in str(info.value)
+    with pytest.raises(MapError) as info:
+        load_map_text(BASE + "z" * 500 + ": 1\n")
+    assert len(str(info.value)) < 300 and "unknown field" in str(info.value)

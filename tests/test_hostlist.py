@@ -43,7 +43,10 @@ def test_eight_nodes():
         ("n0,,n1", "empty name"),
         ("n0,", "empty name"),
         ("n 0", "characters other than"),
-        ("n[0-9999999]", "more than"),
+        ("n[0-9999999]", "more than 65536 hosts"),
+        ("a[0-65535]b[0-1]", "more than 65536 hosts"),       # counted before the product is made
+        ("n[0-40000,0-40000]", "more than 65536 hosts"),     # spans counted together
+        ("n[0-40000],m[0-40000]", "more than 65536 hosts"),  # names counted together
     ],
 )
 def test_malformed_lists_name_the_text_and_the_expectation(text, problem):
@@ -53,3 +56,14 @@ def test_malformed_lists_name_the_text_and_the_expectation(text, problem):
     assert repr(text) in message
     assert problem in message
     assert "expected names like 'n[0-7]'" in message
+
+
+def test_hosts_are_counted_before_they_are_made():
+    with pytest.raises(ValueError, match="it names more than 65536 hosts"):
+        expand_hostlist("a[0-65535]b[0-65535]c[0-65535]")  # 2^48 names: never made
+
+
+def test_a_long_host_list_is_shown_cut():
+    with pytest.raises(ValueError) as info:
+        expand_hostlist("n" * 10_000 + "[")
+    assert len(str(info.value)) < 300 and "never closed" in str(info.value)

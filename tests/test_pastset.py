@@ -2,6 +2,7 @@
 formats (checked against Python's struct), and timeouts that leave the element as it was."""
 
 import math
+import re
 import struct
 import time
 
@@ -85,11 +86,108 @@ def test_bad_name_raises_value_error(space, bad_name):
         space.enter(bad_name, "q")
 
 
+def test_a_nul_byte_in_a_name_is_refused_not_cut(space):
+    space.enter("a", "q")
+    with pytest.raises(ValueError, match=r"enter\('a\\x00b', 'q'\): expected text without NUL bytes"):
+        space.enter("a\x00b", "q")
+    with pytest.raises(ValueError, match="without NUL bytes"):
+        space.enter("c", "q\x00d")
+    assert space.elements() == [("a", "q")]
+
+
+@pytest.mark.parametrize("bad_format", ["qé", "é", "\u2603q"])
+def test_non_ascii_format_is_one_clear_line(space, bad_format):
+    with pytest.raises(ValueError, match=rf"bad format '{bad_format}': a non-ASCII character at byte \d+ "
+                                         r"\(expected one of xcbB\?hHiIlLqQnNefdspP\)$"):
+        space.enter("bad", bad_format)
+
+
+def test_a_very_long_format_is_shown_cut(space):
+    with pytest.raises(ValueError) as raised:
+        space.enter("bad", "q" * 100_000)
+    assert str(raised.value) == f"bad format '{'q' * 64}...': longer than 64 characters"
+
+
 def test_elements_lists_names_and_formats_in_creation_order(space):
     space.enter("b", "q")
     space.enter("a", "16s")
     space.enter("b", "q")
     assert space.elements() == [("b", "q"), ("a", "16s")]
+
+
+# ---- remove ------------------------------------------------------------------------------------
+
+
+def test_remove_frees_an_element_and_enter_starts_a_new_one(space):
+    e = space.enter("jobs", "q")
+    for value in range(3):
+        e.move(value)
+    space.enter("other", "d")
+    del e
+    space.remove("jobs", "q")
+    assert space.elements() == [("other", "d")]
+    again = space.enter("jobs", "qd")  # the name is free, for any format
+    assert (again.first(), again.last()) == (0, 0)
+    assert space.elements() == [("other", "d"), ("jobs", "qd")]
+
+
+def test_remove_is_refused_while_an_element_object_holds_it(space):
+    e = space.enter("jobs", "q")
+    same = space.enter("jobs", "q")
+    e.move(7)
+    with pytest.raises(RuntimeError, match=r"remove\('jobs', 'q'\): element 'jobs' is in use \(2 hold\(s\)"):
+        space.remove("jobs", "q")
+    assert same.observe() == (7,)  # untouched
+    del e
+    with pytest.raises(RuntimeError, match=r"in use \(1 hold\(s\)"):
+        space.remove("jobs", "q")
+    del same
+    space.remove("jobs", "q")
+    assert space.elements() == []
+
+
+def test_remove_is_refused_while_a_path_is_built_over_it(space):
+    handle = paths.build_path(paths.make_path(paths.stage("cache"), paths.stage("core", name="C", format="q")),
+                              pastset=space)
+    handle.move(5)
+    with pytest.raises(RuntimeError, match="element 'C' is in use"):
+        space.remove("C", "q")
+    assert handle.observe() == (5,)
+    del handle  # the path goes with its last handle, and with it the core stage's hold
+    space.remove("C", "q")
+    assert space.elements() == []
+
+
+@pytest.mark.parametrize("name, fmt, expected", [
+    ("missing", "q", r"remove\('missing', 'q'\): there is no element 'missing'"),
+    ("jobs", "qd", r"remove\('jobs', 'qd'\): element 'jobs' has format 'q'"),
+    ("jobs", "z", r"bad format 'z'"),
+    ("jobs\x00", "q", r"expected text without NUL bytes"),
+])
+def test_remove_of_what_is_not_there_raises_value_error(space, name, fmt, expected):
+    space.enter("jobs", "q")
+    with pytest.raises(ValueError, match=expected):
+        space.remove(name, fmt)
+    assert space.elements() == [("jobs", "q")]
+
+
+def test_entering_a_hundred_thousand_names_takes_constant_time_each(space):
+    """A linear look-up took 35 s for 10^5 names; a hashed one takes well under a second (most of
+    that is Python making Element objects)."""
+    names = [f"element-{i}" for i in range(100_000)]
+    started = time.monotonic()
+    for name in names:
+        space.enter(name, "q")
+    entered = time.monotonic() - started
+    started = time.monotonic()
+    found = [space.enter(name, "q").name for name in reversed(names)]
+    looked_up = time.monotonic() - started
+    assert found == names[::-1]
+    assert len(space.elements()) == 100_000
+    assert entered < 10 and looked_up < 10, f"{entered:.1f} s to enter, {looked_up:.1f} s to look up again"
+    for name in names[::2]:
+        space.remove(name, "q")
+    assert space.elements() == [(name, "q") for name in names[1::2]]
 
 
 # ---- formats -----------------------------------------------------------------------------------
@@ -104,6 +202,26 @@ def test_format_lays_out_tuples_as_struct_does(space, fmt, size, one, other):
     for t in (one, other, one):
         e.move(t)
     assert [e.observe(i) for i in range(3)] == [one, other, one]
+
+
+@pytest.mark.parametrize("fmt, values, expected", [
+    ("16s", (b"x" * 17,), "field 0 ('16s') holds at most 16 bytes, got 17"),
+    ("q4sd", (1, bytearray(b"12345"), 2.0), "field 1 ('4s') holds at most 4 bytes, got 5"),
+    ("3p", (b"abc",), "field 0 ('3p') holds at most 2 bytes, got 3"),  # one byte is the length
+    ("q0s", (1, b"a"), "field 1 ('0s') holds at most 0 bytes, got 1"),
+])
+def test_bytes_longer_than_their_field_are_refused_not_cut(space, fmt, values, expected):
+    e = space.enter("names", fmt)
+    with pytest.raises(ValueError) as raised:
+        e.move(values)
+    assert str(raised.value) == f"element 'names' (format '{fmt}'): {expected}"
+    assert e.last() == 0
+
+
+def test_bytes_that_fit_their_field_exactly_are_kept_whole(space):
+    e = space.enter("names", "q4s3p")
+    e.move((1, b"1234", b"ab"))
+    assert e.observe() == (1, b"1234", b"ab")
 
 
 def test_short_bytes_are_zero_padded_to_the_field(space):
@@ -217,25 +335,50 @@ def test_unbounded_element_never_blocks_a_move(counter):
 # ---- axe -----------------------------------------------------------------------------------------
 
 
-def test_axe_frees_history_and_moves_a_cursor_behind_it(counter):
-    for value in range(10):
-        counter.move(value)
-    counter.observe()
-    counter.axe(4)
-    assert counter.first() == 4
-    assert counter.last() == 10
-    assert counter.stats()["live_tuples"] == 6
-    assert counter.observe(4) == (4,)
-    assert counter.observe() == (4,)
-
-
-def test_axe_behind_the_cursor_leaves_it(counter):
+def test_axe_frees_the_tuples_the_cursor_has_passed(counter):
     for value in range(10):
         counter.move(value)
     for _ in range(6):
         counter.observe()
+    counter.axe(4)
+    assert (counter.first(), counter.last()) == (6, 10)
+    assert counter.stats()["live_tuples"] == 6
+    assert counter.observe(4) == (4,)
+    assert counter.observe() == (6,)
+
+
+def test_axe_ahead_of_the_cursor_loses_no_unread_tuple(counter):
+    for value in range(10):
+        counter.move(value)
+    counter.observe()
+    counter.axe(8)
+    assert counter.first() == 1, "the cursor jumped over unread tuples"
+    assert counter.stats()["live_tuples"] == 9
+    with pytest.raises(paths.AxedError, match=r"tuple 5 was freed by axe \(first live index is 8\)"):
+        counter.observe(5)  # axed for indexed reads, read or not
+    assert [counter.observe(timeout=0) for _ in range(9)] == [(v,) for v in range(1, 10)]
+    assert counter.stats()["live_tuples"] == 2  # tuples 8 and 9: the cursor freed the rest as it passed
+
+
+def test_unread_axed_tuples_still_count_against_the_delta_bound(counter):
+    counter.delta(2)
+    counter.move(1)
+    counter.move(2)
+    counter.axe(2)
+    with pytest.raises(TimeoutError):
+        counter.move(3, timeout=0)
+    assert counter.observe() == (1,)
+    counter.move(3, timeout=0)
+    assert [counter.observe(timeout=0) for _ in range(2)] == [(2,), (3,)]
+
+
+def test_the_axe_point_never_moves_back(counter):
+    for value in range(10):
+        counter.move(value)
+    counter.axe(6)
     counter.axe(3)
-    assert counter.first() == 6
+    with pytest.raises(paths.AxedError, match="first live index is 6"):
+        counter.observe(4)
 
 
 def test_observing_an_axed_tuple_raises_axed_error_naming_the_index(counter):
@@ -247,10 +390,12 @@ def test_observing_an_axed_tuple_raises_axed_error_naming_the_index(counter):
         counter.observe(2)
 
 
-def test_axe_everything_moved_empties_the_element(counter):
+def test_axe_everything_moved_empties_the_element_once_read(counter):
     for value in range(10):
         counter.move(value)
     counter.axe(counter.last())
+    assert counter.stats()["live_tuples"] == 10
+    assert [counter.observe(timeout=0) for _ in range(10)] == [(v,) for v in range(10)]
     assert counter.stats()["live_tuples"] == 0
     with pytest.raises(TimeoutError):
         counter.observe(timeout=0)
@@ -258,13 +403,21 @@ def test_axe_everything_moved_empties_the_element(counter):
     assert counter.observe() == (10,)
 
 
-@pytest.mark.parametrize("index", [-1, 4])
+@pytest.mark.parametrize("index", [-1, 4, 2**63, -(2**70)])
 def test_axe_outside_the_history_raises_index_error(counter, index):
     for value in range(3):
         counter.move(value)
-    with pytest.raises(IndexError, match=r"expected 0 <= index <= last\(\) = 3"):
+    with pytest.raises(IndexError, match=rf"axe\({index}\): expected 0 <= index <= last\(\) = 3"):
         counter.axe(index)
     assert counter.observe(0) == (0,)
+
+
+@pytest.mark.parametrize("index", ["2", 1.0, True])
+def test_axe_of_no_int_raises_type_error(counter, index):
+    counter.move(1)
+    with pytest.raises(TypeError, match=rf"element 'counter' axe\({re.escape(repr(index))}\): expected an int"):
+        counter.axe(index)
+    assert counter.observe(0) == (1,)
 
 
 # ---- timeouts ------------------------------------------------------------------------------------

@@ -2,7 +2,11 @@
 
 import gc
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -169,7 +173,71 @@ def test_a_file_that_cannot_be_written_is_reported(space, tmp_path, capfd):
     shutil.rmtree(directory)
     del h, trace, core
     gc.collect()
-    assert f"cannot write trace file '{directory / 't.bin'}'" in capfd.readouterr().err
+    message = f"stage 'trace': cannot write trace file '{directory / 't.bin'}': No such file or directory"
+    assert f"paths: {message}" in capfd.readouterr().err
+    assert native.take_trace_failures() == [message]
+    assert native.take_trace_failures() == []  # told once
+
+
+def test_a_failure_cut_to_fit_its_message_is_still_text(space, tmp_path, capfd):
+    deep = tmp_path.joinpath(*["é" * 100] * 4)  # 800 bytes of two-byte characters: cut somewhere
+    deep.mkdir(parents=True)
+    core, trace = traced_core(space, deep / "t.bin")
+    shutil.rmtree(tmp_path / ("é" * 100))
+    del trace, core
+    gc.collect()
+    capfd.readouterr()
+    [failure] = native.take_trace_failures()
+    assert failure.startswith(f"stage 'trace': cannot write trace file '{tmp_path}/éé")
+    assert len(failure) <= 512  # cut, perhaps inside a character: replaced, not an error
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A folder on a 64 KiB tmpfs mounted for the test and filled up: a file can be created there,
+    but not written. Unmounted afterwards."""
+    folder = tmp_path / "full"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True,
+                             text=True)
+    assert mounted.returncode == 0, f"this test mounts a tmpfs (as root): {mounted.stderr}"
+    try:
+        filler = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError, match="No space left on device"):
+                while True:
+                    os.write(filler, bytes(4096))
+        finally:
+            os.close(filler)
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_trace_lost_to_a_full_disk_is_kept_for_the_caller(space, full_disk):
+    core, trace = traced_core(space, full_disk / "t.bin")
+    h = trace.attach("thread 0")
+    native.bench.pairs_ns(h, 1000)
+    del h, trace, core
+    gc.collect()
+    assert native.take_trace_failures(wait=5) == [
+        f"stage 'trace': cannot write trace file '{full_disk / 't.bin'}': No space left on device"]
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]  # no temporary file left either
+
+
+def test_a_map_run_whose_traces_are_lost_fails_naming_every_node(probe, full_disk):
+    done = subprocess.run([sys.executable, "-m", "paths", "run", "gsum", "--map", "paper-4w", "--threads", "6",
+                           "--repeat", "1", "--rounds", "20", "--trace", str(full_disk)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0] == "paths run: traces lost:" and "Traceback" not in done.stderr
+    lost = [re.fullmatch(rf"  node (n[01]): stage 'trace': cannot write trace file '{full_disk}/gsum-[^']*-\1-"
+                         r"(callers|link)-[^']*\.bin': No space left on device", line) for line in lines[1:]]
+    assert all(lost), done.stderr
+    # every node's callers, and n1's link to n0
+    assert {(m.group(1), m.group(2)) for m in lost} == {("n0", "callers"), ("n1", "callers"), ("n1", "link")}
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]
 
 
 def test_perfetto_json(space, tmp_path):

@@ -18,25 +18,22 @@ static int forward(ps_link *link, ps_bridge_call *call) {
 }
 
 static int bridge_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
-    (void)timeout_ns;
-    ps_bridge_call call = {.op = PS_BRIDGE_MOVE, .tuple_in = tuple};
+    ps_bridge_call call = {.op = PS_BRIDGE_MOVE, .tuple_in = tuple, .timeout_ns = timeout_ns};
     return forward(link, &call);
 }
 
 static int bridge_observe(ps_link *link, void *out, int64_t timeout_ns) {
-    (void)timeout_ns;
-    ps_bridge_call call = {.op = PS_BRIDGE_OBSERVE, .tuple_out = out};
+    ps_bridge_call call = {.op = PS_BRIDGE_OBSERVE, .tuple_out = out, .timeout_ns = timeout_ns};
     return forward(link, &call);
 }
 
 static int bridge_observe_at(ps_link *link, int64_t index, void *out, int64_t timeout_ns) {
-    (void)timeout_ns;
-    ps_bridge_call call = {.op = PS_BRIDGE_OBSERVE_AT, .tuple_out = out, .argument = index};
+    ps_bridge_call call = {.op = PS_BRIDGE_OBSERVE_AT, .tuple_out = out, .argument = index, .timeout_ns = timeout_ns};
     return forward(link, &call);
 }
 
 static int bridge_number(ps_link *link, ps_bridge_op op, int64_t argument, int64_t *out) {
-    ps_bridge_call call = {.op = op, .argument = argument};
+    ps_bridge_call call = {.op = op, .argument = argument, .timeout_ns = PS_FOREVER};
     int rc = forward(link, &call);
     if (out) *out = call.result;
     return rc;

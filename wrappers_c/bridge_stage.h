@@ -24,11 +24,13 @@ typedef struct ps_bridge_call {
     const void *tuple_in;  /* move */
     void *tuple_out;       /* observe, observe_at */
     int64_t argument;      /* observe_at and axe: the index; delta: the bound (< 0: read only) */
+    int64_t timeout_ns;    /* move, observe, observe_at: the caller's timeout (PS_FOREVER otherwise) */
     int64_t result;        /* first, last, delta */
 } ps_bridge_call;
 
 typedef struct ps_bridge {
-    int (*call)(void *impl, ps_bridge_call *call);  /* returns a status */
+    /* Returns a status; PS_ETIMEDOUT when the call's timeout passed with nothing done. */
+    int (*call)(void *impl, ps_bridge_call *call);
     void (*release)(void *impl);                    /* when the stage is destroyed */
 } ps_bridge;
 

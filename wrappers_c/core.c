@@ -1,4 +1,5 @@
-/* core.c — the `core` stage: the PastSet element itself, at the bottom of every path. */
+/* core.c — the `core` stage: the PastSet element itself, at the bottom of every path. The stage
+ * holds the element (ps_enter) as long as it lives, so the element cannot be removed under it. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -60,9 +61,11 @@ static int core_counters(ps_stage *stage, ps_counter *out, int max) {
     return n;
 }
 
+static void core_destroy(ps_stage *stage) { ps_leave(((core_stage *)stage)->element); }
+
 static const ps_stage_ops CORE_OPS = {
-    core_move, core_observe, core_observe_at, core_first, core_last, core_delta, core_axe, core_counters, NULL,
-    core_exchange,
+    core_move, core_observe, core_observe_at, core_first, core_last, core_delta, core_axe, core_counters,
+    core_destroy, core_exchange,
 };
 
 static int core_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
@@ -86,7 +89,10 @@ static int core_create(const ps_params *params, const ps_build_context *context,
         return rc;
     }
     core_stage *stage = calloc(1, sizeof *stage);
-    if (!stage) return PS_ENOMEM;
+    if (!stage) {
+        ps_leave(element);
+        return PS_ENOMEM;
+    }
     stage->element = element;
     ps_stage_init(&stage->base, &CORE_OPS, &parsed, 0, NULL, PS_JOINING);
     *out = &stage->base;

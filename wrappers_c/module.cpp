@@ -24,6 +24,7 @@ extern "C" {
 #include "bridge_stage.h"
 #include "server.h"
 #include "stage.h"
+#include "trace.h"
 }
 
 namespace py = pybind11;
@@ -40,59 +41,88 @@ PyObject *g_axed_error = nullptr;
 // An exception raised inside a Python stage, kept until the operation returns to Python.
 thread_local std::unique_ptr<py::error_already_set> t_python_stage_error;
 
+// Text from C as a Python str: a message cut to fit its buffer may end in half a UTF-8 character.
+py::str text_of(const std::string &text) {
+    PyObject *decoded = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
+    if (!decoded) throw py::error_already_set();
+    return py::reinterpret_steal<py::str>(decoded);
+}
+
+[[noreturn]] void raise_text(PyObject *type, const std::string &message) {
+    PyErr_SetObject(type, text_of(message).ptr());
+    throw py::error_already_set();
+}
+
 [[noreturn]] void raise_status(int rc, const std::string &what) {
     if (t_python_stage_error) {
         std::unique_ptr<py::error_already_set> error = std::move(t_python_stage_error);
         error->restore();
         throw py::error_already_set();
     }
-    std::string msg = what + ": " + ps_status_name(rc);
+    PyObject *type;
     switch (rc) {
-    case PS_ETIMEDOUT: PyErr_SetString(PyExc_TimeoutError, msg.c_str()); break;
-    case PS_EAXED: PyErr_SetString(g_axed_error, msg.c_str()); break;
-    case PS_EINDEX: PyErr_SetString(PyExc_IndexError, msg.c_str()); break;
-    case PS_EFORMAT: case PS_EMISMATCH: case PS_EINVAL:
-        PyErr_SetString(PyExc_ValueError, msg.c_str()); break;
-    case PS_ENOMEM: PyErr_SetString(PyExc_MemoryError, msg.c_str()); break;
-    case PS_ENOTSUP: PyErr_SetString(PyExc_NotImplementedError, msg.c_str()); break;
-    case PS_EREMOTE: PyErr_SetString(PyExc_ConnectionError, msg.c_str()); break;
-    default: PyErr_SetString(PyExc_RuntimeError, msg.c_str()); break;
+    case PS_ETIMEDOUT: type = PyExc_TimeoutError; break;
+    case PS_EAXED: type = g_axed_error; break;
+    case PS_EINDEX: type = PyExc_IndexError; break;
+    case PS_EFORMAT: case PS_EMISMATCH: case PS_EINVAL: type = PyExc_ValueError; break;
+    case PS_ENOMEM: type = PyExc_MemoryError; break;
+    case PS_ENOTSUP: type = PyExc_NotImplementedError; break;
+    case PS_EREMOTE: type = PyExc_ConnectionError; break;
+    default: type = PyExc_RuntimeError; break;
     }
-    throw py::error_already_set();
+    raise_text(type, what + ": " + ps_status_name(rc));
+}
+
+// A value as a message shows it: its repr, cut to a line.
+std::string shown(const py::handle &value) {
+    std::string text = py::repr(value).cast<std::string>();
+    return text.size() > 120 ? text.substr(0, 117) + "..." : text;
 }
 
 // Seconds (None = forever) to nanoseconds (PS_FOREVER), refusing negative or NaN timeouts.
 int64_t timeout_ns(const py::object &timeout) {
     if (timeout.is_none()) return PS_FOREVER;
     if (!py::isinstance<py::int_>(timeout) && !py::isinstance<py::float_>(timeout))
-        throw py::type_error("timeout: expected None or a number of seconds, got " + py::repr(timeout).cast<std::string>());
+        throw py::type_error("timeout: expected None or a number of seconds, got " + shown(timeout));
     double seconds = py::cast<double>(timeout);
     if (!(seconds >= 0.0) || std::isinf(seconds))
-        throw py::value_error("timeout: expected None or a finite number of seconds >= 0, got " +
-                              py::repr(timeout).cast<std::string>());
+        throw py::value_error("timeout: expected None or a finite number of seconds >= 0, got " + shown(timeout));
     constexpr double kLongest = 1e9;  // seconds: beyond 31 years, a timeout is no timeout
     return seconds >= kLongest ? PS_FOREVER : static_cast<int64_t>(seconds * 1e9);
 }
 
-// An integer argument, or a TypeError/OverflowError naming it.
-int64_t int_argument(const py::object &value, const char *name) {
-    if (!py::isinstance<py::int_>(value) || py::isinstance<py::bool_>(value))
-        throw py::type_error(std::string(name) + ": expected an int, got " + py::repr(value).cast<std::string>());
-    try {
-        return value.cast<int64_t>();
-    } catch (py::cast_error &) {
-        PyErr_Clear();
-        throw py::value_error(std::string(name) + ": expected an int that fits in 64 bits, got " +
-                              py::repr(value).cast<std::string>());
-    }
+// An int argument's value, or false when it does not fit in 64 bits; a TypeError naming `what`
+// when it is no int (a bool is no index either).
+bool int64_of(const py::handle &value, const std::string &what, int64_t *out) {
+    if (!PyLong_Check(value.ptr()) || PyBool_Check(value.ptr()))
+        throw py::type_error(what + ": expected an int, got " + shown(value));
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+    return overflow == 0;
 }
 
-// Runs op(slice_timeout_ns) without the GIL, in slices, checking for signals between slices.
-// op must leave no trace when it times out, so that it can simply be called again.
+// An int argument that must fit in 64 bits, or a TypeError/ValueError naming it.
+int64_t int_argument(const py::handle &value, const std::string &what) {
+    int64_t v;
+    if (!int64_of(value, what, &v))
+        throw py::value_error(what + ": expected an int that fits in 64 bits, got " + shown(value));
+    return v;
+}
+
+// Text handed to C, where a NUL byte would silently end it ('a\0b' would be 'a').
+const std::string &c_text(const std::string &text, const std::string &what) {
+    if (text.find('\0') != std::string::npos)
+        throw py::value_error(what + ": expected text without NUL bytes, got " + shown(py::str(text)));
+    return text;
+}
+
+// Runs op(slice_timeout_ns) without the GIL, in slices, checking for signals between slices,
+// until the timeout or the `latest` deadline (PS_FOREVER: none), whichever comes first. op must
+// leave no trace when it times out, so that it can simply be called again.
 template <class Op>
-int wait_in_slices(Op op, const py::object &timeout) {
-    int64_t total = timeout_ns(timeout);
-    int64_t deadline = ps_deadline(total);
+int wait_in_slices(Op op, const py::object &timeout, int64_t latest) {
+    int64_t deadline = ps_deadline(timeout_ns(timeout));
+    if (latest != PS_FOREVER && (deadline == PS_FOREVER || latest < deadline)) deadline = latest;
     for (;;) {
         int64_t slice = kWaitSliceNs;
         if (deadline != PS_FOREVER) slice = std::max<int64_t>(0, std::min(slice, deadline - ps_now_ns()));
@@ -142,6 +172,7 @@ public:
         else if (parsed_.value_count == 1) values = py::make_tuple(t);
         else wrong_tuple(t, owner, "not a tuple");
         if (values.size() != parsed_.value_count) wrong_tuple(t, owner, "wrong number of values");
+        for (const BytesField &field : bytes_fields_) check_length(values[field.value], field, owner);
         try {
             return pack_(*values);
         } catch (py::error_already_set &e) {
@@ -156,15 +187,31 @@ public:
     }
 
 private:
+    // An 's' or 'p' field: struct.pack would silently cut longer bytes to fit it.
+    struct BytesField {
+        size_t value;      // its place in the tuple
+        size_t capacity;   // bytes it holds ('p' keeps one for the length)
+        std::string code;  // as written: "16s"
+    };
+
+    void check_length(const py::handle &value, const BytesField &field, const std::string &owner) const {
+        Py_ssize_t length = PyBytes_Check(value.ptr())       ? PyBytes_GET_SIZE(value.ptr())
+                            : PyByteArray_Check(value.ptr()) ? PyByteArray_GET_SIZE(value.ptr())
+                                                             : -1;  // not bytes: struct explains
+        if (length > static_cast<Py_ssize_t>(field.capacity))
+            throw py::value_error(owner + " (format '" + format_ + "'): field " + std::to_string(field.value) +
+                                  " ('" + field.code + "') holds at most " + std::to_string(field.capacity) +
+                                  " bytes, got " + std::to_string(length));
+    }
+
     [[noreturn]] void wrong_tuple(const py::handle &t, const std::string &owner, const std::string &why) const {
-        std::string given = py::repr(t).cast<std::string>();
-        if (given.size() > 120) given = given.substr(0, 117) + "...";
         throw py::type_error(owner + " (format '" + format_ + "'): expected a tuple of " +
                              std::to_string(parsed_.value_count) + " value(s) (" + fields_ + "), got " +
-                             given + " (" + why + ")");
+                             shown(t) + " (" + why + ")");
     }
 
     void describe_fields() {
+        size_t value = 0;
         for (uint32_t i = 0; i < parsed_.run_count; i++) {
             const ps_field_run &run = parsed_.runs[i];
             const char *type = nullptr;
@@ -175,8 +222,13 @@ private:
             case PS_FIELD_BYTES: type = "bytes"; break;
             default: continue;
             }
-            uint32_t repeat = (run.code == 's' || run.code == 'p') ? 1 : run.count;
-            for (uint32_t k = 0; k < repeat; k++) fields_ += (fields_.empty() ? "" : ", ") + std::string(type);
+            bool string = run.code == 's' || run.code == 'p';
+            if (string) {
+                size_t capacity = run.code == 'p' && run.count > 0 ? run.count - 1 : run.count;
+                bytes_fields_.push_back({value, capacity, std::to_string(run.count) + static_cast<char>(run.code)});
+            }
+            uint32_t repeat = string ? 1 : run.count;
+            for (uint32_t k = 0; k < repeat; k++, value++) fields_ += (fields_.empty() ? "" : ", ") + std::string(type);
         }
     }
 
@@ -185,6 +237,7 @@ private:
     size_t size_ = 0;
     py::object pack_, unpack_;  // bound methods of the compiled struct.Struct
     std::string fields_;
+    std::vector<BytesField> bytes_fields_;
 };
 
 // A tuple-sized buffer: on the stack for small tuples, so observe does not allocate.
@@ -220,7 +273,7 @@ public:
     void move(const py::handle &t, const py::object &timeout) {
         py::bytes packed = codec_.pack(t, label_);
         const char *bytes = PyBytes_AS_STRING(packed.ptr());
-        int rc = wait_in_slices([&](int64_t slice) { return Backend::move(bytes, slice); }, timeout);
+        int rc = wait_in_slices([&](int64_t slice) { return Backend::move(bytes, slice); }, timeout, Backend::deadline());
         if (rc == PS_ESTATE)
             fail(rc, label_ + " move: a sum holds 4 rounds, and this caller has moved 4 it has not observed yet: observe first");
         if (rc != PS_OK) fail(rc, label_ + " move");
@@ -230,14 +283,14 @@ public:
         TupleBuffer buffer(codec_.size());
         void *out = buffer.data();
         if (index.is_none()) {
-            int rc = wait_in_slices([&](int64_t slice) { return Backend::observe(out, slice); }, timeout);
+            int rc = wait_in_slices([&](int64_t slice) { return Backend::observe(out, slice); }, timeout, Backend::deadline());
             if (rc == PS_ESTATE) fail(rc, label_ + " observe: each observe answers one earlier move");
             if (rc != PS_OK) fail(rc, label_ + " observe");
             return codec_.unpack(out);
         }
-        int64_t i = int_argument(index, "index");
+        int64_t i = int_argument(index, label_ + " observe(index)");
         std::string call = label_ + " observe(" + std::to_string(i) + ")";
-        int rc = wait_in_slices([&](int64_t slice) { return Backend::observe_at(i, out, slice); }, timeout);
+        int rc = wait_in_slices([&](int64_t slice) { return Backend::observe_at(i, out, slice); }, timeout, Backend::deadline());
         if (rc == PS_EAXED)
             fail(rc, call + ": tuple " + std::to_string(i) + " was freed by axe (first live index is " +
                                  std::to_string(Backend::axed()) + ")");
@@ -252,23 +305,24 @@ public:
     int64_t delta(const py::object &bound) {
         int64_t n = -1;
         if (!bound.is_none()) {
-            n = int_argument(bound, "bound");
+            n = int_argument(bound, label_ + " delta(bound)");
             if (n < 0)
                 throw py::value_error(label_ + " delta(" + std::to_string(n) + "): expected a bound >= 0 (0 = unbounded)");
         }
         return number("delta", [&](int64_t *v) { return Backend::delta(n, v); });
     }
 
-    void axe(int64_t index) {
-        int rc;
-        {
+    void axe(const py::object &index) {
+        std::string call = label_ + " axe(" + shown(index) + ")";
+        int64_t i;
+        int rc = PS_EINDEX;  // an index beyond 64 bits is beyond last() too
+        if (int64_of(index, call, &i)) {
             py::gil_scoped_release released;
-            rc = Backend::axe(index);
+            rc = Backend::axe(i);
         }
         if (rc == PS_EINDEX || rc == PS_EINVAL)
-            fail(rc, label_ + " axe(" + std::to_string(index) + "): expected 0 <= index <= last() = " +
-                                 std::to_string(last()));
-        if (rc != PS_OK) fail(rc, label_ + " axe(" + std::to_string(index) + ")");
+            fail(rc, call + ": expected 0 <= index <= last() = " + std::to_string(last()));
+        if (rc != PS_OK) fail(rc, call);
     }
 
     std::string repr(const char *type) {
@@ -319,15 +373,31 @@ void bind_endpoint(py::class_<T, Options...> &cls, const char *type) {
 struct SpaceOwner {
     ps_space *space;
     SpaceOwner() : space(ps_space_new()) {
-        if (!space) throw std::bad_alloc();
+        if (!space) {
+            PyErr_SetString(PyExc_MemoryError, "PastSet(): out of memory");
+            throw py::error_already_set();
+        }
     }
     ~SpaceOwner() { ps_space_free(space); }
+};
+
+// One hold on an element (so it cannot be removed), given back when the last Element object
+// sharing it goes. Keeps the PastSet alive too.
+struct ElementHold {
+    ElementHold(std::shared_ptr<SpaceOwner> owner, ps_element *e) : owner(std::move(owner)), e(e) {}
+    ~ElementHold() { ps_leave(e); }
+    ElementHold(const ElementHold &) = delete;
+    ElementHold &operator=(const ElementHold &) = delete;
+
+    std::shared_ptr<SpaceOwner> owner;
+    ps_element *e;
 };
 
 // The element calls, straight into the PastSet core.
 class ElementCalls {
 public:
-    ElementCalls(std::shared_ptr<SpaceOwner> owner, ps_element *e) : owner_(std::move(owner)), e_(e) {}
+    ElementCalls(std::shared_ptr<SpaceOwner> owner, ps_element *e)
+        : hold_(std::make_shared<ElementHold>(std::move(owner), e)), e_(e) {}
 
     int move(const void *t, int64_t timeout) { return ps_move(e_, t, timeout); }
     int observe(void *out, int64_t timeout) { return ps_observe(e_, out, nullptr, timeout); }
@@ -341,6 +411,7 @@ public:
     }
     int axe(int64_t index) { return ps_axe(e_, index); }
     int64_t axed() { return ps_axed(e_); }
+    int64_t deadline() const { return PS_FOREVER; }
     std::string explanation() const { return ""; }
 
     std::string name() const { return ps_element_name(e_); }
@@ -358,7 +429,7 @@ public:
     }
 
 private:
-    std::shared_ptr<SpaceOwner> owner_;
+    std::shared_ptr<ElementHold> hold_;
     ps_element *e_;
 };
 
@@ -369,24 +440,36 @@ public:
     PastSet() : owner_(std::make_shared<SpaceOwner>()) {}
 
     Element enter(const std::string &name, const std::string &format) {
+        std::string call = "enter(" + shown(py::str(name)) + ", " + shown(py::str(format)) + ")";
         ps_element *e = nullptr;
-        int rc = ps_enter(owner_->space, name.c_str(), format.c_str(), &e);
+        int rc = ps_enter(owner_->space, c_text(name, call).c_str(), c_text(format, call).c_str(), &e);
         if (rc == PS_EFORMAT) TupleCodec explain(format);  // throws ValueError with the reason
         if (rc == PS_EMISMATCH)
-            throw py::value_error("enter('" + name + "', '" + format + "'): element '" + name +
-                                  "' exists with format '" + existing_format(name) + "'");
-        if (rc == PS_EINVAL) throw py::value_error("enter(): expected a name of 1 to 255 bytes, got '" + name + "'");
-        if (rc != PS_OK) raise_status(rc, "enter('" + name + "', '" + format + "')");
+            throw py::value_error(call + ": element '" + name + "' exists with format '" + existing_format(name) + "'");
+        if (rc == PS_EINVAL) throw py::value_error(call + ": expected a name of 1 to 255 bytes");
+        if (rc != PS_OK) raise_status(rc, call);
         return Element(format, "element '" + name + "'", owner_, e);
+    }
+
+    void remove(const std::string &name, const std::string &format) {
+        std::string call = "remove(" + shown(py::str(name)) + ", " + shown(py::str(format)) + ")";
+        int64_t holds = 0;
+        int rc = ps_remove(owner_->space, c_text(name, call).c_str(), c_text(format, call).c_str(), &holds);
+        if (rc == PS_EFORMAT) TupleCodec explain(format);
+        if (rc == PS_EINVAL) throw py::value_error(call + ": there is no element '" + name + "'");
+        if (rc == PS_EMISMATCH)
+            throw py::value_error(call + ": element '" + name + "' has format '" + existing_format(name) + "'");
+        if (rc == PS_ESTATE)
+            throw std::runtime_error(call + ": element '" + name + "' is in use (" + std::to_string(holds) +
+                                     " hold(s): Element objects, and paths built over it); drop them first");
+        if (rc != PS_OK) raise_status(rc, call);
     }
 
     std::vector<std::pair<std::string, std::string>> elements() const {
         std::vector<std::pair<std::string, std::string>> out;
-        size_t n = ps_space_count(owner_->space);
-        for (size_t i = 0; i < n; i++) {
-            ps_element *e = ps_space_element(owner_->space, i);
-            out.emplace_back(ps_element_name(e), ps_element_format(e)->text);
-        }
+        ps_space_each(owner_->space, [](void *context, const ps_element *e) {
+            static_cast<decltype(out) *>(context)->emplace_back(ps_element_name(e), ps_element_format(e)->text);
+        }, &out);
         return out;
     }
 
@@ -471,6 +554,10 @@ public:
     int delta(int64_t bound, int64_t *v) { return ps_link_delta(link_, bound, v); }
     int axe(int64_t index) { return ps_link_axe(link_, index); }
     int64_t axed() { return -1; }
+    // The latest any call may wait: the caller's deadline, for the view a Python stage gets of
+    // its link below (set for each call it serves); PS_FOREVER for a thread's own handle.
+    int64_t deadline() const { return deadline_; }
+    void set_deadline(int64_t deadline) { deadline_ = deadline; }
     // What the stage could say about its last failure (a remote names its server).
     std::string explanation() const { return ps_stage_error(stage_->get()); }
 
@@ -486,6 +573,7 @@ private:
     alignas(64) ps_link owned_{};
     ps_link *link_;
     bool owns_ = false;
+    int64_t deadline_ = PS_FOREVER;
 };
 
 using Handle = Endpoint<LinkCalls>;
@@ -541,28 +629,30 @@ std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict
     if (!kind) throw py::value_error("unknown stage kind '" + kind_name + "'");
     std::vector<std::string> names, texts;
     std::vector<ps_param_value> values;
+    std::string given;  // the parameters as the messages show them: "capacity=1024, ..."
     names.reserve(params.size());
     texts.reserve(params.size());
     for (auto item : params) {
         names.push_back(py::str(item.first));
+        std::string what = "stage '" + kind_name + "': parameter '" + names.back() + "'";
         ps_param_value v{nullptr, PS_PARAM_STR, 0, 0.0, nullptr};
         py::handle value = item.second;
         if (py::isinstance<py::bool_>(value)) {
-            throw py::type_error("stage '" + kind_name + "': parameter '" + names.back() + "' must not be a bool");
+            throw py::type_error(what + " must not be a bool");
         } else if (py::isinstance<py::int_>(value)) {
             v.type = PS_PARAM_INT;
-            v.i = value.cast<int64_t>();
+            v.i = int_argument(value, what);
         } else if (py::isinstance<py::float_>(value)) {
             v.type = PS_PARAM_FLOAT;
             v.f = value.cast<double>();
         } else if (py::isinstance<py::str>(value)) {
-            texts.push_back(value.cast<std::string>());
+            texts.push_back(c_text(value.cast<std::string>(), what));
             v.s = texts.back().c_str();
         } else {
-            throw py::type_error("stage '" + kind_name + "': parameter '" + names.back() +
-                                 "' must be an int, float or str, got " + py::repr(value).cast<std::string>());
+            throw py::type_error(what + " must be an int, float or str, got " + shown(value));
         }
         values.push_back(v);
+        given += (given.empty() ? "" : ", ") + names.back() + "=" + shown(value);
     }
     for (size_t i = 0; i < values.size(); i++) values[i].name = names[i].c_str();
     ps_params checked{values.data(), values.size()};
@@ -575,18 +665,40 @@ std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict
         rc = ps_stage_create(kind, &checked, &context, below ? below->get() : nullptr, &stage, error, sizeof error);
     }
     if (rc != PS_OK) {
-        std::string why = below ? ps_stage_error(below->get()) : "";
-        if (!error[0])
-            snprintf(error, sizeof error, "stage '%s': %s%s%s", kind_name.c_str(), ps_status_name(rc),
-                     why.empty() ? "" : ": ", why.c_str());
-        if (rc == PS_EREMOTE) {
-            PyErr_SetString(PyExc_ConnectionError, error);
-            throw py::error_already_set();
+        std::string message = error;  // the stage's own reason, if it gave one
+        if (message.empty() && rc == PS_ENOMEM) {  // what the stage asked for, since it could not say
+            std::string tuples = below ? " over " + std::to_string(ps_stage_format(below->get())->size) + "-byte tuples" : "";
+            message = "stage '" + kind_name + "' (" + given + ")" + tuples + ": out of memory";
         }
-        if (rc == PS_ENOMEM) throw std::bad_alloc();
-        throw py::value_error(error);
+        if (message.empty()) {
+            std::string why = below ? ps_stage_error(below->get()) : "";
+            message = "stage '" + kind_name + "': " + ps_status_name(rc) + (why.empty() ? "" : ": " + why);
+        }
+        raise_text(rc == PS_EREMOTE ? PyExc_ConnectionError : rc == PS_ENOMEM ? PyExc_MemoryError : PyExc_ValueError,
+                   message);
     }
     return std::make_shared<Stage>(stage, pastset.owner());
+}
+
+// ---- trace files that could not be written -----------------------------------------------------
+
+// Waits up to `wait` for every trace stage of the process to be released and its file written,
+// then returns what went wrong since the last call: a message per file that could not be
+// written, and one for the files still to come.
+py::list take_trace_failures(const py::object &wait) {
+    int64_t unwritten = 0;
+    wait_in_slices([&](int64_t slice) { return (unwritten = ps_trace_wait_written(slice)) ? PS_ETIMEDOUT : PS_OK; },
+                   wait, PS_FOREVER);
+    std::vector<std::string> failures;
+    ps_trace_take_failures([](void *context, const char *message) {
+        static_cast<std::vector<std::string> *>(context)->emplace_back(message);
+    }, &failures);
+    if (unwritten && !wait.is_none() && py::cast<double>(wait) > 0)
+        failures.push_back(std::to_string(unwritten) + " trace file(s) not written yet after " +
+                           py::str(wait).cast<std::string>() + " s: their stages are still in use");
+    py::list out;
+    for (const std::string &failure : failures) out.append(text_of(failure));
+    return out;
 }
 
 // ---- stages written in Python (the slow path) --------------------------------------------------
@@ -597,6 +709,12 @@ struct PythonStage {
     py::object impl;
     std::shared_ptr<Stage> below;
     std::vector<std::shared_ptr<Handle>> views;
+
+    // How a message names what one of its methods returned: "python stage Doubler.observe() returned".
+    std::string returned(const char *method) const {
+        return "python stage " + py::str(py::type::of(impl).attr("__qualname__")).cast<std::string>() + "." + method +
+               "() returned";
+    }
 };
 
 const std::shared_ptr<Handle> &below_view(PythonStage &stage, ps_bridge_call *call) {
@@ -608,38 +726,44 @@ const std::shared_ptr<Handle> &below_view(PythonStage &stage, ps_bridge_call *ca
     return view;
 }
 
-void copy_out(const TupleCodec &codec, const py::object &t, void *out, const char *method) {
-    py::bytes packed = codec.pack(t, std::string("python stage ") + method + "()");
+void copy_out(const TupleCodec &codec, const py::object &t, void *out, const std::string &what) {
+    py::bytes packed = codec.pack(t, what);
     std::memcpy(out, PyBytes_AS_STRING(packed.ptr()), codec.size());
 }
 
-// Calls impl.<op>(below, ...) with the GIL held. A Python exception is kept for the caller's
-// thread (raise_status re-raises it when the operation returns to Python); the status is PS_EINVAL.
+// Calls impl.<op>(below, ...) with the GIL held; the blocking calls the stage makes on `below` wait
+// no longer than the caller's timeout, and a TimeoutError is the status PS_ETIMEDOUT (the caller
+// may try again). Any other Python exception is kept for the caller's thread (raise_status
+// re-raises it when the operation returns to Python); the status is PS_EINVAL.
 int python_bridge_call(void *impl, ps_bridge_call *call) {
     py::gil_scoped_acquire gil;
     PythonStage &stage = *static_cast<PythonStage *>(impl);
     try {
         const std::shared_ptr<Handle> &view = below_view(stage, call);
+        view->set_deadline(ps_deadline(call->timeout_ns));
         py::object below = py::cast(view);
         const TupleCodec &codec = view->codec();
         py::object &obj = stage.impl;
         switch (call->op) {
         case PS_BRIDGE_MOVE: obj.attr("move")(below, codec.unpack(call->tuple_in)); break;
-        case PS_BRIDGE_OBSERVE: copy_out(codec, obj.attr("observe")(below), call->tuple_out, "observe"); break;
-        case PS_BRIDGE_OBSERVE_AT:
-            copy_out(codec, obj.attr("observe_at")(below, call->argument), call->tuple_out, "observe_at");
+        case PS_BRIDGE_OBSERVE:
+            copy_out(codec, obj.attr("observe")(below), call->tuple_out, stage.returned("observe"));
             break;
-        case PS_BRIDGE_FIRST: call->result = obj.attr("first")(below).cast<int64_t>(); break;
-        case PS_BRIDGE_LAST: call->result = obj.attr("last")(below).cast<int64_t>(); break;
+        case PS_BRIDGE_OBSERVE_AT:
+            copy_out(codec, obj.attr("observe_at")(below, call->argument), call->tuple_out, stage.returned("observe_at"));
+            break;
+        case PS_BRIDGE_FIRST: call->result = int_argument(obj.attr("first")(below), stage.returned("first")); break;
+        case PS_BRIDGE_LAST: call->result = int_argument(obj.attr("last")(below), stage.returned("last")); break;
         case PS_BRIDGE_DELTA: {
             py::object bound = call->argument >= 0 ? py::object(py::int_(call->argument)) : py::object(py::none());
-            call->result = obj.attr("delta")(below, bound).cast<int64_t>();
+            call->result = int_argument(obj.attr("delta")(below, bound), stage.returned("delta"));
             break;
         }
         case PS_BRIDGE_AXE: obj.attr("axe")(below, call->argument); break;
         }
         return PS_OK;
     } catch (py::error_already_set &e) {
+        if (e.matches(PyExc_TimeoutError)) return PS_ETIMEDOUT;
         t_python_stage_error = std::make_unique<py::error_already_set>(std::move(e));
     } catch (py::builtin_exception &e) {
         e.set_error();
@@ -1107,6 +1231,9 @@ PYBIND11_MODULE(_native, m) {
         .def(py::init<>())
         .def("enter", &PastSet::enter, py::arg("name"), py::arg("format"),
              "Find or create the element (name, format).")
+        .def("remove", &PastSet::remove, py::arg("name"), py::arg("format"),
+             "Free the element (name, format) and its tuples (PastSet's delelement); refused while an\n"
+             "Element object or a path built over it still holds it.")
         .def("elements", &PastSet::elements, "[(name, format), ...] in creation order.");
 
     py::class_<Stage, std::shared_ptr<Stage>>(m, "Stage", "One built C stage (one reference to it).")
@@ -1139,6 +1266,9 @@ PYBIND11_MODULE(_native, m) {
         if (zmq_curve_keypair(public_key, secret_key) != 0) throw std::runtime_error("libzmq has no CURVE support");
         return std::make_pair(std::string(public_key), std::string(secret_key));
     }, "A new CURVE key pair (public, secret), Z85 text.");
+    m.def("take_trace_failures", &take_trace_failures, py::arg("wait") = 0.0,
+          "Wait up to `wait` seconds (None: no limit) for every trace stage of this process to be released\n"
+          "and its file written; return (and forget) the messages of the files that could not be written.");
     m.def("stage_kinds", &stage_kinds, "{kind: {doc, params: {name: {type, required, default, min, max, choices, doc}}}}");
     m.def("create_python_stage", &create_python_stage, py::arg("impl"), py::arg("below"),
           "Wrap a Python object (methods move, observe, observe_at, first, last, delta, axe, each taking\n"

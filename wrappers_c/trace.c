@@ -6,7 +6,8 @@
  * preallocated and pre-faulted at creation; an operation claims its event slot with one relaxed
  * atomic add and writes it, with no lock, no allocation and no I/O. When the buffer is full the
  * slot number runs past the capacity and the event is counted as dropped. The last release writes
- * the file (format in trace.h) to a temporary name in the same directory, then renames it.
+ * the file (format in trace.h) to a temporary name in the same directory, then renames it; a
+ * file that cannot be written is said on stderr and kept for ps_trace_take_failures.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +23,7 @@
 
 #include "stage_base.h"
 #include "trace.h"
+#include "waitpoint.h"
 
 _Static_assert(sizeof(ps_trace_header) == PS_TRACE_HEADER_SIZE, "trace header layout");
 _Static_assert(sizeof(ps_trace_event) == PS_TRACE_EVENT_SIZE, "trace event layout");
@@ -67,6 +69,50 @@ static void calibrate(void) {
 double ps_trace_ticks_per_ns(void) {
     pthread_once(&calibration_once, calibrate);
     return calibrated_ticks_per_ns;
+}
+
+/* ---- files still to write, and those that could not be ----------------------------------- */
+
+static pthread_mutex_t failures_lock = PTHREAD_MUTEX_INITIALIZER;
+static char failures[PS_TRACE_FAILURES_KEPT][PS_TRACE_FAILURE_TEXT];
+static int64_t failure_count;            /* since the last take; those beyond the kept are counted */
+static _Atomic int64_t unwritten;        /* trace stages alive: their files are still to come */
+static ps_waitpoint written;             /* bumped when one of them is done (a zero is ready) */
+
+static void keep_failure(const char *message) {
+    pthread_mutex_lock(&failures_lock);
+    if (failure_count < PS_TRACE_FAILURES_KEPT) snprintf(failures[failure_count], PS_TRACE_FAILURE_TEXT, "%s", message);
+    failure_count++;
+    pthread_mutex_unlock(&failures_lock);
+}
+
+static void file_done(void) {
+    atomic_fetch_sub(&unwritten, 1);
+    ps_waitpoint_wake(&written);
+}
+
+int64_t ps_trace_wait_written(int64_t wait_ns) {
+    int64_t deadline = ps_deadline(wait_ns);
+    uint32_t spins = 0;
+    for (;;) {
+        uint32_t seen = ps_waitpoint_sequence(&written);
+        int64_t left = atomic_load(&unwritten);
+        if (left == 0 || ps_waitpoint_wait(&written, seen, deadline, &spins) == PS_ETIMEDOUT) return left;
+    }
+}
+
+void ps_trace_take_failures(void (*visit)(void *context, const char *message), void *context) {
+    pthread_mutex_lock(&failures_lock);
+    int64_t kept = failure_count < PS_TRACE_FAILURES_KEPT ? failure_count : PS_TRACE_FAILURES_KEPT;
+    for (int64_t i = 0; i < kept; i++) visit(context, failures[i]);
+    if (failure_count > kept) {
+        char more[96];
+        snprintf(more, sizeof more, "and %lld more trace file(s) that could not be written",
+                 (long long)(failure_count - kept));
+        visit(context, more);
+    }
+    failure_count = 0;
+    pthread_mutex_unlock(&failures_lock);
 }
 
 /* ---- the hot path ------------------------------------------------------------------------- */
@@ -205,10 +251,14 @@ static void free_trace(trace_stage *t) {
 static void trace_destroy(ps_stage *stage) {
     trace_stage *t = (trace_stage *)stage;
     if (write_trace(t) != 0) {
-        fprintf(stderr, "paths: stage 'trace': cannot write trace file '%s': %s\n", t->path, strerror(errno));
+        char message[PS_TRACE_FAILURE_TEXT];
+        snprintf(message, sizeof message, "stage 'trace': cannot write trace file '%s': %s", t->path, strerror(errno));
+        fprintf(stderr, "paths: %s\n", message);
+        keep_failure(message);
         unlink(t->temporary_path);
     }
     free_trace(t);
+    file_done();
 }
 
 static const ps_stage_ops TRACE_OPS = {
@@ -314,6 +364,7 @@ static int trace_create(const ps_params *params, const ps_build_context *context
     h->origin_unix_ns = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
     snprintf(h->format, sizeof h->format, "%s", format->text);
     snprintf(h->node, sizeof h->node, "%s", node);
+    atomic_fetch_add(&unwritten, 1);
     *out = &t->base;
     return PS_OK;
 }

@@ -76,6 +76,18 @@ extern "C" {
 /* Ticks of the trace clock per nanosecond, measured once per process (~10 ms, on first use). */
 double ps_trace_ticks_per_ns(void);
 
+/* Trace files are written when their stages are released, often by a thread no one waits on (a
+ * server's link ending): a file that cannot be written must still reach the user. The process
+ * keeps what went wrong until asked. */
+enum { PS_TRACE_FAILURES_KEPT = 16, PS_TRACE_FAILURE_TEXT = 512 };
+
+/* Waits up to wait_ns (PS_FOREVER: no limit) until every trace stage of the process has been
+ * released and its file written or failed; returns how many are still to be written. */
+int64_t ps_trace_wait_written(int64_t wait_ns);
+/* Hands each failure kept since the last call to visit (oldest first; at most
+ * PS_TRACE_FAILURES_KEPT, then one line counting the others) and forgets them. */
+void ps_trace_take_failures(void (*visit)(void *context, const char *message), void *context);
+
 #ifdef __cplusplus
 }
 #endif

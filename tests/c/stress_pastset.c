@@ -3,14 +3,23 @@
  * tests/test_c_stress.py builds it plain, under AddressSanitizer + UBSan and under ThreadSanitizer.
  * Usage: stress_pastset [tuples_per_producer]   (default 50000). Exits 1 on any failure.
  *
- * Two scenes run at the same time on one space, then two checks of one call at a time:
+ * Two scenes run at the same time on one space, then a scene of names, then two checks of one call
+ * at a time:
  *   flow     producers move under a delta bound that a keeper thread keeps changing (and checks),
- *            next-observers consume, an axer frees what was consumed. Every move and observe
- *            uses a short timeout and retries, so a timed-out call that appended or consumed
- *            anything shows up as a duplicate, a loss or a wrong counter.
+ *            next-observers consume, an axer axes everything moved so far, read or not, and
+ *            what was consumed, in turns; a chaser reads random indexes meanwhile. Every move
+ *            and observe uses a short timeout and retries, so a timed-out call that appended or
+ *            consumed anything shows up as a duplicate, a loss or a wrong counter; an axe that
+ *            dropped an unread tuple shows up as a loss.
  *   history  producers move freely, indexed readers read every index in order, an axer frees
  *            what every reader has passed, a chaser reads random old indexes that may be axed.
+ *            No one moves the cursor, so nothing is freed until the end, when a next-observer
+ *            reads the whole axed history and so frees it.
  *   timeouts observe, observe_at and move at the bound expire on time and change nothing.
+ *   names    threads enter, use and leave elements of a few names while a remover keeps removing
+ *            them: a held element is never removed (the holder's own remove is refused), one
+ *            nobody holds is, and a name removed is entered again as a new, empty element. Then
+ *            10^5 names entered, listed in creation order, and removed.
  *   wake-up  an observer and a mover asleep in the futex are woken by the call they wait for.
  */
 #include <inttypes.h>
@@ -39,8 +48,9 @@ static const int64_t SHORT_TIMEOUTS[] = {0, 20000, 1 * MS};
 /* The longest a call waits for something that must come: a lost wake-up fails, never hangs. */
 #define WAKE_TIMEOUT (5000 * MS)
 /* A log chunk holds at most 64 KiB, so a fully axed element keeps at most its current chunk and
- * one spare. */
-#define AXED_BYTES_LIMIT (2 * 64 * 1024)
+ * one spare; one axed up to index a keeps at most those and the chunks from a on. */
+#define CHUNK_BYTES_LIMIT (64 * 1024)
+#define AXED_BYTES_LIMIT (2 * CHUNK_BYTES_LIMIT)
 
 typedef struct stress_tuple {
     int64_t producer, seq, check;
@@ -92,6 +102,7 @@ typedef struct flow_scene {
     atomic_int producers_running;
     atomic_bool done;             /* observers finished: helpers stop */
     _Atomic int64_t timed_out;    /* calls that expired and were retried */
+    _Atomic int64_t chased;       /* the chaser's indexed reads that found their tuple */
 } flow_scene;
 
 typedef struct flow_worker {
@@ -163,14 +174,54 @@ static void *flow_keep_bound(void *arg) {
     return NULL;
 }
 
-/* Axes what has been consumed: index <= first, so the cursor never jumps and nothing is lost. */
-static void *flow_axe_consumed(void *arg) {
+/* Axes everything moved (ahead of the cursor: the unread tuples must still reach the observers)
+ * and what was consumed, in turns; the axe point only grows. */
+static void *flow_axe(void *arg) {
     flow_scene *s = arg;
-    while (!atomic_load(&s->done)) {
-        int rc = ps_axe(s->e, ps_first(s->e));
-        CHECK(rc == PS_OK, "flow axe: %s", ps_status_name(rc));
-        CHECK(ps_axed(s->e) <= ps_first(s->e), "flow: axed beyond the cursor");
+    int64_t point = 0;
+    for (int turn = 0; !atomic_load(&s->done); turn++) {
+        int64_t index = turn % 2 ? ps_first(s->e) : ps_last(s->e);
+        int rc = ps_axe(s->e, index);
+        CHECK(rc == PS_OK, "flow axe(%" PRId64 "): %s", index, ps_status_name(rc));
+        int64_t now = ps_axed(s->e);
+        CHECK(now >= point && now >= index, "flow: axe point %" PRId64 " after %" PRId64 " and axe(%" PRId64 ")",
+              now, point, index);
+        point = now;
         pause_briefly();
+    }
+    return NULL;
+}
+
+/* Reads random indexes around the axe point while the axer works: each read is a whole tuple at
+ * or past the axe point when it began, or axed, at an index before the axe point when it ended. */
+static void *flow_chase(void *arg) {
+    flow_scene *s = arg;
+    uint64_t random_state = 0x9E3779B97F4A7C15ULL;
+    while (!atomic_load(&s->done)) {
+        int64_t point = ps_axed(s->e), last = ps_last(s->e);
+        int64_t low = point > FLOW_MAX_BOUND ? point - FLOW_MAX_BOUND : 0;
+        if (last <= low) {
+            sched_yield();
+            continue;
+        }
+        random_state ^= random_state << 13;
+        random_state ^= random_state >> 7;
+        random_state ^= random_state << 17;
+        int64_t index = low + (int64_t)(random_state % (uint64_t)(last - low));
+        int64_t before = ps_axed(s->e);
+        stress_tuple t;
+        int rc = ps_observe_at(s->e, index, &t, 0);
+        int64_t after = ps_axed(s->e);
+        pause_briefly(); /* a look now and then: the flow's own calls must keep the lock's pace */
+        if (rc == PS_EAXED) {
+            CHECK(index < after, "flow: observe_at(%" PRId64 ") axed, but the axe point is %" PRId64, index, after);
+        } else {
+            CHECK(rc == PS_OK, "flow chaser observe_at(%" PRId64 "): %s", index, ps_status_name(rc));
+            if (rc != PS_OK) continue;
+            atomic_fetch_add(&s->chased, 1);
+            CHECK(index >= before, "flow: observe_at(%" PRId64 ") read, but the axe point was %" PRId64, index, before);
+            CHECK(tuple_is_whole(&t, s->per_producer), "flow: torn tuple at index %" PRId64, index);
+        }
     }
     return NULL;
 }
@@ -181,10 +232,18 @@ static void flow_verify(flow_scene *s) {
     CHECK(lost == 0, "flow: %" PRId64 " tuples never observed", lost);
     ps_element_stats stats = stats_of(s->e);
     CHECK(stats.moves == s->total, "flow: %" PRId64 " moves counted, %" PRId64 " made", stats.moves, s->total);
-    CHECK(stats.observes == s->total, "flow: %" PRId64 " observes counted, %" PRId64 " made", stats.observes,
-          s->total);
+    int64_t observes = s->total + atomic_load(&s->chased);
+    CHECK(stats.observes == observes, "flow: %" PRId64 " observes counted, %" PRId64 " made", stats.observes,
+          observes);
     CHECK(ps_first(s->e) == s->total && ps_last(s->e) == s->total, "flow: first %" PRId64 " last %" PRId64
           ", expected both %" PRId64, ps_first(s->e), ps_last(s->e), s->total);
+    /* The cursor passed the axe point: everything before it is freed, chunk by chunk. */
+    int64_t point = ps_axed(s->e);
+    CHECK(stats.live_tuples == s->total - point, "flow: %" PRId64 " tuples live, axed up to %" PRId64 " of %" PRId64,
+          stats.live_tuples, point, s->total);
+    int64_t limit = (s->total - point) * (int64_t)sizeof(stress_tuple) + 3 * CHUNK_BYTES_LIMIT;
+    CHECK(stats.bytes_held <= limit, "flow: %" PRId64 " bytes held, axed up to %" PRId64 " of %" PRId64,
+          stats.bytes_held, point, s->total);
 }
 
 /* ---- history: indexed readers, axe behind the slowest reader, a chaser of axed indexes ------- */
@@ -298,13 +357,140 @@ static void history_verify(history_scene *s) {
         CHECK(memcmp(&s->sample[k], &reference[s->sample_index[k]], sizeof(stress_tuple)) == 0,
               "history: chaser read another tuple at index %" PRId64, s->sample_index[k]);
 
+    /* Axed, but never read by a next-observe: every tuple is kept, and refused by index. */
     CHECK(ps_axe(s->e, s->total) == PS_OK, "history: final axe failed");
     ps_element_stats stats = stats_of(s->e);
-    CHECK(stats.live_tuples == 0, "history: %" PRId64 " tuples live after axing all", stats.live_tuples);
-    CHECK(stats.bytes_held <= AXED_BYTES_LIMIT, "history: %" PRId64 " bytes held after axing all",
-          stats.bytes_held);
+    CHECK(stats.live_tuples == s->total, "history: %" PRId64 " tuples live after axing all unread, expected %" PRId64,
+          stats.live_tuples, s->total);
     stress_tuple t;
     CHECK(ps_observe_at(s->e, 0, &t, 0) == PS_EAXED, "history: axed tuple 0 still observable");
+    /* A next-observer reads them all, in order, and frees them as it goes. */
+    for (int64_t i = 0; i < s->total; i++) {
+        int64_t index = -1;
+        int rc = ps_observe(s->e, &t, &index, 0);
+        CHECK(rc == PS_OK && index == i && memcmp(&t, &reference[i], sizeof t) == 0,
+              "history: axed unread tuple %" PRId64 ": %s, index %" PRId64, i, ps_status_name(rc), index);
+        if (rc != PS_OK) break;
+    }
+    stats = stats_of(s->e);
+    CHECK(stats.live_tuples == 0, "history: %" PRId64 " tuples live after reading all axed", stats.live_tuples);
+    CHECK(stats.bytes_held <= AXED_BYTES_LIMIT, "history: %" PRId64 " bytes held after reading all axed",
+          stats.bytes_held);
+}
+
+/* ---- names: enter, leave and remove from many threads ----------------------------------------- */
+
+enum { NAMES = 48, NAME_WORKERS = 4, NAME_ROUNDS = 20000, MANY_NAMES = 100000 };
+
+typedef struct names_scene {
+    ps_space *space;
+    atomic_bool done;
+    _Atomic int64_t removed, refused, absent;
+} names_scene;
+
+static void name_of(char *out, size_t size, int64_t k) { snprintf(out, size, "name-%" PRId64, k); }
+
+/* Enters a name, moves into it, tries to remove it while holding it (refused), leaves it. */
+static void *names_use(void *arg) {
+    names_scene *s = arg;
+    uint64_t random_state = 0xD1B54A32D192ED03ULL ^ (uint64_t)(uintptr_t)&random_state;
+    for (int round = 0; round < NAME_ROUNDS; round++) {
+        random_state ^= random_state << 13;
+        random_state ^= random_state >> 7;
+        random_state ^= random_state << 17;
+        char name[32];
+        name_of(name, sizeof name, (int64_t)(random_state % NAMES));
+        ps_element *e = NULL;
+        int rc = ps_enter(s->space, name, "q", &e);
+        CHECK(rc == PS_OK, "names: enter %s: %s", name, ps_status_name(rc));
+        if (rc != PS_OK) continue;
+        int64_t value = round;
+        CHECK(ps_move(e, &value, 0) == PS_OK && ps_last(e) >= 1, "names: move into %s", name);
+        int64_t holds = 0;
+        rc = ps_remove(s->space, name, "q", &holds);
+        CHECK(rc == PS_ESTATE && holds >= 1, "names: removing %s while holding it: %s, %" PRId64 " holds", name,
+              ps_status_name(rc), holds);
+        CHECK(strcmp(ps_element_name(e), name) == 0, "names: %s is now %s", name, ps_element_name(e));
+        ps_leave(e);
+    }
+    return NULL;
+}
+
+static void *names_remove(void *arg) {
+    names_scene *s = arg;
+    for (int64_t k = 0; !atomic_load(&s->done); k = (k + 1) % NAMES) {
+        char name[32];
+        name_of(name, sizeof name, k);
+        int64_t holds = 0;
+        int rc = ps_remove(s->space, name, "q", &holds);
+        if (rc == PS_OK) atomic_fetch_add(&s->removed, 1);
+        else if (rc == PS_ESTATE) atomic_fetch_add(&s->refused, 1);
+        else if (rc == PS_EINVAL) atomic_fetch_add(&s->absent, 1);
+        CHECK(rc == PS_OK || rc == PS_EINVAL || (rc == PS_ESTATE && holds > 0), "names: remove %s: %s, %" PRId64
+              " holds", name, ps_status_name(rc), holds);
+    }
+    return NULL;
+}
+
+static void count_element(void *context, const ps_element *e) {
+    (void)e;
+    (*(int64_t *)context)++;
+}
+
+/* Checks that the elements listed are name-0, name-1, ... name-(count-1) in creation order. */
+static void check_listed_in_order(void *context, const ps_element *e) {
+    int64_t *next = context;
+    char name[32];
+    name_of(name, sizeof name, (*next)++);
+    CHECK(strcmp(ps_element_name(e), name) == 0, "names: listed %s where %s was expected", ps_element_name(e), name);
+}
+
+static void check_names(void) {
+    names_scene s = {.space = ps_space_new()};
+    if (!s.space) exit(1);
+    pthread_t workers[NAME_WORKERS], remover;
+    start_thread(&remover, names_remove, &s);
+    for (int i = 0; i < NAME_WORKERS; i++) start_thread(&workers[i], names_use, &s);
+    for (int i = 0; i < NAME_WORKERS; i++) pthread_join(workers[i], NULL);
+    atomic_store(&s.done, true);
+    pthread_join(remover, NULL);
+    CHECK(atomic_load(&s.removed) > 0, "names: the remover never removed an element");
+
+    /* Nobody holds anything now: every name left is removed, and a new one starts empty. */
+    for (int64_t k = 0; k < NAMES; k++) {
+        char name[32];
+        name_of(name, sizeof name, k);
+        int rc = ps_remove(s.space, name, "q", NULL);
+        CHECK(rc == PS_OK || rc == PS_EINVAL, "names: final remove of %s: %s", name, ps_status_name(rc));
+    }
+    int64_t listed = 0;
+    ps_space_each(s.space, count_element, &listed);
+    CHECK(listed == 0, "names: %" PRId64 " elements listed after removing all", listed);
+    ps_element *e = enter_or_die(s.space, "name-0", "q");
+    CHECK(ps_last(e) == 0, "names: a name entered again holds %" PRId64 " old tuples", ps_last(e));
+    ps_leave(e);
+    CHECK(ps_remove(s.space, "name-0", "q", NULL) == PS_OK, "names: remove of a fresh element");
+
+    /* Many names: the table grows under them, they list in creation order, and all go. */
+    for (int64_t k = 0; k < MANY_NAMES; k++) {
+        char name[32];
+        name_of(name, sizeof name, k);
+        ps_leave(enter_or_die(s.space, name, "q"));
+    }
+    int64_t next = 0;
+    ps_space_each(s.space, check_listed_in_order, &next);
+    CHECK(next == MANY_NAMES, "names: %" PRId64 " of %d names listed", next, MANY_NAMES);
+    for (int64_t k = MANY_NAMES - 1; k >= 0; k--) {
+        char name[32];
+        name_of(name, sizeof name, k);
+        CHECK(ps_remove(s.space, name, "q", NULL) == PS_OK, "names: remove %s of many", name);
+    }
+    listed = 0;
+    ps_space_each(s.space, count_element, &listed);
+    CHECK(listed == 0, "names: %" PRId64 " of many names left", listed);
+    printf("stress_pastset names: %" PRId64 " removed, %" PRId64 " refused in use, %" PRId64 " absent\n",
+           atomic_load(&s.removed), atomic_load(&s.refused), atomic_load(&s.absent));
+    ps_space_free(s.space);
 }
 
 /* ---- timeouts and wake-ups, one call at a time ------------------------------------------------ */
@@ -449,7 +635,7 @@ int main(int argc, char **argv) {
     /* Producer i, observer i and reader i share worker i: it only names the scene and the id. */
     flow_worker flow_workers[PRODUCERS];
     history_worker history_workers[PRODUCERS];
-    pthread_t flow_producers[PRODUCERS], flow_observers[OBSERVERS], flow_keeper, flow_axer;
+    pthread_t flow_producers[PRODUCERS], flow_observers[OBSERVERS], flow_keeper, flow_axer, flow_chaser;
     pthread_t history_producers[PRODUCERS], history_readers[READERS], history_axer, history_chaser;
     for (int i = 0; i < PRODUCERS; i++) {
         flow_workers[i] = (flow_worker){&flow, i};
@@ -457,7 +643,8 @@ int main(int argc, char **argv) {
     }
 
     start_thread(&flow_keeper, flow_keep_bound, &flow);
-    start_thread(&flow_axer, flow_axe_consumed, &flow);
+    start_thread(&flow_axer, flow_axe, &flow);
+    start_thread(&flow_chaser, flow_chase, &flow);
     start_thread(&history_axer, history_axe_read, &history);
     start_thread(&history_chaser, history_chase, &history);
     for (int i = 0; i < OBSERVERS; i++) start_thread(&flow_observers[i], flow_observe, &flow_workers[i]);
@@ -477,17 +664,20 @@ int main(int argc, char **argv) {
     atomic_store(&history.done, true);
     pthread_join(flow_keeper, NULL);
     pthread_join(flow_axer, NULL);
+    pthread_join(flow_chaser, NULL);
     pthread_join(history_axer, NULL);
     pthread_join(history_chaser, NULL);
 
     flow_verify(&flow);
     history_verify(&history);
+    check_names();
     check_timeouts(space);
     check_wake_ups(space);
 
     printf("stress_pastset: %d producers x %" PRId64 " tuples per scene; flow: %" PRId64
-           " timed-out calls retried; history: %" PRId64 " chaser reads, %" PRId64 " axed hits; %.2f s\n",
-           PRODUCERS, per_producer, atomic_load(&flow.timed_out), history.chaser_reads,
+           " timed-out calls retried, %" PRId64 " chaser reads; history: %" PRId64 " chaser reads, %" PRId64
+           " axed hits; %.2f s\n",
+           PRODUCERS, per_producer, atomic_load(&flow.timed_out), atomic_load(&flow.chased), history.chaser_reads,
            history.chaser_axed_hits, (double)(ps_now_ns() - started) / 1e9);
     ps_space_free(space);
     free(flow.seen);

@@ -1,0 +1,72 @@
+"""`paths serve`'s key options as a user meets them: a missing, empty, short or garbled
+--curve-secret file, --keygen into a folder that is not there, and --insecure: each one clear
+line on stderr, the right exit code, no traceback."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+from child_processes import ChildProcesses
+
+PATIENCE_S = 30
+
+
+def paths_serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "paths", "serve", *args], capture_output=True, text=True,
+                          timeout=PATIENCE_S)
+
+
+@pytest.mark.parametrize("content, problem", [
+    (None, "cannot read CURVE secret key '{path}': No such file or directory"),
+    ("", "CURVE secret key '{path}': expected a 40-character Z85 key on its first line (as `paths serve "
+         "--keygen` writes), got an empty line"),
+    ("rJ5!kKEY\n", "CURVE secret key '{path}': expected a 40-character Z85 key on its first line (as `paths "
+                   "serve --keygen` writes), got 8 characters"),
+    ('"' * 40 + "\n", "CURVE secret key '{path}': expected a 40-character Z85 key on its first line (as `paths "
+                      "serve --keygen` writes), got 40 characters, not all of them Z85 digits"),
+    (b"\xff\xfe" * 20, "got 40 characters, not all of them Z85 digits"),
+], ids=["missing", "empty", "short", "not Z85", "binary"])
+def test_a_bad_curve_secret_file_is_one_line_and_exit_2(tmp_path, content, problem):
+    path = tmp_path / "server.key"
+    if isinstance(content, str):
+        path.write_text(content)
+    elif content is not None:
+        path.write_bytes(content)
+    done = paths_serve("--bind", "tcp://127.0.0.1:*", "--curve-secret", str(path))
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("paths serve: --curve-secret: "), done.stderr
+    assert problem.format(path=path) in lines[0]
+    assert done.stdout == ""
+
+
+def test_keygen_into_a_missing_folder_is_one_line_and_exit_2(tmp_path):
+    prefix = tmp_path / "no" / "such" / "server"
+    done = paths_serve("--keygen", str(prefix))
+    assert done.returncode == 2
+    assert done.stderr == f"paths serve: --keygen {prefix}: cannot write '{prefix}.key': No such file or directory\n"
+
+
+def test_keygen_makes_the_secret_the_owners_alone_even_over_an_older_file(tmp_path):
+    prefix = tmp_path / "server"
+    secret = tmp_path / "server.key"
+    secret.write_text("old\n")
+    secret.chmod(0o644)
+    done = paths_serve("--keygen", str(prefix))
+    assert done.returncode == 0, done.stderr
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert len(secret.read_text().strip()) == 40 and len((tmp_path / "server.pub").read_text().strip()) == 40
+
+
+def test_insecure_warns_and_serves():
+    with ChildProcesses() as children:
+        server = children.start([sys.executable, "-m", "paths", "serve", "--bind", "tcp://0.0.0.0:*",
+                                 "--insecure"], name="paths serve --insecure")
+        server.expect("READY ")
+        server.signal(signal.SIGINT)
+        assert server.wait(PATIENCE_S) == 0
+    assert server.stderr().startswith("paths serve: warning: --insecure: tcp://0.0.0.0:* serves without CURVE: "
+                                      "anyone who reaches it can build stages")
