@@ -199,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
             busy.set()
             if ended.is_set():  # the launcher went while this request was on its way
                 node.abort()
-            node.say(node.answer(request))
-            busy.clear()
+            reply = node.answer(request)
+            busy.clear()  # before the answer: the launcher may end the input once it has it
+            node.say(reply)
     except KeyboardInterrupt:
         pass
     finally:
