@@ -5,13 +5,15 @@ folder of their own and owned by the test process.
 `slurmd -C` describes it: `hostname -s`, its CPUs and memory), with its state, spool, logs and
 munge socket in the folder and ports that are free, starts the three daemons in the foreground
 as children of this process (each dies with it), and waits (bounded) for `sinfo` to show the
-node idle. `env` is what the Slurm commands then need (SLURM_CONF). `stop()` stops exactly
-those three processes, by their process ids, and nothing else.
+node idle. `env` is what the Slurm commands then need (SLURM_CONF). `stop()` cancels the jobs
+left, then stops exactly those three processes, by their process ids, and the step daemons
+(slurmstepd) their slurmd forked, if any is left: nothing else.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -110,6 +112,14 @@ class SlurmCluster:
             time.sleep(0.1)
 
     def stop(self) -> None:
+        """Stop what this cluster runs: first its jobs (so that each step's slurmstepd, forked by
+        slurmd, ends while slurmd is there to hear of it), then the three daemons, by process id.
+        A slurmstepd still there after that (one carries this cluster's SLURM_CONF) is killed too."""
+        if self.daemons and all(d.poll() is None for d in self.daemons):
+            subprocess.run(["scancel", "--user=root"], capture_output=True, timeout=30, env={**os.environ, **self.env})
+            deadline = time.monotonic() + STOP_WITHIN
+            while (self._steps() or self._jobs()) and time.monotonic() < deadline:
+                time.sleep(0.1)
         for daemon in reversed(self.daemons):
             if daemon.poll() is None:
                 daemon.terminate()
@@ -121,3 +131,27 @@ class SlurmCluster:
                 daemon.kill()
                 daemon.wait()
         self.daemons.clear()
+        for pid in self._steps():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _jobs(self) -> bool:
+        done = subprocess.run(["squeue", "-h"], capture_output=True, text=True, timeout=10,
+                              env={**os.environ, **self.env})
+        return bool(done.stdout.strip())
+
+    def _steps(self) -> list[int]:
+        """The slurmstepd processes of this cluster (they carry its SLURM_CONF), not yet ended."""
+        marker = f"SLURM_CONF={self.conf}\0".encode()
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                if (entry.isdigit() and Path(f"/proc/{entry}/comm").read_text().strip() == "slurmstepd"
+                        and marker in Path(f"/proc/{entry}/environ").read_bytes()
+                        and Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"):
+                    found.append(int(entry))
+            except OSError:
+                continue
+        return found

@@ -5,11 +5,15 @@ installed."""
 
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from test_launch import REAPED_WITHIN, gone_within, processes_with
 
 APP = str(Path(__file__).resolve().parent / "rank_app.py")
 PATHS = [sys.executable, "-m", "paths"]
@@ -70,3 +74,28 @@ def test_paths_launch_inside_an_allocation(slurm, allocation_map, tmp_path):
     assert sorted(done.stdout.splitlines()) == [
         f"[{r}] rank {r} of 2 on a0 by paths launch total 3 rendezvous the node servers paths launch started"
         for r in range(2)]
+
+
+def test_nothing_is_left_when_paths_launch_is_killed_inside_an_allocation(slurm, allocation_map, tmp_path):
+    """The nodes run under srun: killing the launcher (SIGKILL) ends its srun steps, their nodes
+    and the nodes' ranks."""
+    app = tmp_path / "rank_app.py"
+    shutil.copy(APP, app)
+    allocation = subprocess.Popen(["salloc", "-N1", "-n2", *PATHS, "launch", "--map", allocation_map, "--threads", "2",
+                                   "--", sys.executable, str(app), "sleep"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**os.environ, **slurm},
+                                  start_new_session=True)
+    try:
+        assert sorted(allocation.stdout.readline().split(" up ")[0] for _ in range(2)) == ["[0]", "[1]"]
+        [launcher] = [int(line.split()[0]) for line in processes_with(str(app)) if "paths launch" in line
+                      and "salloc" not in line]
+        node = f"{sys.executable} -m paths.node --name a0"
+        assert processes_with(node)  # under its srun
+        os.kill(launcher, signal.SIGKILL)
+        assert gone_within(str(app), REAPED_WITHIN) == []
+        assert gone_within(node, REAPED_WITHIN) == []
+        allocation.wait(timeout=60)
+    finally:
+        if allocation.poll() is None:
+            os.killpg(allocation.pid, signal.SIGKILL)  # salloc, and the launcher if it is still there
+        allocation.communicate()
