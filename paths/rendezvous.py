@@ -33,6 +33,7 @@ from .rank_discovery import Discovered
 ENDPOINT, FOLDER, TIMEOUT = "PATHS_RENDEZVOUS", "PATHS_RENDEZVOUS_DIR", "PATHS_RENDEZVOUS_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0
 POLL_SECONDS = 0.05
+MESSAGE_BYTES = 1 << 20  # the most a message may take (a hello names a few servers)
 
 
 class RendezvousError(ValueError):
@@ -50,20 +51,28 @@ class _Peer:
         self.socket.sendall(json.dumps(message).encode() + b"\n")
 
     def receive(self, deadline: Optional[float]) -> Optional[dict]:
-        """The next message; None when the other side is gone; TimeoutError after deadline."""
+        """The next message; None when the other side is gone (or sent no JSON object);
+        TimeoutError after deadline (None: no limit, waiting in slices so that Ctrl-C works)."""
         while b"\n" not in self.buffer:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError
             readable, _, _ = select.select([self.socket], [], [], 0.5 if left is None else min(left, 0.5))
-            if readable:
-                try:
-                    data = self.socket.recv(1 << 16)
-                except OSError:
-                    data = b""
-                if not data:
-                    return None
-                self.buffer += data
+            if readable and not self.read():
+                return None
+        return self.take()
+
+    def read(self) -> bool:
+        """Take what has come (the socket is readable); False when the other side is gone."""
+        try:
+            data = self.socket.recv(1 << 16)
+        except OSError:
+            data = b""
+        self.buffer += data
+        return bool(data) and len(self.buffer) <= MESSAGE_BYTES
+
+    def take(self) -> Optional[dict]:
+        """The message in the buffer (a whole line is there), or None if it is no JSON object."""
         line, self.buffer = self.buffer.split(b"\n", 1)
         try:
             message = json.loads(line)
@@ -107,8 +116,11 @@ class Rendezvous:
     # ---- rank 0 ---------------------------------------------------------------------------------
 
     def _gather(self, mine: dict, deadline: float) -> dict:
+        """Every rank's hello, read as they come: a connection that says nothing, or nothing
+        that is a hello of another rank of this run, is dropped and delays nobody."""
         listener = self._listen()
         hellos = {0: mine}
+        pending: dict[socket.socket, _Peer] = {}
         try:
             while len(hellos) < self.found.size:
                 left = deadline - time.monotonic()
@@ -116,22 +128,27 @@ class Rendezvous:
                     missing = [str(r) for r in range(self.found.size) if r not in hellos]
                     raise self._fail(f"ranks {', '.join(missing)} did not check in at {self.endpoint} within "
                                      f"{self.timeout:g} s ({TIMEOUT} to wait longer)")
-                readable, _, _ = select.select([listener], [], [], min(left, 0.5))
-                if not readable:
-                    continue
-                connection, _ = listener.accept()
-                peer = _Peer(connection)
-                try:
-                    hello = peer.receive(time.monotonic() + min(5.0, max(left, 0.1)))
-                except TimeoutError:
-                    hello = None
-                if not hello or not isinstance(hello.get("rank"), int) or hello["rank"] in hellos:
-                    connection.close()  # not a rank of this run (or a second one of the same rank)
-                    continue
-                hellos[hello["rank"]] = hello
-                self.peers.append(peer)
+                readable, _, _ = select.select([listener, *pending], [], [], min(left, 0.5))
+                for ready in readable:
+                    if ready is listener:
+                        connection, _ = listener.accept()
+                        pending[connection] = _Peer(connection)
+                        continue
+                    peer = pending[ready]
+                    if peer.read() and b"\n" not in peer.buffer:
+                        continue  # the rest of its hello is still on its way
+                    del pending[ready]
+                    hello = peer.take() if b"\n" in peer.buffer else None
+                    rank = hello.get("rank") if hello else None
+                    if not isinstance(rank, int) or not 0 < rank < self.found.size or rank in hellos:
+                        ready.close()  # not a rank of this run (or a second one of the same rank)
+                        continue
+                    hellos[rank] = hello
+                    self.peers.append(peer)
         finally:
             listener.close()
+            for connection in pending:
+                connection.close()
             if not self.given:
                 try:
                     os.unlink(self.file)
@@ -139,9 +156,9 @@ class Rendezvous:
                     pass
         problem = self._problem(hellos)
         merged: dict = {"endpoints": {}, "keys": {}}
-        for hello in hellos.values():
+        for hello in hellos.values() if not problem else ():
             for part in merged:
-                merged[part].update(hello["servers"].get(part, {}))
+                merged[part].update(hello["servers"][part])
         for peer in self.peers:
             peer.send({"error": problem} if problem else {"servers": merged})
         if problem:
@@ -150,6 +167,11 @@ class Rendezvous:
 
     def _problem(self, hellos: dict) -> str:
         for rank, hello in sorted(hellos.items()):
+            servers = hello.get("servers")
+            if not (isinstance(servers, dict) and all(
+                    isinstance(servers.get(part), dict) and all(isinstance(v, str) for v in servers[part].values())
+                    for part in ("endpoints", "keys"))):
+                return f"rank {rank} sent no servers {{\"endpoints\": {{node: endpoint}}, \"keys\": {{node: key}}}}"
             if hello.get("size") != self.found.size:
                 return f"rank {rank} is one of {hello.get('size')} ranks, rank 0 of {self.found.size}"
             if hello.get("check") != hellos[0]["check"]:

@@ -95,6 +95,35 @@ def test_ranks_meet_at_a_given_endpoint(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no file when the endpoint is given
 
 
+def test_rank_0_ignores_what_is_no_rank_of_its_run(tmp_path):
+    """Strangers at rank 0's endpoint (not JSON, a rank out of range, a second rank 0, silence)
+    are dropped; the real rank still gets through."""
+    import socket
+    import time
+
+    environ = {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}
+    result = {}
+    gather = threading.Thread(target=lambda: result.update(
+        answer=Rendezvous(Discovered("srun", 0, 2, "42.0", True), environ).exchange(
+            {"endpoints": {"n0": "tcp://127.0.0.1:7000"}, "keys": {}}, "map m")))
+    gather.start()
+    file = tmp_path / ".paths-rendezvous-srun-42.0"
+    while not file.exists():
+        time.sleep(0.01)
+    host, port = file.read_text().strip()[len("tcp://"):].split(":")
+    strangers = []
+    for junk in (b"hello\n", b'{"rank": 9, "size": 2}\n', b'{"rank": 0, "size": 2}\n', b""):
+        stranger = socket.create_connection((host, int(port)))
+        stranger.sendall(junk)
+        strangers.append(stranger)
+    answers = meet(2, environ, absent=(0,))
+    gather.join(timeout=30)
+    for stranger in strangers:
+        stranger.close()
+    assert answers[1]["endpoints"] == {"n0": "tcp://127.0.0.1:7000", "n1": "tcp://127.0.0.1:7001"}
+    assert result["answer"] == answers[1]
+
+
 def test_a_rank_that_never_comes_is_named_by_rank_0(tmp_path):
     answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path), "PATHS_RENDEZVOUS_TIMEOUT": "1"}, absent=(2,))
     assert re.fullmatch(r"paths: rank 0 of 3 \(srun, job 42\.0\): ranks 2 did not check in at "
