@@ -223,13 +223,19 @@ def _start_sleepers(app: str, threads: int = 6) -> subprocess.Popen:
     return run
 
 
-@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
-def test_nothing_of_the_run_is_left_after_the_launcher_is_interrupted_or_killed(app, probe, how):
+@pytest.mark.parametrize("how, to", [("SIGINT", "launcher"), ("SIGINT", "process group"), ("SIGKILL", "launcher")],
+                         ids=["SIGINT", "Ctrl-C", "SIGKILL"])
+def test_nothing_of_the_run_is_left_after_the_launcher_is_interrupted_or_killed(app, probe, how, to):
+    """SIGINT to the launcher, Ctrl-C (SIGINT to the whole process group, ranks included), or
+    SIGKILL to the launcher, while six ranks sleep on two nodes."""
     run = _start_sleepers(app)
     try:
         ranks = [line for line in processes_with(app) if "paths launch" not in line]
         assert len(ranks) == 6, ranks
-        os.kill(run.pid, getattr(signal, how))
+        if to == "launcher":
+            os.kill(run.pid, getattr(signal, how))
+        else:
+            os.killpg(run.pid, getattr(signal, how))
         code = run.wait(timeout=30)
         left = gone_within(app, REAPED_WITHIN)
         assert left == [], f"left {REAPED_WITHIN} s after {how}: {left}"
