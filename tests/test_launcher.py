@@ -340,26 +340,36 @@ def test_slurm_outside_an_allocation(probe, tmp_path, monkeypatch):
 
 # ---- a node alone ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("holding", ["nothing", "handles"])
+@pytest.mark.parametrize("holding", ["nothing", "handles", "a running kernel"])
 def test_a_node_exits_when_its_standard_input_closes(probe, holding):
+    """Idle, the node stops as after "quit" (exit 0), even holding a run's handles. Busy in a
+    kernel that waits for a thread that never comes (as when its ssh or srun died with the
+    launcher), it cannot answer, and the end of its input ends it at once (exit 1)."""
     node = subprocess.Popen([sys.executable, "-m", "paths.node", "--name", "alone"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    busy = holding == "a running kernel"
     try:
         node.stdin.write("-\n")  # no CURVE keys
         node.stdin.flush()
         assert node.stdout.readline().startswith("READY tcp://127.0.0.1:")
-        if holding == "handles":  # a run's handles stay until "release"
+        if holding != "nothing":  # a run's handles stay until "release"
             local = builtin_map("local")
             for request in ({"op": "context", "map": local.text, "source": local.source, "kernel": "gsum",
-                             "kernel_name": "gsum", "sums": ["GSUM"], "policy": None, "max_fanin": None, "acquire": None, "release": None,
-                             "tracing": None},
-                            {"op": "run", "threads": [0, 1], "placements": ["alone", "alone"], "tag": "2.0",
-                             "args": {"rounds": "10"}, "pin": False, "spans_processes": False}):
+                             "kernel_name": "gsum", "sums": ["GSUM"], "policy": None, "max_fanin": None,
+                             "acquire": None, "release": None, "tracing": None},
+                            {"op": "run", "threads": [0] if busy else [0, 1], "placements": ["alone", "alone"],
+                             "tag": "2.0", "args": {"rounds": "10", "timeout": "600"}, "pin": False,
+                             "spans_processes": busy}):
                 node.stdin.write(json.dumps(request) + "\n")
                 node.stdin.flush()
-                assert json.loads(node.stdout.readline())["ok"] is True
+                if busy and request["op"] == "run":  # it waits for thread 1, in a process that never comes
+                    probe.wait_for("gsum", 1)
+                else:
+                    assert json.loads(node.stdout.readline())["ok"] is True
+        closed = time.monotonic()
         node.stdin.close()  # as when the launcher is gone
-        assert node.wait(timeout=30) == 0
+        assert node.wait(timeout=30) == (1 if busy else 0)
+        assert time.monotonic() - closed < 2.0
         assert node.stdout.read() == ""
     finally:
         if node.poll() is None:
@@ -368,35 +378,3 @@ def test_a_node_exits_when_its_standard_input_closes(probe, holding):
         node.stdout.close()
         node.stderr.close()
     assert list(probe.started().values()) == ["alone"] and probe.unreaped() == []
-
-
-def test_a_busy_node_whose_standard_input_closes_exits_at_once(probe):
-    """As when its ssh or srun dies with the launcher: the node is in a long GSum (waiting for a
-    thread that never comes) and cannot answer; the end of its input ends it at once."""
-    node = subprocess.Popen([sys.executable, "-m", "paths.node", "--name", "alone"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        node.stdin.write("-\n")
-        node.stdin.flush()
-        assert node.stdout.readline().startswith("READY tcp://127.0.0.1:")
-        local = builtin_map("local")
-        for request in ({"op": "context", "map": local.text, "source": local.source, "kernel": "gsum",
-                         "kernel_name": "gsum", "sums": ["GSUM"], "policy": None, "max_fanin": None, "acquire": None,
-                         "release": None, "tracing": None},
-                        {"op": "run", "threads": [0], "placements": ["alone", "alone"], "tag": "2.0",
-                         "args": {"rounds": "10", "timeout": "600"}, "pin": False, "spans_processes": True}):
-            node.stdin.write(json.dumps(request) + "\n")
-            node.stdin.flush()
-        assert json.loads(node.stdout.readline())["ok"] is True  # the context; the run waits for thread 1
-        probe.wait_for("gsum", 1)
-        closed = time.monotonic()
-        node.stdin.close()
-        assert node.wait(timeout=30) == 1
-        assert time.monotonic() - closed < 2.0
-    finally:
-        if node.poll() is None:
-            node.kill()
-            node.wait()
-        node.stdout.close()
-        node.stderr.close()
-    assert probe.unreaped() == []
