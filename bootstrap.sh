@@ -46,6 +46,7 @@ test) exec .venv/bin/python -m pytest -q tests ;;
 bench)
     .venv/bin/python -m benchmarks.core_ops
     .venv/bin/python -m benchmarks.gsum
-    exec .venv/bin/python -m benchmarks.remote ;;
+    .venv/bin/python -m benchmarks.remote
+    exec .venv/bin/python -m benchmarks.cluster_gsum ;;
 setup) echo "bootstrap: ready; use .venv/bin/python or .venv/bin/paths" ;;
 esac

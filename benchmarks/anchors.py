@@ -1,11 +1,12 @@
-"""The anchors every benchmark reports against, measured in the same run: an OpenMP reduction
-and, where MPI is installed, an MPI_Allreduce, at the same thread counts.
+"""The anchors every benchmark reports against, measured in the same run: an OpenMP reduction,
+an MPI_Allreduce (over shared memory on one machine, or over TCP as between nodes), and the raw
+round trips a remote stage is held to: a C ping-pong over a loopback TCP socket and a raw
+ZeroMQ round trip, each between two processes.
 
-Both are programs of their own, apart from the `paths` package (which links neither): the
-OpenMP anchor (benchmarks/openmp/sum.c) is compiled once with `cc -fopenmp` into
-build/openmp-anchor/. MPI is optional: `apt-get install openmpi-bin libopenmpi-dev` provides
-mpicc and mpirun. The anchor program (benchmarks/mpi/allreduce.c) is compiled once into
-build/mpi-anchor/.
+Every anchor is a program of its own, apart from the `paths` package (which links none of them):
+benchmarks/openmp/, benchmarks/mpi/, benchmarks/tcp_anchor/, benchmarks/zmq_anchor/, compiled on
+first use into build/anchors/ with cc (-fopenmp; pkg-config's libzmq flags) or mpicc. MPI is
+optional: `apt-get install openmpi-bin libopenmpi-dev` provides mpicc and mpirun.
 """
 
 from __future__ import annotations
@@ -15,12 +16,22 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .child_process import ReadyChild
+
 HERE = Path(__file__).resolve().parent
+BUILD = HERE.parent / "build" / "anchors"
 OPENMP_SOURCE = HERE / "openmp" / "sum.c"
-OPENMP_BUILD = HERE.parent / "build" / "openmp-anchor"
+OPENMP_BUILD = BUILD  # where the OpenMP anchor's program `sum` is
 OPENMP_MAX_THREADS = 1024  # as benchmarks/openmp/sum.c: a larger team only measures its stacks
+TCP_SOURCE = HERE / "tcp_anchor" / "ping_pong.c"
+ZMQ_SOURCE = HERE / "zmq_anchor" / "round_trip.c"
 MPI_SOURCE = HERE / "mpi" / "allreduce.c"
-MPI_BUILD = HERE.parent / "build" / "mpi-anchor"
+FRAME_BYTES = 48  # a remote stage's frame for a "q" tuple: 40-byte header + 8 bytes
+RUN_TIMEOUT_S = 300
+
+
+class AnchorUnavailable(RuntimeError):
+    """An anchor that cannot be built or run here; the message says why."""
 
 
 def openmp_sum_us(threads: int, rounds: int, timeout: float = 120.0) -> float:
@@ -28,50 +39,116 @@ def openmp_sum_us(threads: int, rounds: int, timeout: float = 120.0) -> float:
     if not 1 <= threads <= OPENMP_MAX_THREADS or rounds < 1:
         raise ValueError(f"the OpenMP anchor: expected 1 <= threads <= {OPENMP_MAX_THREADS} and rounds >= 1, "
                          f"got {threads} threads and {rounds} rounds")
-    program = OPENMP_BUILD / "sum"
-    if not program.exists() or program.stat().st_mtime < OPENMP_SOURCE.stat().st_mtime:
-        OPENMP_BUILD.mkdir(parents=True, exist_ok=True)
-        built = subprocess.run([os.environ.get("CC", "cc"), "-O2", "-fopenmp", str(OPENMP_SOURCE), "-o", str(program)],
-                               capture_output=True, text=True)
-        if built.returncode != 0:
-            raise RuntimeError(f"cannot build the OpenMP anchor (a C compiler with OpenMP: build-essential): "
-                               f"{built.stderr.strip()[-400:]}")
+    program = _program(OPENMP_SOURCE, [*_c_compiler(), "-fopenmp"])
     done = subprocess.run([str(program), str(threads), str(rounds)], capture_output=True, text=True, timeout=timeout)
-    words = done.stdout.split()
-    if done.returncode != 0 or words[:1] != ["median_us"]:
-        raise RuntimeError(f"the OpenMP anchor failed (exit {done.returncode}): {done.stdout.strip()} "
-                           f"{done.stderr.strip()[-400:]}")
-    return float(words[1])
+    return _median_us(done, "the OpenMP anchor")
+
+
+def _program(source: Path, compiler: list[str], flags: list[str] = ()) -> Path:
+    """The anchor program built from `source`, compiled when missing or older than its source (or
+    than latencies.h, which every anchor includes)."""
+    binary = BUILD / source.stem
+    newest = max(source.stat().st_mtime, (HERE / "latencies.h").stat().st_mtime)
+    if binary.exists() and binary.stat().st_mtime >= newest:
+        return binary
+    BUILD.mkdir(parents=True, exist_ok=True)
+    try:
+        built = subprocess.run([*compiler, "-O2", f"-I{HERE}", "-o", str(binary), str(source), *flags],
+                               capture_output=True, text=True)
+    except OSError as e:
+        raise AnchorUnavailable(f"cannot run {compiler[0]}: {e.strerror}") from None
+    if built.returncode != 0:
+        raise AnchorUnavailable(f"cannot build {source.name}: {built.stderr.strip()[-300:]}")
+    return binary
+
+
+def _c_compiler() -> list[str]:
+    compiler = os.environ.get("CC") or shutil.which("cc")
+    if not compiler:
+        raise AnchorUnavailable("no C compiler (set CC, or install build-essential)")
+    return [compiler]
+
+
+def _libzmq_flags() -> list[str]:
+    found = shutil.which("pkg-config") and subprocess.run(["pkg-config", "--cflags", "--libs", "libzmq"],
+                                                          capture_output=True, text=True)
+    if not found or found.returncode != 0:
+        raise AnchorUnavailable("pkg-config finds no libzmq")
+    return found.stdout.split()
+
+
+def _median_us(done: subprocess.CompletedProcess, what: str) -> float:
+    """The median a client or rank 0 printed as 'median_us <value> ...'."""
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        if fields[:1] == ["median_us"] and done.returncode == 0:
+            return float(fields[1])
+    raise RuntimeError(f"{what} failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-400:]}")
+
+
+def _round_trip_us(program: Path, what: str, rounds: int, bytes_: int) -> float:
+    """Median microseconds per round trip: the program's echo end in one process, its client
+    in another."""
+    with ReadyChild([str(program), "echo"], f"{what} echo") as echo:
+        endpoint = echo.ready()
+        done = subprocess.run([str(program), "client", endpoint, str(rounds), str(bytes_)],
+                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        echo.process.wait(timeout=10)
+    return _median_us(done, f"the {what} client")
+
+
+def tcp_ping_pong_us(rounds: int, bytes_: int = FRAME_BYTES) -> float:
+    """Median microseconds per C ping-pong of `bytes_` over loopback TCP between two processes,
+    with reads that block in the kernel: the physical limit of a round trip here."""
+    return _round_trip_us(_program(TCP_SOURCE, _c_compiler()), "TCP ping-pong", rounds, bytes_)
+
+
+def zmq_round_trip_us(rounds: int, bytes_: int = FRAME_BYTES) -> float:
+    """Median microseconds per raw ZeroMQ round trip (DEALER to a ROUTER echo) over loopback TCP
+    between two processes."""
+    program = _program(ZMQ_SOURCE, _c_compiler(), _libzmq_flags())
+    return _round_trip_us(program, "ZeroMQ round trip", rounds, bytes_)
 
 
 def mpi_available() -> bool:
     return shutil.which("mpicc") is not None and shutil.which("mpirun") is not None
 
 
-def _mpi_program() -> Path:
-    binary = MPI_BUILD / "allreduce"
-    if not binary.exists() or binary.stat().st_mtime < MPI_SOURCE.stat().st_mtime:
-        MPI_BUILD.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mpicc", "-O2", "-o", str(binary), str(MPI_SOURCE)], check=True,
-                       capture_output=True, text=True)
-    return binary
-
-
-def mpi_allreduce_us(processes: int, rounds: int, timeout: float = 120.0, bind: bool = False) -> float | None:
-    """Median microseconds per MPI_Allreduce of one int64 over `processes` ranks on this
-    machine, or None when MPI is not installed. `bind` binds each rank to a core (several ranks
-    to a core when there are more ranks than cores), as pinned PATHS threads are."""
+def mpi_allreduce_us(processes: int, rounds: int, timeout: float = 120.0, bind: bool = False, *,
+                     transport: str = "shared", threads: int = 1, cpus: list[list[int]] | None = None
+                     ) -> float | None:
+    """Median microseconds per MPI_Allreduce of one int64 over `processes` ranks on this machine,
+    or None when MPI is not installed. `transport`: "shared" (Open MPI's shared memory, as on
+    one node) or "tcp" (`--mca btl tcp,self` over loopback, as between nodes). `threads` > 1
+    makes every rank a hybrid MPI + OpenMP process of that many contributing threads. `cpus`
+    gives each rank its CPUs (rank k runs on cpus[k], its threads pinned within them, as PATHS
+    pins a node's threads); else `bind` binds each rank to a core (several ranks to a core when
+    there are more ranks than cores)."""
     if not mpi_available():
         return None
+    if transport not in ("shared", "tcp"):
+        raise ValueError(f"mpi_allreduce_us: transport must be 'shared' or 'tcp', got {transport!r}")
+    if cpus is not None and len(cpus) != processes:
+        raise ValueError(f"mpi_allreduce_us: {processes} ranks need {processes} CPU lists, got {len(cpus)}")
+    program = str(_program(MPI_SOURCE, ["mpicc", "-fopenmp"]))
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_btl="self,vader", OMPI_MCA_rmaps_base_oversubscribe="1")
-    binding = ["--bind-to", "core:overload-allowed"] if bind else ["--bind-to", "none"]
-    command = ["mpirun", "--oversubscribe", *binding, "-np", str(processes), str(_mpi_program()), str(rounds)]
+               OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="false")
+    if transport == "tcp":
+        env.update(OMPI_MCA_pml="ob1", OMPI_MCA_btl="tcp,self", OMPI_MCA_btl_tcp_if_include="lo",
+                   OMPI_MCA_oob_tcp_if_include="lo")
+    else:
+        env.update(OMPI_MCA_btl="self,vader")
+    arguments = [program, str(rounds), str(threads)]
+    if cpus is not None:
+        # Each rank starts on its own CPUs (taskset), so that its threads and its OpenMP runtime
+        # see only those from the start.
+        ranks = []
+        for share in cpus:
+            ranks += [":", "-np", "1", "taskset", "-c", ",".join(map(str, share)), *arguments]
+        command = ["mpirun", "--oversubscribe", "--bind-to", "none", *ranks[1:]]
+    else:
+        binding = ["--bind-to", "core:overload-allowed"] if bind else ["--bind-to", "none"]
+        command = ["mpirun", "--oversubscribe", *binding, "-np", str(processes), *arguments]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-    for line in done.stdout.splitlines():
-        if line.startswith("median_us"):
-            fields = line.split()
-            if done.returncode != 0 or fields[3] != "0":
-                raise RuntimeError(f"the MPI anchor computed wrong totals: {line}")
-            return float(fields[1])
-    raise RuntimeError(f"the MPI anchor failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+    # The program exits 1 when a total was wrong, which _median_us reports with its output.
+    return _median_us(done, f"the MPI anchor ({processes} ranks x {threads} threads, {transport})")

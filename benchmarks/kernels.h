@@ -24,10 +24,6 @@ double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns)
  * by fewer than `moves`. */
 double ps_kernel_link_moves_ns(ps_link *link, int64_t moves, int64_t timeout_ns);
 
-/* The raw ZeroMQ anchor: median microseconds per round trip of a `bytes` message between a
- * DEALER and a ROUTER echo thread over TCP on loopback; -1 on failure. */
-double ps_kernel_zmq_round_trip_us(int64_t rounds, int64_t bytes);
-
 #ifdef __cplusplus
 }
 #endif

@@ -20,7 +20,7 @@ try:
     endpoint = server.stdout.readline().split()[1]  # "READY tcp://127.0.0.1:PORT"
     print(f"server at {endpoint}")
     path = make_path(stage("reduce-sum", num_threads=2),      # this process's two threads
-                     stage("remote", host=endpoint),            # ... then over ZeroMQ
+                     stage("remote", host=endpoint),            # ... then to the server (direct TCP)
                      stage("reduce-sum", num_threads=2),        # the two processes' partial sums
                      stage("core", name="FIGURE1", format="q"))
     processes = [[build_path(path, pastset=ps) for _ in range(2)] for ps in (paths.PastSet(), paths.PastSet())]

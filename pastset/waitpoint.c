@@ -65,7 +65,7 @@ static inline void cpu_relax(void) {
 
 static int timed_out(int64_t deadline_ns) { return deadline_ns != PS_FOREVER && ps_now_ns() >= deadline_ns; }
 
-int ps_waitpoint_wait(ps_waitpoint *w, uint32_t seen, int64_t deadline_ns, uint32_t *spins) {
+ps_wait_step ps_wait_next(uint32_t *spins) {
     uint32_t round = (*spins)++;
     if (round == 0) {
         waits_begun++;
@@ -74,18 +74,39 @@ int ps_waitpoint_wait(ps_waitpoint *w, uint32_t seen, int64_t deadline_ns, uint3
             *spins = SPIN_ROUNDS + 1;
         }
     }
-    if (round < SPIN_ROUNDS) {
-        int moved = 0;
-        for (int i = 0; i < SPIN_PAUSES && !moved; i++) {
-            moved = ps_waitpoint_sequence(w) != seen;
-            cpu_relax();
-        }
-        if (moved || round == SPIN_ROUNDS - 1) spin_failed = !moved;
+    if (round < SPIN_ROUNDS) return PS_WAIT_SPIN;
+    return round < SPIN_ROUNDS + YIELD_ROUNDS ? PS_WAIT_YIELD : PS_WAIT_SLEEP;
+}
+
+void ps_wait_spun(uint32_t spins, int paid) {
+    if (paid || spins == SPIN_ROUNDS) spin_failed = !paid; /* the verdict on the thread's spins */
+}
+
+static int spin_for(const _Atomic uint32_t *word, uint32_t seen) {
+    int moved = 0;
+    for (int i = 0; i < SPIN_PAUSES && !moved; i++) {
+        moved = atomic_load_explicit(word, memory_order_acquire) != seen;
+        cpu_relax();
+    }
+    return moved;
+}
+
+void ps_wait_pause(void) {
+    for (int i = 0; i < SPIN_PAUSES; i++) cpu_relax();
+}
+
+int ps_waitpoint_wait(ps_waitpoint *w, uint32_t seen, int64_t deadline_ns, uint32_t *spins) {
+    switch (ps_wait_next(spins)) {
+    case PS_WAIT_SPIN: {
+        int moved = spin_for(&w->sequence, seen);
+        ps_wait_spun(*spins, moved);
         return !moved && timed_out(deadline_ns) ? PS_ETIMEDOUT : 0;
     }
-    if (round < SPIN_ROUNDS + YIELD_ROUNDS) {
+    case PS_WAIT_YIELD:
         sched_yield();
         return timed_out(deadline_ns) ? PS_ETIMEDOUT : 0;
+    case PS_WAIT_SLEEP:
+        break;
     }
     struct timespec relative, *timeout = NULL;
     if (deadline_ns != PS_FOREVER) {

@@ -39,6 +39,17 @@ int ps_waitpoint_wait(ps_waitpoint *w, uint32_t seen, int64_t deadline_ns, uint3
 /* True when the next wait with this `spins` would sleep until woken (or the deadline). */
 int ps_waitpoint_sleeps_next(uint32_t spins);
 
+/* The policy itself, for a wait on something other than a waitpoint (a socket): the caller
+ * looks at what it waits for, and if it is not there asks what to do next. A spin is one
+ * ps_wait_pause() (then the caller looks again, and reports with ps_wait_spun whether the
+ * spin found it); a yield is sched_yield(); a sleep is the caller's own blocking call, with its
+ * deadline. `spins` is the wait's running count, as for ps_waitpoint_wait. */
+typedef enum ps_wait_step { PS_WAIT_SPIN, PS_WAIT_YIELD, PS_WAIT_SLEEP } ps_wait_step;
+ps_wait_step ps_wait_next(uint32_t *spins);
+void ps_wait_pause(void);
+/* After a spin step: whether the look that followed found what the thread waits for. */
+void ps_wait_spun(uint32_t spins, int paid);
+
 #ifdef __cplusplus
 }
 #endif

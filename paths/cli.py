@@ -2,7 +2,7 @@
 
     paths kinds                      list the stage kinds and their parameters
     paths trace FILE --perfetto OUT  summarize trace files, convert them to Perfetto JSON
-    paths serve --bind ADDR          host a PastSet and server-side stages over ZeroMQ
+    paths serve --bind ADDR          host a PastSet and server-side stages for remote stages
     paths show --map MAP --threads N print a map's placement and generated tree
     paths run KERNEL --map MAP       run a kernel on a cluster map: gsum, mcpi, FILE.so:SYMBOL,
                                      pkg.mod:func

@@ -1,6 +1,6 @@
 """Cluster maps: the clusters and nodes, their CPUs and addresses, the root and home nodes, the
-placement policy, the reduction tree's fan-in, emulated slow links, how to launch, the elements
-(sums, homes) and the acquire and release hooks.
+placement policy, the reduction tree's fan-in, emulated slow links, the transport of the hops
+between nodes, how to launch, the elements (sums, homes) and the acquire and release hooks.
 
 `load_map(path)` and `load_map_text(text)` turn YAML into frozen dataclasses; every problem is a
 `MapError` naming the file, the line, the field path and what was expected.  `builtin_map(name)`
@@ -31,6 +31,9 @@ DEFAULT_POLICY = "bucket"
 DEFAULT_MAX_FANIN = 4
 DEFAULT_SSH = "ssh {host} {command}"
 LAUNCH_MODES = ("local", "ssh", "slurm")
+# How the hops between a map's nodes may travel (the remote stage's `proto`): `inproc` reaches
+# only a server in the same process, and a map's nodes are processes of their own.
+MAP_PROTOS = ("tcp", "ipc", "zmq")
 MAX_MAP_BYTES = 1 << 20    # a map is a short text; /dev/zero is not one
 MAX_MAP_NODES = MAX_HOSTS  # nodes in all the map's clusters together
 MAX_NODE_CPUS = 1 << 16    # cpus of one node
@@ -57,15 +60,17 @@ class Cluster:
     name: str
     nodes: tuple[Node, ...]
     head: Optional[str] = None  # node hosting the cluster's sum; None: first node with threads
+    proto: Optional[str] = None  # transport of the hops inside the cluster; None: remote's default
 
 
 @dataclass(frozen=True)
 class Link:
-    """An emulated slow link between two clusters, the same both ways."""
+    """A link between two clusters, the same both ways: an emulated delay, a transport, or both."""
 
     clusters: tuple[str, str]
-    delay_ms: float
+    delay_ms: Optional[float]  # None: no delay stage
     jitter_ms: float = 0.0
+    proto: Optional[str] = None  # transport of the hops across it; None: remote's default
 
 
 @dataclass(frozen=True)
@@ -116,9 +121,20 @@ class ClusterMap:
         return next((element for element in self.elements if element.name == name), None)
 
     def link_between(self, cluster_a: str, cluster_b: str) -> Optional[Link]:
-        """The emulated link between two clusters, if the map lists one."""
+        """The link between two clusters, if the map lists one."""
         ends = {cluster_a, cluster_b}
         return next((link for link in self.links if set(link.clusters) == ends), None)
+
+    def proto_between(self, cluster_a: str, cluster_b: str) -> Optional[str]:
+        """The transport of a hop between two clusters' nodes: the link's if it names one, else,
+        inside one cluster, the cluster's; None leaves it to the remote stage (direct tcp, or zmq
+        where the run protects its links with CURVE)."""
+        link = self.link_between(cluster_a, cluster_b)
+        if link is not None and link.proto is not None:
+            return link.proto
+        if cluster_a == cluster_b:
+            return next(cluster.proto for cluster in self.clusters if cluster.name == cluster_a)
+        return None
 
 
 def load_map(path: Union[str, os.PathLike]) -> ClusterMap:
@@ -320,7 +336,7 @@ def _clusters(field: _Field) -> tuple[Cluster, ...]:
     cluster_of_node: dict[str, str] = {}
     map_cpus = 0
     for name, cluster_field in entries.items():
-        fields = cluster_field.fields(required=("nodes", "cpus"), optional=("address", "head"))
+        fields = cluster_field.fields(required=("nodes", "cpus"), optional=("address", "head", "proto"))
         names = _host_names(fields["nodes"], MAX_MAP_NODES - len(cluster_of_node))
         for node in names:
             if node in cluster_of_node:
@@ -341,7 +357,8 @@ def _clusters(field: _Field) -> tuple[Cluster, ...]:
             fields["head"].member(names, f"a node of cluster {name}") if "head" in fields else None
         )
         nodes = tuple(Node(node, name, cpus, address) for node, address in zip(names, addresses))
-        clusters.append(Cluster(name, nodes, head))
+        proto = _proto(fields["proto"]) if "proto" in fields else None
+        clusters.append(Cluster(name, nodes, head, proto))
     if not any(node.cpus for cluster in clusters for node in cluster.nodes):
         field.fail("expected at least one cluster with cpus > 0 to run threads on")
     return tuple(clusters)
@@ -412,10 +429,20 @@ def _max_fanin(field: _Field) -> int:
     )
 
 
+def _proto(field: _Field) -> str:
+    return field.member(
+        list(MAP_PROTOS),
+        f"one of {', '.join(MAP_PROTOS)} (inproc reaches only a server in the same process, "
+        "and a map's nodes are processes of their own)",
+    )
+
+
 def _links(field: _Field, cluster_names: list[str]) -> tuple[Link, ...]:
     links: list[Link] = []
-    for item in field.items("a list of {between: [cluster, cluster], delay_ms, jitter_ms}"):
-        fields = item.fields(required=("between", "delay_ms"), optional=("jitter_ms",))
+    for item in field.items("a list of {between: [cluster, cluster], delay_ms, jitter_ms, proto}"):
+        fields = item.fields(required=("between",), optional=("delay_ms", "jitter_ms", "proto"))
+        if "delay_ms" not in fields and "proto" not in fields:
+            item.fail("missing field 'delay_ms' (a link needs delay_ms, proto or both)")
         between = fields["between"]
         ends = between.items("a list of two cluster names")
         pair = tuple(
@@ -426,8 +453,12 @@ def _links(field: _Field, cluster_names: list[str]) -> tuple[Link, ...]:
             between.fail("expected two different clusters")
         if any(set(link.clusters) == set(pair) for link in links):
             item.fail(f"a second link between {pair[0]} and {pair[1]}")
+        if "jitter_ms" in fields and "delay_ms" not in fields:
+            fields["jitter_ms"].fail("jitter_ms needs delay_ms on the same link")
         jitter = fields["jitter_ms"].milliseconds() if "jitter_ms" in fields else 0.0
-        links.append(Link(pair, fields["delay_ms"].milliseconds(), jitter))
+        delay = fields["delay_ms"].milliseconds() if "delay_ms" in fields else None
+        proto = _proto(fields["proto"]) if "proto" in fields else None
+        links.append(Link(pair, delay, jitter, proto))
     return tuple(links)
 
 

@@ -12,8 +12,10 @@ Bottom up (a level with a single contributor adds no sum: there are no fan-in-1 
            clusters with threads (max_fanin does not split it), so each cluster crosses to the
            root exactly once.
   element  the core element on the home node.
-Between two stages on different nodes the path has `remote(host=<next node>)`, preceded by
-`delay(ms, jitter_ms)` when the hop crosses a link listed in the map.  A stage instance is
+Between two stages on different nodes the path has `remote(host=<next node>)`, with the map's
+`proto` for the hop when it sets one (ClusterMap.proto_between), preceded by `delay(ms,
+jitter_ms)` when the hop crosses a link with a delay. A thread's own hop (a thread alone on its
+node) has `window=2`: its move and the observe after it share one round trip.  A stage instance is
 identified by the node it lives on and its specs down to the element.
 """
 
@@ -29,6 +31,7 @@ from .path_spec import PathSpec, StageSpec, make_path, stage
 from .placement import Policy, place, policy_name
 
 StageKey = tuple[str, tuple[StageSpec, ...]]  # (node it lives on, specs from it to the element)
+THREAD_HOP_WINDOW = 2  # a thread's move through its own hop does not wait for its answer
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ def plan_reduction(
 
     def assign(part: Union[_Sum, _Thread], next_node: str, rest: tuple[StageSpec, ...]) -> None:
         """Give `part` the stages `rest` (starting on `next_node`) and the hop to reach them."""
-        onward = hop(cluster_map, part.node, next_node) + rest
+        onward = hop(cluster_map, part.node, next_node, pipelined=isinstance(part, _Thread)) + rest
         if isinstance(part, _Thread):
             paths[part.index] = make_path(onward)
             return
@@ -221,17 +224,21 @@ def _split(parts: list, max_fanin: int) -> list[list]:
     return groups
 
 
-def hop(cluster_map: ClusterMap, from_node: str, to_node: str) -> tuple[StageSpec, ...]:
+def hop(cluster_map: ClusterMap, from_node: str, to_node: str, pipelined: bool = False) -> tuple[StageSpec, ...]:
     """The stages that carry an operation from one node to the next stage's node: none on the
-    same node, else `remote`, after a `delay` where the map lists the link. Every path the
-    default acquire hook makes crosses nodes this way, sums and elements at their homes alike."""
+    same node, else `remote` (with the map's `proto` for the hop, if it sets one), after a
+    `delay` where the map lists the link with one. Every path the default acquire hook makes
+    crosses nodes this way, sums and elements at their homes alike. `pipelined` (a thread's own
+    hop to its sum, which always observes after it moves): window=2, so that the move and the
+    observe share one round trip, as a sum's exchange does on the hops below it."""
     if from_node == to_node:
         return ()
-    remote = stage("remote", host=to_node)
-    link = cluster_map.link_between(
-        cluster_map.node(from_node).cluster, cluster_map.node(to_node).cluster
-    )
-    if link is None:
+    ends = cluster_map.node(from_node).cluster, cluster_map.node(to_node).cluster
+    proto = cluster_map.proto_between(*ends)
+    remote = stage("remote", host=to_node, **({"proto": proto} if proto else {}),
+                   **({"window": THREAD_HOP_WINDOW} if pipelined else {}))
+    link = cluster_map.link_between(*ends)
+    if link is None or link.delay_ms is None:
         return (remote,)
     return (stage("delay", ms=link.delay_ms, jitter_ms=link.jitter_ms), remote)
 

@@ -2,8 +2,9 @@
 
 A remote stage's caller sends the remainder of its path; the server builds it into its own
 stage table, exactly as build_path does in a process, so the paths of many clients merge into
-one tree here. From then on the C side serves that caller's operations on a socket and a
-thread of its own; Python only builds, and reaps what clients release.
+one tree here. From then on the C side serves that caller's operations on a connection and a
+thread of its own (a direct TCP or Unix socket, or ZeroMQ: the caller's `proto`); Python only
+builds, and reaps what clients release.
 
     paths serve --bind tcp://127.0.0.1:7000        (also: python -m paths serve)
 
@@ -141,13 +142,18 @@ def read_key_file(path: str, what: str) -> str:
 def serve_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="paths serve",
-        description="Host a PastSet and server-side stages for remote stages over ZeroMQ. Prints "
-                    "'READY <endpoint>' when it accepts requests; stops on SIGINT/SIGTERM.")
+        description="Host a PastSet and server-side stages for remote stages. Prints "
+                    "'READY <endpoint>' when it accepts requests; stops on SIGINT/SIGTERM. "
+                    "Clients set up their links at the ZeroMQ endpoint; each link's operations "
+                    "then travel as the client's proto asks: tcp or ipc, a direct connection per "
+                    "link, admitted by a per-link secret but NOT encrypted (as MPI's TCP "
+                    "transport is not), or zmq, the one transport that --curve-secret encrypts.")
     parser.add_argument("--bind", default="tcp://127.0.0.1:7000",
                         help="ZeroMQ endpoint to bind (default tcp://127.0.0.1:7000; port * picks a free one). "
                              "Binding beyond loopback needs --curve-secret, or --insecure.")
     parser.add_argument("--curve-secret", metavar="FILE",
-                        help="file holding the server's CURVE secret key (Z85); clients then need its public key")
+                        help="file holding the server's CURVE secret key (Z85); clients then need its public "
+                             "key. It encrypts the ZeroMQ endpoint and zmq links, not direct (tcp, ipc) links")
     parser.add_argument("--insecure", action="store_true",
                         help="allow binding a non-loopback address without CURVE (with a warning: anyone who "
                              "reaches it may use it)")

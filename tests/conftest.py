@@ -1,12 +1,15 @@
 """Fixtures shared by the test files: a fresh PastSet, watching the node processes of map runs
-(tests/node_probe.py), Python modules of a test's own (hooks, kernels) that this process and
-the node processes it starts can import, and the launchers of other people: a single-node Slurm
-(tests/slurm_cluster.py) and Open MPI's mpirun, installed when missing."""
+(tests/node_probe.py), Python modules of a test's own (hooks, kernels) that this process and the
+node processes it starts can import, a server in a child process with a ZeroMQ context beside
+it, for tests that speak the wire protocol by hand, and the launchers of other people: a
+single-node Slurm (tests/slurm_cluster.py) and Open MPI's mpirun, installed when missing."""
 
 import os
 import textwrap
 
 import pytest
+import zmq
+from child_processes import ChildProcesses
 from node_probe import NodeProbe
 from slurm_cluster import SlurmCluster
 from system_packages import install_missing
@@ -63,6 +66,21 @@ def user_module(tmp_path, monkeypatch):
         return name
 
     return write
+
+
+@pytest.fixture(scope="module")
+def peer_server():
+    """(child, endpoint): a server child that tells its counters (remote_peer.py serve), one per
+    test file."""
+    with ChildProcesses() as children:
+        yield children.peer_server()
+
+
+@pytest.fixture
+def zmq_context():
+    ctx = zmq.Context()
+    yield ctx
+    ctx.destroy(linger=0)
 
 
 @pytest.fixture(scope="session")

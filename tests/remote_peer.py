@@ -3,14 +3,16 @@
     remote_peer.py serve [--curve-secret FILE]   a PathServer on a free loopback port; prints
                                                  READY <endpoint>; answers each `counters` line
                                                  on stdin with COUNTERS <json>; stops at EOF
-    remote_peer.py figure1 ENDPOINT ROUNDS       the paper's Figure 1 client: 2 C threads,
+    remote_peer.py figure1 ENDPOINT PROTO ROUNDS the paper's Figure 1 client: 2 C threads,
                                                  reduce-sum(2) -> remote -> reduce-sum(2) -> F;
                                                  GSum with 4 contributors; prints DONE <json>
-    remote_peer.py worker ENDPOINT ELEMENT       takes jobs (next-observe) until a -1 arrives;
+    remote_peer.py worker ENDPOINT PROTO ELEMENT takes jobs (next-observe) until a -1 arrives;
                                                  prints READY, then TOOK <json list>
-    remote_peer.py observe ENDPOINT ELEMENT TIMEOUT_MS
+    remote_peer.py observe ENDPOINT PROTO ELEMENT TIMEOUT_MS
                                                  prints OBSERVING, then blocks in observe();
                                                  prints the exception's type and message
+
+PROTO is the remote stage's transport (tcp, ipc, zmq, inproc).
 
 Every line is flushed: the tests wait for them.
 """
@@ -44,8 +46,8 @@ def serve(argv: list[str]) -> int:
     return 0
 
 
-def figure1(endpoint: str, rounds: str) -> int:
-    path = make_path(stage("reduce-sum", num_threads=2), stage("remote", host=endpoint, timeout_ms=5000),
+def figure1(endpoint: str, proto: str, rounds: str) -> int:
+    path = make_path(stage("reduce-sum", num_threads=2), stage("remote", host=endpoint, proto=proto, timeout_ms=5000),
                      stage("reduce-sum", num_threads=2), stage("core", name="F", format="q"))
     handles = [build_path(path) for _ in range(2)]
     say("BUILT")
@@ -55,8 +57,9 @@ def figure1(endpoint: str, rounds: str) -> int:
     return 0
 
 
-def worker(endpoint: str, element: str) -> int:
-    jobs = build_path(make_path(stage("remote", host=endpoint, timeout_ms=5000), stage("core", name=element, format="q")))
+def worker(endpoint: str, proto: str, element: str) -> int:
+    jobs = build_path(make_path(stage("remote", host=endpoint, proto=proto, timeout_ms=5000),
+                                stage("core", name=element, format="q")))
     say("READY")
     took = []
     while (job := jobs.observe(timeout=ROUNDS_TIMEOUT_S)[0]) != -1:
@@ -65,8 +68,8 @@ def worker(endpoint: str, element: str) -> int:
     return 0
 
 
-def observe(endpoint: str, element: str, timeout_ms: str) -> int:
-    handle = build_path(make_path(stage("remote", host=endpoint, timeout_ms=int(timeout_ms)),
+def observe(endpoint: str, proto: str, element: str, timeout_ms: str) -> int:
+    handle = build_path(make_path(stage("remote", host=endpoint, proto=proto, timeout_ms=int(timeout_ms)),
                                   stage("core", name=element, format="q")))
     say("OBSERVING")
     try:

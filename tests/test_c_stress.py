@@ -7,6 +7,9 @@ the test; nothing is skipped.
   stage in, which the test does not use): reduce-sum trees, pass-through stages, links, counters.
 - tests/c/stress_kernel_run.c: kernel runs, the C side of paths.h (threads, barriers, handles
   through the run's hooks, reports, a failing thread), over the stage layer.
+- tests/c/stress_remote.c: remote stages and a server in one process on the direct transport
+  (tcp and Unix sockets): a sum, a job queue, links opened and released over and over.
+  libzmq, which carries the BUILDs, is not built for TSan: tests/c/tsan.supp silences it.
 """
 
 import os
@@ -23,7 +26,7 @@ PASTSET_SOURCES = sorted((ROOT / "pastset").glob("*.c"))
 STAGE_SOURCES = [
     ROOT / "wrappers_c" / f"{name}.c"
     for name in ("stage", "stage_params", "registry", "core", "reduce_sum", "cache", "trace", "delay", "remote",
-                 "server", "wire", "zmq_context", "bridge_stage")
+                 "server", "wire", "direct_channel", "zmq_context", "bridge_stage")
 ]
 KERNEL_RUN_SOURCES = [ROOT / "wrappers_c" / f"{name}.c" for name in ("kernel_run", "kernel_context", "paths_handle")]
 COMMON_FLAGS = ["-std=c11", "-O1", "-g", "-D_GNU_SOURCE", "-pthread", f"-I{ROOT / 'pastset'}"]
@@ -41,11 +44,12 @@ SIZES = {
     "stress_pastset": {"plain": 200_000, "asan-ubsan": 100_000, "tsan": 50_000},
     "stress_stages": {"plain": 20_000, "asan-ubsan": 10_000, "tsan": 4_000},
     "stress_kernel_run": {"plain": 4_000, "asan-ubsan": 2_000, "tsan": 400},
+    "stress_remote": {"plain": 2_000, "asan-ubsan": 1_000, "tsan": 500},
 }
 SANITIZER_OPTIONS = {
     "ASAN_OPTIONS": "halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1",
     "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
-    "TSAN_OPTIONS": "halt_on_error=1:second_deadlock_stack=1",
+    "TSAN_OPTIONS": f"halt_on_error=1:second_deadlock_stack=1:suppressions={C_TESTS / 'tsan.supp'}",
 }
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "WARNING: ThreadSanitizer")
 # Some kernels map memory where TSan's shadow should go; TSan then runs only with ASLR off.
@@ -121,3 +125,9 @@ def test_stress_stages(build, tmp_path):
 def test_stress_kernel_run(build, tmp_path):
     build_and_run("stress_kernel_run", build, tmp_path, [*PASTSET_SOURCES, *STAGE_SOURCES, *KERNEL_RUN_SOURCES],
                   [f"-I{ROOT / 'wrappers_c'}", "-DPATHS_BUILDING_LIBRARY", *libzmq_flags()])
+
+
+@pytest.mark.parametrize("build", list(SANITIZER_FLAGS))
+def test_stress_remote(build, tmp_path):
+    build_and_run("stress_remote", build, tmp_path, [*PASTSET_SOURCES, *STAGE_SOURCES],
+                  [f"-I{ROOT / 'wrappers_c'}", *libzmq_flags()])

@@ -156,7 +156,7 @@ BROKEN = {
         edited(("cpus: 4", "cpus: 4\n    cpu: 4")),
         6,
         "clusters.4w.cpu",
-        "unknown field (valid: nodes, cpus, address, head)",
+        "unknown field (valid: nodes, cpus, address, head, proto)",
     ),
     "unknown policy": (
         BASE + "policy: random\n",

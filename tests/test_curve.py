@@ -1,5 +1,6 @@
 """A server with a CURVE secret key: a client that has the server's public key works, through
-the main endpoint and its own link socket; a client without a key, or with the wrong one, gets a
+the main endpoint and its own link socket, which is a ZeroMQ one (encrypted) unless the client
+asks for a direct link by name; a client without a key, or with the wrong one, gets a
 ConnectionError within its timeout_ms that names the server and hints at the CURVE keys."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import sys
 import time
 
 import pytest
-from child_processes import ChildProcesses
+from child_processes import ChildProcesses, counters
 
 import paths
 from paths import build_path, make_path, stage
@@ -33,10 +34,15 @@ def keys(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def endpoint(keys):
+def server(keys):
+    """A CURVE server that tells its counters (tests/remote_peer.py serve)."""
     with ChildProcesses() as children:
-        _, address = children.paths_serve("--curve-secret", str(keys["server"][0]))
-        yield address
+        yield children.peer_server("--curve-secret", str(keys["server"][0]))
+
+
+@pytest.fixture(scope="module")
+def endpoint(server):
+    return server[1]
 
 
 def curve_path(address, element, key, **more):
@@ -63,3 +69,16 @@ def test_client_without_the_right_key_gets_connection_error_in_time(endpoint, ke
     assert waited < TIMEOUT_MS / 1000 + MARGIN_S, f"took {waited:.2f} s"
     message = str(refused.value)
     assert endpoint in message and "CURVE" in message, message
+
+
+@pytest.mark.parametrize("proto, direct", [(None, 0), ("zmq", 0), ("tcp", 1)], ids=["no proto", "zmq", "tcp"])
+def test_a_curve_key_keeps_links_on_zmq_unless_a_direct_one_is_asked_for(server, keys, proto, direct):
+    process, address = server
+    before = counters(process)
+    handle = build_path(curve_path(address, f"CHOSEN-{proto}", keys["server"][1], **({"proto": proto} if proto else {})))
+    for i in range(50):
+        handle.move(i)
+        assert handle.observe() == (i,)
+    after = counters(process)
+    assert after["builds"] - before["builds"] == 1
+    assert after["direct"] - before["direct"] == direct

@@ -101,7 +101,7 @@ def test_cluster_round_robin_reaches_all_three_clusters():
     plan = plan_reduction(MULTI, 3, ELEMENT, policy=cluster_round_robin)
     assert plan.placements == ("w2n00", "w4n0", "w8n0")
     root_sum = stage("reduce-sum", num_threads=3, id="root")
-    hop = [stage("delay", ms=1.0, jitter_ms=0.0), stage("remote", host="root0")]
+    hop = [stage("delay", ms=1.0, jitter_ms=0.0), stage("remote", host="root0", window=2)]
     assert all(path == make_path(hop, root_sum, CORE) for path in plan.paths)
 
 

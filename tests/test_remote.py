@@ -1,7 +1,9 @@
-"""The remote stage and the PastSet server, end to end over TCP loopback: the paper's Figure 1
-between two real client processes, a remote element as a job queue for four worker processes,
-errors that cross the wire as the same exceptions as local ones, clients that never stall each
-other, 32 concurrent connections, and the `paths serve` command's signals and bind check.
+"""The remote stage and the PastSet server, end to end over TCP loopback, on both kinds of link
+(`proto`): tcp, a direct socket per link, and zmq, the link's own ZeroMQ socket. The paper's
+Figure 1 between two real client processes, a remote element as a job queue for four worker
+processes, errors that cross the wire as the same exceptions as local ones, clients that never
+stall each other, 32 concurrent connections, pipelined and batched moves, and the `paths serve`
+command's signals and bind check.
 
 Every child process is reaped by the fixtures, whatever happens; every wait is bounded."""
 
@@ -22,6 +24,7 @@ from paths.server import PathServer
 
 TIMEOUT_MS = 5000     # remote stages' timeout_ms: generous, nothing here should come near it
 PATIENCE_S = 30       # the longest any wait in this file may take before its test fails
+PROTOS = ["tcp", "zmq"]
 
 
 @pytest.fixture(scope="module")
@@ -38,23 +41,29 @@ def children():
         yield started
 
 
-def remote_path(address, element, format="q", **remote):
-    return make_path(stage("remote", host=address, timeout_ms=TIMEOUT_MS, **remote),
+@pytest.fixture(params=PROTOS)
+def proto(request):
+    """Every test that takes it runs on each kind of link."""
+    return request.param
+
+
+def remote_path(address, element, proto, format="q", **remote):
+    return make_path(stage("remote", host=address, proto=proto, timeout_ms=TIMEOUT_MS, **remote),
                      stage("core", name=element, format=format))
 
 
 # ---- Figure 1: two client processes, two threads each, one server ---------------------------
 
 
-def test_figure1_two_client_processes_exact_totals(children):
+def test_figure1_two_client_processes_exact_totals(children, proto):
     rounds = 1000
     _, address = children.paths_serve()
-    clients = [children.peer("figure1", address, rounds) for _ in range(2)]
+    clients = [children.peer("figure1", address, proto, rounds) for _ in range(2)]
     results = [json.loads(client.expect("DONE ", timeout=PATIENCE_S)) for client in clients]
     assert [client.wait(PATIENCE_S) for client in clients] == [0, 0]
     # The kernel checks every round's total (4 * round) in C; check the element's history too.
     assert results == [{"rounds": rounds, "bad_totals": 0, "median_us": r["median_us"]} for r in results]
-    element = build_path(remote_path(address, "F"))
+    element = build_path(remote_path(address, "F", proto))
     assert element.last() == rounds  # one move per round reached the server's element
     assert [element.observe(i)[0] for i in range(rounds)] == [4 * i for i in range(rounds)]
 
@@ -62,12 +71,12 @@ def test_figure1_two_client_processes_exact_totals(children):
 # ---- a job queue: every job taken exactly once ------------------------------------------------
 
 
-def test_remote_element_as_job_queue_for_four_worker_processes(children, endpoint):
-    jobs, workers = 3000, 4
-    started = [children.peer("worker", endpoint, "JOBS") for _ in range(workers)]
+def test_remote_element_as_job_queue_for_four_worker_processes(children, endpoint, proto):
+    jobs, workers, element = 3000, 4, f"JOBS-{proto}"
+    started = [children.peer("worker", endpoint, proto, element) for _ in range(workers)]
     for worker in started:
         worker.expect("READY")
-    producer = build_path(remote_path(endpoint, "JOBS", window=16))
+    producer = build_path(remote_path(endpoint, element, proto, window=16))
     for job in range(jobs):
         producer.move(job)
     for _ in range(workers):
@@ -96,9 +105,9 @@ ERROR_CASES = {
 
 
 @pytest.mark.parametrize("case", list(ERROR_CASES))
-def test_errors_are_the_same_exceptions_as_local(endpoint, case):
+def test_errors_are_the_same_exceptions_as_local(endpoint, proto, case):
     local = build_path(make_path(stage("core", name="E", format="q")), pastset=paths.PastSet())
-    remote = build_path(remote_path(endpoint, f"errors-{case}"))
+    remote = build_path(remote_path(endpoint, f"errors-{case}-{proto}", proto))
     with pytest.raises(Exception) as local_error:
         ERROR_CASES[case](local)
     with pytest.raises(Exception) as remote_error:
@@ -109,11 +118,11 @@ def test_errors_are_the_same_exceptions_as_local(endpoint, case):
     assert remote.observe(remote.last() - 1) == (7,)
 
 
-def test_server_refusing_an_unknown_kind_is_value_error_with_its_message(endpoint):
+def test_server_refusing_an_unknown_kind_is_value_error_with_its_message(endpoint, proto):
     # build_path checks kinds before sending anything, so send a remainder by hand.
     remainder = json.dumps({"version": 1, "path": [["no-such-kind", {}], ["core", {"name": "X", "format": "q"}]]})
-    remote = _native.create_stage("remote", {"host": endpoint, "timeout_ms": TIMEOUT_MS, "format": "q",
-                                             "path": remainder}, None, paths.PastSet())
+    remote = _native.create_stage("remote", {"host": endpoint, "proto": proto, "timeout_ms": TIMEOUT_MS,
+                                             "format": "q", "path": remainder}, None, paths.PastSet())
     with pytest.raises(ValueError) as refused:
         remote.attach("caller")
     message = str(refused.value)
@@ -121,9 +130,9 @@ def test_server_refusing_an_unknown_kind_is_value_error_with_its_message(endpoin
     assert "unknown stage kind 'no-such-kind'" in message
 
 
-def test_server_refusing_a_used_up_fan_in_is_value_error_with_its_message(endpoint):
-    path = make_path(stage("remote", host=endpoint, timeout_ms=TIMEOUT_MS), stage("reduce-sum", num_threads=1),
-                     stage("core", name="FANIN", format="q"))
+def test_server_refusing_a_used_up_fan_in_is_value_error_with_its_message(endpoint, proto):
+    path = make_path(stage("remote", host=endpoint, proto=proto, timeout_ms=TIMEOUT_MS),
+                     stage("reduce-sum", num_threads=1), stage("core", name=f"FANIN-{proto}", format="q"))
     first = build_path(path)
     with pytest.raises(ValueError, match=r"refused the path: .*fan-in 1 is used up"):
         build_path(path)
@@ -134,10 +143,10 @@ def test_server_refusing_a_used_up_fan_in_is_value_error_with_its_message(endpoi
 # ---- clients do not stall each other ----------------------------------------------------------
 
 
-def test_a_blocked_observe_does_not_stall_another_client(endpoint):
-    blocked = build_path(remote_path(endpoint, "WAITS"))
-    other = build_path(remote_path(endpoint, "BUSY"))
-    feeder = build_path(remote_path(endpoint, "WAITS"))
+def test_a_blocked_observe_does_not_stall_another_client(endpoint, proto):
+    blocked = build_path(remote_path(endpoint, f"WAITS-{proto}", proto))
+    other = build_path(remote_path(endpoint, f"BUSY-{proto}", proto))
+    feeder = build_path(remote_path(endpoint, f"WAITS-{proto}", proto))
     result = {}
 
     def wait_for_a_tuple():
@@ -167,7 +176,7 @@ def test_a_blocked_observe_does_not_stall_another_client(endpoint):
     assert busy_seconds < 2.0, f"200 round trips took {busy_seconds:.2f} s beside a blocked observe"
 
 
-def test_32_concurrent_client_connections(children):
+def test_32_concurrent_client_connections(children, proto):
     clients, pairs = 32, 100
     server, address = children.peer_server()
     barrier = threading.Barrier(clients + 1, timeout=PATIENCE_S)
@@ -175,7 +184,7 @@ def test_32_concurrent_client_connections(children):
 
     def client(n):
         try:
-            handle = build_path(remote_path(address, f"MANY-{n}"))
+            handle = build_path(remote_path(address, f"MANY-{n}", proto))
             barrier.wait()  # every connection is open at once
             barrier.wait()
             for i in range(pairs):
@@ -192,6 +201,7 @@ def test_32_concurrent_client_connections(children):
         barrier.wait()
         live = counters(server)
         assert live["live"] == clients and live["builds"] == clients
+        assert live["direct"] == (clients if proto == "tcp" else 0)
         barrier.wait()
     finally:
         for thread in threads:
@@ -204,11 +214,11 @@ def test_32_concurrent_client_connections(children):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_paths_serve_exits_0_on_signal_even_with_a_blocked_client(children, sig):
+def test_paths_serve_exits_0_on_signal_even_with_a_blocked_client(children, proto, sig):
     server, address = children.paths_serve()
-    client = children.peer("observe", address, "NEVER", 1000)
+    client = children.peer("observe", address, proto, "NEVER", 1000)
     client.expect("OBSERVING")
-    handle = build_path(remote_path(address, "SERVED"))
+    handle = build_path(remote_path(address, "SERVED", proto))
     handle.move(1)
     assert handle.observe() == (1,)
     server.signal(sig)

@@ -1,5 +1,7 @@
 """A server that dies or is not there: clients error out within their remote stage's
-timeout_ms (plus a margin for a loaded 2-core machine), never hang, and leave no process behind.
+timeout_ms (plus a margin for a loaded 2-core machine), never hang, and leave no process behind;
+on each kind of link (`proto`: tcp, a direct socket, where a dead server's closed connection is
+seen at once, and zmq).
 
 The server is a `paths serve` child killed with SIGKILL while clients are blocked in it: a
 thread of this process in observe(), a GSum of two C threads, and a client process."""
@@ -30,8 +32,14 @@ def children():
         yield started
 
 
-def remote(address, element):
-    return make_path(stage("remote", host=address, timeout_ms=TIMEOUT_MS), stage("core", name=element, format="q"))
+@pytest.fixture(params=["tcp", "zmq"])
+def proto(request):
+    return request.param
+
+
+def remote(address, element, proto):
+    return make_path(stage("remote", host=address, proto=proto, timeout_ms=TIMEOUT_MS),
+                     stage("core", name=element, format="q"))
 
 
 def remote_counters(handle):
@@ -87,9 +95,9 @@ def assert_failed_in_time(blocked: Blocked, killed_at: float, address: str | Non
         assert address in str(blocked.error)
 
 
-def test_killed_server_ends_a_blocked_observe(children):
+def test_killed_server_ends_a_blocked_observe(children, proto):
     server, address = children.paths_serve()
-    handle = build_path(remote(address, "NOTHING"))
+    handle = build_path(remote(address, "NOTHING", proto))
     sent = remote_counters(handle)["requests"]
     blocked = Blocked(lambda: handle.observe(timeout=PATIENCE_S))
     wait_for_requests(handle, sent)  # the observe is at the server
@@ -98,9 +106,9 @@ def test_killed_server_ends_a_blocked_observe(children):
         handle.move(1)
 
 
-def test_killed_server_ends_a_gsum_in_c_threads(children):
+def test_killed_server_ends_a_gsum_in_c_threads(children, proto):
     server, address = children.paths_serve()
-    path = make_path(stage("reduce-sum", num_threads=2), remote(address, "G"))
+    path = make_path(stage("reduce-sum", num_threads=2), remote(address, "G", proto))
     handles = [build_path(path) for _ in range(2)]
     blocked = Blocked(lambda: paths.bench.gsum(handles, 10_000_000, timeout=PATIENCE_S))
     wait_for_requests(handles[0], 200)  # well into the run
@@ -108,9 +116,9 @@ def test_killed_server_ends_a_gsum_in_c_threads(children):
     assert_failed_in_time(blocked, kill(server), None)
 
 
-def test_killed_server_ends_a_client_process(children):
+def test_killed_server_ends_a_client_process(children, proto):
     server, address = children.paths_serve()
-    client = children.peer("observe", address, "NOTHING", TIMEOUT_MS)
+    client = children.peer("observe", address, proto, "NOTHING", TIMEOUT_MS)
     client.expect("OBSERVING")
     killed_at = kill(server)
     raised = client.expect("RAISED ", timeout=PATIENCE_S)
@@ -121,32 +129,37 @@ def test_killed_server_ends_a_client_process(children):
     assert not process_exists(client.pid)
 
 
-def test_server_down_at_build_time_is_connection_error_within_timeout():
+def test_server_down_at_build_time_is_connection_error_within_timeout(proto):
     with socket.socket() as probe:  # a loopback port nobody listens on
         probe.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
     started = time.monotonic()
     with pytest.raises(ConnectionError) as refused:
-        build_path(remote(address, "NOWHERE"))
+        build_path(remote(address, "NOWHERE", proto))
     waited = time.monotonic() - started
     assert TIMEOUT_MS / 1000 * 0.9 <= waited < TIMEOUT_MS / 1000 + MARGIN_S
     assert address in str(refused.value) and "no answer" in str(refused.value)
 
 
-def test_a_killed_client_does_not_outlive_itself_on_the_server(children):
+def test_a_killed_client_does_not_outlive_itself_on_the_server(children, proto):
     """A client killed mid-run holds a caller slot of the server's reduce-sum; its link ends
     when its connection closes, the server's tree goes with it, and a new run can build the
     same tree again (instead of finding the fan-in used up)."""
     with paths.server.PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
-        doomed = children.peer("figure1", server.endpoint, 10_000_000)
+        doomed = children.peer("figure1", server.endpoint, proto, 10_000_000)
         doomed.expect("BUILT")
         assert server.native.counters()["live"] == 1
+        first_request = 3 if proto == "tcp" else 2  # BUILD, CONNECT on a direct link, the first exchange
+        deadline = time.monotonic() + PATIENCE_S
+        while server.native.counters()["frames"] < first_request:  # mid-run: its link is served
+            assert time.monotonic() < deadline, "the client never reached its link"
+            time.sleep(0.001)
         doomed.signal(9)
         deadline = time.monotonic() + PATIENCE_S
         while server.native.counters()["live"]:
             assert time.monotonic() < deadline, "the dead client's link is still served"
             time.sleep(0.01)
         assert server.native.counters()["abandoned"] == 1
-        pair = [children.peer("figure1", server.endpoint, 200) for _ in range(2)]
+        pair = [children.peer("figure1", server.endpoint, proto, 200) for _ in range(2)]
         for client in pair:
             assert json.loads(client.expect("DONE ", timeout=PATIENCE_S))["bad_totals"] == 0

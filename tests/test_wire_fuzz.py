@@ -1,58 +1,38 @@
 """The server against hostile frames (wrappers_c/wire.md): over 10,000 random and mutated frames at the
-main endpoint and at a link endpoint, from a raw pyzmq DEALER — random bytes, valid headers with
-a bad version, op, length or handle id, truncated frames, oversized payload lengths, multipart
-garbage, messages beyond the largest frame. Then: a normal client still gets exact results, the
-server counted each malformed frame (bad_frames, exactly), answered every frame it could, and
-its resident memory did not grow (VmRSS, < +50 MB).
+main endpoint and at a ZeroMQ link endpoint, from a raw pyzmq DEALER — random bytes, valid headers
+with a bad version, op, length or handle id, truncated frames, oversized payload lengths, multipart
+garbage, messages beyond the largest frame — and thousands more at a direct (tcp) link: garbage
+instead of the link's secret on hundreds of connections, then, on the admitted connection, every
+kind of misaddressed or ill-sized frame a stream can carry, frames too large for the link, and at
+last a header that loses the stream's step. Then: a normal client still gets exact results on both
+transports, the server counted each malformed frame (bad_frames) and each refused connection
+(refused), exactly, answered every frame it could, and its resident memory did not grow (VmRSS,
+< +50 MB).
 
 The frame generator is seeded, so a failure repeats."""
 
 from __future__ import annotations
 
 import random
-import struct
+import time
 
 import pytest
-import zmq
-from child_processes import ChildProcesses, counters
+from child_processes import counters
+from wire_frames import (BUILD, CONNECT, EXCHANGE, FIRST, HEADER, IPC, LAST, MAX_PAYLOAD, MOVE, OBSERVE,
+                         OBSERVE_AT, OP_LIMIT, PING, PS_EINVAL, PS_OK, RELEASE, SPEC_MAX, TCP, TRANSPORTS,
+                         VERSION, AXE, DELTA, Direct, dealer, decode, encode, open_link, zmq_answer)
 
 import paths
 from paths import build_path, make_path, stage
-from paths.path_spec import path_to_json
 
-# ---- the wire format, as wrappers_c/wire.md states it --------------------------------------
-
-HEADER = struct.Struct("<BBHIQQqq")  # version, op, status, payload_length, request, handle, argument, value
-VERSION = 1
-BUILD, MOVE, OBSERVE, OBSERVE_AT, FIRST, LAST, DELTA, AXE, RELEASE, PING, EXCHANGE = range(1, 12)
-OP_LIMIT = 12
-MAX_PAYLOAD = (1 << 20) + 4096
-SPEC_MAX = 65536
-PS_OK, PS_EINVAL = 0, 7
 TUPLE_SIZE = 8  # the fuzzed link's element has format "q"
-
 SEED = 20240607
 FRAMES_PER_ENDPOINT = 6000
+DIRECT_FRAMES = 4000
+REFUSED_CONNECTIONS = 200
+PENDING_MAX = 8  # direct connections that may be presenting a secret at once
 BATCH = 200
-ANSWER_WAIT_MS = 10_000   # the longest one answer may take before the test fails
 RSS_GROWTH_KB = 50 * 1024
-
-
-def encode(op, payload=b"", request_id=0, handle_id=0, argument=0, value=0, version=VERSION, status=0,
-           length=None):
-    length = len(payload) if length is None else length
-    return HEADER.pack(version, op, status, length, request_id, handle_id, argument, value) + payload
-
-
-def decode(frame: bytes):
-    """The header fields of a well-formed frame (checked as the server checks), or None."""
-    if len(frame) < HEADER.size:
-        return None
-    version, op, status, length, request_id, handle_id, argument, value = HEADER.unpack_from(frame)
-    if version != VERSION or not 1 <= op < OP_LIMIT or length > MAX_PAYLOAD or length != len(frame) - HEADER.size:
-        return None
-    return {"op": op, "status": status, "length": length, "request_id": request_id, "handle_id": handle_id,
-            "argument": argument, "value": value, "payload": frame[HEADER.size:]}
 
 
 def refused_by_server(parts: list[bytes], at_link: bool, link_id: int) -> bool:
@@ -63,9 +43,10 @@ def refused_by_server(parts: list[bytes], at_link: bool, link_id: int) -> bool:
     if request is None:
         return True
     if not at_link:
-        return not (request["op"] == PING or (request["op"] == BUILD and 0 < request["length"] <= SPEC_MAX))
+        build = request["op"] == BUILD and 0 < request["length"] <= SPEC_MAX and request["argument"] in TRANSPORTS
+        return not (request["op"] == PING or build)
     expected_payload = TUPLE_SIZE if request["op"] in (MOVE, EXCHANGE) else 0
-    return request["handle_id"] != link_id or request["length"] != expected_payload or request["op"] == BUILD
+    return request["handle_id"] != link_id or request["length"] != expected_payload or request["op"] in (BUILD, CONNECT)
 
 
 def safe_at_link(parts, link_id) -> bool:
@@ -105,7 +86,7 @@ class Fuzzer:
         return [encode(self.any_op(), handle_id=self.handle(), version=version)]
 
     def bad_op(self):
-        return [encode(self.rng.choice([0, OP_LIMIT, 13, 0x80, 0xFF]), handle_id=self.handle())]
+        return [encode(self.rng.choice([0, OP_LIMIT, 14, 0x80, 0xFF]), handle_id=self.handle())]
 
     def bad_length(self):
         payload = self.rng.randbytes(self.rng.randrange(0, 32))
@@ -154,51 +135,18 @@ class Fuzzer:
 # ---- the server and a raw socket ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server():
-    with ChildProcesses() as children:
-        yield children.peer_server()
-
-
-@pytest.fixture
-def context():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
-
-
-def dealer(ctx, endpoint):
-    socket = ctx.socket(zmq.DEALER)
-    socket.linger = 0
-    socket.connect(endpoint)
-    return socket
-
-
-def answer(socket, timeout_ms=ANSWER_WAIT_MS) -> bytes:
-    assert socket.poll(timeout_ms, zmq.POLLIN), f"no answer within {timeout_ms} ms"
-    return socket.recv()
-
-
-def open_link(ctx, endpoint, element):
-    """BUILD by hand: returns (handle id, link endpoint)."""
-    main = dealer(ctx, endpoint)
-    spec = path_to_json(make_path(stage("core", name=element, format="q"))).encode()
-    main.send(encode(BUILD, spec, request_id=1))
-    reply = decode(answer(main))
-    main.close()
-    assert reply and reply["op"] == BUILD and reply["status"] == PS_OK, reply
-    return reply["handle_id"], reply["payload"].decode()
-
-
 def exact_round_trips(endpoint, element, n=300):
-    handle = build_path(make_path(stage("remote", host=endpoint, timeout_ms=5000), stage("core", name=element, format="q")))
-    for i in range(n):
-        handle.move(i * 3)
-        assert handle.observe() == (i * 3,)
-    two = [build_path(make_path(stage("reduce-sum", num_threads=2),
-                                stage("remote", host=endpoint, timeout_ms=5000, window=2),
-                                stage("core", name=element + "-sum", format="q"))) for _ in range(2)]
-    assert paths.bench.gsum(two, 300).bad_totals == 0
+    """A normal client's exact results, on each kind of link."""
+    for proto in ("tcp", "zmq"):
+        handle = build_path(make_path(stage("remote", host=endpoint, proto=proto, timeout_ms=5000),
+                                      stage("core", name=f"{element}-{proto}", format="q")))
+        for i in range(n):
+            handle.move(i * 3)
+            assert handle.observe() == (i * 3,)
+        two = [build_path(make_path(stage("reduce-sum", num_threads=2),
+                                    stage("remote", host=endpoint, proto=proto, timeout_ms=5000, window=2),
+                                    stage("core", name=f"{element}-{proto}-sum", format="q"))) for _ in range(2)]
+        assert paths.bench.gsum(two, 300).bad_totals == 0
 
 
 def fuzz(socket, fuzzer: Fuzzer, frames: int):
@@ -218,7 +166,7 @@ def fuzz(socket, fuzzer: Fuzzer, frames: int):
                 builds += 1
             expected += fuzzer.at_link or len(parts) == 1  # the main endpoint drops multipart unanswered
         for _ in range(expected):
-            reply = answer(socket)
+            reply = zmq_answer(socket)
             header = HEADER.unpack_from(reply) if len(reply) >= HEADER.size else None
             assert header and header[0] == VERSION and header[3] == len(reply) - HEADER.size, reply[:64]
             assert header[2] in (PS_OK, PS_EINVAL), header
@@ -226,17 +174,17 @@ def fuzz(socket, fuzzer: Fuzzer, frames: int):
     return sent, bad, owed, builds
 
 
-def test_ten_thousand_hostile_frames(server, context):
-    process, endpoint = server
+def test_ten_thousand_hostile_frames(peer_server, zmq_context):
+    process, endpoint = peer_server
     exact_round_trips(endpoint, "BEFORE")  # warm up, so memory is measured at its working size
     rss_before = process.rss_kb()
-    link_id, link_endpoint = open_link(context, endpoint, "FUZZ")
+    link_id, link_endpoint, _ = open_link(zmq_context, endpoint, "FUZZ")
     before = counters(process)
 
     rng = random.Random(SEED)
-    main_sent, main_bad, _, main_builds = fuzz(dealer(context, endpoint), Fuzzer(rng, False, link_id),
+    main_sent, main_bad, _, main_builds = fuzz(dealer(zmq_context, endpoint), Fuzzer(rng, False, link_id),
                                                FRAMES_PER_ENDPOINT)
-    link_socket = dealer(context, link_endpoint)
+    link_socket = dealer(zmq_context, link_endpoint)
     link_sent, link_bad, _, _ = fuzz(link_socket, Fuzzer(rng, True, link_id), FRAMES_PER_ENDPOINT)
 
     after = counters(process)
@@ -248,16 +196,16 @@ def test_ten_thousand_hostile_frames(server, context):
 
     # Messages beyond the largest frame: the server drops such a peer without reading them.
     for target in (endpoint, link_endpoint):
-        flood = dealer(context, target)
+        flood = dealer(zmq_context, target)
         for _ in range(3):
             flood.send(encode(PING, b"\0" * (MAX_PAYLOAD + 1024), handle_id=link_id))
         flood.close()
 
     # The fuzzed link still serves its owner, and lets go when released.
     link_socket.send(encode(PING, request_id=77, handle_id=link_id))
-    assert decode(answer(link_socket))["status"] == PS_OK
+    assert decode(zmq_answer(link_socket))["status"] == PS_OK
     link_socket.send(encode(RELEASE, request_id=78, handle_id=link_id))
-    assert decode(answer(link_socket))["status"] == PS_OK
+    assert decode(zmq_answer(link_socket))["status"] == PS_OK
 
     exact_round_trips(endpoint, "AFTER")
     grown = process.rss_kb() - rss_before
@@ -274,12 +222,114 @@ BREAKING_SPECS = {
 
 
 @pytest.mark.parametrize("spec", list(BREAKING_SPECS))
-def test_a_build_that_breaks_the_builder_is_refused_and_the_server_lives(server, context, spec):
-    process, endpoint = server
+def test_a_build_that_breaks_the_builder_is_refused_and_the_server_lives(peer_server, zmq_context, spec):
+    process, endpoint = peer_server
     payload = BREAKING_SPECS[spec]
     payload = payload if isinstance(payload, bytes) else payload.encode()
-    main = dealer(context, endpoint)
+    main = dealer(zmq_context, endpoint)
     main.send(encode(BUILD, payload, request_id=5))
-    reply = decode(answer(main))
+    reply = decode(zmq_answer(main))
     assert reply["op"] == BUILD and reply["status"] == PS_EINVAL and reply["payload"], reply
     exact_round_trips(endpoint, f"LIVES-{spec}", n=20)  # the server still serves
+
+
+# ---- a direct link ----------------------------------------------------------------------------
+
+
+def judged_at_once(parts) -> bool:
+    """A message whose first bytes tell the server all it needs: one frame whose header is
+    malformed, or whose payload is all there."""
+    if len(parts) != 1 or len(parts[0]) < HEADER.size:
+        return False
+    version, op, _, length = HEADER.unpack_from(parts[0])[:4]
+    return version != VERSION or not 1 <= op < OP_LIMIT or length > MAX_PAYLOAD or length == len(parts[0]) - HEADER.size
+
+
+def in_step(parts) -> bool:
+    """A message a stream can carry without losing its step: one frame, as long as its header says."""
+    return len(parts) == 1 and decode(parts[0]) is not None
+
+
+def too_large(rng: random.Random, link_id: int) -> list[bytes]:
+    """A well-formed frame far larger than anything the link takes (read whole, and dropped)."""
+    return [encode(rng.choice([MOVE, PING, EXCHANGE]), rng.randbytes(rng.choice([20_000, 70_000])),
+                   request_id=rng.getrandbits(64), handle_id=link_id)]
+
+
+@pytest.mark.parametrize("transport", [TCP, IPC], ids=["tcp", "ipc"])
+def test_thousands_of_hostile_frames_at_a_direct_link(peer_server, zmq_context, transport):
+    process, endpoint = peer_server
+    exact_round_trips(endpoint, f"DIRECT-BEFORE-{transport}")
+    rss_before = process.rss_kb()
+    link_id, link_endpoint, secret = open_link(zmq_context, endpoint, f"DIRECT-FUZZ-{transport}", transport)
+    before = counters(process)
+    rng = random.Random(SEED + transport)
+    garbage = Fuzzer(rng, True, link_id)
+
+    # Before the client is in: connections that present anything but the secret are turned away,
+    # told why when the server could read a frame (or a header it knows to be malformed) ...
+    told = 0
+    for n in range(REFUSED_CONNECTIONS):
+        intruder = Direct(link_endpoint)
+        parts = [encode(CONNECT, rng.randbytes(32), handle_id=link_id)] if n % 4 == 0 else garbage.next()
+        while n % 4 and not judged_at_once(parts):
+            parts = garbage.next()
+        intruder.send(*parts)
+        reply = intruder.answer()
+        assert reply is not None and reply["status"] == PS_EINVAL and b"refused" in reply["payload"], (reply, parts)
+        assert intruder.closed_by_server()
+        intruder.close()
+        told += 1
+    # ... and, silently, those that present part of a frame and stop, or come beyond the 8 that
+    # may be presenting at once (all of these at the same time: each has 1 s).
+    stalled = [Direct(link_endpoint) for _ in range(PENDING_MAX + 2)]
+    for intruder in stalled:
+        intruder.send(encode(CONNECT, secret, handle_id=link_id)[:rng.randrange(1, HEADER.size + 32)])
+    for intruder in stalled:
+        assert intruder.closed_by_server()
+        intruder.close()
+    refused = counters(process)
+    assert refused["refused"] - before["refused"] == REFUSED_CONNECTIONS + len(stalled)
+    assert refused["bad_frames"] - before["bad_frames"] == told
+
+    # The client presents the secret; every frame after it that keeps the stream in step is
+    # answered in order, and the malformed ones are counted.
+    client = Direct(link_endpoint)
+    client.send(encode(CONNECT, secret, request_id=1, handle_id=link_id))
+    assert client.answer()["status"] == PS_OK
+    sent = bad = 0
+    while sent < DIRECT_FRAMES:
+        batch = []
+        while len(batch) < BATCH:
+            parts = too_large(rng, link_id) if rng.random() < 0.01 else garbage.next()
+            if in_step(parts):
+                batch.append(parts[0])
+        client.send(*batch)
+        for frame in batch:
+            request = decode(frame)
+            reply = client.answer()
+            assert reply is not None, "the server closed an in-step connection"
+            refused_frame = refused_by_server([frame], True, link_id)
+            bad += refused_frame
+            assert reply["status"] == (PS_EINVAL if refused_frame else PS_OK), (request, reply)
+            if request["length"] < 20_000:  # a frame too large is dropped unread: nothing to echo
+                assert reply["request_id"] == request["request_id"]
+        sent += len(batch)
+    after = counters(process)
+    assert after["bad_frames"] - refused["bad_frames"] == bad
+    assert after["frames"] - refused["frames"] == sent + 1  # and the CONNECT
+
+    # A header that loses the step is answered, then the connection is closed: the link ends,
+    # taken as abandoned by its client.
+    client.send(encode(PING, handle_id=link_id, version=VERSION + 1))
+    assert client.answer()["status"] == PS_EINVAL
+    assert client.closed_by_server()
+    client.close()
+    deadline = time.monotonic() + 10
+    while counters(process)["abandoned"] == before["abandoned"]:
+        assert time.monotonic() < deadline, "the link lost its client and still runs"
+        time.sleep(0.01)
+    assert counters(process)["abandoned"] - before["abandoned"] == 1
+    exact_round_trips(endpoint, f"DIRECT-AFTER-{transport}")
+    grown = process.rss_kb() - rss_before
+    assert grown < RSS_GROWTH_KB, f"server memory grew by {grown / 1024:.1f} MB"

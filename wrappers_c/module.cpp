@@ -850,8 +850,10 @@ public:
         d["frames"] = c.frames;
         d["bad_frames"] = c.bad_frames;
         d["builds"] = c.builds;
+        d["direct"] = c.direct;
         d["live"] = c.live;
         d["abandoned"] = c.abandoned;
+        d["refused"] = c.refused;
         return d;
     }
 
@@ -1331,14 +1333,4 @@ PYBIND11_MODULE(_native, m) {
                                 "a move failed, or last() grew by fewer than the moves made");
     }, py::arg("handle"), py::arg("moves"), py::arg("timeout") = 60.0,
        "Nanoseconds per move through one handle from a C loop, until every move is acknowledged (single thread).");
-    bench.def("zmq_round_trip_us", [](int64_t rounds, int64_t bytes) {
-        double us;
-        {
-            py::gil_scoped_release released;
-            us = ps_kernel_zmq_round_trip_us(rounds, bytes);
-        }
-        if (us < 0) throw py::value_error("zmq_round_trip_us: expected rounds > 0 and 0 < bytes <= 65536");
-        return us;
-    }, py::arg("rounds"), py::arg("bytes") = 48,
-       "Median microseconds per raw ZeroMQ round trip (DEALER to a ROUTER echo thread, TCP loopback).");
 }

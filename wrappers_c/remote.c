@@ -1,12 +1,15 @@
-/* remote.c — the `remote` stage: the rest of the path lives on a server, reached over ZeroMQ.
+/* remote.c — the `remote` stage: the rest of the path lives on a server.
  *
  * Each caller of the stage gets its own connection: when it attaches, it sends the path
- * remainder (a BUILD) to the server's main endpoint, the server builds it into its own stage
- * table and answers with the endpoint of a socket that serves only this caller's link; every
- * operation is then one request and one answer on that socket. A blocking operation is sent
- * in slices of at most timeout_ms / 2, so a live server always answers well within timeout_ms
- * and one silent for timeout_ms is taken as gone; a slice that ends at the server (status:
- * timed out, nothing done) is simply sent again.
+ * remainder (a BUILD) to the server's main endpoint over ZeroMQ, the server builds it into its
+ * own stage table and answers with a way in that serves only this caller's link, on the
+ * transport `proto` asked for: a direct TCP or Unix-socket connection (tcp, ipc), which the
+ * caller's own thread writes and reads, presenting the link's secret from the BUILD answer
+ * first; or the link's own ZeroMQ socket (zmq, inproc), the transport CURVE can protect. Every
+ * operation is then one request and one answer there. A blocking operation is sent in slices of
+ * at most timeout_ms / 2, so a live server always answers well within timeout_ms and one silent
+ * for timeout_ms is taken as gone; a slice that ends at the server (status: timed out, nothing
+ * done) is simply sent again.
  * With window > 1, moves are pipelined: up to `window` go out before their answers are read.
  */
 #include <errno.h>
@@ -16,6 +19,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "direct_channel.h"
 #include "server.h"
 #include "stage_base.h"
 #include "wire.h"
@@ -24,7 +28,9 @@
 enum { MAX_ENDPOINT = 256, RELEASE_WAIT_MS = 500 };
 
 typedef struct connection {
-    void *socket;           /* DEALER to the caller's own link socket on the server */
+    void *socket;           /* zmq: DEALER to the caller's own link socket on the server */
+    ps_channel channel;     /* direct: the caller's own connection to its link */
+    zmq_msg_t message;      /* zmq: the last answer received (what a decoded answer points into) */
     uint64_t handle_id;
     uint64_t next_request;  /* the id of the last request sent */
     uint32_t outstanding;   /* pipelined moves whose answers are not read yet */
@@ -36,9 +42,11 @@ typedef struct connection {
 typedef struct remote_stage {
     ps_stage base;
     char endpoint[MAX_ENDPOINT];     /* the server's main endpoint */
+    int transport;                   /* ps_wire_transport: how operations travel */
     char *path_spec;                 /* the remainder, sent at BUILD */
     int64_t timeout_ns;
     uint32_t window;
+    uint32_t batch;                  /* direct: pipelined moves that leave together */
     char server_key[41];             /* CURVE: the server's public key, "" for none */
     connection *connections;         /* one per caller slot */
     _Atomic int64_t requests, answers, failures;
@@ -46,9 +54,16 @@ typedef struct remote_stage {
 
 static remote_stage *remote_of(ps_link *link) { return (remote_stage *)link->stage; }
 
+/* "remote ENDPOINT: WHAT[: DETAIL]", cut to the stage's error buffer. */
 static void explain(remote_stage *r, const char *what, const char *detail) {
-    snprintf(r->base.error, sizeof r->base.error, "remote %s: %s%s%s", r->endpoint, what, detail ? ": " : "",
-             detail ? detail : "");
+    const char *parts[] = {"remote ", r->endpoint, ": ", what, detail ? ": " : "", detail ? detail : ""};
+    size_t used = 0, room = sizeof r->base.error - 1;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        size_t length = strnlen(parts[i], room - used);
+        memcpy(r->base.error + used, parts[i], length);
+        used += length;
+    }
+    r->base.error[used] = 0;
 }
 
 static void *open_socket(remote_stage *r, const char *endpoint) {
@@ -73,45 +88,81 @@ static void *open_socket(remote_stage *r, const char *endpoint) {
     return socket;
 }
 
-/* Sends one request; returns its id, or 0 when it could not be sent. */
+/* Sends an encoded request on the direct connection. A pipelined move is followed by more: it
+ * leaves marked so (TCP holds it back for the next request, at most 200 ms), and with batch > 1
+ * it waits in the caller's buffer until `batch` moves do. Whatever waits goes out as soon as the
+ * caller sends any other request or waits for an answer. */
+static int send_direct(remote_stage *r, connection *c, size_t length, int pipelined) {
+    if (!pipelined) return ps_channel_send(&c->channel, c->request, length, 0);
+    if (ps_channel_write(&c->channel, c->request, length) != PS_OK) return PS_EREMOTE;
+    return c->channel.out_length >= r->batch * length ? ps_channel_flush(&c->channel, 1) : PS_OK;
+}
+
+/* Sends one request on `socket` (ZeroMQ: the main socket for BUILD, the link's for the rest) or,
+ * when it is NULL, on the caller's direct connection (`pipelined`: see send_direct). Returns its
+ * id, or 0 when it could not be sent. */
 static uint64_t send_request(remote_stage *r, connection *c, void *socket, uint8_t op, int64_t argument,
-                             int64_t server_timeout, const void *payload, size_t payload_length, size_t capacity) {
+                             int64_t server_timeout, const void *payload, size_t payload_length, size_t capacity,
+                             int pipelined) {
     ps_frame request = {op, 0, ++c->next_request, c->handle_id, argument, server_timeout, payload,
                         (uint32_t)payload_length};
     size_t length = ps_wire_encode(&request, c->request, capacity);
-    if (!length || zmq_send(socket, c->request, length, 0) != (int)length) return 0;
+    if (!length) return 0;
+    int sent = socket ? zmq_send(socket, c->request, length, 0) == (int)length
+                      : send_direct(r, c, length, pipelined) == PS_OK;
+    if (!sent) return 0;
     atomic_fetch_add_explicit(&r->requests, 1, memory_order_relaxed);
     return request.request_id;
 }
 
-/* Waits up to wait_ns for the answer to request `id` (answers to older requests are skipped).
- * On PS_OK, *answer points into *message, which the caller closes. */
-static int wait_answer(remote_stage *r, void *socket, uint64_t id, int64_t wait_ns, zmq_msg_t *message,
-                       ps_frame *answer) {
-    int64_t deadline = ps_now_ns() + wait_ns;
+/* Receives the next frame on a ZeroMQ socket by the deadline, into c->message; the statuses of
+ * ps_channel_receive. */
+static int receive_zmq(connection *c, void *socket, int64_t deadline, ps_frame *answer) {
     for (;;) {
         int64_t left_ms = (deadline - ps_now_ns() + 999999) / 1000000;
-        if (left_ms <= 0) return PS_EREMOTE;
+        if (left_ms <= 0) return PS_ETIMEDOUT;
         /* A receive that waits by itself: one call, where a poll then a receive would be two. */
         int wait_ms = left_ms > INT_MAX ? INT_MAX : (int)left_ms;
         zmq_setsockopt(socket, ZMQ_RCVTIMEO, &wait_ms, sizeof wait_ms);
-        if (zmq_msg_recv(message, socket, 0) < 0) {
+        zmq_msg_close(&c->message);
+        zmq_msg_init(&c->message);
+        if (zmq_msg_recv(&c->message, socket, 0) < 0) {
             if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
             return PS_EREMOTE;
         }
-        if (ps_wire_decode(zmq_msg_data(message), zmq_msg_size(message), answer) != 0) return PS_EREMOTE;
+        return ps_wire_decode(zmq_msg_data(&c->message), zmq_msg_size(&c->message), answer) == 0 ? PS_OK : PS_EINVAL;
+    }
+}
+
+/* Waits up to wait_ns for the answer to request `id` on `socket` (NULL: the direct connection);
+ * answers to older requests are skipped. On PS_OK, *answer is valid until the next receive on
+ * the connection; else the status says why none came (ps_channel_receive's). */
+static int wait_answer(remote_stage *r, connection *c, void *socket, uint64_t id, int64_t wait_ns, ps_frame *answer) {
+    int64_t deadline = ps_now_ns() + wait_ns;
+    for (;;) {
+        int rc = socket ? receive_zmq(c, socket, deadline, answer) : ps_channel_receive(&c->channel, deadline, answer);
+        if (rc != PS_OK) return rc;
         atomic_fetch_add_explicit(&r->answers, 1, memory_order_relaxed);
         if (answer->request_id == id) return PS_OK;
     }
 }
 
-static int broken(remote_stage *r, connection *c, int status, const char *what) {
-    c->failed = status;
+/* Why no answer came, for a message. */
+static void describe_failure(const remote_stage *r, int why, char *detail, size_t size) {
+    if (why == PS_ETIMEDOUT) snprintf(detail, size, "within %lld ms", (long long)(r->timeout_ns / 1000000));
+    else if (why == PS_EINVAL) snprintf(detail, size, "a malformed answer");
+    else snprintf(detail, size, "the connection closed or failed");
+}
+
+/* The connection is broken for good: this and every later operation on it fail with
+ * PS_EREMOTE, naming the server and `why` (the status of the receive or send that failed). */
+static int broken(remote_stage *r, connection *c, const char *what, int why) {
+    c->failed = PS_EREMOTE;
     atomic_fetch_add_explicit(&r->failures, 1, memory_order_relaxed);
     char detail[64];
-    snprintf(detail, sizeof detail, "within %lld ms", (long long)(r->timeout_ns / 1000000));
+    describe_failure(r, why, detail, sizeof detail);
     explain(r, what, detail);
-    return status;
+    return PS_EREMOTE;
 }
 
 /* The longest the server may wait inside one request: half of timeout_ms, so that its answer
@@ -121,16 +172,12 @@ static int64_t server_slice(const remote_stage *r) { return r->timeout_ns / 2; }
 /* Reads the answers of pipelined moves; the first failure among them breaks the connection. */
 static int drain(remote_stage *r, connection *c, uint32_t keep) {
     while (c->outstanding > keep) {
-        zmq_msg_t message;
-        zmq_msg_init(&message);
         ps_frame answer;
-        int rc = wait_answer(r, c->socket, c->oldest_pending++, r->timeout_ns, &message, &answer);
-        int status = rc == PS_OK ? answer.status : rc;
-        zmq_msg_close(&message);
+        int rc = wait_answer(r, c, c->socket, c->oldest_pending++, r->timeout_ns, &answer);
         c->outstanding--;
-        if (rc != PS_OK) return broken(r, c, PS_EREMOTE, "no answer to a pipelined move");
-        if (status != PS_OK) /* later moves are on their way: order is lost, the connection with it */
-            return broken(r, c, PS_EREMOTE, "a pipelined move failed; later moves were not kept in order");
+        if (rc != PS_OK) return broken(r, c, "no answer to a pipelined move", rc);
+        if (answer.status != PS_OK) /* later moves are on their way: order is lost, the connection with it */
+            return broken(r, c, "a pipelined move failed; later moves were not kept in order", PS_EREMOTE);
     }
     return PS_OK;
 }
@@ -149,26 +196,20 @@ static int call(ps_link *link, uint8_t op, int64_t argument, const void *payload
         int64_t slice = server_slice(r);
         int64_t left = ps_remaining(deadline);
         if (left != PS_FOREVER && left < slice) slice = left;
-        uint64_t id = send_request(r, c, c->socket, op, argument, slice, payload, payload_length, capacity);
-        if (!id) return broken(r, c, PS_EREMOTE, "cannot send");
+        uint64_t id = send_request(r, c, c->socket, op, argument, slice, payload, payload_length, capacity, 0);
+        if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
         /* Pipelined moves went first: their answers come first. Sending before reading them
          * lets a move and the observe after it share one round trip. */
         if (first && (rc = drain(r, c, 0)) != PS_OK) return rc;
-        zmq_msg_t message;
-        zmq_msg_init(&message);
         ps_frame answer;
-        rc = wait_answer(r, c->socket, id, r->timeout_ns, &message, &answer);
-        if (rc != PS_OK) {
-            zmq_msg_close(&message);
-            return broken(r, c, PS_EREMOTE, "no answer");
-        }
+        rc = wait_answer(r, c, c->socket, id, r->timeout_ns, &answer);
+        if (rc != PS_OK) return broken(r, c, "no answer", rc);
         int status = answer.status;
         if (status == PS_OK && out && answer.payload_length == r->base.tuple_size)
             memcpy(out, answer.payload, r->base.tuple_size);
         else if (status == PS_OK && out)
             status = PS_EREMOTE;
         if (value) *value = answer.value;
-        zmq_msg_close(&message);
         int time_left = deadline == PS_FOREVER || ps_now_ns() < deadline;
         if (status == PS_ETIMEDOUT && time_left && !(op == PS_OP_EXCHANGE && value && *value)) continue;
         return status;
@@ -183,8 +224,9 @@ static int remote_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
     int rc = drain(r, c, r->window - 1);
     if (rc != PS_OK) return rc;
     size_t capacity = PS_WIRE_HEADER + r->base.tuple_size;
-    uint64_t id = send_request(r, c, c->socket, PS_OP_MOVE, 0, server_slice(r), tuple, r->base.tuple_size, capacity);
-    if (!id) return broken(r, c, PS_EREMOTE, "cannot send");
+    uint64_t id = send_request(r, c, c->socket, PS_OP_MOVE, 0, server_slice(r), tuple, r->base.tuple_size, capacity,
+                               1);
+    if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
     if (c->outstanding++ == 0) c->oldest_pending = id;
     return PS_OK;
 }
@@ -216,49 +258,99 @@ static int remote_exchange(ps_link *link, const void *tuple, void *out, int64_t 
     return rc;
 }
 
-/* Connects a new caller: BUILD at the main endpoint, then a socket to its own link. */
-static int remote_attach(ps_stage *stage, uint32_t slot) {
-    remote_stage *r = (remote_stage *)stage;
-    connection *c = &r->connections[slot];
-    size_t capacity = PS_WIRE_HEADER + (r->base.tuple_size > PS_SPEC_MAX ? r->base.tuple_size : PS_SPEC_MAX);
-    c->request = malloc(capacity);
-    void *main_socket = c->request ? open_socket(r, r->endpoint) : NULL;
+/* An answer's payload as text (a refusal's reason), cut to fit. */
+static const char *answer_text(const ps_frame *answer, char *text, size_t size) {
+    snprintf(text, size, "%.*s", (int)answer->payload_length, answer->payload ? (const char *)answer->payload : "");
+    return text;
+}
+
+/* A server bound to every interface names a link by 0.0.0.0: reach it by the host we used. */
+static void reachable(const remote_stage *r, char *link_endpoint, size_t size) {
+    if (!strstr(link_endpoint, "://0.0.0.0:")) return;
+    const char *port = strrchr(link_endpoint, ':');
+    const char *host_end = strrchr(r->endpoint, ':');
+    char rebuilt[MAX_ENDPOINT];
+    snprintf(rebuilt, sizeof rebuilt, "%.*s%s", (int)(host_end - r->endpoint), r->endpoint, port);
+    snprintf(link_endpoint, size, "%s", rebuilt);
+}
+
+/* BUILD at the main endpoint: on PS_OK, c->handle_id is the link, link_endpoint its way in and
+ * secret (direct transports) what its connection presents. */
+static int build_link(remote_stage *r, connection *c, size_t capacity, char *link_endpoint,
+                      unsigned char *secret) {
+    void *main_socket = open_socket(r, r->endpoint);
     if (!main_socket) {
         explain(r, "cannot open a socket", zmq_strerror(zmq_errno()));
         return PS_EREMOTE;
     }
-    uint64_t id = send_request(r, c, main_socket, PS_OP_BUILD, 0, 0, r->path_spec, strlen(r->path_spec), capacity);
-    zmq_msg_t message;
-    zmq_msg_init(&message);
+    uint64_t id = send_request(r, c, main_socket, PS_OP_BUILD, r->transport, 0, r->path_spec, strlen(r->path_spec),
+                               capacity, 0);
     ps_frame answer;
-    int rc = id ? wait_answer(r, main_socket, id, r->timeout_ns, &message, &answer) : PS_EREMOTE;
-    char link_endpoint[MAX_ENDPOINT] = "";
+    int rc = id ? wait_answer(r, c, main_socket, id, r->timeout_ns, &answer) : PS_EREMOTE;
+    size_t secret_length = r->transport == PS_TRANSPORT_ZMQ ? 0 : PS_WIRE_SECRET;
     if (rc != PS_OK) {
         char detail[96];
         snprintf(detail, sizeof detail, "within %lld ms (is the server up, and are the CURVE keys right?)",
                  (long long)(r->timeout_ns / 1000000));
         explain(r, "no answer to BUILD", detail);
+        rc = PS_EREMOTE;
     } else if (answer.status != PS_OK) {
         char text[200];
-        snprintf(text, sizeof text, "%.*s", (int)answer.payload_length, (const char *)answer.payload);
-        explain(r, "the server refused the path", text);
-        rc = answer.status == PS_EINVAL ? PS_EINVAL : answer.status;
+        explain(r, "the server refused the path", answer_text(&answer, text, sizeof text));
+        rc = answer.status;
+    } else if (answer.payload_length <= secret_length || answer.payload_length - secret_length >= MAX_ENDPOINT) {
+        explain(r, "a malformed answer to BUILD", NULL);
+        rc = PS_EREMOTE;
     } else {
-        snprintf(link_endpoint, sizeof link_endpoint, "%.*s", (int)answer.payload_length, (const char *)answer.payload);
+        memcpy(secret, answer.payload, secret_length);
+        snprintf(link_endpoint, MAX_ENDPOINT, "%.*s", (int)(answer.payload_length - secret_length),
+                 (const char *)answer.payload + secret_length);
+        reachable(r, link_endpoint, MAX_ENDPOINT);
         c->handle_id = answer.handle_id;
     }
-    zmq_msg_close(&message);
     zmq_close(main_socket);
-    if (rc != PS_OK) return rc;
-    /* A server bound to every interface names its link by 0.0.0.0: reach it by the host we used. */
-    const char *any = strstr(link_endpoint, "://0.0.0.0:");
-    if (any) {
-        const char *port = strrchr(link_endpoint, ':');
-        const char *host_end = strrchr(r->endpoint, ':');
-        char rebuilt[MAX_ENDPOINT];
-        snprintf(rebuilt, sizeof rebuilt, "%.*s%s", (int)(host_end - r->endpoint), r->endpoint, port);
-        memcpy(link_endpoint, rebuilt, sizeof rebuilt);
+    return rc;
+}
+
+/* Opens the direct connection to the link and presents its secret: the transport's own
+ * handshake, like ZeroMQ's, so not counted among the stage's requests. */
+static int connect_direct(remote_stage *r, connection *c, const char *link_endpoint, const unsigned char *secret) {
+    char error[300];
+    int64_t deadline = ps_now_ns() + r->timeout_ns;
+    if (ps_channel_connect(link_endpoint, PS_WIRE_HEADER + r->base.tuple_size, r->timeout_ns, deadline, &c->channel,
+                           error, sizeof error) != PS_OK) {
+        explain(r, "the link's direct connection", error);
+        return PS_EREMOTE;
     }
+    ps_frame hello = {PS_OP_CONNECT, 0, ++c->next_request, c->handle_id, 0, 0, secret, PS_WIRE_SECRET}, answer;
+    size_t length = ps_wire_encode(&hello, c->request, PS_WIRE_HEADER + PS_WIRE_SECRET);
+    int rc = ps_channel_send(&c->channel, c->request, length, 0);
+    if (rc == PS_OK) rc = ps_channel_receive(&c->channel, deadline, &answer);
+    if (rc == PS_OK && answer.request_id == hello.request_id && answer.status == PS_OK) return PS_OK;
+    char detail[200];
+    if (rc == PS_OK) {
+        explain(r, "the server refused the link's direct connection", answer_text(&answer, detail, sizeof detail));
+    } else {
+        describe_failure(r, rc, detail, sizeof detail);
+        explain(r, "no answer to CONNECT", detail);
+    }
+    return PS_EREMOTE;
+}
+
+/* Connects a new caller: BUILD at the main endpoint, then its own way to its link. */
+static int remote_attach(ps_stage *stage, uint32_t slot) {
+    remote_stage *r = (remote_stage *)stage;
+    connection *c = &r->connections[slot];
+    size_t capacity = PS_WIRE_HEADER + (r->base.tuple_size > PS_SPEC_MAX ? r->base.tuple_size : PS_SPEC_MAX);
+    c->request = malloc(capacity);
+    if (!c->request) return PS_ENOMEM;
+    c->channel = (ps_channel){.fd = -1};
+    zmq_msg_init(&c->message);
+    char link_endpoint[MAX_ENDPOINT];
+    unsigned char secret[PS_WIRE_SECRET];
+    int rc = build_link(r, c, capacity, link_endpoint, secret);
+    if (rc != PS_OK) return rc;
+    if (r->transport != PS_TRANSPORT_ZMQ) return connect_direct(r, c, link_endpoint, secret);
     c->socket = open_socket(r, link_endpoint);
     if (!c->socket) {
         explain(r, "cannot connect to the link endpoint", link_endpoint);
@@ -281,15 +373,16 @@ static int remote_counters(ps_stage *stage, ps_counter *out, int max) {
 static void remote_detach(ps_stage *stage, uint32_t slot) {
     remote_stage *r = (remote_stage *)stage;
     connection *c = &r->connections[slot];
-    if (c->socket && !c->failed && drain(r, c, 0) == PS_OK) {
-        uint64_t id = send_request(r, c, c->socket, PS_OP_RELEASE, 0, 0, NULL, 0, PS_WIRE_HEADER);
-        zmq_msg_t message;
-        zmq_msg_init(&message);
+    if (!c->request) return; /* never attached, or detached already */
+    int open = c->socket || c->channel.fd >= 0;
+    if (open && !c->failed && drain(r, c, 0) == PS_OK) {
+        uint64_t id = send_request(r, c, c->socket, PS_OP_RELEASE, 0, 0, NULL, 0, PS_WIRE_HEADER, 0);
         ps_frame answer;
-        if (id) wait_answer(r, c->socket, id, (int64_t)RELEASE_WAIT_MS * 1000000, &message, &answer);
-        zmq_msg_close(&message);
+        if (id) wait_answer(r, c, c->socket, id, (int64_t)RELEASE_WAIT_MS * 1000000, &answer);
     }
     if (c->socket) zmq_close(c->socket);
+    ps_channel_close(&c->channel);
+    zmq_msg_close(&c->message);
     free(c->request);
     memset(c, 0, sizeof *c);
 }
@@ -322,12 +415,25 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
         snprintf(error, error_size, "stage 'remote': curve_server_key must be 40 Z85 characters");
         return PS_EINVAL;
     }
+    /* Not given: direct, unless the link is to be encrypted (CURVE travels only over ZeroMQ). */
+    const char *proto = *ps_params_str(params, "proto") ? ps_params_str(params, "proto") : *key ? "zmq" : "tcp";
+    int in_process = strcmp(proto, "inproc") == 0;
+    if (in_process && strstr(host, "://") && strncmp(host, "inproc://", 9) != 0) {
+        snprintf(error, error_size, "stage 'remote': proto 'inproc' reaches a server in this process only: "
+                                    "expected host inproc://NAME or NAME, got '%s'", host);
+        return PS_EINVAL;
+    }
     remote_stage *r = calloc(1, sizeof *r);
     if (!r) return PS_ENOMEM;
+    r->transport = strcmp(proto, "tcp") == 0 ? PS_TRANSPORT_TCP : strcmp(proto, "ipc") == 0 ? PS_TRANSPORT_IPC
+                                                                                            : PS_TRANSPORT_ZMQ;
+    /* A bare host is reached by the ZeroMQ transport of the proto's name. */
+    const char *scheme = in_process ? "inproc" : r->transport == PS_TRANSPORT_IPC ? "ipc" : "tcp";
     if (strstr(host, "://")) snprintf(r->endpoint, sizeof r->endpoint, "%s", host);
-    else snprintf(r->endpoint, sizeof r->endpoint, "%s://%s", ps_params_str(params, "proto"), host);
+    else snprintf(r->endpoint, sizeof r->endpoint, "%s://%s", scheme, host);
     r->timeout_ns = ps_params_int(params, "timeout_ms") * 1000000;
     r->window = (uint32_t)ps_params_int(params, "window");
+    r->batch = r->transport == PS_TRANSPORT_ZMQ ? 1 : (uint32_t)ps_params_int(params, "batch");
     snprintf(r->server_key, sizeof r->server_key, "%s", key);
     r->path_spec = strdup(ps_params_str(params, "path"));
     r->connections = calloc(PS_PASS_THROUGH_CALLERS, sizeof *r->connections);
@@ -347,16 +453,23 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
 }
 
 static const ps_param_spec REMOTE_PARAMS[] = {
-    {"host", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "the server: an endpoint (tcp://127.0.0.1:7000) or host:port"},
-    {"proto", PS_PARAM_STR, 0, "tcp", 0, -1, "tcp|ipc|inproc", "transport when host has no scheme"},
+    {"host", PS_PARAM_STR, 1, NULL, 0, -1, NULL,
+     "the server's main (ZeroMQ) endpoint (tcp://127.0.0.1:7000), or host:port, or an ipc/inproc name"},
+    {"proto", PS_PARAM_STR, 0, NULL, 0, -1, "tcp|ipc|zmq|inproc",
+     "how operations travel: tcp or ipc (a direct socket per link; not encrypted), zmq (ZeroMQ; with CURVE "
+     "when curve_server_key is set), inproc (ZeroMQ to a server in this process). Not given: tcp, or zmq "
+     "when curve_server_key is set"},
     {"timeout_ms", PS_PARAM_INT, 0, "10000", 1, 3600000, NULL, "a server silent this long is taken as gone"},
     {"window", PS_PARAM_INT, 0, "1", 1, 1024, NULL, "moves sent before their answers are read (pipelining)"},
+    {"batch", PS_PARAM_INT, 0, "1", 1, 1024, NULL,
+     "direct transports, window > 1: pipelined moves that leave in one write; a move waits in the caller's "
+     "buffer until `batch` moves do, or until the caller's next other request or wait for an answer"},
     {"curve_server_key", PS_PARAM_STR, 0, "", 0, -1, NULL, "the server's CURVE public key (Z85), '' for none"},
     {"format", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "the element's format (filled in by build_path)"},
     {"path", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "the path remainder sent to the server (filled in by build_path)"},
 };
 
 const ps_stage_kind ps_kind_remote = {
-    "remote", "Forwards operations over ZeroMQ to a server that hosts the rest of the path.",
+    "remote", "Forwards operations to a server that hosts the rest of the path (direct TCP by default).",
     REMOTE_PARAMS, sizeof REMOTE_PARAMS / sizeof REMOTE_PARAMS[0], remote_create, PS_PASS_THROUGH,
 };

@@ -1,15 +1,19 @@
-/* server.c — the PastSet server: a main socket for BUILD requests, one socket and one thread
- * per served link. */
+/* server.c — the PastSet server: a main socket for BUILD requests, one thread per served link,
+ * which reaches its client on a ZeroMQ socket or a direct connection of its own. */
 #include "server.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 #include <zmq.h>
 
+#include "direct_channel.h"
 #include "pastset.h"
 #include "wire.h"
 #include "zmq_context.h"
@@ -19,15 +23,23 @@ enum {
     ANSWER_TEXT_MAX = 1024,       /* error texts in answers are cut to this */
     HEARTBEAT_MS = 2000,          /* ZeroMQ heartbeats on every server socket */
     PEER_SILENCE_MS = 10000,      /* a peer silent this long is taken as gone */
+    CONNECT_WAIT_MS = 1000,       /* a direct connection presents the link's secret this soon */
+    PENDING_MAX = 8,              /* direct connections that may be presenting it at once */
 };
+static const int64_t MS = 1000000;
 static const int64_t OP_SLICE_NS = 1000000000LL; /* the longest one operation waits here */
+static const int64_t SEND_WAIT_NS = 1000000000LL; /* a direct client that reads nothing this long is gone */
+static const int64_t LATE_NS = 1000000;           /* an answer that took this long is sent at once */
 
 typedef struct link_worker {
     ps_server *server;
     uint64_t id;
     ps_link *link;
-    void *socket;
-    void *peers_monitor;    /* connections to the socket come and go here (NULL: not watched) */
+    int transport;          /* ps_wire_transport: how the client reaches the link */
+    void *socket;           /* zmq: the link's own socket */
+    void *peers_monitor;    /* zmq: connections to the socket come and go here (NULL: not watched) */
+    int listener;           /* direct: where the client connects; -1 once it is in */
+    unsigned char secret[PS_WIRE_SECRET]; /* direct: what the client's connection presents */
     pthread_t thread;
     _Atomic int finished;
     size_t tuple_size;
@@ -44,7 +56,7 @@ struct ps_server {
     link_worker *workers;
     uint64_t next_id;
     _Atomic int stopping;
-    _Atomic int64_t frames, bad_frames, builds, live, abandoned;
+    _Atomic int64_t frames, bad_frames, builds, direct, live, abandoned, refused;
     unsigned char main_answer[PS_WIRE_HEADER + ANSWER_TEXT_MAX + 256];
 };
 
@@ -178,12 +190,35 @@ static int client_gone(link_worker *w, int *peers, int served, int64_t first_pee
     return served || ps_now_ns() > first_peer_due;
 }
 
-static void *serve_link(void *arg) {
-    link_worker *w = arg;
+/* Counts a received frame, runs it when well formed (request NULL: it was not) and encodes the
+ * answer into w->answer; returns the answer's length. A RELEASE that took effect sets *released;
+ * a request addressed to the link sets *served. */
+static size_t answer_request(link_worker *w, const ps_frame *request, int *released, int *served) {
     ps_server *s = w->server;
-    size_t capacity = PS_WIRE_HEADER + w->tuple_size;
+    atomic_fetch_add(&s->frames, 1);
+    int rc = PS_EINVAL;
+    int64_t value = 0;
+    size_t payload_length = 0;
+    uint8_t op = 0;
+    uint64_t request_id = 0;
+    if (request) {
+        op = request->op;
+        request_id = request->request_id;
+        rc = run_request(w, request, &value, &payload_length);
+        *released = request->op == PS_OP_RELEASE && rc == PS_OK;
+        *served |= request->handle_id == w->id;
+    }
+    if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
+    return encode_answer(w->answer, PS_WIRE_HEADER + w->tuple_size, op, rc, request_id, w->id, value, w->tuple,
+                         payload_length);
+}
+
+/* Serves the link on its ZeroMQ socket until it is released, its client is gone or the server
+ * stops; returns 1 when the client was gone. */
+static int serve_zmq(link_worker *w) {
+    ps_server *s = w->server;
     int released = 0, peers = 0, abandoned = 0, served = 0;
-    int64_t first_peer_due = ps_now_ns() + (int64_t)PEER_SILENCE_MS * 1000000;
+    int64_t first_peer_due = ps_now_ns() + PEER_SILENCE_MS * MS;
     /* A receive that waits a slice by itself: no poll before each request. */
     int slice_ms = POLL_SLICE_MS;
     zmq_setsockopt(w->socket, ZMQ_RCVTIMEO, &slice_ms, sizeof slice_ms);
@@ -199,32 +234,132 @@ static void *serve_link(void *arg) {
             continue;
         }
         ps_frame request;
-        atomic_fetch_add(&s->frames, 1);
-        int rc = PS_EINVAL;
-        int64_t value = 0;
-        size_t payload_length = 0;
-        uint8_t op = 0;
-        uint64_t request_id = 0;
-        if (received == 0 && ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0) {
-            op = request.op;
-            request_id = request.request_id;
-            rc = run_request(w, &request, &value, &payload_length);
-            released = request.op == PS_OP_RELEASE && rc == PS_OK;
-            served |= request.handle_id == w->id;
-        }
-        if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
-        size_t length = encode_answer(w->answer, capacity, op, rc, request_id, w->id, value, w->tuple, payload_length);
+        int whole = received == 0 && ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0;
+        size_t length = answer_request(w, whole ? &request : NULL, &released, &served);
         send_answer(w->socket, zmq_msg_data(&routing_id), zmq_msg_size(&routing_id), w->answer, length);
         zmq_msg_close(&routing_id);
         zmq_msg_close(&frame);
     }
-    if (abandoned) atomic_fetch_add(&s->abandoned, 1);
     if (w->peers_monitor) {
         zmq_socket_monitor(w->socket, NULL, 0);
         zmq_close(w->peers_monitor);
     }
     zmq_close(w->socket);
     w->socket = NULL;
+    return abandoned;
+}
+
+/* Whether a frame is the link's CONNECT with the link's secret (compared in constant time). */
+static int presents_secret(const link_worker *w, const ps_frame *frame) {
+    if (frame->op != PS_OP_CONNECT || frame->handle_id != w->id || frame->payload_length != PS_WIRE_SECRET) return 0;
+    unsigned char differ = 0;
+    for (int i = 0; i < PS_WIRE_SECRET; i++) differ |= frame->payload[i] ^ w->secret[i];
+    return differ == 0;
+}
+
+/* Answers a frame of a connection not admitted yet (a short wait: it may not be reading). */
+static void answer_connect(link_worker *w, ps_channel *c, const ps_frame *frame, int status, const char *text) {
+    unsigned char buf[PS_WIRE_HEADER + 128];
+    size_t length = encode_answer(buf, sizeof buf, frame ? frame->op : 0, status, frame ? frame->request_id : 0,
+                                  w->id, 0, text, text ? strlen(text) : 0);
+    ps_channel_send(c, buf, length, 0);
+}
+
+/* Turns a connection away, counted; one that sent a frame is told why. */
+static void refuse(link_worker *w, ps_channel *c, int received, const ps_frame *frame) {
+    ps_server *s = w->server;
+    atomic_fetch_add(&s->refused, 1);
+    if (received == PS_OK || received == PS_EINVAL) {
+        atomic_fetch_add(&s->frames, 1);
+        atomic_fetch_add(&s->bad_frames, 1);
+        answer_connect(w, c, received == PS_OK ? frame : NULL, PS_EINVAL,
+                       "refused: a direct connection first presents its link's id and secret (CONNECT)");
+    }
+    ps_channel_close(c);
+}
+
+typedef struct pending {
+    ps_channel channel;
+    int64_t due; /* refused if it has not presented the secret by then */
+} pending;
+
+/* Admits the link's client on a direct link: of the connections to the link's listener, the
+ * first to present the secret, within CONNECT_WAIT_MS of connecting and PEER_SILENCE_MS of the
+ * link's BUILD. Every other one is refused, and the listener is closed once the client is in
+ * (the system refuses later ones). Returns 1 with *client connected; 0 when no client came in
+ * time or the server stops. */
+static int admit(link_worker *w, ps_channel *client) {
+    ps_server *s = w->server;
+    pending waiting[PENDING_MAX];
+    int count = 0, admitted = 0;
+    int64_t nobody_due = ps_now_ns() + PEER_SILENCE_MS * MS;
+    size_t frame_max = PS_WIRE_HEADER + (w->tuple_size > PS_WIRE_SECRET ? w->tuple_size : PS_WIRE_SECRET);
+    while (!admitted && !atomic_load(&s->stopping) && ps_now_ns() < nobody_due) {
+        struct pollfd items[1 + PENDING_MAX];
+        items[0] = (struct pollfd){w->listener, POLLIN, 0};
+        for (int i = 0; i < count; i++) items[1 + i] = (struct pollfd){waiting[i].channel.fd, POLLIN, 0};
+        int polled = count;
+        poll(items, (nfds_t)(1 + polled), POLL_SLICE_MS);
+        for (int i = polled - 1; i >= 0 && !admitted; i--) {
+            if (!items[1 + i].revents && ps_now_ns() < waiting[i].due) continue;
+            ps_frame frame;
+            int received = ps_channel_receive(&waiting[i].channel, 0, &frame); /* no wait: it is there or not */
+            if (received == PS_ETIMEDOUT && ps_now_ns() < waiting[i].due) continue;
+            if (received == PS_OK && presents_secret(w, &frame)) {
+                atomic_fetch_add(&s->frames, 1);
+                answer_connect(w, &waiting[i].channel, &frame, PS_OK, NULL);
+                *client = waiting[i].channel;
+                admitted = 1;
+            } else {
+                refuse(w, &waiting[i].channel, received, &frame);
+            }
+            waiting[i] = waiting[--count];
+        }
+        ps_channel fresh;
+        if (!admitted && (items[0].revents & POLLIN) &&
+            ps_channel_accept(w->listener, frame_max, SEND_WAIT_NS, &fresh) == PS_OK) {
+            if (count < PENDING_MAX) waiting[count++] = (pending){fresh, ps_now_ns() + CONNECT_WAIT_MS * MS};
+            else refuse(w, &fresh, PS_EREMOTE, NULL);
+        }
+    }
+    while (count) refuse(w, &waiting[--count].channel, PS_EREMOTE, NULL);
+    close(w->listener);
+    w->listener = -1;
+    return admitted;
+}
+
+/* Serves the link on its direct connection: this thread reads each request and writes its
+ * answer itself; the answers to requests that came together go out together, before it waits.
+ * Returns 1 when the client was gone (never came, or closed without RELEASE). */
+static int serve_direct(link_worker *w) {
+    ps_server *s = w->server;
+    ps_channel client;
+    if (!admit(w, &client)) return !atomic_load(&s->stopping);
+    int released = 0, served = 1, gone = 0;
+    while (!released && !gone && !atomic_load(&s->stopping)) {
+        ps_frame request;
+        int received = ps_channel_receive(&client, ps_now_ns() + POLL_SLICE_MS * MS, &request);
+        if (received == PS_ETIMEDOUT) continue;
+        if (received == PS_EREMOTE) {
+            gone = 1;
+            break;
+        }
+        int64_t begun = ps_now_ns();
+        size_t length = answer_request(w, received == PS_OK ? &request : NULL, &released, &served);
+        gone = ps_channel_write(&client, w->answer, length) != PS_OK;
+        /* An answer that waited goes out now: the requests behind it may wait too, and the client
+         * waits for each answer at most timeout_ms, no more than twice a request's slice. */
+        if (!gone && ps_now_ns() - begun > LATE_NS) gone = ps_channel_flush(&client, 0) != PS_OK;
+    }
+    if (released) ps_channel_flush(&client, 0);
+    ps_channel_close(&client);
+    return gone;
+}
+
+static void *serve_link(void *arg) {
+    link_worker *w = arg;
+    int abandoned = w->transport == PS_TRANSPORT_ZMQ ? serve_zmq(w) : serve_direct(w);
+    if (abandoned) atomic_fetch_add(&w->server->abandoned, 1);
     atomic_store(&w->finished, 1);
     return NULL;
 }
@@ -286,10 +421,12 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
         int valid = whole && ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0;
         int found = 0;
         if (valid && request.op == PS_OP_BUILD && request.payload_length > 0 && request.payload_length <= PS_SPEC_MAX &&
+            request.argument >= 0 && request.argument < PS_TRANSPORT_LIMIT &&
             zmq_msg_size(&routing_id) <= PS_ROUTING_ID_MAX) {
             out->routing_id_length = zmq_msg_size(&routing_id);
             memcpy(out->routing_id, zmq_msg_data(&routing_id), out->routing_id_length);
             out->request_id = request.request_id;
+            out->transport = (int)request.argument;
             memcpy(out->spec, request.payload, request.payload_length);
             out->spec[request.payload_length] = 0;
             found = 1;
@@ -308,68 +445,93 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
     }
 }
 
-/* The endpoint a new link's socket binds: the main endpoint's host with a free port, or the
- * main ipc/inproc name with the link's id appended. */
-static void link_endpoint(const ps_server *s, uint64_t id, char *out, size_t size) {
+/* Where a new link's way in binds: on the main endpoint's host (loopback for a server bound to
+ * ipc or inproc) for TCP, a free port; the main ipc/inproc name with the link's id appended for
+ * ZeroMQ; a fresh abstract name for a direct Unix socket. */
+static void link_host(const ps_server *s, char *out, size_t size) {
     if (strncmp(s->endpoint, "tcp://", 6) == 0) {
         const char *colon = strrchr(s->endpoint, ':');
-        snprintf(out, size, "%.*s:*", (int)(colon - s->endpoint), s->endpoint);
+        snprintf(out, size, "%.*s", (int)(colon - s->endpoint - 6), s->endpoint + 6);
     } else {
-        snprintf(out, size, "%s.%llu", s->endpoint, (unsigned long long)id);
+        snprintf(out, size, "127.0.0.1");
     }
 }
 
-static void reply_build(ps_server *s, const ps_build_request *request, int status, uint64_t id, const char *text) {
-    size_t text_length = text ? strnlen(text, ANSWER_TEXT_MAX) : 0;
+/* Opens the link's way in for its transport and writes the endpoint the client is to use. */
+static int open_link(ps_server *s, link_worker *w, char *bound, size_t bound_size) {
+    char host[PS_CHANNEL_ENDPOINT_MAX];
+    link_host(s, host, sizeof host);
+    if (w->transport != PS_TRANSPORT_ZMQ) {
+        if (getrandom(w->secret, sizeof w->secret, 0) != (ssize_t)sizeof w->secret) return PS_EREMOTE;
+        return ps_channel_listen(w->transport, host, &w->listener, bound, bound_size);
+    }
+    char bind_to[PS_CHANNEL_ENDPOINT_MAX + 32];
+    if (strncmp(s->endpoint, "tcp://", 6) == 0) snprintf(bind_to, sizeof bind_to, "tcp://%s:*", host);
+    else snprintf(bind_to, sizeof bind_to, "%s.%llu", s->endpoint, (unsigned long long)w->id);
+    size_t bound_length = bound_size;
+    if (make_server_socket(s, &w->socket) != 0 || zmq_bind(w->socket, bind_to) != 0 ||
+        zmq_getsockopt(w->socket, ZMQ_LAST_ENDPOINT, bound, &bound_length) != 0)
+        return PS_EREMOTE;
+    w->peers_monitor = watch_peers(w);
+    return PS_OK;
+}
+
+static void reply_build(ps_server *s, const ps_build_request *request, int status, uint64_t id, const void *payload,
+                        size_t payload_length) {
     size_t length = encode_answer(s->main_answer, sizeof s->main_answer, PS_OP_BUILD, status, request->request_id, id,
-                                  0, text, text_length);
+                                  0, payload, payload_length);
     send_answer(s->main_socket, request->routing_id, request->routing_id_length, s->main_answer, length);
+}
+
+static void refuse_build(ps_server *s, const ps_build_request *request, int status, const char *text) {
+    reply_build(s, request, status, 0, text, strnlen(text, ANSWER_TEXT_MAX));
 }
 
 int ps_server_answer_build(ps_server *s, const ps_build_request *request, ps_link *link, const char *error_text,
                            uint64_t *handle_id) {
     if (!link) {
-        reply_build(s, request, PS_EINVAL, 0, error_text ? error_text : "build failed");
+        refuse_build(s, request, PS_EINVAL, error_text && *error_text ? error_text : "build failed");
         return PS_OK;
     }
     link_worker *w = calloc(1, sizeof *w);
     if (!w) return PS_ENOMEM;
     w->server = s;
     w->link = link;
+    w->transport = request->transport;
+    w->listener = -1;
     w->tuple_size = ps_stage_format(link->stage)->size;
     w->tuple = malloc(w->tuple_size);
     w->answer = malloc(PS_WIRE_HEADER + w->tuple_size);
     pthread_mutex_lock(&s->lock);
     w->id = s->next_id++;
     pthread_mutex_unlock(&s->lock);
-    char bind_to[300], bound[256];
-    size_t bound_length = sizeof bound;
+    /* The answer: for a direct link, its secret and then its endpoint; else the endpoint. */
+    unsigned char answer[PS_WIRE_SECRET + PS_CHANNEL_ENDPOINT_MAX];
+    size_t secret_length = w->transport == PS_TRANSPORT_ZMQ ? 0 : PS_WIRE_SECRET;
+    char *bound = (char *)answer + secret_length;
     int rc = w->tuple && w->answer ? PS_OK : PS_ENOMEM;
-    if (rc == PS_OK) {
-        link_endpoint(s, w->id, bind_to, sizeof bind_to);
-        if (make_server_socket(s, &w->socket) != 0 || zmq_bind(w->socket, bind_to) != 0 ||
-            zmq_getsockopt(w->socket, ZMQ_LAST_ENDPOINT, bound, &bound_length) != 0)
-            rc = PS_EREMOTE;
-    }
-    if (rc == PS_OK) w->peers_monitor = watch_peers(w);
+    if (rc == PS_OK) rc = open_link(s, w, bound, PS_CHANNEL_ENDPOINT_MAX);
     if (rc == PS_OK && pthread_create(&w->thread, NULL, serve_link, w) != 0) rc = PS_ENOMEM;
     if (rc != PS_OK) {
         if (w->peers_monitor) zmq_close(w->peers_monitor);
         if (w->socket) zmq_close(w->socket);
+        if (w->listener >= 0) close(w->listener);
         free(w->tuple);
         free(w->answer);
         free(w);
-        reply_build(s, request, rc, 0, "the server could not open a socket for the link");
+        refuse_build(s, request, rc, "the server could not open a socket for the link");
         return rc;
     }
+    memcpy(answer, w->secret, secret_length);
     pthread_mutex_lock(&s->lock);
     w->next = s->workers;
     s->workers = w;
     pthread_mutex_unlock(&s->lock);
     atomic_fetch_add(&s->builds, 1);
+    if (w->transport != PS_TRANSPORT_ZMQ) atomic_fetch_add(&s->direct, 1);
     atomic_fetch_add(&s->live, 1);
     *handle_id = w->id;
-    reply_build(s, request, PS_OK, w->id, bound);
+    reply_build(s, request, PS_OK, w->id, answer, secret_length + strlen(bound));
     return PS_OK;
 }
 
@@ -402,8 +564,10 @@ void ps_server_read_counters(ps_server *s, ps_server_counters *out) {
     out->frames = atomic_load(&s->frames);
     out->bad_frames = atomic_load(&s->bad_frames);
     out->builds = atomic_load(&s->builds);
+    out->direct = atomic_load(&s->direct);
     out->live = atomic_load(&s->live);
     out->abandoned = atomic_load(&s->abandoned);
+    out->refused = atomic_load(&s->refused);
 }
 
 void ps_server_stop(ps_server *s) {

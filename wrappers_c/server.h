@@ -2,13 +2,15 @@
  *
  * The main socket (a ROUTER at the server's endpoint) only takes BUILD requests, which the
  * owner (Python, in paths/server.py) answers by building the path remainder into the server's
- * stage table and handing over the new link. Each link then gets its own socket, on an
- * endpoint of its own, and its own thread: a caller blocked in an observe holds only its own
- * thread, never the server, and a round trip crosses no extra hop. Frames are checked
- * (wire.h) before anything is done with them; a malformed one is answered with PS_EINVAL.
- * A link whose client is gone without releasing it (every connection to its socket closed, or
- * silent past the heartbeat timeout) ends as if released, so a crashed client's hold on the
- * server's stages does not outlive it.
+ * stage table and handing over the new link. Each link then gets its own thread and its own
+ * way in, the one the client asked for: a ZeroMQ socket on an endpoint of its own, or a direct
+ * TCP or Unix-socket listener that admits one connection, the one that presents the link's
+ * secret (handed over in the BUILD answer). A caller blocked in an observe holds only its own
+ * thread, never the server, and a round trip crosses no extra hop; on a direct link the link's
+ * thread itself reads each request and writes its answer. Frames are checked (wire.h) before
+ * anything is done with them; a malformed one is answered with PS_EINVAL. A link whose client is
+ * gone without releasing it (its connections closed, or silent past the heartbeat timeout) ends
+ * as if released, so a crashed client's hold on the server's stages does not outlive it.
  */
 #ifndef WRAPPERS_SERVER_H
 #define WRAPPERS_SERVER_H
@@ -31,6 +33,7 @@ typedef struct ps_build_request {
     unsigned char routing_id[PS_ROUTING_ID_MAX];
     size_t routing_id_length;
     uint64_t request_id;
+    int transport;              /* ps_wire_transport: how the client's operations will travel */
     char spec[PS_SPEC_MAX + 1]; /* the path remainder as sent (NUL-terminated) */
 } ps_build_request;
 
@@ -38,8 +41,10 @@ typedef struct ps_server_counters {
     int64_t frames;      /* frames received, all sockets */
     int64_t bad_frames;  /* frames refused as malformed or misaddressed */
     int64_t builds;      /* links handed over */
+    int64_t direct;      /* of which on a direct transport (tcp, ipc) */
     int64_t live;        /* links being served */
     int64_t abandoned;   /* links ended because every connection of their client closed */
+    int64_t refused;     /* direct connections turned away: no or a wrong secret, garbage, too slow */
 } ps_server_counters;
 
 /* Binds the main socket. curve_secret_z85 (40 characters) makes every socket a CURVE server;

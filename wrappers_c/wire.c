@@ -47,14 +47,19 @@ size_t ps_wire_encode(const ps_frame *frame, unsigned char *buf, size_t capacity
     return length;
 }
 
+int64_t ps_wire_payload_length(const unsigned char *header) {
+    if (header[0] != PS_WIRE_VERSION || header[1] < PS_OP_BUILD || header[1] >= PS_OP_LIMIT) return -1;
+    uint32_t payload_length = get32(header + 4);
+    return payload_length > PS_WIRE_MAX_PAYLOAD ? -1 : (int64_t)payload_length;
+}
+
 int ps_wire_decode(const unsigned char *buf, size_t length, ps_frame *out) {
-    if (length < PS_WIRE_HEADER || buf[0] != PS_WIRE_VERSION) return -1;
-    if (buf[1] < PS_OP_BUILD || buf[1] >= PS_OP_LIMIT) return -1;
-    uint32_t payload_length = get32(buf + 4);
-    if (payload_length > PS_WIRE_MAX_PAYLOAD || (size_t)payload_length != length - PS_WIRE_HEADER) return -1;
+    if (length < PS_WIRE_HEADER) return -1;
+    int64_t payload_length = ps_wire_payload_length(buf);
+    if (payload_length < 0 || (size_t)payload_length != length - PS_WIRE_HEADER) return -1;
     out->op = buf[1];
     out->status = get16(buf + 2);
-    out->payload_length = payload_length;
+    out->payload_length = (uint32_t)payload_length;
     out->request_id = get64(buf + 8);
     out->handle_id = get64(buf + 16);
     out->argument = (int64_t)get64(buf + 24);

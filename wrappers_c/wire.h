@@ -1,9 +1,9 @@
 /* wire.h — the PATHS wire protocol: small binary frames between a remote stage and a server.
  *
- * Every frame is one ZeroMQ message: a fixed 40-byte little-endian header, then a payload of
- * payload_length bytes (a tuple, a path spec, an endpoint or an error text). No code travels:
- * the payload of a request is data of a checked length, never executed. wire.md beside it tells
- * the layout in full.
+ * Every frame is a fixed 40-byte little-endian header, then a payload of payload_length bytes
+ * (a tuple, a path spec, an endpoint, a secret or an error text): one ZeroMQ message, or the
+ * next bytes of a direct stream. No code travels: the payload of a request is data of a checked
+ * length, never executed. wire.md beside it tells the layout in full.
  */
 #ifndef WRAPPERS_WIRE_H
 #define WRAPPERS_WIRE_H
@@ -19,6 +19,7 @@ enum {
     PS_WIRE_VERSION = 1,
     PS_WIRE_HEADER = 40,
     PS_WIRE_MAX_PAYLOAD = (1 << 20) + 4096, /* a tuple of the largest format, or a path spec */
+    PS_WIRE_SECRET = 32,                    /* bytes of a direct link's secret */
 };
 
 typedef enum ps_wire_op {
@@ -33,8 +34,17 @@ typedef enum ps_wire_op {
     PS_OP_RELEASE,     /* the client is done with the handle */
     PS_OP_PING,        /* liveness; answer is empty */
     PS_OP_EXCHANGE,    /* move then observe in one round trip; answer value 1 once the move is done */
+    PS_OP_CONNECT,     /* first frame of a direct connection; payload: the link's secret */
     PS_OP_LIMIT
 } ps_wire_op;
+
+/* How a link's operations travel, asked for in a BUILD's argument. */
+typedef enum ps_wire_transport {
+    PS_TRANSPORT_ZMQ = 0, /* the link's own ZeroMQ socket (the one CURVE protects) */
+    PS_TRANSPORT_TCP,     /* a direct TCP connection */
+    PS_TRANSPORT_IPC,     /* a direct Unix-socket connection */
+    PS_TRANSPORT_LIMIT
+} ps_wire_transport;
 
 /* A decoded frame. For a request, `status` is 0 and `value` holds the timeout in nanoseconds
  * (< 0: none); for an answer, `status` is the operation's status and `argument` is 0. */
@@ -56,6 +66,11 @@ size_t ps_wire_encode(const ps_frame *frame, unsigned char *buf, size_t capacity
 /* Checks and decodes a received frame: version, op, lengths. payload points into buf.
  * Returns 0, or -1 for a malformed frame (nothing in out is to be trusted then). */
 int ps_wire_decode(const unsigned char *buf, size_t length, ps_frame *out);
+
+/* The payload length a frame's header (its first PS_WIRE_HEADER bytes) announces, or -1 when the
+ * header is malformed (version, op, a length beyond the largest): what a stream reader needs to
+ * know where the frame ends. */
+int64_t ps_wire_payload_length(const unsigned char *header);
 
 #ifdef __cplusplus
 }

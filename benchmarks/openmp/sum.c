@@ -1,25 +1,15 @@
 /* sum.c — the OpenMP anchor for GSum: median microseconds per global sum by a reduction clause.
- * Built and run by benchmarks/anchors.py with `cc -O2 -fopenmp`, apart from the package:
+ * Built and run by benchmarks/anchors.py with `cc -O2 -fopenmp -I benchmarks`, apart from the package:
  *   ./sum THREADS ROUNDS   prints "median_us <value> wrong <count>" (exit 0; 1 on a wrong total,
  *                          2 with one line on stderr for arguments out of range). */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+
+#include "latencies.h"
 
 /* One OpenMP thread each, and a team this large already costs gigabytes of stacks; 100,000 made
  * libgomp crash. */
 #define MAX_THREADS 1024
-
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
 
 /* A whole number in [low, high], or -1. */
 static long bounded(const char *text, long low, long high) {
@@ -53,9 +43,8 @@ int main(int argc, char **argv) {
             latencies[i] = now_us() - begin;
         }
     }
-    qsort(latencies, (size_t)rounds, sizeof *latencies, compare_doubles);
     long long wrong = running != threads * (rounds * (rounds - 1) / 2);
-    printf("median_us %.3f wrong %lld\n", latencies[rounds / 2], wrong);
+    printf("median_us %.3f wrong %lld\n", median_of(latencies, rounds), wrong);
     free(latencies);
     return wrong ? 1 : 0;
 }

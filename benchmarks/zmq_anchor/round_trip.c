@@ -1,6 +1,6 @@
 /* round_trip.c — the raw ZeroMQ anchor for remote stages with client and server in two
- * processes, as a remote stage and `paths serve` are. The same socket pattern and frame size as
- * benchmarks/zmq_round_trip.c (which runs both ends in one process).
+ * processes, as a remote stage on proto zmq and `paths serve` are: a DEALER and a ROUTER echo,
+ * frames of a remote stage's size.
  *
  *   round_trip echo                       binds a ROUTER on tcp://127.0.0.1:*, prints
  *                                         "READY <endpoint>", echoes every [id, message] until
@@ -9,25 +9,15 @@
  *                                         one DEALER: ROUNDS round trips of BYTES each (after 100
  *                                         of warm-up), prints "median_us <median>", stops the echo
  *
- * Built by benchmarks/remote.py: cc -O2 round_trip.c $(pkg-config --cflags --libs libzmq).
+ * Built by benchmarks/anchors.py: cc -O2 -I benchmarks round_trip.c $(pkg-config --cflags --libs libzmq).
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <zmq.h>
 
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
-
-static int compare_doubles(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "latencies.h"
 
 static int echo(void *context) {
     void *socket = zmq_socket(context, ZMQ_ROUTER);
@@ -80,8 +70,7 @@ static int client(void *context, const char *endpoint, long rounds, long bytes) 
     }
     zmq_send(socket, "", 0, 0);
     zmq_recv(socket, buffer, (size_t)bytes, 0); /* the echo's goodbye: it has seen the stop */
-    qsort(latencies, (size_t)rounds, sizeof *latencies, compare_doubles);
-    printf("median_us %.3f\n", latencies[rounds / 2]);
+    printf("median_us %.3f\n", median_of(latencies, rounds));
     zmq_close(socket);
     free(latencies);
     free(buffer);

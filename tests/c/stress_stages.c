@@ -59,35 +59,9 @@ enum { THREADS = 16, MAX_STAGES = 32, MAX_LEVELS = 3, AHEAD = 4, MAX_REPORTS = 2
 #define ROUND_UNIT (1LL << 20)
 
 #include "stress_report.h"
-
-/* ---- the watchdog ---------------------------------------------------------------------------- */
-
-static _Atomic(const char *) scene_running = "start-up";
-static _Atomic int64_t run_deadline;
-static atomic_bool run_finished;
-
-static void *watchdog(void *arg) {
-    (void)arg;
-    while (!atomic_load(&run_finished)) {
-        struct timespec tick = {0, 20 * MS};
-        nanosleep(&tick, NULL);
-        if (ps_now_ns() > atomic_load(&run_deadline) && !atomic_load(&run_finished)) {
-            fprintf(stderr, "FAIL: scene '%s' still running after the deadline: a hang\n", atomic_load(&scene_running));
-            fflush(stderr);
-            _exit(1);
-        }
-    }
-    return NULL;
-}
+#include "stage_setup.h"
 
 /* ---- small helpers ------------------------------------------------------------------------------ */
-
-static void start_thread(pthread_t *thread, void *(*body)(void *), void *arg) {
-    if (pthread_create(thread, NULL, body, arg) != 0) {
-        fprintf(stderr, "FAIL: pthread_create\n");
-        exit(1);
-    }
-}
 
 static uint64_t next_random(uint64_t *state) {
     uint64_t x = *state;
@@ -116,46 +90,6 @@ static int64_t round_of(int threads, int64_t total) {
     return expected_total(threads, round) == total ? round : -1;
 }
 
-static ps_param_value int_param(const char *name, int64_t value) {
-    return (ps_param_value){name, PS_PARAM_INT, value, 0.0, NULL};
-}
-static ps_param_value float_param(const char *name, double value) {
-    return (ps_param_value){name, PS_PARAM_FLOAT, 0, value, NULL};
-}
-static ps_param_value str_param(const char *name, const char *value) {
-    return (ps_param_value){name, PS_PARAM_STR, 0, 0.0, value};
-}
-
-static ps_stage *create_stage(ps_space *space, const char *kind_name, const ps_param_value *values, size_t count,
-                              ps_stage *below) {
-    const ps_stage_kind *kind = ps_stage_kind_find(kind_name);
-    if (!kind) {
-        fprintf(stderr, "FAIL: no stage kind '%s'\n", kind_name);
-        exit(1);
-    }
-    ps_params params = {values, count};
-    ps_build_context context = {space};
-    ps_stage *stage = NULL;
-    char error[256] = "";
-    int rc = ps_stage_create(kind, &params, &context, below, &stage, error, sizeof error);
-    if (rc != PS_OK || !stage) {
-        fprintf(stderr, "FAIL: create stage '%s': %s (%s)\n", kind_name, ps_status_name(rc), error);
-        exit(1);
-    }
-    return stage;
-}
-
-static ps_stage *create_core(ps_space *space, const char *name, const char *format) {
-    ps_param_value values[] = {str_param("name", name), str_param("format", format)};
-    return create_stage(space, "core", values, 2, NULL);
-}
-
-static ps_stage *create_sum(ps_space *space, int fan_in, ps_stage *below) {
-    ps_param_value values[] = {int_param("num_threads", fan_in)};
-    return create_stage(space, "reduce-sum", values, 1, below);
-}
-
-
 /* A stage's counter by name; -1 (and a failure) if it has none. */
 static int64_t counter(ps_stage *stage, const char *name) {
     ps_counter counters[MAX_COUNTERS];
@@ -164,14 +98,6 @@ static int64_t counter(ps_stage *stage, const char *name) {
         if (strcmp(counters[i].name, name) == 0) return counters[i].value;
     fail("stage '%s' has no counter '%s'", ps_stage_kind_name(stage), name);
     return -1;
-}
-
-static void attach_or_die(ps_stage *stage, ps_link *link) {
-    int rc = ps_stage_attach(stage, link);
-    if (rc != PS_OK) {
-        fprintf(stderr, "FAIL: attach to '%s': %s\n", ps_stage_kind_name(stage), ps_status_name(rc));
-        exit(1);
-    }
 }
 
 /* ---- reduce-sum trees ---------------------------------------------------------------------------- */
@@ -1122,15 +1048,8 @@ static double run_links_scene(ps_space *space, int64_t rounds) {
 /* ---- main -------------------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
-    int64_t rounds = argc > 1 ? strtoll(argv[1], NULL, 10) : 2000;
-    if (rounds < 8) {
-        fprintf(stderr, "usage: %s [rounds >= 8]\n", argv[0]);
-        return 2;
-    }
-    int64_t started = ps_now_ns();
-    atomic_store(&run_deadline, started + RUN_BUDGET);
-    pthread_t watchdog_thread;
-    start_thread(&watchdog_thread, watchdog, NULL);
+    stress_run run = stress_begin("stress_stages", argc, argv, 2000, RUN_BUDGET);
+    int64_t rounds = run.rounds;
     char directory[] = "/tmp/stress_stages.XXXXXX";
     if (!mkdtemp(directory)) {
         fprintf(stderr, "FAIL: mkdtemp: %s\n", strerror(errno));
@@ -1152,12 +1071,8 @@ int main(int argc, char **argv) {
     run_pass_scene(space, rounds / 4, directory);
     run_links_scene(space, rounds / 4);
 
-    atomic_store(&run_finished, true);
-    pthread_join(watchdog_thread, NULL);
+    int code = stress_end(&run);
     ps_space_free(space);
     rmdir(directory);
-    int failed = atomic_load(&failures);
-    printf("stress_stages: %s; %.2f s\n", failed ? "FAILED" : "all scenes passed", (double)(ps_now_ns() - started) / 1e9);
-    if (failed) fprintf(stderr, "stress_stages: %d failure(s)\n", failed);
-    return failed ? 1 : 0;
+    return code;
 }

@@ -1,0 +1,126 @@
+/* stage_setup.h — what the stage-level C stress tests share: a watchdog that turns a hang into a
+ * failure naming the scene that hung, threads that must start, and stages made by kind name with
+ * typed parameters (ps_stage_create), attached to or the end of the test. Include after
+ * stress_report.h. */
+#ifndef STAGE_SETUP_H
+#define STAGE_SETUP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pastset.h"
+#include "stage.h"
+
+/* ---- the watchdog ---------------------------------------------------------------------------- */
+
+static _Atomic(const char *) scene_running = "start-up";
+static _Atomic int64_t run_deadline;
+static atomic_bool run_finished;
+
+static void *watchdog(void *arg) {
+    (void)arg;
+    while (!atomic_load(&run_finished)) {
+        struct timespec tick = {0, 20000000};
+        nanosleep(&tick, NULL);
+        if (ps_now_ns() > atomic_load(&run_deadline) && !atomic_load(&run_finished)) {
+            fprintf(stderr, "FAIL: scene '%s' still running after the deadline: a hang\n", atomic_load(&scene_running));
+            fflush(stderr);
+            _exit(1);
+        }
+    }
+    return NULL;
+}
+
+static void start_thread(pthread_t *thread, void *(*body)(void *), void *arg) {
+    if (pthread_create(thread, NULL, body, arg) != 0) {
+        fprintf(stderr, "FAIL: pthread_create\n");
+        exit(1);
+    }
+}
+
+/* A run of a stress test: its size (argv[1], else `fallback`; exits 2 below 8), and a watchdog
+ * that ends it once `budget_ns` has passed. */
+typedef struct stress_run {
+    const char *name;
+    int64_t rounds, started;
+    pthread_t watchdog;
+} stress_run;
+
+static stress_run stress_begin(const char *name, int argc, char **argv, int64_t fallback, int64_t budget_ns) {
+    stress_run run = {name, argc > 1 ? strtoll(argv[1], NULL, 10) : fallback, ps_now_ns(), 0};
+    if (run.rounds < 8) {
+        fprintf(stderr, "usage: %s [rounds >= 8]\n", argv[0]);
+        exit(2);
+    }
+    atomic_store(&run_deadline, run.started + budget_ns);
+    start_thread(&run.watchdog, watchdog, NULL);
+    return run;
+}
+
+/* Stops the watchdog and says how the run went; returns the exit code. */
+static int stress_end(stress_run *run) {
+    atomic_store(&run_finished, true);
+    pthread_join(run->watchdog, NULL);
+    int failed = atomic_load(&failures);
+    printf("%s: %s; %.2f s\n", run->name, failed ? "FAILED" : "all scenes passed",
+           (double)(ps_now_ns() - run->started) / 1e9);
+    if (failed) fprintf(stderr, "%s: %d failure(s)\n", run->name, failed);
+    return failed ? 1 : 0;
+}
+
+/* ---- stages by kind name --------------------------------------------------------------------- */
+
+static inline ps_param_value int_param(const char *name, int64_t value) {
+    return (ps_param_value){name, PS_PARAM_INT, value, 0.0, NULL};
+}
+static inline ps_param_value float_param(const char *name, double value) {
+    return (ps_param_value){name, PS_PARAM_FLOAT, 0, value, NULL};
+}
+static inline ps_param_value str_param(const char *name, const char *value) {
+    return (ps_param_value){name, PS_PARAM_STR, 0, 0.0, value};
+}
+
+static ps_stage *create_stage(ps_space *space, const char *kind_name, const ps_param_value *values, size_t count,
+                              ps_stage *below) {
+    const ps_stage_kind *kind = ps_stage_kind_find(kind_name);
+    if (!kind) {
+        fprintf(stderr, "FAIL: no stage kind '%s'\n", kind_name);
+        exit(1);
+    }
+    ps_params params = {values, count};
+    ps_build_context context = {space};
+    ps_stage *stage = NULL;
+    char error[256] = "";
+    int rc = ps_stage_create(kind, &params, &context, below, &stage, error, sizeof error);
+    if (rc != PS_OK || !stage) {
+        fprintf(stderr, "FAIL: create stage '%s': %s (%s)\n", kind_name, ps_status_name(rc), error);
+        exit(1);
+    }
+    return stage;
+}
+
+static ps_stage *create_core(ps_space *space, const char *name, const char *format) {
+    ps_param_value values[] = {str_param("name", name), str_param("format", format)};
+    return create_stage(space, "core", values, 2, NULL);
+}
+
+static ps_stage *create_sum(ps_space *space, int fan_in, ps_stage *below) {
+    ps_param_value values[] = {int_param("num_threads", fan_in)};
+    return create_stage(space, "reduce-sum", values, 1, below);
+}
+
+static void attach_or_die(ps_stage *stage, ps_link *link) {
+    int rc = ps_stage_attach(stage, link);
+    if (rc != PS_OK) {
+        fprintf(stderr, "FAIL: attach to '%s': %s (%s)\n", ps_stage_kind_name(stage), ps_status_name(rc),
+                ps_stage_error(stage));
+        exit(1);
+    }
+}
+
+#endif

@@ -1,0 +1,319 @@
+/* stress_remote.c — a standalone stress test of the remote stage and the server on the direct
+ * transport (wrappers_c/ over pastset/, no Python): a server in this process, its BUILD requests
+ * answered by a thread here instead of Python, and many client threads with links of their own,
+ * over TCP and Unix sockets.
+ *
+ * tests/test_c_stress.py builds it plain, under AddressSanitizer + UBSan and under ThreadSanitizer.
+ * Usage: stress_remote [rounds]   (default 500). Exits 1 on any failure; a watchdog ends a run
+ * that hangs, naming the scene.
+ *
+ *   sum     THREADS client links (half tcp, half ipc; every other one pipelining its move with
+ *           window 2) into one server-side reduce-sum of THREADS over an element: every round's
+ *           total exact for every thread, and the element's history one total per round, in order.
+ *   queue   PRODUCERS move distinct jobs through links of their own (tcp, window 16, batch 4) while
+ *           CONSUMERS take jobs with next-observes through theirs (tcp and ipc): every job taken
+ *           exactly once, and each consumer sees each producer's jobs in the order they were moved.
+ *   churn   threads open a link, make a round trip, and release it, over and over, beside the
+ *           others: the server hands over and reaps every one of them; none is abandoned.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pastset.h"
+#include "server.h"
+#include "stage.h"
+
+enum { THREADS = 8, PRODUCERS = 3, CONSUMERS = 3, CHURNERS = 4, MAX_LINKS = 4096, MAX_REPORTS = 20 };
+
+#define MS 1000000LL
+#define WAIT (10000 * MS)               /* the longest a call waits for what must come */
+#define RUN_BUDGET (55000 * MS)         /* the whole run (the pytest timeout is 60 s) */
+
+#include "stress_report.h"
+#include "stage_setup.h"
+
+static const char *const SUM_SPEC = "{\"version\":1,\"path\":[[\"reduce-sum\",{\"num_threads\":8}],"
+                                    "[\"core\",{\"name\":\"SUM\",\"format\":\"q\"}]]}";
+static const char *const JOBS_SPEC = "{\"version\":1,\"path\":[[\"core\",{\"name\":\"JOBS\",\"format\":\"q\"}]]}";
+static const char *const CHURN_SPEC = "{\"version\":1,\"path\":[[\"core\",{\"name\":\"CHURN\",\"format\":\"q\"}]]}";
+
+/* ---- the server: BUILDs answered here by attaching to stages made in advance ---------------------- */
+
+typedef struct served {
+    ps_server *server;
+    ps_stage *sum, *jobs, *churn;   /* what each spec names, built once */
+    ps_stage *sum_element;          /* the element below the sum */
+    ps_link *links[MAX_LINKS];      /* the links handed over, by id, until reaped */
+    atomic_bool stop;
+} served;
+
+static void *serve(void *arg) {
+    served *s = arg;
+    ps_build_request *request = malloc(sizeof *request);
+    while (request && !atomic_load(&s->stop)) {
+        uint64_t reaped[64];
+        size_t n = ps_server_reap(s->server, reaped, 64);
+        for (size_t i = 0; i < n; i++) {
+            ps_link_detach(s->links[reaped[i]]);
+            free(s->links[reaped[i]]);
+            s->links[reaped[i]] = NULL;
+        }
+        if (ps_server_next_build(s->server, 20 * MS, request) != PS_OK) continue;
+        ps_stage *target = strcmp(request->spec, SUM_SPEC) == 0    ? s->sum
+                           : strcmp(request->spec, JOBS_SPEC) == 0 ? s->jobs
+                           : strcmp(request->spec, CHURN_SPEC) == 0 ? s->churn
+                                                                    : NULL;
+        ps_link *link = target ? malloc(sizeof *link) : NULL;
+        if (link && ps_stage_attach(target, link) != PS_OK) {
+            free(link);
+            link = NULL;
+        }
+        uint64_t id = 0;
+        if (ps_server_answer_build(s->server, request, link, link ? NULL : "unknown spec", &id) != PS_OK || !link)
+            continue;
+        if (id >= MAX_LINKS) {
+            fail("link id %" PRIu64 " beyond the test's table", id);
+            continue;
+        }
+        s->links[id] = link;
+    }
+    free(request);
+    return NULL;
+}
+
+static int64_t server_counter(served *s, const char *name) {
+    ps_server_counters c;
+    ps_server_read_counters(s->server, &c);
+    if (strcmp(name, "builds") == 0) return c.builds;
+    if (strcmp(name, "direct") == 0) return c.direct;
+    if (strcmp(name, "live") == 0) return c.live;
+    if (strcmp(name, "abandoned") == 0) return c.abandoned;
+    return c.bad_frames;
+}
+
+/* A remote stage reaching the server's `spec` on `proto`. */
+static ps_stage *remote_stage(const char *endpoint, const char *proto, const char *spec, int window, int batch) {
+    ps_param_value values[] = {str_param("host", endpoint), str_param("proto", proto), int_param("timeout_ms", 10000),
+                               int_param("window", window), int_param("batch", batch), str_param("format", "q"),
+                               str_param("path", spec)};
+    return create_stage(NULL, "remote", values, sizeof values / sizeof values[0], NULL);
+}
+
+/* ---- sum ------------------------------------------------------------------------------------------ */
+
+typedef struct sum_job {
+    ps_stage *remote;
+    int thread;
+    int64_t rounds;
+} sum_job;
+
+static void *sum_thread(void *arg) {
+    sum_job *job = arg;
+    ps_link link;
+    attach_or_die(job->remote, &link);
+    for (int64_t r = 0; r < job->rounds; r++) {
+        int64_t mine = r * 1000 + job->thread, total = -1;
+        int rc = ps_link_move(&link, &mine, WAIT);
+        if (rc == PS_OK) rc = ps_link_observe(&link, &total, WAIT);
+        int64_t expected = r * 1000 * THREADS + THREADS * (THREADS - 1) / 2;
+        CHECK(rc == PS_OK && total == expected, "sum thread %d round %" PRId64 ": %s, total %" PRId64 " (expected %"
+              PRId64 "): %s", job->thread, r, ps_status_name(rc), total, expected, ps_stage_error(job->remote));
+        if (rc != PS_OK) break;
+    }
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static void run_sum(served *s, const char *endpoint, int64_t rounds) {
+    atomic_store(&scene_running, "sum");
+    ps_stage *remotes[4] = {remote_stage(endpoint, "tcp", SUM_SPEC, 1, 1), remote_stage(endpoint, "tcp", SUM_SPEC, 2, 1),
+                            remote_stage(endpoint, "ipc", SUM_SPEC, 1, 1), remote_stage(endpoint, "ipc", SUM_SPEC, 2, 1)};
+    pthread_t threads[THREADS];
+    sum_job jobs[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        jobs[t] = (sum_job){remotes[t % 4], t, rounds};
+        start_thread(&threads[t], sum_thread, &jobs[t]);
+    }
+    for (int t = 0; t < THREADS; t++) pthread_join(threads[t], NULL);
+    ps_link history;
+    attach_or_die(s->sum_element, &history);
+    int64_t last = -1;
+    ps_link_last(&history, &last);
+    CHECK(last == rounds, "sum: the element holds %" PRId64 " totals, expected %" PRId64, last, rounds);
+    for (int64_t r = 0; r < last && r < rounds; r++) {
+        int64_t total = -1;
+        ps_link_observe_at(&history, r, &total, WAIT);
+        CHECK(total == r * 1000 * THREADS + THREADS * (THREADS - 1) / 2, "sum: total %" PRId64 " in place %" PRId64,
+              total, r);
+    }
+    ps_link_detach(&history);
+    for (int i = 0; i < 4; i++) ps_stage_release(remotes[i]);
+}
+
+/* ---- queue ---------------------------------------------------------------------------------------- */
+
+typedef struct queue_job {
+    ps_stage *remote;
+    int index;
+    int64_t jobs;              /* per producer */
+    _Atomic int64_t *taken;    /* jobs taken so far, by every consumer */
+    _Atomic unsigned char *seen; /* per job: times taken */
+} queue_job;
+
+static void *producer(void *arg) {
+    queue_job *job = arg;
+    ps_link link;
+    attach_or_die(job->remote, &link);
+    for (int64_t i = 0; i < job->jobs; i++) {
+        int64_t value = (int64_t)job->index * job->jobs + i;
+        int rc = ps_link_move(&link, &value, WAIT);
+        CHECK(rc == PS_OK, "producer %d job %" PRId64 ": %s", job->index, i, ps_status_name(rc));
+        if (rc != PS_OK) break;
+    }
+    ps_link_detach(&link); /* sends what its batch holds, then releases */
+    return NULL;
+}
+
+static void *consumer(void *arg) {
+    queue_job *job = arg;
+    ps_link link;
+    attach_or_die(job->remote, &link);
+    int64_t total = job->jobs * PRODUCERS, last_of[PRODUCERS];
+    for (int p = 0; p < PRODUCERS; p++) last_of[p] = -1;
+    while (atomic_load(job->taken) < total) {
+        int64_t value = -1;
+        int rc = ps_link_observe(&link, &value, 20 * MS);
+        if (rc == PS_ETIMEDOUT) continue; /* the others may have taken the rest */
+        CHECK(rc == PS_OK && value >= 0 && value < total, "consumer %d: %s, job %" PRId64, job->index,
+              ps_status_name(rc), value);
+        if (rc != PS_OK || value < 0 || value >= total) break;
+        int p = (int)(value / job->jobs);
+        CHECK(value > last_of[p], "consumer %d: job %" PRId64 " of producer %d after %" PRId64, job->index, value, p,
+              last_of[p]);
+        last_of[p] = value;
+        atomic_fetch_add(&job->seen[value], 1);
+        atomic_fetch_add(job->taken, 1);
+    }
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static void run_queue(const char *endpoint, int64_t jobs) {
+    atomic_store(&scene_running, "queue");
+    int64_t total = jobs * PRODUCERS;
+    _Atomic unsigned char *seen = calloc((size_t)total, 1);
+    _Atomic int64_t taken = 0;
+    ps_stage *moving = remote_stage(endpoint, "tcp", JOBS_SPEC, 16, 4);
+    ps_stage *taking[2] = {remote_stage(endpoint, "tcp", JOBS_SPEC, 1, 1), remote_stage(endpoint, "ipc", JOBS_SPEC, 1, 1)};
+    pthread_t threads[PRODUCERS + CONSUMERS];
+    queue_job work[PRODUCERS + CONSUMERS];
+    for (int i = 0; i < PRODUCERS + CONSUMERS; i++) {
+        int producing = i < PRODUCERS;
+        work[i] = (queue_job){producing ? moving : taking[i % 2], producing ? i : i - PRODUCERS, jobs, &taken, seen};
+        start_thread(&threads[i], producing ? producer : consumer, &work[i]);
+    }
+    for (int i = 0; i < PRODUCERS + CONSUMERS; i++) pthread_join(threads[i], NULL);
+    int64_t lost = 0, doubled = 0;
+    for (int64_t v = 0; v < total; v++) {
+        lost += seen[v] == 0;
+        doubled += seen[v] > 1;
+    }
+    CHECK(lost == 0 && doubled == 0, "queue: %" PRId64 " jobs lost, %" PRId64 " taken twice, of %" PRId64, lost, doubled,
+          total);
+    free((void *)seen);
+    ps_stage_release(moving);
+    ps_stage_release(taking[0]);
+    ps_stage_release(taking[1]);
+}
+
+/* ---- churn ---------------------------------------------------------------------------------------- */
+
+typedef struct churn_job {
+    ps_stage *remote;
+    int index;
+    int64_t cycles;
+} churn_job;
+
+static void *churner(void *arg) {
+    churn_job *job = arg;
+    for (int64_t i = 0; i < job->cycles; i++) {
+        ps_link link;
+        attach_or_die(job->remote, &link);
+        int64_t last = -1;
+        int rc = ps_link_last(&link, &last);
+        CHECK(rc == PS_OK && last == 0, "churn %d: last() %s, %" PRId64, job->index, ps_status_name(rc), last);
+        ps_link_detach(&link);
+    }
+    return NULL;
+}
+
+static void run_churn(served *s, const char *endpoint, int64_t cycles) {
+    atomic_store(&scene_running, "churn");
+    int64_t builds = server_counter(s, "builds"), abandoned = server_counter(s, "abandoned");
+    ps_stage *remotes[2] = {remote_stage(endpoint, "tcp", CHURN_SPEC, 1, 1), remote_stage(endpoint, "ipc", CHURN_SPEC, 1, 1)};
+    pthread_t threads[CHURNERS];
+    churn_job jobs[CHURNERS];
+    for (int t = 0; t < CHURNERS; t++) {
+        jobs[t] = (churn_job){remotes[t % 2], t, cycles};
+        start_thread(&threads[t], churner, &jobs[t]);
+    }
+    for (int t = 0; t < CHURNERS; t++) pthread_join(threads[t], NULL);
+    ps_stage_release(remotes[0]);
+    ps_stage_release(remotes[1]);
+    CHECK(server_counter(s, "builds") - builds == CHURNERS * cycles, "churn: %" PRId64 " links handed over, expected %"
+          PRId64, server_counter(s, "builds") - builds, CHURNERS * cycles);
+    int64_t deadline = ps_now_ns() + WAIT;
+    while (server_counter(s, "live") > 0 && ps_now_ns() < deadline) {
+        struct timespec tick = {0, MS};
+        nanosleep(&tick, NULL);
+    }
+    CHECK(server_counter(s, "live") == 0, "churn: %" PRId64 " links still served", server_counter(s, "live"));
+    CHECK(server_counter(s, "abandoned") == abandoned, "churn: released links counted as abandoned");
+}
+
+int main(int argc, char **argv) {
+    stress_run run = stress_begin("stress_remote", argc, argv, 500, RUN_BUDGET);
+    int64_t rounds = run.rounds;
+    ps_space *space = ps_space_new();
+    served s = {0};
+    char error[256] = "";
+    if (!space || ps_server_start("tcp://127.0.0.1:*", NULL, &s.server, error, sizeof error) != PS_OK) {
+        fprintf(stderr, "FAIL: server: %s\n", error);
+        return 1;
+    }
+    s.sum_element = create_core(space, "SUM", "q");
+    s.sum = create_sum(space, THREADS, s.sum_element);
+    s.jobs = create_core(space, "JOBS", "q");
+    s.churn = create_core(space, "CHURN", "q");
+    pthread_t server_thread;
+    start_thread(&server_thread, serve, &s);
+    const char *endpoint = ps_server_endpoint(s.server);
+    printf("stress_remote: server %s, %" PRId64 " rounds\n", endpoint, rounds);
+
+    run_sum(&s, endpoint, rounds);
+    run_queue(endpoint, rounds * 4);
+    run_churn(&s, endpoint, rounds / 8);
+    CHECK(server_counter(&s, "direct") == server_counter(&s, "builds"), "not every link was direct");
+    CHECK(server_counter(&s, "bad_frames") == 0, "%" PRId64 " frames refused", server_counter(&s, "bad_frames"));
+
+    atomic_store(&s.stop, true);
+    pthread_join(server_thread, NULL);
+    ps_server_stop(s.server);
+    for (int i = 0; i < MAX_LINKS; i++)
+        if (s.links[i]) {
+            ps_link_detach(s.links[i]);
+            free(s.links[i]);
+        }
+    ps_stage_release(s.sum);
+    ps_stage_release(s.sum_element);
+    ps_stage_release(s.jobs);
+    ps_stage_release(s.churn);
+    int code = stress_end(&run);
+    ps_space_free(space);
+    return code;
+}

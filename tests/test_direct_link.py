@@ -1,0 +1,146 @@
+"""The direct transport (remote's proto tcp and ipc): a link's own connection, admitted only when it
+presents the per-link secret that the BUILD answer handed over; the secret of one link opens no
+other; a link admits one connection and then no more; a Unix-socket link from a TCP-bound server;
+pipelined moves that leave together with what follows them, and batched moves that wait for the
+caller's next request; and the checks of `proto` itself.
+
+Raw connections speak the wire protocol by hand (tests/wire_frames.py); the server is a
+remote_peer.py child that tells its counters."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from child_processes import counters
+from wire_frames import CONNECT, IPC, MOVE, OBSERVE, PING, PS_EINVAL, PS_OK, SECRET_BYTES, TCP, Direct, encode, open_link
+
+import paths
+from paths import _native, build_path, make_path, stage
+
+TIMEOUT_MS = 5000
+PATIENCE_S = 30
+
+
+def remote_path(address, element, **remote):
+    return make_path(stage("remote", host=address, timeout_ms=TIMEOUT_MS, **remote),
+                     stage("core", name=element, format="q"))
+
+
+def admitted(endpoint, link_id, secret) -> Direct:
+    connection = Direct(endpoint)
+    connection.send(encode(CONNECT, secret, request_id=1, handle_id=link_id))
+    reply = connection.answer()
+    assert reply is not None and reply["status"] == PS_OK and reply["op"] == CONNECT, reply
+    return connection
+
+
+@pytest.mark.parametrize("transport", [TCP, IPC], ids=["tcp", "ipc"])
+def test_a_direct_link_admits_only_the_connection_that_presents_its_secret(peer_server, zmq_context, transport):
+    process, endpoint = peer_server
+    link_id, link_endpoint, secret = open_link(zmq_context, endpoint, f"ADMIT-{transport}", transport)
+    assert len(secret) == SECRET_BYTES
+    assert link_endpoint.startswith("tcp://127.0.0.1:" if transport == TCP else "ipc://@")
+    before = counters(process)
+    wrong = bytes(b ^ 1 for b in secret)
+    attempts = [encode(CONNECT, wrong, handle_id=link_id),            # a wrong secret
+                encode(CONNECT, secret, handle_id=link_id + 1),       # another link's id
+                encode(CONNECT, secret[:-1], handle_id=link_id),      # too short a secret
+                encode(PING, handle_id=link_id),                      # no CONNECT first
+                encode(MOVE, (7).to_bytes(8, "little"), handle_id=link_id)]
+    for frame in attempts:
+        intruder = Direct(link_endpoint)
+        intruder.send(frame)
+        reply = intruder.answer()
+        assert reply["status"] == PS_EINVAL and b"refused" in reply["payload"], reply
+        assert intruder.closed_by_server()
+        intruder.close()
+    refused = counters(process)
+    assert refused["refused"] - before["refused"] == len(attempts)
+    assert refused["bad_frames"] - before["bad_frames"] == len(attempts)
+
+    client = admitted(link_endpoint, link_id, secret)  # the link was not used up by them
+    client.send(encode(MOVE, (41).to_bytes(8, "little"), request_id=2, handle_id=link_id),
+                encode(OBSERVE, request_id=3, handle_id=link_id, value=1_000_000_000))
+    moved, observed = client.answer(), client.answer()
+    assert (moved["request_id"], moved["status"]) == (2, PS_OK)
+    assert (observed["request_id"], observed["status"], observed["payload"]) == (3, PS_OK, (41).to_bytes(8, "little"))
+    if transport == TCP:  # the client is in: the link takes no other connection at all
+        with pytest.raises(ConnectionRefusedError):
+            Direct(link_endpoint)
+    client.close()
+
+
+def test_each_link_has_its_own_secret(peer_server, zmq_context):
+    process, endpoint = peer_server
+    first_id, first_endpoint, first_secret = open_link(zmq_context, endpoint, "OWN-1", TCP)
+    second_id, second_endpoint, second_secret = open_link(zmq_context, endpoint, "OWN-2", TCP)
+    assert first_secret != second_secret and first_endpoint != second_endpoint
+    before = counters(process)
+    borrowed = Direct(second_endpoint)  # the first link's credentials at the second link
+    borrowed.send(encode(CONNECT, first_secret, handle_id=first_id))
+    assert borrowed.answer()["status"] == PS_EINVAL
+    borrowed.close()
+    assert counters(process)["refused"] - before["refused"] == 1
+    admitted(second_endpoint, second_id, second_secret).close()
+    admitted(first_endpoint, first_id, first_secret).close()
+
+
+def test_a_unix_socket_link_from_a_tcp_server(peer_server):
+    process, endpoint = peer_server
+    before = counters(process)
+    handle = build_path(remote_path(endpoint, "IPC-FROM-TCP", proto="ipc"))
+    for i in range(200):
+        handle.move(i)
+        assert handle.observe() == (i,)
+    after = counters(process)
+    assert (after["builds"] - before["builds"], after["direct"] - before["direct"]) == (1, 1)
+
+
+def test_a_pipelined_move_arrives_with_no_other_request_after_it(peer_server):
+    """On tcp a pipelined move leaves marked 'more follows'; the kernel sends it within 200 ms
+    even when nothing follows."""
+    _, endpoint = peer_server
+    writer = build_path(remote_path(endpoint, "TRAILING", proto="tcp", window=2))
+    reader = build_path(remote_path(endpoint, "TRAILING", proto="tcp"))
+    started = time.monotonic()
+    writer.move(11)
+    assert reader.observe(timeout=5) == (11,)
+    assert time.monotonic() - started < 2.0
+
+
+def test_batched_moves_wait_for_the_callers_next_request_and_keep_their_order(peer_server):
+    _, endpoint = peer_server
+    writer = build_path(remote_path(endpoint, "BATCHED", proto="tcp", window=64, batch=16))
+    reader = build_path(remote_path(endpoint, "BATCHED", proto="tcp"))
+    for i in range(10):  # fewer than a batch: still in the writer's buffer
+        writer.move(i)
+    assert reader.last() == 0
+    assert writer.first() == 0  # any other request sends them first, in order
+    assert reader.last() == 10
+    for i in range(10, 5000):
+        writer.move(i)
+    assert writer.last() == 5000  # answered once every move before it arrived
+    assert [reader.observe(i)[0] for i in range(5000)] == list(range(5000))
+    assert writer.stage.counters()["failures"] == 0
+
+
+def test_proto_inproc_reaches_only_a_server_in_this_process():
+    with pytest.raises(ValueError, match=r"proto 'inproc' reaches a server in this process only: .*tcp://127.0.0.1:9"):
+        _native.create_stage("remote", {"host": "tcp://127.0.0.1:9", "proto": "inproc", "format": "q",
+                                        "path": "{}"}, None, paths.PastSet())
+    with pytest.raises(ValueError, match=r"parameter 'proto' must be one of tcp, ipc, zmq, inproc, got 'udp'"):
+        build_path(remote_path("tcp://127.0.0.1:9", "NEVER", proto="udp"))
+
+
+def test_no_client_for_a_direct_link_ends_it_as_abandoned(peer_server, zmq_context):
+    """A BUILD whose client never connects (it gave up, or died first) holds its link only for
+    the 10 s a client has to come."""
+    process, endpoint = peer_server
+    before = counters(process)
+    built = time.monotonic()
+    open_link(zmq_context, endpoint, "NOBODY", TCP)
+    while counters(process)["abandoned"] == before["abandoned"]:
+        assert time.monotonic() < built + PATIENCE_S, "a link nobody came for is still served"
+        time.sleep(0.1)
+    assert time.monotonic() - built >= 9.0  # not before its client's time was up

@@ -1,0 +1,72 @@
+"""The remote-path benchmarks run end to end in a short mode and report what they claim:
+`python -m benchmarks.remote` (tcp after, zmq before, the TCP ping-pong and raw ZeroMQ anchors,
+the targets) and `python -m benchmarks.cluster_gsum --quick` (GSum on an emulated map on tcp and
+zmq against MPI_Allreduce over TCP, which tree won, the targets, a CSV). Each leaves no process
+behind (the `probe` fixture fails the test if any process it started is still there)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_TIMEOUT_S = 240
+
+
+def run(module: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=RUN_TIMEOUT_S)
+
+
+def test_remote_benchmark_reports_both_transports_against_the_anchors(probe):
+    done = run("benchmarks.remote", "--pairs", "300", "--rounds", "100", "--moves", "3000", "--repeat", "1")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    ping_pong = float(re.search(r"C ping-pong over TCP, blocking reads \(the physical limit\)\s+([\d.]+) us", out)[1])
+    assert ping_pong > 0
+    assert re.search(r"raw ZeroMQ round trip, 2 processes\s+[\d.]+ us", out)
+    row = re.search(r"one remote operation, window=1 \(half a pair\)\s+([\d.]+) us\s+([\d.]+) us\s+([\d.]+)x", out)
+    tcp, zmq, ratio = map(float, row.groups())
+    assert tcp > 0 and zmq > 0
+    assert math.isclose(ratio, tcp / ping_pong, rel_tol=0.05, abs_tol=0.01)  # one run: its own ratio
+    for name in ("move+observe pair, window=2", "remote GSum, 2 processes x 2 threads",
+                 "pipelined moves/s, window=64, batch=64"):
+        assert name in out
+    targets = re.findall(r"^  (PASS|MISS)  (.*)$", out, re.M)
+    assert [t[1].split(":")[0] for t in targets] == [
+        "one remote operation <= 1.3x the TCP ping-pong",
+        "a move+observe pair with window=2 <= 1.3x one ping-pong",
+        ">= 1,000,000 pipelined moves/s (window=64, batch=64)",
+    ]
+
+
+def test_cluster_gsum_quick_compares_tcp_zmq_and_mpi_and_writes_csv(probe, tmp_path):
+    out_csv = tmp_path / "cluster.csv"
+    done = run("benchmarks.cluster_gsum", "--quick", "--csv", str(out_csv))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(r"C ping-pong over TCP, 48 B, blocking reads [\d.]+ us; raw ZeroMQ round trip, 2 processes "
+                     r"[\d.]+ us", out)
+    rows = list(csv.DictReader(out_csv.open()))
+    assert [(r["nodes"], r["threads_per_node"], r["contributors"], r["tree"]) for r in rows] == [("2", "1", "2", "flat")]
+    assert sorted(probe.started().values()) == ["n0", "n0", "n1", "n1"]  # the map's two nodes, on tcp and zmq
+    row = rows[0]
+    tcp, zmq, mpi = float(row["tcp_us"]), float(row["zmq_us"]), float(row["mpi_us"])
+    assert tcp > 0 and zmq > 0 and mpi > 0
+    assert math.isclose(float(row["tcp_per_mpi"]), tcp / mpi) and math.isclose(float(row["zmq_per_mpi"]), zmq / mpi)
+    verdict = re.search(r"^  (PASS|MISS by [\d.]+%)\s+2 nodes x 1 thread\(s\): flat won, tcp ([\d.]+) us vs MPI "
+                        r"([\d.]+) us = ([\d.]+)x \(target <= 1.00x\)$", out, re.M)
+    assert verdict, out
+    assert verdict[1].startswith("PASS") == (float(verdict[4]) <= 1.0)
+
+
+@pytest.mark.parametrize("args, words", [(["--nodes", "1"], "at least 2 nodes"), (["--rounds", "0"], "--rounds")])
+def test_cluster_gsum_refuses_bad_options_with_exit_2(args, words):
+    done = run("benchmarks.cluster_gsum", *args)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
