@@ -11,13 +11,17 @@
     paths.show(h)
 
     m = paths.load_map("maps/paper-4w.yaml")       # or paths.builtin_map("paper-4w")
-    paths.place(m, 12, policy="even")               # the node of each thread
+    paths.place(m, 12, policy="cyclic")             # the node of each thread
     paths.plan_reduction(m, 12, ("GSUM", "q")).paths  # every thread's path
 
     @paths.acquire_hook                               # how a thread reaches an element
     def traced(request): return paths.make_path(paths.stage("trace", file="t.bin"), request.default())
 
     paths.get_include()                               # the folder of paths.h, for C kernels
+
+    # in a program started by `paths launch`, srun or mpirun (one process per rank):
+    h = paths.acquire("TOTAL", "q")                   # this rank's path, from the acquire hook
+    paths.runtime_info()                              # launcher, rank, size, node, map, rendezvous
 """
 
 from . import bench
@@ -29,7 +33,7 @@ from .compile_flags import get_include
 from .path_spec import PathSpec, StageSpec, make_path, stage
 from .placement import PlacementWarning, place
 from .reduction_tree import ReductionPlan, plan_reduction
-from .runtime import acquire
+from .runtime import acquire, runtime_info
 from .server import PathServer
 from .stage_kinds import kinds, stage_kind
 from .tree_view import render_tree, show, to_dot
@@ -62,6 +66,7 @@ __all__ = [
     "plan_reduction",
     "release_hook",
     "render_tree",
+    "runtime_info",
     "show",
     "stage",
     "stage_kind",

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 from .cluster_map import ClusterMap
 from .named_function import HOOK_MARK, import_function
 from .path_spec import PathSpec, make_path, stage
-from .reduction_tree import hop, plan_reduction
+from .reduction_tree import ReductionPlan, hop, plan_reduction
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,16 @@ def default_acquire(request: AcquireRequest) -> PathSpec:
         return plan.paths[request.thread]
     return make_path(*hop(request.map, request.node, request.home),
                      stage("core", name=request.element, format=request.format))
+
+
+def reachable_nodes(cluster_map: ClusterMap, plans: Iterable[ReductionPlan]) -> list[str]:
+    """The nodes a run starts, in map order, and so the nodes a hook's paths may go through:
+    those that run threads or host a sum of the planned trees, and every element's home."""
+    plans = list(plans)
+    homes = {cluster_map.home} | {element.home for element in cluster_map.elements if element.home}
+    return [node.name for node in cluster_map.nodes
+            if node.name in homes or any(node.name in plan.placements or node.name in plan.stages_by_node()
+                                         for plan in plans)]
 
 
 def default_release(request: AcquireRequest, handle) -> None:

@@ -48,8 +48,9 @@ def _unchanged(params: dict) -> dict:
 class BuildContext:
     """What building needs besides the path: the PastSet, the table of the stages built over it
     (where the paths of many callers merge), and `resolve(params)`, which completes the
-    parameters of a stage whose rest is built elsewhere (a node's name becomes the endpoint the
-    launcher gathered, a run's CURVE key is added); by default they stay as given."""
+    parameters of a stage whose rest is built elsewhere (a node's name becomes the endpoint of
+    its server, a run's CURVE key is added); by default they stay as given. A process of a run
+    sets `resolve` once it knows the run's servers (paths/node_servers.py)."""
 
     def __init__(self, pastset: Optional[_native.PastSet] = None,
                  resolve: Optional[Callable[[dict], dict]] = None):

@@ -6,6 +6,10 @@
     paths show --map MAP --threads N print a map's placement and generated tree
     paths run KERNEL --map MAP       run a kernel on a cluster map: gsum, mcpi, FILE.so:SYMBOL,
                                      pkg.mod:func
+    paths launch --map MAP --threads N -- CMD ARGS...
+                                     run any program on a map, one process (rank) per thread
+    paths sbatch --map MAP --threads N -- CMD ARGS...
+                                     print a Slurm batch script that places CMD's ranks as the map
     paths config --cflags --libs     what a program of its own on paths.h compiles and links with
 
 Exit codes: 0 success, 1 a failed run (named in the message), 2 a usage error, 130 Ctrl-C,
@@ -64,6 +68,18 @@ def _run(argv: list[str]) -> int:
     return run_command(argv)
 
 
+def _launch(argv: list[str]) -> int:
+    from .launch_command import launch_command
+
+    return launch_command(argv)
+
+
+def _sbatch(argv: list[str]) -> int:
+    from .batch_script import sbatch_command
+
+    return sbatch_command(argv)
+
+
 def _config(argv: list[str]) -> int:
     from .compile_flags import config_command
 
@@ -76,6 +92,8 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "serve": _serve,
     "show": _show,
     "run": _run,
+    "launch": _launch,
+    "sbatch": _sbatch,
     "config": _config,
 }
 

@@ -167,9 +167,21 @@ def open_map(name: Optional[str]) -> ClusterMap:
     shipped map's name, or None for this machine's map, "local"."""
     if name is None:
         return builtin_map("local")
-    if name.endswith((".yaml", ".yml")) or "/" in name:
+    if _names_a_file(name):
         return load_map(name)
     return builtin_map(name)
+
+
+def map_reference(name: Optional[str]) -> str:
+    """What names the same map as `name` (as open_map takes it) in another process, in another
+    folder: a file's absolute path, or a shipped map's name."""
+    if name is None:
+        return "local"
+    return os.path.abspath(name) if _names_a_file(name) else name
+
+
+def _names_a_file(name: str) -> bool:
+    return name.endswith((".yaml", ".yml")) or "/" in name
 
 
 def load_map_text(text: str, source: str = "<string>") -> ClusterMap:
@@ -400,7 +412,7 @@ def _addresses(field: _Field, names: list[str]) -> list[str]:
 
 
 def _policy(field: _Field) -> str:
-    name = field.string("'bucket', 'even' or a function named 'pkg.mod:func'")
+    name = field.string("'block', 'cyclic' or a function named 'pkg.mod:func'")
     try:
         resolve_policy(name)
     except ValueError as error:

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from .acquire_hook import named_hook
+from .acquire_hook import named_hook, reachable_nodes
 from .cluster_map import ClusterMap
 from .kernel import Kernel, load_kernel
 from .launcher import LaunchError, NodeProcesses
@@ -112,9 +112,7 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
                    progress: Callable[[int, int], None] = lambda threads, repeat: None) -> RunReport:
     kernel = checked_kernel(cluster_map, settings)
     plans = plans_for(cluster_map, settings)
-    homes = [cluster_map.home] + [element.home for element in cluster_map.elements if element.home]
-    nodes = [node.name for node in cluster_map.nodes
-             if node.name in homes or any(node.name in plan.stages_by_node() for plan in plans.values())]
+    nodes = reachable_nodes(cluster_map, plans.values())
     report = RunReport()
     node_options = ("--trace-dir", os.path.abspath(settings.trace_dir)) if settings.trace_dir else ()
     context = {"op": "context", "map": cluster_map.text, "source": cluster_map.source,

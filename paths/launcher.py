@@ -9,12 +9,16 @@ Off this machine (ssh, slurm) servers bind every interface, so the run makes a C
 and hands it to each node on its standard input: traffic between nodes is encrypted and only
 the run's own nodes are answered.
 
-Every process started is reaped: on success, on error and on Ctrl-C. A node also exits by
-itself when its standard input closes, so even a killed launcher leaves no node behind.
+Every process started is reaped: on success, on error and on Ctrl-C. A killed launcher (even by
+SIGKILL) leaves no node behind either: each node (or its ssh or srun) gets the parent-death
+signal, and a node ends by itself when its standard input closes, at once when it is busy
+(paths/node.py). Start nodes from the main thread: the parent-death signal follows the thread
+that started them.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import selectors
@@ -24,11 +28,13 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from . import _native
 from .cluster_map import ClusterMap
 from .cpu_sets import cpu_shares, format_cpu_list
 from .hostlist import expand_hostlist
+from .parent_death import dies_with_me
 
 START_SECONDS = 60.0
 QUIT_SECONDS = 5.0
@@ -94,25 +100,37 @@ def slurm_hosts(environ) -> list[str]:
 
 
 class _Node:
-    """One started node: its process and a line reader on its standard output."""
+    """One started node: its process and the lines of its standard output."""
 
     def __init__(self, command: NodeCommand, keys: str):
         self.name = command.node
         self.command = command
         self.errors = tempfile.TemporaryFile(mode="w+")  # a file, so a chatty node never blocks
         self.process = subprocess.Popen(command.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.errors, text=True, bufsize=1)
+                                        stderr=self.errors, bufsize=0, preexec_fn=dies_with_me())
         self.endpoint = ""
+        self.lines: collections.deque[str] = collections.deque()  # read, not taken yet
+        self._partial = b""
         try:
-            self.process.stdin.write(keys + "\n")
-            self.process.stdin.flush()
+            self._write(keys)
         except (BrokenPipeError, OSError):
             pass  # it died at once: waiting for READY reports it, with what it wrote on stderr
 
+    def _write(self, line: str) -> None:
+        data = memoryview(line.encode() + b"\n")
+        while data:  # unbuffered: a write may take part of it
+            data = data[self.process.stdin.write(data):]
+
+    def read(self) -> bool:
+        """Read what the node has written (once ready to read) into `lines`; False at its end."""
+        data = os.read(self.process.stdout.fileno(), 1 << 16)
+        *complete, self._partial = (self._partial + data).split(b"\n")
+        self.lines.extend(line.decode("utf-8", "replace") for line in complete)
+        return bool(data)
+
     def send(self, request: dict) -> None:
         try:
-            self.process.stdin.write(json.dumps(request) + "\n")
-            self.process.stdin.flush()
+            self._write(json.dumps(request))
         except (BrokenPipeError, OSError):
             raise LaunchError(self._death("stopped taking requests")) from None
 
@@ -133,8 +151,7 @@ class _Node:
     def ask_to_quit(self) -> None:
         """Ask the node to stop (it does once idle): quit, then the end of its standard input."""
         try:
-            self.process.stdin.write(json.dumps({"op": "quit"}) + "\n")
-            self.process.stdin.flush()
+            self._write(json.dumps({"op": "quit"}))
         except (BrokenPipeError, OSError, ValueError):
             pass
         try:
@@ -175,6 +192,7 @@ class NodeProcesses:
                  node_options: tuple[str, ...] = (), pin: bool = False):
         self.commands = node_commands(cluster_map, nodes, mode, node_options=node_options, share_cpus=pin)
         self.secure = (mode or cluster_map.launch.mode) != "local"
+        self.public_key = ""  # the run's CURVE public key, when secure: what proves its servers
         self.nodes: dict[str, _Node] = {}
 
     def __enter__(self) -> "NodeProcesses":
@@ -190,6 +208,7 @@ class NodeProcesses:
 
     def start(self) -> None:
         keys = " ".join(_native.curve_keypair()) if self.secure else "-"
+        self.public_key = keys.split()[0] if self.secure else ""
         for command in self.commands:
             try:
                 self.nodes[command.node] = _Node(command, keys)
@@ -205,15 +224,19 @@ class NodeProcesses:
     def addresses(self) -> dict[str, str]:
         return {name: node.endpoint for name, node in self.nodes.items()}
 
-    def request_all(self, requests: dict[str, dict], timeout: float = 600.0) -> dict[str, dict]:
+    def request_all(self, requests: dict[str, dict], timeout: float = 600.0,
+                    on_event: Callable[[str, dict], None] | None = None, what: str = "to answer") -> dict[str, dict]:
         """Send each node its request (all at once: they may wait for each other), then collect
         every answer. The first failed answer raises LaunchError naming the node at once: the
-        others may be waiting for the failed node and would only answer at their timeout."""
+        others may be waiting for the failed node and would only answer at their timeout. Lines
+        {"event": ...} a node writes before its answer go to on_event(node, event) as they come;
+        `what` the nodes do until they answer, for messages."""
         for name, request in requests.items():
             self.nodes[name].send(request)
-        return self._read_lines([self.nodes[n] for n in requests], timeout, "to answer", _answer)
+        return self._read_lines([self.nodes[n] for n in requests], timeout, what, _answer, on_event)
 
-    def _read_lines(self, nodes: list[_Node], timeout: float, what: str, parse=lambda name, line: line) -> dict:
+    def _read_lines(self, nodes: list[_Node], timeout: float, what: str, parse=lambda name, line: line,
+                    on_event: Callable[[str, dict], None] | None = None) -> dict:
         """One line from each node, each passed through parse(name, line) as it comes."""
         selector = selectors.DefaultSelector()
         for node in nodes:
@@ -222,17 +245,23 @@ class NodeProcesses:
         deadline = time.monotonic() + timeout
         try:
             while len(lines) < len(nodes):
+                for node in nodes:
+                    while node.name not in lines and node.lines:
+                        line = node.lines.popleft()
+                        if on_event and line.startswith('{"event"'):
+                            on_event(node.name, json.loads(line))
+                            continue
+                        lines[node.name] = parse(node.name, line)
+                        selector.unregister(node.process.stdout)
+                if len(lines) == len(nodes):
+                    break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     late = [n.name for n in nodes if n.name not in lines]
-                    raise LaunchError(f"nodes {', '.join(late)} did not answer within {timeout:.0f} s ({what})")
+                    raise LaunchError(f"nodes {', '.join(late)} did not answer within {timeout:g} s ({what})")
                 for key, _ in selector.select(min(left, 1.0)):
-                    node = key.data
-                    line = node.process.stdout.readline()
-                    if not line:
-                        raise LaunchError(node._death(f"exited while waiting {what}"))
-                    lines[node.name] = parse(node.name, line.rstrip("\n"))
-                    selector.unregister(node.process.stdout)
+                    if not key.data.read():
+                        raise LaunchError(key.data._death(f"exited while waiting {what}"))
         finally:
             selector.close()
         return lines

@@ -16,11 +16,21 @@ standard input and output, one JSON object per line. The node first prints `READ
     {"op": "release", "settle": S}                       drop the runs' handles (their trees go); wait up to
                                                          S s for trace files here to be written, and answer
                                                          with those that could not be ("trace_failures")
+    {"op": "launch", "command": [...], "cwd": DIR,       start these ranks of `paths launch`
+     "ranks": {rank: {VAR: value}}}                      (each with its environment) and wait
+                                                         for them; meanwhile event lines
+                                                         {"event": "output"|"exit", ...}
+                                                         (paths/rank_processes.py)
     {"op": "quit"}                                       stop; so does the end of standard input
 
 Answers are {"ok": true, ...} or {"ok": false, "error": "..."}. The node's server and its runs
 build in one build context, so remainders other nodes send here merge with this node's own paths. A run's
 handles stay until "release", so that "counters" still finds their stages.
+
+A thread reads standard input. Its end while the node is idle stops the node once idle, as
+"quit" does; its end while a request runs (a kernel, ranks) means the launcher is gone: the node
+stops its ranks and exits at once. A local node also gets the parent-death signal from its
+launcher (paths/parent_death.py), and ranks get it from their node.
 """
 
 from __future__ import annotations
@@ -28,14 +38,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
+import signal
 import sys
+import threading
 import warnings
 
 from . import _native, kernel
 from .build import BuildContext
 from .cluster_map import load_map_text
 from .cpu_sets import cpu_list, format_cpu_list
+from .node_servers import NodeServers
 from .placement import PlacementWarning
+from .rank_processes import RankProcesses
 from .runtime import Tracing, make_runtime
 from .server import PathServer
 
@@ -44,23 +59,21 @@ class Node:
     def __init__(self, name: str, curve_public: str):
         self.name = name
         self.curve_public = curve_public
-        self.context = BuildContext(resolve=self._resolve)  # the node's runs and its server build here
+        self.context = BuildContext()  # the node's runs and its server build here
         self.server: PathServer | None = None  # started in self.context by main()
         self.handles: list = []  # of the runs since the last release
         self.addresses: dict[str, str] = {}
         self.runtime = None  # the run's context, from "context"
         self.kernel = None
+        self.ranks: RankProcesses | None = None  # while a "launch" runs
+        self._output = threading.Lock()  # one line at a time on standard output
 
     def addresses_op(self, request: dict) -> dict:
+        """Node names become the endpoints the launcher gathered, proved by the run's CURVE key."""
         self.addresses = dict(request["addresses"])
+        keys = {node: self.curve_public for node in self.addresses} if self.curve_public else {}
+        self.context.resolve = NodeServers(self.addresses, keys).resolve
         return {}
-
-    def _resolve(self, params: dict) -> dict:
-        """Node names become the endpoints the launcher gathered; the run's CURVE key is added."""
-        params = dict(params, host=self.addresses.get(params["host"], params["host"]))
-        if self.curve_public and not params.get("curve_server_key"):
-            params["curve_server_key"] = self.curve_public
-        return params
 
     def context_op(self, request: dict) -> dict:
         cluster_map = load_map_text(request["map"], source=request["source"])
@@ -98,7 +111,33 @@ class Node:
         self.handles = []  # stages that other nodes' links hold here go as those links end
         return {"trace_failures": _native.take_trace_failures(request.get("settle", 0))}
 
+    def launch_op(self, request: dict) -> dict:
+        self.ranks = RankProcesses(request["command"], {int(r): env for r, env in request["ranks"].items()},
+                                   request.get("cwd"))
+        stopped = signal.signal(signal.SIGTERM, lambda *_: self.abort())  # the launcher stops the run
+        try:
+            statuses = self.ranks.wait(self.say)
+        finally:
+            signal.signal(signal.SIGTERM, stopped)
+            self.ranks.stop()
+            self.ranks = None
+        return {"statuses": {str(r): s for r, s in statuses.items()}}
+
+    def say(self, line: dict) -> None:
+        """One line to the launcher: an answer or an event."""
+        with self._output:
+            print(json.dumps(line), flush=True)
+
+    def abort(self) -> None:
+        """The launcher is gone while a request runs: stop the ranks, end the process at once."""
+        ranks = self.ranks
+        if ranks is not None:
+            ranks.stop()
+        os._exit(1)
+
     def answer(self, request: dict) -> dict:
+        if request.get("op") == "(not JSON)":
+            return {"ok": False, "error": f"node {self.name}: a request must be one JSON object per line"}
         operation = getattr(self, f"{request.get('op')}_op", None)
         if operation is None:
             return {"ok": False, "error": f"node {self.name}: unknown request {request.get('op')!r}"}
@@ -133,20 +172,37 @@ def main(argv: list[str] | None = None) -> int:
     endpoint = server.endpoint
     if args.advertise:
         endpoint = endpoint.replace("0.0.0.0", args.advertise)
-    print(f"READY {endpoint}", flush=True)
-    try:
+    requests: queue.Queue = queue.Queue()
+    busy, ended = threading.Event(), threading.Event()  # a request runs; standard input ended
+
+    def read_requests() -> None:
         for line in sys.stdin:
             if not line.strip():
                 continue
             try:
                 request = json.loads(line)
             except ValueError:
-                reply = {"ok": False, "error": f"node {args.name}: a request must be one JSON object per line"}
-            else:
-                if request.get("op") == "quit":
-                    break
-                reply = node.answer(request)
-            print(json.dumps(reply), flush=True)
+                request = None
+            if not isinstance(request, dict):
+                request = {"op": "(not JSON)"}
+            requests.put(request)
+            if request.get("op") == "quit":
+                return  # what follows is the end of the input
+        ended.set()
+        if busy.is_set() or not requests.empty():
+            node.abort()
+        requests.put({"op": "quit"})
+
+    print(f"READY {endpoint}", flush=True)
+    threading.Thread(target=read_requests, name="paths-node-requests", daemon=True).start()
+    try:
+        while (request := requests.get())["op"] != "quit":
+            busy.set()
+            if ended.is_set():  # the launcher went while this request was on its way
+                node.abort()
+            reply = node.answer(request)
+            busy.clear()  # before the answer: the launcher may end the input once it has it
+            node.say(reply)
     except KeyboardInterrupt:
         pass
     finally:

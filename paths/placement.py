@@ -1,9 +1,9 @@
 """Placement: which node runs each thread, from a cluster map and a thread count.
 
 The built-in policies are Slurm's task distributions over the map's nodes, in map order:
-`bucket` is *block* (fill a node up to its CPU count before the next) and `even` is *cyclic*
-(one thread per node in turn, skipping nodes already full).  Nodes with `cpus: 0` get no
-threads.  With more threads than CPUs the same order starts over from the beginning, and a
+`block` (fill a node up to its CPU count before the next) and `cyclic` (one thread per node in
+turn, skipping nodes already full); the paper's names for them, `bucket` and `even`, are
+aliases.  Nodes with `cpus: 0` get no threads.  With more threads than CPUs the same order starts over from the beginning, and a
 `PlacementWarning` says the nodes are oversubscribed.
 
 Any other policy is a function `func(cluster_map, n_threads) -> list[str]` (one node name per
@@ -41,7 +41,7 @@ def even(cluster_map: ClusterMap, n_threads: int) -> list[str]:
     return _deal(cluster_map, slots, n_threads)
 
 
-BUILTIN_POLICIES: dict[str, Policy] = {"bucket": bucket, "even": even}
+BUILTIN_POLICIES: dict[str, Policy] = {"block": bucket, "cyclic": even, "bucket": bucket, "even": even}
 
 
 def resolve_policy(name: str) -> Policy:
@@ -50,8 +50,8 @@ def resolve_policy(name: str) -> Policy:
         return BUILTIN_POLICIES[name]
     if not DOTTED_NAME.fullmatch(name):
         raise ValueError(
-            f"unknown policy {name!r}: expected 'bucket', 'even' or a function named "
-            "'pkg.mod:func' or 'pkg.mod.func'"
+            f"unknown policy {name!r}: expected 'block', 'cyclic' (or their aliases 'bucket', 'even') "
+            "or a function named 'pkg.mod:func' or 'pkg.mod.func'"
         )
     return import_function(name, "policy")
 

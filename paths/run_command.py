@@ -1,6 +1,6 @@
 """`paths run` and `paths show`: the user's main job on a cluster map.
 
-    paths run gsum --map maps/paper-4w.yaml --threads 1-32 --policy even --max-fanin 4 \\
+    paths run gsum --map maps/paper-4w.yaml --threads 1-32 --policy cyclic --max-fanin 4 \\
                    --repeat 5 --csv out.csv --plot out.png
     paths run mcpi --map paper-4w --threads 1-32 --darts 10000000
     paths run ./libjacobi.so:jacobi --map paper-2w --threads 4 --arg points=32
@@ -10,7 +10,7 @@
 KERNEL is gsum, mcpi, FILE.so:SYMBOL (a C kernel on paths.h) or pkg.mod:func (a Python kernel).
 A map is a YAML file or the name of a shipped one (local, paper-2w, paper-4w, paper-8w,
 multicluster); with no --map the local machine's map is used. Swap the map, not the code — or
-compare several in one run: `--map paper-2w,paper-4w,paper-8w --policy bucket,even` runs every
+compare several in one run: `--map paper-2w,paper-4w,paper-8w --policy block,cyclic` runs every
 pair, prints a table each, and puts them side by side in the CSV and in one plot. Every column
 the kernel reports (paths_report) gets min / avg / max per thread count.
 """
@@ -84,8 +84,9 @@ def _listed(text: str | None) -> list:
 
 def _map_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
-    parser.add_argument("--policy", help="placement: bucket (fill a node first), even (round-robin), "
-                                         "or a Python dotted name; default: the map's")
+    parser.add_argument("--policy", help="placement: block (fill a node first), cyclic (round-robin; "
+                                         "bucket and even are the same two), or a Python dotted name; "
+                                         "default: the map's")
     parser.add_argument("--max-fanin", type=positive("--max-fanin"), help="most contributors per sum stage "
                                                                           "(default: the map's)")
 

@@ -2,29 +2,35 @@
 where each runs, its sum elements, its hooks, and the names its elements take.
 
 A node process of `paths run` makes one per run of a kernel (each run works on fresh elements:
-element NAME of the kernel is `NAME.<tag>` in the run with that tag); a program of its own gets
-one from paths_init (`start_program`). `paths.acquire(element, format)` asks the one of the
-calling kernel thread, or the program's.
-It is one explicit object, so that a launcher of programs (srun, mpirun) can fill it from the
-environment.
+element NAME of the kernel is `NAME.<tag>` in the run with that tag). A program of its own (a
+rank: one thread of the run, in a process of its own) gets one from paths_init
+(`start_program`), or in Python from its first `paths.acquire` or `paths.runtime_info()`,
+filled from its --paths-* options and its environment: `paths launch`'s, srun's or mpirun's
+(paths/rank_discovery.py), with the node servers found as paths/rank_wiring.py says.
+`paths.acquire(element, format)` asks the runtime of the calling kernel thread, or the program's.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import os
 import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
 from . import _native
-from .acquire_hook import AcquireRequest, default_acquire, default_release, named_hook
+from .acquire_hook import AcquireRequest, default_acquire, default_release, named_hook, reachable_nodes
 from .build import BuildContext, default_context
 from .cluster_map import ClusterMap, open_map
 from .kernel import current_context, parse_kernel_args, raised_where
 from .path_edit import with_traces
-from .path_spec import PathSpec
+from .path_spec import PathSpec, make_path, stage
 from .placement import PlacementWarning, place
+from .rank_discovery import ACQUIRE, MAP, POLICY, RELEASE, SUMS, Discovered, discover
+from .rank_wiring import wire
+from .reduction_tree import plan_reduction
 from .stage_kinds import kinds
 
 BARRIER_ELEMENT = "paths.barrier"  # the sum paths_barrier goes through across processes
@@ -52,6 +58,7 @@ class Runtime:
     hook_names: tuple[Optional[str], Optional[str]] = (None, None)  # as named, for messages
     tag: Optional[str] = None  # element NAME is NAME.tag (None: NAME)
     tracing: Optional[Tracing] = None
+    via: Optional[str] = None  # a rank's node whose server holds the node's stages (paths/rank_wiring.py)
     context: BuildContext = field(default_factory=default_context)  # where its paths are built
     _requests: dict = field(default_factory=dict, repr=False)  # handle -> its AcquireRequest
     _formats: dict = field(default_factory=dict, repr=False)  # element -> (format, first thread)
@@ -65,6 +72,14 @@ class Runtime:
         """The same context for a run of these threads, whose elements are NAME.tag."""
         return dataclasses.replace(self, placements=tuple(placements), tag=tag, _requests={}, _formats={},
                                    _lock=threading.Lock())
+
+    def nodes(self) -> list[str]:
+        """The nodes the run starts: reachable_nodes of the barrier's tree (every sum's shape)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PlacementWarning)  # make_runtime's placement said so
+            plan = plan_reduction(self.cluster_map, self.threads, (BARRIER_ELEMENT, "q"), policy=self.policy,
+                                  max_fanin=self.max_fanin)
+        return reachable_nodes(self.cluster_map, [plan])
 
     def request(self, element: str, format: str, thread: int) -> AcquireRequest:
         """What the hook is asked for (element, format) from `thread`."""
@@ -105,12 +120,15 @@ class Runtime:
             raise ValueError(f"{call}: acquire hook {self.hook_names[0]} returned {path!r:.200}, not a PathSpec "
                              "(make_path(...))")
         last = path.stages[-1]
-        ends = kinds().get(last.kind)
-        if self.tag is not None and ends is not None and ends.ends_path:  # else building it says what is wrong
+        known = kinds()
+        if self.tag is not None and last.kind in known and known[last.kind].ends_path:  # else building says why
             path = PathSpec(path.stages[:-1] + (last.replace(name=f"{last.param('name')}.{self.tag}"),))
         if self.tracing:
             prefix = "-".join(part for part in (self.tracing.prefix, self.tag) if part)
             path = with_traces(path, request.node, self.tracing.directory, prefix, self.tracing.capacity)
+        first = known.get(path.stages[0].kind)
+        if self.via and not (first and first.rest_at):  # the node's stages live in its server
+            path = make_path(stage("remote", host=self.via), *path.stages)
         try:
             handle = self.context.build(path, label=f"{request.node} thread {thread}")
         except (ValueError, TypeError) as e:
@@ -148,17 +166,41 @@ def make_runtime(cluster_map: ClusterMap, threads: int, *, sums=(), policy: Opti
                    tracing=tracing, context=context or default_context())
 
 
-# ---- a program of its own -------------------------------------------------------------------------
+# ---- a program of its own ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """What paths.runtime_info() says a program found about itself."""
+
+    launcher: str  # paths launch, srun, mpirun, pmix, pmi; options (--paths-thread); "" alone
+    rank: int
+    size: int
+    node: str
+    map: str  # its name, and where it was read from
+    rendezvous: str  # how the node servers were found
+    servers: dict  # node -> endpoint
+
+    def __str__(self) -> str:
+        return (f"rank {self.rank} of {self.size} on node {self.node} of map {self.map}, started by "
+                f"{self.launcher or 'nothing (alone)'}; servers: {self.rendezvous}")
+
 
 _program: Optional[Runtime] = None
 _program_thread = 0
+_program_info: Optional[RuntimeInfo] = None
+_program_wiring = None
 
 
 def current() -> Runtime:
-    """The runtime of this process (a program of its own, after paths_init)."""
+    """The runtime of this process: a program of its own, after paths_init, or started from the
+    environment its launcher gave it (paths launch, srun, mpirun; or PATHS_MAP)."""
+    if _program is None and (discover().launcher or MAP in os.environ):
+        start_program([])
+        atexit.register(end_program)
     if _program is None:
         raise ValueError("paths.acquire: this process takes part in no run (a program of its own calls "
-                         "paths_init first; a kernel runs in one)")
+                         "paths_init first, or runs under paths launch, srun or mpirun, or with PATHS_MAP; "
+                         "a kernel runs in one)")
     return _program
 
 
@@ -172,17 +214,25 @@ def acquire(element: str, format: str) -> _native.Handle:
     return current().acquire(element, format, _program_thread)
 
 
-PROGRAM_OPTIONS = {  # --paths-X: (what it takes, whether it may repeat)
-    "--paths-map": ("a map", False), "--paths-thread": ("a whole number", False),
-    "--paths-threads": ("a whole number", False), "--paths-sum": ("an element name", True),
-    "--paths-arg": ("KEY=VALUE", True), "--paths-acquire": ("pkg.mod:func", False),
-    "--paths-release": ("pkg.mod:func", False),
+def runtime_info() -> RuntimeInfo:
+    """What this program found about itself: its launcher, rank, size, node, map, and how it
+    found the node servers (starts its runtime from the environment, as paths.acquire does)."""
+    current()
+    return _program_info
+
+
+PROGRAM_OPTIONS = {  # --paths-X: (what it takes, whether it may repeat, the variable that gives it else)
+    "--paths-map": ("a map", False, MAP), "--paths-thread": ("a whole number", False, None),
+    "--paths-threads": ("a whole number", False, None), "--paths-policy": ("a policy", False, POLICY),
+    "--paths-sum": ("an element name", True, SUMS), "--paths-arg": ("KEY=VALUE", True, None),
+    "--paths-acquire": ("pkg.mod:func", False, ACQUIRE), "--paths-release": ("pkg.mod:func", False, RELEASE),
 }
 
 
-def program_options(argv: list[str]) -> tuple[dict[str, list[str]], list[int]]:
+def program_options(argv: list[str], environ=None) -> tuple[dict[str, list[str]], list[int]]:
     """The --paths-* options in argv (`--paths-X VALUE` or `--paths-X=VALUE`), each with its
-    values, and the indices of the other arguments; ValueError for an unknown or incomplete one."""
+    values, else from its variable in environ (PATHS_SUM: comma-separated), and the indices of
+    the other arguments; ValueError for an unknown or incomplete one."""
     options: dict[str, list[str]] = {}
     others, i = [], 0
     while i < len(argv):
@@ -201,6 +251,11 @@ def program_options(argv: list[str]) -> tuple[dict[str, list[str]], list[int]]:
             raise ValueError(f"{name}: given twice")
         options.setdefault(name, []).append(value)
         i += 1
+    environ = os.environ if environ is None else environ
+    for name, (_, many, variable) in PROGRAM_OPTIONS.items():
+        if name not in options and variable and environ.get(variable):
+            text = environ[variable]
+            options[name] = [part.strip() for part in text.split(",") if part.strip()] if many else [text]
     return options, others
 
 
@@ -213,27 +268,53 @@ def _whole(options: dict, name: str, default: int) -> int:
 
 
 def start_program(argv: list[str]) -> list[int]:
-    """paths_init: read the program's --paths-* options from argv (argv[1:] of main), make its
-    runtime, and give it the program's NULL context. Returns the indices (in main's argv) of the
-    arguments that are the program's own."""
-    global _program, _program_thread
+    """paths_init: read the program's --paths-* options from argv (argv[1:] of main) and its
+    environment, find its rank and the node servers, make its runtime, and give it the program's
+    NULL context. Returns the indices (in main's argv) of the arguments that are the program's
+    own. With --paths-thread/--paths-threads the program says its rank itself, and nothing is
+    started or found: its paths stay in this process."""
+    global _program, _program_thread, _program_info, _program_wiring
     options, others = program_options(argv)
-    thread, threads = _whole(options, "--paths-thread", 0), _whole(options, "--paths-threads", 1)
-    if not 0 <= thread < threads:
-        raise ValueError(f"--paths-thread {thread}: expected 0 <= thread < --paths-threads ({threads})")
+    if "--paths-thread" in options or "--paths-threads" in options:
+        thread, threads = _whole(options, "--paths-thread", 0), _whole(options, "--paths-threads", 1)
+        if not 0 <= thread < threads:
+            raise ValueError(f"--paths-thread {thread}: expected 0 <= thread < --paths-threads ({threads})")
+        found = Discovered("options", thread, threads, one_host=True)
+    else:
+        found = discover()
     one = {name: values[0] for name, values in options.items()}
-    runtime = make_runtime(open_map(one.get("--paths-map")), threads, sums=options.get("--paths-sum", []),
-                           acquire=one.get("--paths-acquire"), release=one.get("--paths-release"))
+    runtime = make_runtime(open_map(one.get("--paths-map")), found.size, sums=options.get("--paths-sum", []),
+                           policy=one.get("--paths-policy"), acquire=one.get("--paths-acquire"),
+                           release=one.get("--paths-release"))
     args = parse_kernel_args(options.get("--paths-arg", []), "--paths-arg")
-    _native.serve_process(thread, runtime.threads, runtime.placements[thread], args,
-                          lambda t, element, format: runtime.acquire(element, format, t),
-                          lambda t, handle: runtime.release(handle, t))
-    _program, _program_thread = runtime, thread
+    wiring = wire(runtime, found, os.environ) if found.launcher != "options" else None
+    runtime = dataclasses.replace(runtime, via=wiring.via) if wiring else runtime
+    node = runtime.placements[found.rank]
+    try:
+        _native.serve_process(found.rank, runtime.threads, node, args,
+                              lambda t, element, format: runtime.acquire(element, format, t),
+                              lambda t, handle: runtime.release(handle, t))
+    except BaseException:
+        if wiring:
+            wiring.close()
+        raise
+    cluster_map = runtime.cluster_map
+    _program, _program_thread, _program_wiring = runtime, found.rank, wiring
+    _program_info = RuntimeInfo(found.launcher, found.rank, found.size, node,
+                                f"{cluster_map.name} ({cluster_map.source})",
+                                wiring.rendezvous if wiring else "none: this process alone",
+                                dict(wiring.servers.endpoints) if wiring else {})
     return [i + 1 for i in others]
 
 
 def end_program() -> None:
-    """paths_finalize: give back the program's handles."""
-    global _program
+    """paths_finalize: give back the program's handles; with other ranks, wait for all of them
+    (the servers this process hosts may serve them) and close its servers."""
+    global _program, _program_wiring
+    if _program is None:
+        return
     _native.end_process()
     _program = None
+    wiring, _program_wiring = _program_wiring, None
+    if wiring is not None:
+        wiring.close()

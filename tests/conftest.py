@@ -1,7 +1,8 @@
 """Fixtures shared by the test files: a fresh PastSet, watching the node processes of map runs
 (tests/node_probe.py), Python modules of a test's own (hooks, kernels) that this process and the
-node processes it starts can import, and a server in a child process with a ZeroMQ context beside
-it, for tests that speak the wire protocol by hand."""
+node processes it starts can import, a server in a child process with a ZeroMQ context beside
+it, for tests that speak the wire protocol by hand, and the launchers of other people: a
+single-node Slurm (tests/slurm_cluster.py) and Open MPI's mpirun, installed when missing."""
 
 import os
 import textwrap
@@ -10,6 +11,8 @@ import pytest
 import zmq
 from child_processes import ChildProcesses
 from node_probe import NodeProbe
+from slurm_cluster import SlurmCluster
+from system_packages import install_missing
 
 import paths
 from paths import experiment
@@ -78,3 +81,26 @@ def zmq_context():
     ctx = zmq.Context()
     yield ctx
     ctx.destroy(linger=0)
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """A single-node Slurm for the session (slurm-wlm and munge installed when missing); the
+    variables Slurm's commands need. Its daemons are stopped, by process id, at the end."""
+    why_not = install_missing(["slurm-wlm", "munge"], ["slurmctld", "slurmd", "munged", "srun", "salloc", "sinfo"])
+    if why_not:
+        pytest.skip(f"no Slurm: {why_not}")
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
+    yield cluster.env
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def openmpi():
+    """The variables `mpirun` (Open MPI, installed when missing) needs here: as root, and with
+    more ranks than this machine has CPUs."""
+    why_not = install_missing(["openmpi-bin"], ["mpirun"])
+    if why_not:
+        pytest.skip(f"no Open MPI: {why_not}")
+    return {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMPI_MCA_rmaps_base_oversubscribe": "1"}

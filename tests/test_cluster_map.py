@@ -162,7 +162,7 @@ BROKEN = {
         BASE + "policy: random\n",
         7,
         "policy",
-        "unknown policy 'random': expected 'bucket', 'even'",
+        "unknown policy 'random': expected 'block', 'cyclic' (or their aliases 'bucket', 'even')",
     ),
     "unimportable policy": (
         BASE + "policy: no_such_module_here:spread\n",

@@ -485,6 +485,23 @@ def test_a_program_of_its_own_on_a_map(program, tmp_path, user_module):
     assert read_trace(str(tmp_path / "squares.bin")).events[0].op == "move"
 
 
+def test_a_program_of_its_own_as_ranks_of_paths_launch(program, tmp_path):
+    """Three ranks of the C program, one per node: each moves its squares into the one element
+    `squares` (at the map's home) and takes 1000 of them back, whoever moved them; the sum TOTAL
+    of what they took is every square moved."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHOME"}
+    done = subprocess.run([sys.executable, "-m", "paths", "launch", "--map", "paper-4w", "--threads", "3", "--policy",
+                           "cyclic", "--sum", "TOTAL", "--", str(program), "1000"], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    found = [re.fullmatch(r"\[(\d)\] squares: node (n\d), thread (\d) of 3, sum (\d+), total (\d+)", line)
+             for line in done.stdout.splitlines()]
+    assert all(found) and len(found) == 3, done.stdout
+    assert sorted((m[1], m[2], m[3]) for m in found) == [("0", "n0", "0"), ("1", "n1", "1"), ("2", "n2", "2")]
+    assert sum(int(m[4]) for m in found) == 3 * 332833500
+    assert {m[5] for m in found} == {str(3 * 332833500)}
+
+
 @pytest.mark.parametrize("args, line", [
     (["--paths-map", "no-such-map"], "paths_init: no built-in map 'no-such-map': expected one of local, "
                                      "multicluster, paper-2w, paper-4w, paper-8w"),
@@ -492,7 +509,8 @@ def test_a_program_of_its_own_on_a_map(program, tmp_path, user_module):
     (["--paths-acquire", "nowhere:hook"], "paths_init: acquire hook 'nowhere:hook': cannot import module 'nowhere' "
                                           "(No module named 'nowhere')"),
     (["--paths-colour", "red"], "paths_init: --paths-colour: unknown option (known: --paths-map, --paths-thread, "
-                                "--paths-threads, --paths-sum, --paths-arg, --paths-acquire, --paths-release)"),
+                                "--paths-threads, --paths-policy, --paths-sum, --paths-arg, --paths-acquire, "
+                                "--paths-release)"),
     (["--paths-map"], "paths_init: --paths-map: expected a map after it"),
     (["--paths-threads=two"], "paths_init: --paths-threads two: expected a whole number"),
 ], ids=["unknown map", "thread out of range", "missing hook", "unknown option", "no value", "not a number"])

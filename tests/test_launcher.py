@@ -274,6 +274,10 @@ def test_a_node_that_cannot_start_is_named_with_its_exit_status_and_stderr(probe
         f"node {node} exited while waiting to be READY (exit 255):\n"
         f"ssh: connect to host {node} port 22: No route to host" for node in ("n0", "n1")]
     assert processes.nodes == {}
+    # The other node's fake ssh was stopped while in its `sleep 0.3`, which then ends by itself.
+    deadline = time.monotonic() + 2.0
+    while probe.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert probe.alive() == []
 
 
@@ -336,26 +340,36 @@ def test_slurm_outside_an_allocation(probe, tmp_path, monkeypatch):
 
 # ---- a node alone ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("holding", ["nothing", "handles"])
+@pytest.mark.parametrize("holding", ["nothing", "handles", "a running kernel"])
 def test_a_node_exits_when_its_standard_input_closes(probe, holding):
+    """Idle, the node stops as after "quit" (exit 0), even holding a run's handles. Busy in a
+    kernel that waits for a thread that never comes (as when its ssh or srun died with the
+    launcher), it cannot answer, and the end of its input ends it at once (exit 1)."""
     node = subprocess.Popen([sys.executable, "-m", "paths.node", "--name", "alone"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    busy = holding == "a running kernel"
     try:
         node.stdin.write("-\n")  # no CURVE keys
         node.stdin.flush()
         assert node.stdout.readline().startswith("READY tcp://127.0.0.1:")
-        if holding == "handles":  # a run's handles stay until "release"
+        if holding != "nothing":  # a run's handles stay until "release"
             local = builtin_map("local")
             for request in ({"op": "context", "map": local.text, "source": local.source, "kernel": "gsum",
-                             "kernel_name": "gsum", "sums": ["GSUM"], "policy": None, "max_fanin": None, "acquire": None, "release": None,
-                             "tracing": None},
-                            {"op": "run", "threads": [0, 1], "placements": ["alone", "alone"], "tag": "2.0",
-                             "args": {"rounds": "10"}, "pin": False, "spans_processes": False}):
+                             "kernel_name": "gsum", "sums": ["GSUM"], "policy": None, "max_fanin": None,
+                             "acquire": None, "release": None, "tracing": None},
+                            {"op": "run", "threads": [0] if busy else [0, 1], "placements": ["alone", "alone"],
+                             "tag": "2.0", "args": {"rounds": "10", "timeout": "600"}, "pin": False,
+                             "spans_processes": busy}):
                 node.stdin.write(json.dumps(request) + "\n")
                 node.stdin.flush()
-                assert json.loads(node.stdout.readline())["ok"] is True
+                if busy and request["op"] == "run":  # it waits for thread 1, in a process that never comes
+                    probe.wait_for("gsum", 1)
+                else:
+                    assert json.loads(node.stdout.readline())["ok"] is True
+        closed = time.monotonic()
         node.stdin.close()  # as when the launcher is gone
-        assert node.wait(timeout=30) == 0
+        assert node.wait(timeout=30) == (1 if busy else 0)
+        assert time.monotonic() - closed < 2.0
         assert node.stdout.read() == ""
     finally:
         if node.poll() is None:

@@ -1,5 +1,7 @@
-"""Placement policies: bucket (Slurm block), even (Slurm cyclic), user policies, wrap-around."""
+"""Placement policies: block and cyclic (Slurm's names; bucket and even, the paper's, are
+aliases), user policies, wrap-around."""
 
+import re
 import warnings
 from collections import Counter
 
@@ -15,6 +17,16 @@ def test_bucket_explicit():
     assert place(FOUR_W, 1, "bucket") == ["n0"]
     assert place(FOUR_W, 6, "bucket") == ["n0", "n0", "n0", "n0", "n1", "n1"]
     assert place(FOUR_W, 9, "bucket") == ["n0"] * 4 + ["n1"] * 4 + ["n2"]
+
+
+@pytest.mark.parametrize("slurm, paper", [("block", "bucket"), ("cyclic", "even")])
+def test_slurms_names_are_the_papers_policies(slurm, paper):
+    for n_threads in (1, 6, 13, 32):
+        assert place(FOUR_W, n_threads, slurm) == place(FOUR_W, n_threads, paper)
+    assert place(FOUR_W, 6, "cyclic") == ["n0", "n1", "n2", "n3", "n4", "n5"]
+    assert place(FOUR_W, 6, "block") == ["n0"] * 4 + ["n1"] * 2
+    in_map = load_map_text(f"name: s\nclusters: {{c: {{nodes: 'n[0-3]', cpus: 2}}}}\nroot: n0\npolicy: {slurm}\n")
+    assert place(in_map, 5) == place(in_map, 5, paper)
 
 
 def test_even_explicit():
@@ -156,13 +168,13 @@ def test_user_policy_results_are_checked(policy_module, func, cluster_map, probl
 @pytest.mark.parametrize(
     "policy, problem",
     [
-        ("random", "unknown policy 'random': expected 'bucket', 'even'"),
+        ("random", "unknown policy 'random': expected 'block', 'cyclic' (or their aliases 'bucket', 'even')"),
         ("no_such_module_xyz:spread", "cannot import module 'no_such_module_xyz'"),
         ("paths.placement:scatter", "module 'paths.placement' has no function 'scatter'"),
     ],
 )
 def test_unknown_policies(policy, problem):
-    with pytest.raises(ValueError, match=problem):
+    with pytest.raises(ValueError, match=re.escape(problem)):
         place(FOUR_W, 4, policy)
 
 

@@ -137,13 +137,18 @@ int64_t paths_now_ns(void);                        /* a monotonic clock */
  * thread of a run (call from one thread at a time), on the node where the map's placement puts
  * that thread. paths_init starts the embedded Python, loads the map and the hooks, and takes its
  * own options out of argv (`--paths-X VALUE` or `--paths-X=VALUE`):
- *     --paths-map MAP       a YAML file or a shipped map's name (default: local)
- *     --paths-thread T      this program's thread in the run, --paths-threads N its size (0 of 1)
- *     --paths-sum NAME      an element to reduce as a sum (repeatable)
+ *     --paths-map MAP       a YAML file or a shipped map's name (default: PATHS_MAP, else local)
+ *     --paths-policy P      the placement policy (default: PATHS_POLICY, else the map's)
+ *     --paths-sum NAME      an element to reduce as a sum (repeatable; default: PATHS_SUM, a,b)
  *     --paths-arg KEY=VALUE what paths_arg(NULL, KEY) returns (repeatable)
- *     --paths-acquire pkg.mod:func, --paths-release pkg.mod:func   the hooks
- * It returns PATHS_OK, or a status after printing one line that says what to fix. Compile and
- * link with `cc prog.c $(python -m paths config --cflags --libs)`. */
+ *     --paths-acquire pkg.mod:func, --paths-release pkg.mod:func   the hooks (PATHS_ACQUIRE, ...)
+ *     --paths-thread T      this program's thread in the run, --paths-threads N its size: the
+ *                           program says its rank itself, and its paths stay in this process
+ * Without --paths-thread the program is a rank of `paths launch`, srun or mpirun (rank 0 of 1
+ * under none): its rank, the size and the node servers come from the launcher's environment
+ * (docs/launch.md), and paths_finalize waits for the other ranks. It returns PATHS_OK, or a
+ * status after printing one line that says what to fix. Compile and link with
+ * `cc prog.c $(python -m paths config --cflags --libs)`. */
 int paths_init(int *argc, char ***argv);
 void paths_finalize(void);
 

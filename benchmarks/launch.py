@@ -1,0 +1,99 @@
+"""`paths launch` against `mpirun`: `python -m benchmarks.launch`.
+
+Start-up: the wall time of a whole run of N ranks that do nothing (`true`), `paths launch` on
+this machine's map against Open MPI's `mpirun -np N` (the anchor), and of N Python ranks that
+sum their ranks through the map (paper-4w, cyclic: one node each), under `paths launch` and
+under `mpirun` with rank discovery and the rendezvous through rank 0.
+
+Reaping: six ranks sleep on two emulated nodes; the launcher gets SIGINT, or SIGKILL, or one
+rank fails; the time until `ps` shows no rank and no node process of the run (the issue's bound:
+2 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+PATHS = [sys.executable, "-m", "paths", "launch"]
+SLEEPER = "import os, sys, time; print('up', flush=True); failing = os.environ['PATHS_RANK'] == sys.argv[1]; " \
+          "time.sleep(0.3 if failing else 120); print('failing', flush=True); sys.exit(7)"
+SUM = "import paths; i = paths.runtime_info(); h = paths.acquire('TOTAL', 'q'); h.move((i.rank + 1,)); " \
+      "assert h.observe(timeout=60)[0] == i.size * (i.size + 1) // 2"
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def median_seconds(argv: list[str], runs: int, env: dict | None = None) -> float:
+    times = []
+    for _ in range(runs):
+        begin = time.monotonic()
+        subprocess.run(argv, capture_output=True, check=True, timeout=300, env={**os.environ, **(env or {})})
+        times.append(time.monotonic() - begin)
+    return statistics.median(times)
+
+
+def left(marker: str) -> list[str]:
+    """Live processes (not zombies) whose command line holds marker, or that are this run's nodes."""
+    listing = subprocess.run(["ps", "-ewwo", "pid=,stat=,args="], capture_output=True, text=True).stdout
+    return [line for line in listing.splitlines()
+            if (marker in line or f"{sys.executable} -m paths.node" in line) and "ps -ewwo" not in line
+            and not line.split()[1].startswith("Z")]
+
+
+def reaping_seconds(how: str) -> float:
+    """From SIGINT or SIGKILL to the launcher, or from a rank's failure, until nothing of the run
+    (launcher, nodes, ranks) is left."""
+    marker = f"benchmark-{os.getpid()}-{time.monotonic_ns()}"
+    failing = "4" if how == "a rank fails" else "-1"
+    run = subprocess.Popen([*PATHS, "--map", "paper-4w", "--threads", "6", "--", sys.executable, "-c", SLEEPER,
+                            failing, marker], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                           start_new_session=True)
+    for _ in range(6):
+        run.stdout.readline()
+    if how == "a rank fails":
+        while not run.stdout.readline().endswith("failing\n"):
+            pass
+        begin = time.monotonic()
+    else:
+        begin = time.monotonic()
+        os.kill(run.pid, signal.SIGINT if how == "SIGINT" else signal.SIGKILL)
+    while left(marker) and time.monotonic() - begin < 10:
+        time.sleep(0.002)
+    took = time.monotonic() - begin
+    run.wait(timeout=60)
+    run.stdout.close()
+    return took
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=4, help="ranks of the start-up runs (default 4)")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each measurement (default 5)")
+    args = parser.parse_args()
+    n, runs = str(args.ranks), args.runs
+    on_map = {"PATHS_MAP": "paper-4w", "PATHS_POLICY": "cyclic", "PATHS_SUM": "TOTAL"}
+    empty = median_seconds([*PATHS, "--threads", n, "--", "true"], runs)
+    empty_mpi = median_seconds(["mpirun", "-np", n, "true"], runs, MPI_ENV)
+    summed = median_seconds([*PATHS, "--map", "paper-4w", "--policy", "cyclic", "--sum", "TOTAL", "--threads", n,
+                             "--", sys.executable, "-c", SUM], runs)
+    summed_mpi = median_seconds(["mpirun", "-np", n, sys.executable, "-c", SUM], runs, {**MPI_ENV, **on_map})
+    print(f"start-up of {n} ranks, median of {runs} runs:")
+    print(f"  true:                   paths launch {empty * 1e3:7.0f} ms   mpirun {empty_mpi * 1e3:5.0f} ms   "
+          f"({empty / empty_mpi:.1f}x)")
+    print(f"  Python ranks that sum:  paths launch {summed * 1e3:7.0f} ms   mpirun + rendezvous "
+          f"{summed_mpi * 1e3:5.0f} ms   ({summed / summed_mpi:.1f}x)")
+    print(f"reaping of 6 ranks on 2 nodes, until ps shows nothing of the run (bound 2000 ms), {runs} runs:")
+    for how in ("SIGINT", "SIGKILL", "a rank fails"):
+        times = [reaping_seconds(how) for _ in range(runs)]
+        print(f"  {how:<13} median {statistics.median(times) * 1e3:5.0f} ms, max {max(times) * 1e3:5.0f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""`paths sbatch`: a Slurm batch script that places a program's ranks as the map does.
+
+    paths sbatch --map paper-4w --threads 6 --policy cyclic -- python app.py > job.sh
+    sbatch job.sh
+
+The map places N threads on its nodes; the script asks Slurm for as many nodes as the placement
+uses (--nodes), N tasks (--ntasks) with at most as many on a node as the placement puts on its
+busiest one (--ntasks-per-node), and the placement's order (--distribution=block for block,
+cyclic for cyclic). Slurm then gives rank r a host of the allocation in the same order as the
+map gives it a node, the allocation's hosts taking the map's used nodes in map order (as
+`paths launch --launch slurm` does). The script exports PATHS_MAP and PATHS_POLICY and runs the
+program with srun: each rank finds its rank, its node and the other ranks by itself
+(paths/rank_discovery.py, paths/rendezvous.py), with the rendezvous file in the folder sbatch was
+called from.
+
+A policy of one's own (pkg.mod:func) has no Slurm distribution: such a map runs with
+`paths launch --launch slurm` inside an allocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import warnings
+from collections import Counter
+
+from .cluster_map import MapError, map_reference, open_map
+from .launch_command import options_and_command
+from .placement import PlacementWarning, bucket, even, place, resolve_policy
+from .rank_discovery import MAP, POLICY
+from .run_command import positive
+
+DISTRIBUTIONS = {bucket: "block", even: "cyclic"}  # policy -> Slurm's name for the same order
+
+
+def batch_script(map_name: str | None, threads: int, policy: str | None, command: list[str]) -> str:
+    """The script's text; ValueError (MapError) for a map, policy or count that cannot be."""
+    cluster_map = open_map(map_name)
+    chosen = policy or cluster_map.policy
+    distribution = DISTRIBUTIONS.get(resolve_policy(chosen))
+    if distribution is None:
+        raise ValueError(f"policy {chosen!r} has no Slurm distribution (block or cyclic): run the map with "
+                         "`paths launch --launch slurm` inside an allocation instead")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlacementWarning)
+        placements = place(cluster_map, threads, chosen)
+    per_node = Counter(placements)
+    used = [node.name for node in cluster_map.nodes if node.name in per_node]
+    return "\n".join([
+        "#!/bin/bash",
+        f"# {threads} ranks of {shlex.join(command)} on map {cluster_map.name}, policy {chosen}:",
+        f"#   {', '.join(f'{node} x{per_node[node]}' for node in used)}",
+        f"#SBATCH --job-name=paths-{cluster_map.name}",
+        f"#SBATCH --nodes={len(used)}",
+        f"#SBATCH --ntasks={threads}",
+        f"#SBATCH --ntasks-per-node={max(per_node.values())}",
+        f"#SBATCH --distribution={distribution}",
+        f"export {MAP}={shlex.quote(map_reference(map_name))}",
+        f"export {POLICY}={shlex.quote(chosen)}",
+        f"srun --distribution={distribution} {shlex.join(command)}",
+        "",
+    ])
+
+
+def sbatch_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="paths sbatch", usage="paths sbatch [options] -- CMD [ARGS...]",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
+    parser.add_argument("--threads", type=positive("--threads"), required=True, help="how many ranks")
+    parser.add_argument("--policy", help="block or cyclic (bucket, even); default: the map's")
+    args, command = options_and_command(parser, argv)
+    try:
+        print(batch_script(args.map, args.threads, args.policy, command), end="")
+    except (MapError, ValueError) as e:
+        print(f"paths sbatch: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,150 @@
+"""`paths launch`: run any program on a map, one process (a *rank*) per placed thread.
+
+    paths launch --map paper-4w --threads 8 -- python app.py ARGS...
+    paths launch --map paper-2w --threads 4 --policy cyclic --output-dir out/ -- ./my_program
+    paths launch --map cluster.yaml --threads 64 --launch slurm -- ./my_program    (in salloc/sbatch)
+
+The map places N threads on its nodes (--policy: block, cyclic, or the map's). Each node the run
+needs gets a node process with its server, as in `paths run`: on this machine (emulation), over
+ssh, or with srun inside an allocation (the map's launch mode, or --launch). Each node process
+starts the ranks placed on it, with standard input from /dev/null and in their environment:
+
+    PATHS_RANK, PATHS_SIZE   this rank and the number of ranks
+    PATHS_NODE               the node the map places it on
+    PATHS_MAP, PATHS_POLICY  the map (a shipped map's name or a file's absolute path), the policy
+    PATHS_SUM, PATHS_ACQUIRE, PATHS_RELEASE   --sum (comma-separated), --acquire, --release
+    PATHS_SERVERS            the node servers' endpoints (JSON)
+
+so that `paths.acquire(element, format)` (Python) and paths_acquire(NULL, ...) after paths_init
+(C) give the rank its path from the acquire hook: a sum element the planned reduction tree,
+another its home. A rank's own node's stages live in its node's server, shared by the node's
+ranks.
+
+Every line a rank prints comes out prefixed with its rank, `[3] ...` (standard error on standard
+error), or with --output-dir DIR into DIR/rank.<rank>.log (both streams, unprefixed). The exit
+status is the first failing rank's (128 + N for a rank killed by signal N); the other ranks are
+stopped then (SIGTERM, SIGKILL a second later). Ctrl-C stops them all (exit 130), and so does
+--timeout (exit 1). Nothing the run started outlives it, even a launcher killed with SIGKILL:
+nodes and ranks get the parent-death signal, and a node off this machine ends when its ssh or
+srun does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import warnings
+
+from .cluster_map import MapError, map_reference, open_map
+from .launcher import LaunchError, NodeProcesses
+from .node_servers import NodeServers
+from .placement import PlacementWarning
+from .rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
+from .runtime import make_runtime
+from .run_command import positive
+
+
+class RankFailed(Exception):
+    def __init__(self, rank: int, node: str, status: int):
+        super().__init__(f"rank {rank} on node {node} exited with status {status}")
+        self.status = status
+
+
+class RankOutput:
+    """Where the ranks' lines go: prefixed with the rank to this process's standard output and
+    error, or into one file per rank."""
+
+    def __init__(self, directory: str | None):
+        self.directory = directory
+        self.files: dict[int, object] = {}
+
+    def line(self, rank: int, stream: str, text: str) -> None:
+        if self.directory is None:
+            print(f"[{rank}] {text}", file=sys.stdout if stream == "out" else sys.stderr, flush=True)
+            return
+        if rank not in self.files:
+            self.files[rank] = open(os.path.join(self.directory, f"rank.{rank}.log"), "w")
+        self.files[rank].write(text + "\n")
+        self.files[rank].flush()
+
+    def close(self) -> None:
+        for file in self.files.values():
+            file.close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="paths launch", usage="paths launch [options] -- CMD [ARGS...]",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
+    parser.add_argument("--threads", type=positive("--threads"), required=True, help="how many ranks")
+    parser.add_argument("--policy", help="placement: block, cyclic (bucket and even are the same two) or "
+                                         "pkg.mod:func; default: the map's")
+    parser.add_argument("--sum", action="append", default=[], metavar="NAME",
+                        help="reduce element NAME as a sum; repeatable")
+    parser.add_argument("--acquire", metavar="PKG.MOD:FUNC", help="the acquire hook (default: the map's)")
+    parser.add_argument("--release", metavar="PKG.MOD:FUNC", help="the release hook (default: the map's)")
+    parser.add_argument("--launch", choices=("local", "ssh", "slurm"), help="how nodes start (default: the map's)")
+    parser.add_argument("--output-dir", metavar="DIR", help="write each rank's output to DIR/rank.<rank>.log "
+                                                           "instead of prefixing it with [rank]")
+    parser.add_argument("--timeout", type=float, help="stop the ranks after this many seconds, exit 1 "
+                                                      "(default: no limit)")
+    return parser
+
+
+def options_and_command(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """`[options] -- CMD [ARGS...]`: the options parsed, and the command (a usage error without one)."""
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        if any(a in ("-h", "--help") for a in argv):
+            parser.parse_args(["--help"])
+        parser.error("expected -- CMD [ARGS...] after the options")
+    split = argv.index("--")
+    return parser.parse_args(argv[:split]), argv[split + 1:]
+
+
+def launch_command(argv: list[str]) -> int:
+    args, command = options_and_command(_parser(), argv)
+    try:
+        cluster_map = open_map(args.map)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", PlacementWarning)
+            runtime = make_runtime(cluster_map, args.threads, sums=args.sum, policy=args.policy,
+                                   acquire=args.acquire, release=args.release)
+        for message in dict.fromkeys(str(w.message) for w in caught):
+            print(f"paths launch: warning: {message}", file=sys.stderr)
+        if args.output_dir:
+            os.makedirs(args.output_dir, exist_ok=True)
+    except (MapError, ValueError, OSError) as e:
+        print(f"paths launch: {e}", file=sys.stderr)
+        return 2
+    given = {MAP: map_reference(args.map), SIZE: str(args.threads), POLICY: args.policy, SUMS: ",".join(args.sum),
+             ACQUIRE: args.acquire, RELEASE: args.release}
+    common = {name: value for name, value in given.items() if value}
+    output = RankOutput(args.output_dir)
+    placements = runtime.placements
+
+    def on_event(node: str, event: dict) -> None:
+        if event["event"] == "output":
+            output.line(event["rank"], event["stream"], event["text"])
+        elif event["event"] == "exit" and event["status"] != 0:
+            raise RankFailed(event["rank"], node, event["status"])
+
+    try:
+        with NodeProcesses(cluster_map, runtime.nodes(), args.launch) as processes:
+            keys = {node: processes.public_key for node in processes.nodes} if processes.public_key else {}
+            servers = NodeServers(processes.addresses(), keys).to_json()
+            requests = {node: {"op": "launch", "command": command, "cwd": os.getcwd(),
+                               "ranks": {str(r): {**common, RANK: str(r), NODE: node, SERVERS: servers}
+                                         for r, p in enumerate(placements) if p == node}}
+                        for node in dict.fromkeys(placements)}
+            processes.request_all(requests, args.timeout or math.inf, on_event, "for their ranks to end")
+    except RankFailed as failed:
+        print(f"paths launch: {failed}; the other ranks were stopped", file=sys.stderr)
+        return failed.status
+    except LaunchError as e:
+        print(f"paths launch: {e}", file=sys.stderr)
+        return 1
+    finally:
+        output.close()
+    return 0

@@ -1,0 +1,46 @@
+"""Where the servers of a run's nodes are: node name -> endpoint, and the CURVE public key that
+proves each server (none on loopback).
+
+A process of a run (a node of `paths run`, a rank of `paths launch`, srun or mpirun) gives its
+resolve to the build contexts it builds in: a `remote(host=NODE)` stage in their paths then
+reaches NODE's server.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+
+class NodeServers:
+    def __init__(self, endpoints: Mapping[str, str], keys: Mapping[str, str] | None = None):
+        self.endpoints = dict(endpoints)
+        self.keys = dict(keys or {})  # node -> its server's CURVE public key
+
+    def resolve(self, params: dict) -> dict:
+        """A remote stage's parameters with its node name turned into that node's endpoint and key
+        (a host that names no node is left as it is: an endpoint of the user's own)."""
+        node = params["host"]
+        params = dict(params, host=self.endpoints.get(node, node))
+        if self.keys.get(node) and not params.get("curve_server_key"):
+            params["curve_server_key"] = self.keys[node]
+        return params
+
+    def to_dict(self) -> dict:
+        return {"endpoints": self.endpoints, "keys": self.keys}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, what: str) -> "NodeServers":
+        """The servers `to_json` wrote; ValueError naming `what` (where the text came from)."""
+        try:
+            found = json.loads(text)
+            endpoints, keys = found["endpoints"], found.get("keys", {})
+            if not all(isinstance(v, str) for v in [*endpoints.values(), *keys.values()]):
+                raise TypeError
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise ValueError(f"{what}: expected the servers as JSON {{\"endpoints\": {{node: endpoint}}, "
+                             f"\"keys\": {{node: key}}}}, got {text[:200]!r}") from None
+        return cls(endpoints, keys)

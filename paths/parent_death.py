@@ -1,0 +1,35 @@
+"""Processes that die with the process that started them.
+
+A child started with `preexec_fn=dies_with_me()` gets the Linux parent-death signal (SIGKILL)
+between fork and exec: when the starting process ends for any reason, SIGKILL included, the
+kernel kills the child. The parent death is per *thread*: start children from a thread that
+lives as long as they should (the main thread). A parent that died before the child armed the
+signal is caught by comparing the child's parent with the starter's pid.
+
+The ssh and srun clients a launcher starts get it too, and what they run on the far side sees
+its standard input close when they die (nodes stop by themselves then: paths/node.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from typing import Callable
+
+PR_SET_PDEATHSIG = 1
+
+_prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_prctl.restype = ctypes.c_int
+
+
+def dies_with_me() -> Callable[[], None]:
+    """A preexec_fn for subprocess.Popen: the child is killed when this process ends."""
+    starter = os.getpid()
+
+    def arm() -> None:
+        if _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0 or os.getppid() != starter:
+            os._exit(1)  # cannot arm it, or the starter is gone already: a child must not outlive it
+
+    return arm

@@ -1,0 +1,139 @@
+"""The ranks of one node of `paths launch`: started by the node process, their output passed on
+line by line, their exits reported, and stopped when the node stops.
+
+Each rank is the user's command with the environment its rank needs (PATHS_RANK, ...), standard
+input from /dev/null, and standard output and error on pipes. A rank dies with its node (the
+parent-death signal, paths/parent_death.py), so nothing a node started outlives it.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import time
+from typing import Callable
+
+from .parent_death import dies_with_me
+
+STOP_SECONDS = 1.0  # how long a stopped rank has between SIGTERM and SIGKILL
+DRAIN_SECONDS = 1.0  # how long a rank's pipes may stay open after it exited (a child of its own)
+
+# emit(event) receives {"event": "output", "rank": r, "stream": "out"|"err", "text": line} and
+# {"event": "exit", "rank": r, "status": s}
+Emit = Callable[[dict], None]
+
+
+def exit_status(returncode: int) -> int:
+    """A shell's exit status: the code, or 128 + the signal that ended the process."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Rank:
+    def __init__(self, rank: int, process: subprocess.Popen):
+        self.rank = rank
+        self.process = process
+        self.partial = {"out": b"", "err": b""}
+        self.open = 2  # pipes not at their end yet
+        self.exited_at: float | None = None
+
+
+class RankProcesses:
+    def __init__(self, command: list[str], environments: dict[int, dict[str, str]], cwd: str | None):
+        self.ranks: list[_Rank] = []
+        try:
+            for rank, environment in sorted(environments.items()):
+                process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, env={**os.environ, **environment},
+                                           cwd=cwd if cwd and os.path.isdir(cwd) else None,
+                                           preexec_fn=dies_with_me())
+                self.ranks.append(_Rank(rank, process))
+        except OSError as e:
+            self.stop()
+            raise ValueError(f"cannot start {command[0]!r}: {e.strerror}") from None
+
+    def wait(self, emit: Emit) -> dict[int, int]:
+        """Pass on every line the ranks print and each rank's exit as it comes; the exit status
+        of each rank once all have ended."""
+        selector = selectors.DefaultSelector()
+        for rank in self.ranks:
+            for stream, pipe in (("out", rank.process.stdout), ("err", rank.process.stderr)):
+                os.set_blocking(pipe.fileno(), False)
+                selector.register(pipe, selectors.EVENT_READ, (rank, stream))
+        statuses: dict[int, int] = {}
+        try:
+            while len(statuses) < len(self.ranks):
+                for key, _ in selector.select(0.05):
+                    rank, stream = key.data
+                    data = key.fileobj.read()
+                    if data:
+                        self._lines(rank, stream, data, emit)
+                    elif data is not None:  # the end of the pipe
+                        self._lines(rank, stream, b"\n" if rank.partial[stream] else b"", emit)
+                        selector.unregister(key.fileobj)
+                        rank.open -= 1
+                for rank in self.ranks:
+                    if rank.rank not in statuses and self._ended(rank, selector, emit):
+                        statuses[rank.rank] = exit_status(rank.process.returncode)
+                        emit({"event": "exit", "rank": rank.rank, "status": statuses[rank.rank]})
+        finally:
+            selector.close()
+        return statuses
+
+    @staticmethod
+    def _lines(rank: _Rank, stream: str, data: bytes, emit: Emit) -> None:
+        *lines, rank.partial[stream] = (rank.partial[stream] + data).split(b"\n")
+        for line in lines:
+            emit({"event": "output", "rank": rank.rank, "stream": stream,
+                  "text": line.decode("utf-8", "replace")})
+
+    @staticmethod
+    def _ended(rank: _Rank, selector: selectors.BaseSelector, emit: Emit) -> bool:
+        """The rank exited and its output is all passed on (or its pipes stayed open, held by a
+        child of its own, DRAIN_SECONDS after it exited)."""
+        if rank.process.poll() is None:
+            return False
+        rank.exited_at = rank.exited_at or time.monotonic()
+        if rank.open and time.monotonic() - rank.exited_at < DRAIN_SECONDS:
+            return False
+        for stream, pipe in (("out", rank.process.stdout), ("err", rank.process.stderr)):
+            if rank.partial[stream]:
+                RankProcesses._lines(rank, stream, b"\n", emit)
+            if pipe in selector.get_map():
+                selector.unregister(pipe)
+            pipe.close()
+        rank.open = 0
+        return True
+
+    def stop(self) -> None:
+        """Stop every rank still running: SIGTERM, then SIGKILL after STOP_SECONDS; all reaped.
+        Safe from a signal handler (the node's SIGTERM): it waits with waitpid itself, not
+        through the Popen objects, whose lock the interrupted code may hold."""
+        running = [rank.process.pid for rank in self.ranks if rank.process.returncode is None]
+        for pid in running:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_SECONDS
+        while running:
+            running = [pid for pid in running if not _reaped(pid)]
+            if time.monotonic() >= deadline:
+                for pid in running:
+                    _signal(pid, signal.SIGKILL)
+                    _reaped(pid, block=True)
+                return
+            time.sleep(0.01)
+
+
+def _signal(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:
+        pass
+
+
+def _reaped(pid: int, block: bool = False) -> bool:
+    """Reap pid if it has exited (wait for it with block); True once it is gone."""
+    try:
+        return os.waitpid(pid, 0 if block else os.WNOHANG)[0] == pid
+    except ChildProcessError:  # reaped already
+        return True

@@ -1,0 +1,108 @@
+"""How a rank of a program (a process of a run of many) reaches the servers of the run's nodes.
+
+Under `paths launch` the node processes host the servers, and the launcher gives each rank
+their endpoints (PATHS_SERVERS). Under srun or mpirun the ranks host them: the first rank the
+map places on a node hosts that node's server in a thread, rank 0 also hosts every other node
+the run needs (one that runs no rank but holds a sum or an element's home), and the rendezvous
+with rank 0 (paths/rendezvous.py) tells every rank where all of them are. On one host the
+servers listen on loopback; across hosts on every interface, each proved by a CURVE key of its
+own.
+
+A rank whose node's server is in another process reaches the stages of its node through it
+(a remote hop to its own node): the ranks of a node then merge into one tree there, as the
+threads of a kernel do in their node's process. The servers a rank hosts build in build contexts
+of their own (its node's: the runtime's), each resolving node names by the servers found.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+from . import _native
+from .build import BuildContext
+from .node_servers import NodeServers
+from .rank_discovery import NODE, SERVERS, Discovered
+from .rendezvous import Rendezvous
+from .server import PathServer
+
+
+@dataclass
+class Wiring:
+    servers: NodeServers
+    via: Optional[str]  # the node whose server this rank goes through (None: its node is here)
+    rendezvous: str  # how the servers were found, for runtime_info()
+    hosted: list[PathServer] = field(default_factory=list)  # the servers this process runs
+    meeting: Optional[Rendezvous] = None
+
+    def close(self) -> None:
+        """At the end of the program: wait for every rank (the servers here may serve them), then
+        close the servers."""
+        if self.meeting is not None:
+            self.meeting.finish()
+        for server in self.hosted:
+            server.close()
+
+
+def wire(runtime, found: Discovered, environ: Mapping[str, str]) -> Wiring:
+    """The wiring of rank found.rank, whose run is `runtime` (its map, placements, policy)."""
+    node = runtime.placements[found.rank]
+    if found.launcher == "paths launch":
+        if environ.get(NODE) != node:
+            raise ValueError(f"{NODE}={environ.get(NODE)!r}, but map {runtime.cluster_map.name} places rank "
+                             f"{found.rank} on {node!r}: the launcher and this rank read another map or policy")
+        servers = NodeServers.from_json(environ.get(SERVERS, ""), SERVERS)
+        runtime.context.resolve = servers.resolve
+        return Wiring(servers, node, "the node servers paths launch started")
+    hosted, servers = _host_servers(runtime, found)
+    meeting = None
+    rendezvous = "none: one rank"
+    if found.size > 1:
+        meeting = Rendezvous(found, environ)
+        try:
+            everyone = meeting.exchange(servers.to_dict(), _check(runtime))
+        except BaseException:
+            meeting.close()
+            for server in hosted:
+                server.close()
+            raise
+        servers = NodeServers(everyone["endpoints"], everyone["keys"])
+        rendezvous = f"rank 0 at {meeting.endpoint}"
+    for context in [runtime.context, *(server.context for server in hosted)]:
+        context.resolve = servers.resolve
+    via = None if any(server.context is runtime.context for server in hosted) else node
+    return Wiring(servers, via, rendezvous, hosted, meeting)
+
+
+def _host_servers(runtime, found: Discovered) -> tuple[list[PathServer], NodeServers]:
+    """The servers of the nodes this rank hosts: its node's when it is the node's first rank (in
+    the runtime's build context, so its own paths merge with what other ranks send), and for rank 0
+    every node the run needs that runs no rank (each in a context of its own)."""
+    placements = list(runtime.placements)
+    mine = [n for n in runtime.nodes()
+            if (n in placements and placements.index(n) == found.rank) or (n not in placements and found.rank == 0)]
+    own = runtime.placements[found.rank]
+    bind = "tcp://127.0.0.1:*" if found.one_host else "tcp://0.0.0.0:*"
+    hosted, endpoints, keys = [], {}, {}
+    try:
+        for n in mine:
+            public, secret = _native.curve_keypair() if not found.one_host else ("", "")
+            server = PathServer(bind, secret, context=runtime.context if n == own else BuildContext()).start()
+            hosted.append(server)
+            endpoints[n] = server.endpoint.replace("0.0.0.0", socket.gethostname())
+            if public:
+                keys[n] = public
+    except BaseException:
+        for server in hosted:
+            server.close()
+        raise
+    return hosted, NodeServers(endpoints, keys)
+
+
+def _check(runtime) -> str:
+    """What every rank must agree on: the map (by its text) and the placement policy."""
+    cluster_map = runtime.cluster_map
+    digest = hashlib.sha1(cluster_map.text.encode()).hexdigest()[:10]
+    return f"map {cluster_map.name} ({digest}) with policy {runtime.policy or cluster_map.policy}"

@@ -1,0 +1,284 @@
+"""The rendezvous of the ranks of a program started by srun or mpirun (no PATHS launcher): every
+rank tells rank 0 which node servers it hosts, and rank 0 tells every rank all of them. At the
+end (paths_finalize, or the end of a Python program) it is also the last barrier, so that no rank
+closes a server that another still uses.
+
+How the ranks find rank 0:
+    PATHS_RENDEZVOUS=tcp://HOST:PORT   rank 0 listens there, the others connect there;
+    otherwise                          rank 0 listens on a free port (loopback when the launcher
+                                       says every rank is on this host, else every interface)
+                                       and writes tcp://HOST:PORT to the file
+                                       .paths-rendezvous-<launcher>-<job> in PATHS_RENDEZVOUS_DIR
+                                       (default: the current folder), which the others read: a
+                                       folder every rank sees, as a home folder on a cluster.
+Every wait is bounded by PATHS_RENDEZVOUS_TIMEOUT seconds (default 60) and ends with a message
+naming what is missing; the last barrier waits as long as the slowest rank runs, and ends
+early when a rank (or rank 0) is gone.
+
+The messages are JSON lines over TCP: {"rank", "size", "check", "servers"} to rank 0, then
+{"servers"} (or {"error"}) back; {"done": true} both ways at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import time
+from typing import Mapping, Optional
+
+from .rank_discovery import Discovered
+
+ENDPOINT, FOLDER, TIMEOUT = "PATHS_RENDEZVOUS", "PATHS_RENDEZVOUS_DIR", "PATHS_RENDEZVOUS_TIMEOUT"
+DEFAULT_TIMEOUT = 60.0
+POLL_SECONDS = 0.05
+MESSAGE_BYTES = 1 << 20  # the most a message may take (a hello names a few servers)
+
+
+class RendezvousError(ValueError):
+    """The rendezvous failed: the message names the rank, what it waited for and how to fix it."""
+
+
+class _Peer:
+    """A TCP connection that reads JSON lines."""
+
+    def __init__(self, connection: socket.socket):
+        self.socket = connection
+        self.buffer = b""
+
+    def send(self, message: dict) -> None:
+        self.socket.sendall(json.dumps(message).encode() + b"\n")
+
+    def receive(self, deadline: Optional[float]) -> Optional[dict]:
+        """The next message; None when the other side is gone (or sent no JSON object);
+        TimeoutError after deadline (None: no limit, waiting in slices so that Ctrl-C works)."""
+        while b"\n" not in self.buffer:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError
+            readable, _, _ = select.select([self.socket], [], [], 0.5 if left is None else min(left, 0.5))
+            if readable and not self.read():
+                return None
+        return self.take()
+
+    def read(self) -> bool:
+        """Take what has come (the socket is readable); False when the other side is gone."""
+        try:
+            data = self.socket.recv(1 << 16)
+        except OSError:
+            data = b""
+        self.buffer += data
+        return bool(data) and len(self.buffer) <= MESSAGE_BYTES
+
+    def take(self) -> Optional[dict]:
+        """The message in the buffer (a whole line is there), or None if it is no JSON object."""
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return None
+        return message if isinstance(message, dict) else None
+
+
+class Rendezvous:
+    def __init__(self, found: Discovered, environ: Optional[Mapping[str, str]] = None):
+        environ = os.environ if environ is None else environ
+        self.found = found
+        self.given = environ.get(ENDPOINT, "")
+        folder = environ.get(FOLDER) or os.getcwd()
+        self.file = os.path.join(folder, f".paths-rendezvous-{found.launcher}-{found.job or 'job'}")
+        text = environ.get(TIMEOUT, str(DEFAULT_TIMEOUT))
+        try:
+            self.timeout = float(text)
+        except ValueError:
+            self.timeout = -1.0
+        if not self.timeout > 0:
+            raise RendezvousError(f"{TIMEOUT}={text!r}: expected a number of seconds > 0")
+        self.endpoint = ""  # where rank 0 listens
+        self.peers: list[_Peer] = []  # rank 0: every other rank; else: rank 0
+
+    def _fail(self, problem: str) -> RendezvousError:
+        return RendezvousError(f"paths: {self.found.describe()}: {problem}")
+
+    def exchange(self, servers: dict, check: str) -> dict:
+        """This rank's servers ({"endpoints": {...}, "keys": {...}}) for everyone's. `check`
+        (the map and the policy) must be the same in every rank."""
+        deadline = time.monotonic() + self.timeout
+        hello = {"rank": self.found.rank, "size": self.found.size, "check": check, "servers": servers}
+        if self.found.rank == 0:
+            return self._gather(hello, deadline)
+        answer = self._check_in(hello, deadline)
+        if "error" in answer:
+            raise self._fail(answer["error"])
+        return answer["servers"]
+
+    # ---- rank 0 ---------------------------------------------------------------------------------
+
+    def _gather(self, mine: dict, deadline: float) -> dict:
+        """Every rank's hello, read as they come: a connection that says nothing, or nothing
+        that is a hello of another rank of this run, is dropped and delays nobody."""
+        listener = self._listen()
+        hellos = {0: mine}
+        pending: dict[socket.socket, _Peer] = {}
+        try:
+            while len(hellos) < self.found.size:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = [str(r) for r in range(self.found.size) if r not in hellos]
+                    raise self._fail(f"ranks {', '.join(missing)} did not check in at {self.endpoint} within "
+                                     f"{self.timeout:g} s ({TIMEOUT} to wait longer)")
+                readable, _, _ = select.select([listener, *pending], [], [], min(left, 0.5))
+                for ready in readable:
+                    if ready is listener:
+                        connection, _ = listener.accept()
+                        pending[connection] = _Peer(connection)
+                        continue
+                    peer = pending[ready]
+                    if peer.read() and b"\n" not in peer.buffer:
+                        continue  # the rest of its hello is still on its way
+                    del pending[ready]
+                    hello = peer.take() if b"\n" in peer.buffer else None
+                    rank = hello.get("rank") if hello else None
+                    if not isinstance(rank, int) or not 0 < rank < self.found.size or rank in hellos:
+                        ready.close()  # not a rank of this run (or a second one of the same rank)
+                        continue
+                    hellos[rank] = hello
+                    self.peers.append(peer)
+        finally:
+            listener.close()
+            for connection in pending:
+                connection.close()
+            if not self.given:
+                try:
+                    os.unlink(self.file)
+                except OSError:
+                    pass
+        problem = self._problem(hellos)
+        merged: dict = {"endpoints": {}, "keys": {}}
+        for hello in hellos.values() if not problem else ():
+            for part in merged:
+                merged[part].update(hello["servers"][part])
+        for peer in self.peers:
+            peer.send({"error": problem} if problem else {"servers": merged})
+        if problem:
+            raise self._fail(problem)
+        return merged
+
+    def _problem(self, hellos: dict) -> str:
+        for rank, hello in sorted(hellos.items()):
+            servers = hello.get("servers")
+            if not (isinstance(servers, dict) and all(
+                    isinstance(servers.get(part), dict) and all(isinstance(v, str) for v in servers[part].values())
+                    for part in ("endpoints", "keys"))):
+                return f"rank {rank} sent no servers {{\"endpoints\": {{node: endpoint}}, \"keys\": {{node: key}}}}"
+            if hello.get("size") != self.found.size:
+                return f"rank {rank} is one of {hello.get('size')} ranks, rank 0 of {self.found.size}"
+            if hello.get("check") != hellos[0]["check"]:
+                return f"rank {rank} runs {hello.get('check')}, rank 0 {hellos[0]['check']}: give every rank the same"
+        return ""
+
+    def _listen(self) -> socket.socket:
+        if self.given:
+            host, port = _host_port(self.given, ENDPOINT)
+            bind, shown = host, self.given
+        else:
+            bind = "127.0.0.1" if self.found.one_host else "0.0.0.0"
+            host, port = ("127.0.0.1" if self.found.one_host else socket.gethostname()), 0
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((bind, port))
+        except OSError as e:
+            listener.close()
+            raise self._fail(f"cannot listen on {bind}:{port} for the rendezvous: {e.strerror}") from None
+        listener.listen(min(self.found.size, 4096))
+        self.endpoint = self.given or f"tcp://{host}:{listener.getsockname()[1]}"
+        if not self.given:
+            temporary = f"{self.file}.{os.getpid()}"
+            try:
+                with open(temporary, "w") as f:
+                    f.write(self.endpoint + "\n")
+                os.replace(temporary, self.file)  # the others never read half of it
+            except OSError as e:
+                listener.close()
+                raise self._fail(f"cannot write the rendezvous file {self.file}: {e.strerror} (set {FOLDER} "
+                                 f"to a folder every rank sees and may write)") from None
+        return listener
+
+    # ---- the other ranks --------------------------------------------------------------------------
+
+    def _check_in(self, hello: dict, deadline: float) -> dict:
+        """Find rank 0 (the given endpoint, or its file), say hello, and wait for the answer;
+        a rank 0 not there yet (or a file left by an earlier run) is tried again until deadline."""
+        while True:
+            endpoint = self.given or _read_endpoint(self.file)
+            if endpoint:
+                self.endpoint = endpoint
+                host, port = _host_port(endpoint, ENDPOINT if self.given else self.file)
+                try:
+                    connection = socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic()))
+                except OSError:
+                    connection = None
+                if connection is not None:
+                    peer = _Peer(connection)
+                    try:
+                        peer.send(hello)
+                        answer = peer.receive(deadline)
+                    except (OSError, TimeoutError):
+                        answer = None
+                    if answer is not None:
+                        self.peers = [peer]
+                        return answer
+                    connection.close()
+            if time.monotonic() >= deadline:
+                where = (f"{ENDPOINT}={self.given}" if self.given else
+                         f"the endpoint rank 0 writes to {self.file} (set {FOLDER} to a folder every rank sees, "
+                         f"or {ENDPOINT}=tcp://HOST:PORT for rank 0 to listen on)")
+                raise self._fail(f"no rendezvous with rank 0 within {self.timeout:g} s: expected {where}")
+            time.sleep(POLL_SECONDS)
+
+    # ---- the end ----------------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """The last barrier: returns when every rank has come to it, or is gone."""
+        if self.found.rank != 0:
+            try:
+                self.peers[0].send({"done": True})
+                self.peers[0].receive(None)
+            except OSError:
+                pass
+        else:
+            came = []
+            for peer in self.peers:
+                try:
+                    if peer.receive(None) is not None:
+                        came.append(peer)
+                except OSError:
+                    pass  # that rank is gone
+            for peer in came:
+                try:
+                    peer.send({"done": True})
+                except OSError:
+                    pass
+        self.close()
+
+    def close(self) -> None:
+        for peer in self.peers:
+            peer.socket.close()
+
+
+def _read_endpoint(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _host_port(endpoint: str, what: str) -> tuple[str, int]:
+    scheme, _, rest = endpoint.partition("://")
+    host, _, port = rest.rpartition(":")
+    if scheme != "tcp" or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise RendezvousError(f"{what}: expected tcp://HOST:PORT, got {endpoint!r}")
+    return host, int(port)

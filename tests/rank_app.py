@@ -1,0 +1,49 @@
+"""A program the launch tests run as ranks (under paths launch, srun or mpirun).
+
+    rank_app.py sum                 says what it found, adds rank+1 into the sum TOTAL, prints
+                                    `rank R of N on NODE by LAUNCHER total T rendezvous X`
+    rank_app.py env                 prints its PATHS_* variables, one `NAME=value` a line
+    rank_app.py sleep [R STATUS]    prints `up PID`, then sleeps (rank R exits with STATUS once
+                                    every rank is up: it prints `failing` first, on stderr)
+    rank_app.py lines N             prints N numbered lines, half of them on stderr
+
+Every line is flushed: the tests read them as they come.
+"""
+
+import os
+import sys
+import time
+
+import paths
+
+
+def main(what: str, *args: str) -> int:
+    if what == "sum":
+        info = paths.runtime_info()
+        total = paths.acquire("TOTAL", "q")
+        total.move((info.rank + 1,))
+        print(f"rank {info.rank} of {info.size} on {info.node} by {info.launcher} total "
+              f"{total.observe(timeout=60)[0]} rendezvous {info.rendezvous}", flush=True)
+        return 0
+    if what == "env":
+        for name in sorted(os.environ):
+            if name.startswith("PATHS_") and name != "PATHS_TEST_PROBE":
+                print(f"{name}={os.environ[name]}", flush=True)
+        return 0
+    if what == "sleep":
+        print(f"up {os.getpid()}", flush=True)
+        if args and int(os.environ["PATHS_RANK"]) == int(args[0]):
+            time.sleep(0.5)
+            print("failing", file=sys.stderr, flush=True)
+            return int(args[1])
+        time.sleep(120)
+        return 0
+    if what == "lines":
+        for i in range(int(args[0])):
+            print(f"line {i}", file=sys.stderr if i % 2 else sys.stdout, flush=True)
+        return 0
+    raise SystemExit(f"rank_app.py: unknown action {what!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

@@ -1,0 +1,307 @@
+"""`paths launch`: any program on a map, one process per rank. The rank environment, sums across
+ranks on an emulated multi-node map, output tagged `[rank]` or kept per rank, exit statuses,
+and reaping measured with `ps`: after SIGINT, after a rank's failure and after SIGKILL of the
+launcher, nothing of the run is left 2 seconds later (`paths run`'s nodes too). Also `paths
+sbatch`'s script for block and cyclic, and a program alone with PATHS_MAP.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_launcher import FAKE_SSH, LOOPBACK_MAP
+
+from paths.batch_script import batch_script
+
+TESTS = Path(__file__).resolve().parent
+REAPED_WITHIN = 2.0  # seconds: the issue's bound for every process of a run to be gone
+
+
+def launch(*args: str, cwd=None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "paths", "launch", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture
+def app(tmp_path):
+    """rank_app.py copied into this test's folder: `ps` finds its ranks by that path."""
+    copy = tmp_path / "rank_app.py"
+    shutil.copy(TESTS / "rank_app.py", copy)
+    return str(copy)
+
+
+def processes_with(marker: str) -> list[str]:
+    """`ps` lines (pid, state, command) of every live process whose command line holds marker."""
+    listing = subprocess.run(["ps", "-ewwo", "pid=,stat=,args="], capture_output=True, text=True, check=True).stdout
+    return [line.strip() for line in listing.splitlines()
+            if marker in line and "ps -ewwo" not in line and int(line.split()[0]) != os.getpid()]
+
+
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie (a dead process whose parent, when the launcher
+    was killed, is init: this machine's init may leave it unreaped, yet it runs nothing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def gone_within(marker: str, seconds: float) -> list[str]:
+    """What is still there (by `ps`) `seconds` after now, or [] as soon as nothing is."""
+    deadline = time.monotonic() + seconds
+    while (left := processes_with(marker)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+# ---- the ranks' environment and what they compute together -----------------------------------------
+
+def test_each_rank_gets_its_rank_size_node_map_and_the_servers(app, probe, tmp_path):
+    done = launch("--map", "paper-4w", "--threads", "6", "--policy", "cyclic", "--sum", "TOTAL", "--", sys.executable,
+                  app, "env")
+    assert done.returncode == 0, done.stderr
+    found: dict[int, dict[str, str]] = {}
+    for line in done.stdout.splitlines():
+        tag, _, variable = line.partition(" ")
+        name, _, value = variable.partition("=")
+        found.setdefault(int(tag.strip("[]")), {})[name] = value
+    assert sorted(found) == list(range(6))
+    nodes = ["n0", "n1", "n2", "n3", "n4", "n5"]  # cyclic: one rank per node
+    for rank, variables in found.items():
+        servers = variables.pop("PATHS_SERVERS")
+        assert variables == {"PATHS_RANK": str(rank), "PATHS_SIZE": "6", "PATHS_NODE": nodes[rank],
+                             "PATHS_MAP": "paper-4w", "PATHS_POLICY": "cyclic", "PATHS_SUM": "TOTAL"}
+        endpoints = json.loads(servers)["endpoints"]
+        assert sorted(endpoints) == nodes  # one server a node, on loopback
+        assert all(e.startswith("tcp://127.0.0.1:") for e in endpoints.values())
+    assert sorted(probe.started().values()) == nodes  # one node process each, all reaped
+    assert probe.alive() == []
+
+
+@pytest.mark.parametrize("the_map, threads, policy, nodes", [
+    ("local", 3, "block", {"localhost"}),
+    ("paper-4w", 7, "block", {"n0", "n1"}),         # four ranks share n0's server, three n1's
+    ("paper-2w", 5, "cyclic", {"n0", "n1", "n2", "n3", "n4"}),
+    ("multicluster", 6, "cyclic", {"w2n00", "w2n01", "w2n02", "w2n03", "w2n04", "w2n05"}),
+])
+def test_a_sum_across_ranks_is_exact_on_every_map(app, the_map, threads, policy, nodes):
+    done = launch("--map", the_map, "--threads", str(threads), "--policy", policy, "--sum", "TOTAL", "--",
+                  sys.executable, app, "sum")
+    assert done.returncode == 0, done.stderr
+    total = threads * (threads + 1) // 2
+    lines = sorted(done.stdout.splitlines(), key=lambda line: int(line.split("]")[0][1:]))
+    assert len(lines) == threads
+    seen_nodes = set()
+    for rank, line in enumerate(lines):
+        prefix = f"[{rank}] rank {rank} of {threads} on "
+        assert line.startswith(prefix), line
+        node, by = line[len(prefix):].split(" by ", 1)
+        seen_nodes.add(node)
+        assert by == f"paths launch total {total} rendezvous the node servers paths launch started"
+    assert seen_nodes == nodes
+
+
+def test_ranks_of_nodes_started_over_ssh_reach_them_with_the_runs_key(app, probe, tmp_path):
+    """Nodes started through a fake ssh on their own loopback addresses: servers off this
+    machine's view, so CURVE; each rank's PATHS_SERVERS carries the run's public key."""
+    ssh = tmp_path / "fake-ssh"
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(0o755)
+    the_map = tmp_path / "ssh.yaml"
+    the_map.write_text(LOOPBACK_MAP.format(ssh=str(ssh)))
+    done = launch("--map", str(the_map), "--threads", "5", "--sum", "TOTAL", "--", sys.executable, app, "sum")
+    assert done.returncode == 0, done.stderr
+    assert sorted(line.split(" by ")[0] for line in done.stdout.splitlines()) == [
+        f"[{r}] rank {r} of 5 on n{r // 2}" for r in range(5)]
+    assert all(line.endswith(" total 15 rendezvous the node servers paths launch started")
+               for line in done.stdout.splitlines())
+    done = launch("--map", str(the_map), "--threads", "5", "--", sys.executable, app, "env")
+    servers = json.loads(next(line for line in done.stdout.splitlines() if "PATHS_SERVERS=" in line).split("=", 1)[1])
+    assert sorted(servers["endpoints"]) == ["n0", "n1", "n2"]
+    assert servers["endpoints"]["n1"].startswith("tcp://127.0.0.3:")
+    assert len(set(servers["keys"].values())) == 1 and len(servers["keys"]["n0"]) == 40
+    assert probe.alive() == []
+
+
+def test_a_program_alone_with_paths_map(app, tmp_path):
+    env = dict(os.environ, PATHS_MAP="paper-4w", PATHS_SUM="TOTAL")
+    done = subprocess.run([sys.executable, app, "sum"], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "rank 0 of 1 on n0 by  total 1 rendezvous none: one rank\n"
+
+
+# ---- output ----------------------------------------------------------------------------------------
+
+def test_every_line_is_tagged_with_its_rank_on_its_stream(app):
+    done = launch("--threads", "3", "--", sys.executable, app, "lines", "400")
+    assert done.returncode == 0, done.stderr
+    for stream, parity in ((done.stdout, 0), (done.stderr, 1)):
+        for rank in range(3):
+            mine = [line for line in stream.splitlines() if line.startswith(f"[{rank}] ")]
+            assert mine == [f"[{rank}] line {i}" for i in range(400) if i % 2 == parity]  # all, in order
+        assert len([line for line in stream.splitlines() if line.startswith("[")]) == 3 * 200
+
+
+def test_output_dir_keeps_one_file_per_rank(app, tmp_path):
+    out = tmp_path / "out"
+    done = launch("--map", "paper-4w", "--threads", "5", "--policy", "cyclic", "--output-dir", str(out), "--",
+                  sys.executable, app, "lines", "10")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert sorted(p.name for p in out.iterdir()) == [f"rank.{r}.log" for r in range(5)]
+    for r in range(5):
+        lines = (out / f"rank.{r}.log").read_text().splitlines()
+        assert sorted(lines, key=lambda line: int(line.split()[1])) == [f"line {i}" for i in range(10)]
+
+
+# ---- exit statuses and reaping ---------------------------------------------------------------------
+
+def test_the_first_failing_rank_gives_the_exit_status_and_the_others_are_stopped(app, probe):
+    begin = time.monotonic()
+    done = launch("--map", "paper-4w", "--threads", "6", "--", sys.executable, app, "sleep", "4", "7")
+    took = time.monotonic() - begin
+    assert done.returncode == 7, done.stderr
+    assert "[4] failing" in done.stderr
+    assert done.stderr.rstrip().endswith("paths launch: rank 4 on node n1 exited with status 7; "
+                                         "the other ranks were stopped")
+    assert took < 10, f"{took:.1f} s: the others were not stopped at once"
+    assert gone_within(app, REAPED_WITHIN) == []
+    assert probe.alive() == []
+
+
+def test_a_rank_killed_by_a_signal_exits_128_plus_it(app):
+    done = launch("--threads", "2", "--", "sh", "-c", 'test "$PATHS_RANK" = 1 && kill -9 $$; sleep 60')
+    assert done.returncode == 128 + signal.SIGKILL, done.stderr
+    assert "rank 1 on node localhost exited with status 137" in done.stderr
+
+
+def test_a_run_past_its_timeout_is_stopped(app, probe):
+    begin = time.monotonic()
+    done = launch("--map", "paper-4w", "--threads", "5", "--policy", "cyclic", "--timeout", "1.5", "--",
+                  sys.executable, app, "sleep")
+    assert done.returncode == 1
+    assert done.stderr.endswith("paths launch: nodes n0, n1, n2, n3, n4 did not answer within 1.5 s "
+                                "(for their ranks to end)\n"), done.stderr
+    assert time.monotonic() - begin < 10
+    assert gone_within(app, REAPED_WITHIN) == []
+    assert probe.alive() == []
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--threads", "2"], "expected -- CMD [ARGS...] after the options"),
+    (["--threads", "2", "--"], "expected -- CMD [ARGS...] after the options"),
+    (["--threads", "0", "--", "true"], "--threads: expected a positive integer, got '0'"),
+    (["--map", "nowhere", "--threads", "2", "--", "true"], "no built-in map 'nowhere'"),
+    (["--threads", "2", "--policy", "spread", "--", "true"], "unknown policy 'spread'"),
+], ids=["no command", "empty command", "no threads", "unknown map", "unknown policy"])
+def test_bad_usage_is_one_line_and_exit_2(args, problem):
+    done = launch(*args)
+    assert done.returncode == 2
+    assert problem in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_command_that_does_not_exist_fails_the_run(probe):
+    done = launch("--map", "paper-4w", "--threads", "2", "--", "/no/such/program")
+    assert done.returncode == 1
+    assert "paths launch: node n0: ValueError: cannot start '/no/such/program': No such file or directory" \
+        in done.stderr
+    assert probe.alive() == []
+
+
+def _start_sleepers(app: str, threads: int = 6) -> subprocess.Popen:
+    run = subprocess.Popen([sys.executable, "-m", "paths", "launch", "--map", "paper-4w", "--threads", str(threads),
+                            "--", sys.executable, app, "sleep"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    up = [run.stdout.readline() for _ in range(threads)]
+    assert all(" up " in line for line in up), up
+    return run
+
+
+@pytest.mark.parametrize("how, to", [("SIGINT", "launcher"), ("SIGINT", "process group"), ("SIGKILL", "launcher")],
+                         ids=["SIGINT", "Ctrl-C", "SIGKILL"])
+def test_nothing_of_the_run_is_left_after_the_launcher_is_interrupted_or_killed(app, probe, how, to):
+    """SIGINT to the launcher, Ctrl-C (SIGINT to the whole process group, ranks included), or
+    SIGKILL to the launcher, while six ranks sleep on two nodes."""
+    run = _start_sleepers(app)
+    try:
+        ranks = [line for line in processes_with(app) if "paths launch" not in line]
+        assert len(ranks) == 6, ranks
+        if to == "launcher":
+            os.kill(run.pid, getattr(signal, how))
+        else:
+            os.killpg(run.pid, getattr(signal, how))
+        code = run.wait(timeout=30)
+        left = gone_within(app, REAPED_WITHIN)
+        assert left == [], f"left {REAPED_WITHIN} s after {how}: {left}"
+        assert [pid for pid in probe.started() if running(pid)] == []  # the nodes too
+        assert code == (130 if how == "SIGINT" else -signal.SIGKILL)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+    assert probe.alive() == []
+
+
+def test_paths_run_nodes_go_when_their_launcher_is_killed(probe):
+    run = subprocess.Popen([sys.executable, "-m", "paths", "run", "gsum", "--map", "paper-4w", "--threads", "12",
+                            "--rounds", "2000000", "--repeat", "1", "--timeout", "600"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        probe.wait_for("gsum", 3, timeout=60)  # every node busy in GSum
+        run.kill()
+        run.wait(timeout=30)
+        deadline = time.monotonic() + REAPED_WITHIN
+        while probe.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert probe.alive() == [], "node processes outlived their killed launcher"
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+
+
+# ---- paths sbatch ----------------------------------------------------------------------------------
+
+def sbatch_fields(script: str) -> dict[str, str]:
+    return dict(line[len("#SBATCH --"):].split("=", 1) for line in script.splitlines() if line.startswith("#SBATCH"))
+
+
+@pytest.mark.parametrize("policy, threads, fields", [
+    ("block", 6, {"nodes": "2", "ntasks": "6", "ntasks-per-node": "4", "distribution": "block"}),
+    ("bucket", 16, {"nodes": "4", "ntasks": "16", "ntasks-per-node": "4", "distribution": "block"}),
+    ("cyclic", 6, {"nodes": "6", "ntasks": "6", "ntasks-per-node": "1", "distribution": "cyclic"}),
+    ("even", 10, {"nodes": "8", "ntasks": "10", "ntasks-per-node": "2", "distribution": "cyclic"}),
+])
+def test_the_sbatch_script_matches_the_placement(policy, threads, fields):
+    script = batch_script("paper-4w", threads, policy, ["python", "app.py", "--rounds", "5"])
+    assert sbatch_fields(script) == {"job-name": "paths-paper-4w", **fields}
+    assert script.startswith("#!/bin/bash\n")
+    lines = script.splitlines()
+    assert lines[-3:] == ["export PATHS_MAP=paper-4w", f"export PATHS_POLICY={policy}",
+                          f"srun --distribution={fields['distribution']} python app.py --rounds 5"]
+
+
+def test_paths_sbatch_prints_the_script_and_refuses_a_policy_slurm_cannot_follow(tmp_path, user_module):
+    the_map = tmp_path / "two.yaml"
+    the_map.write_text("name: two\nclusters: {c: {nodes: 'h[0-1]', cpus: 3}}\nroot: h0\npolicy: cyclic\n")
+    done = subprocess.run([sys.executable, "-m", "paths", "sbatch", "--map", str(the_map), "--threads", "5", "--",
+                           "./prog", "a b"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sbatch_fields(done.stdout) == {"job-name": "paths-two", "nodes": "2", "ntasks": "5",
+                                          "ntasks-per-node": "3", "distribution": "cyclic"}
+    assert f"export PATHS_MAP={the_map}\n" in done.stdout and "srun --distribution=cyclic ./prog 'a b'\n" in done.stdout
+    user_module("backwards", """
+        def placement(cluster_map, n_threads):
+            return [cluster_map.nodes[-1 - t % 8].name for t in range(n_threads)]
+    """)
+    done = subprocess.run([sys.executable, "-m", "paths", "sbatch", "--map", "paper-4w", "--threads", "5", "--policy",
+                           "backwards:placement", "--", "./prog"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("paths sbatch: policy 'backwards:placement' has no Slurm distribution (block or cyclic): "
+                           "run the map with `paths launch --launch slurm` inside an allocation instead\n")

@@ -1,0 +1,166 @@
+"""A program under an existing launcher: rank, size and job from each launcher's variables; the
+rendezvous through rank 0 (by a file, or a given endpoint), its errors, each with what is
+missing; and for real, `mpirun -np 4 python app.py` with Open MPI (its srun twin is in
+tests/test_slurm.py)."""
+
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from paths.rank_discovery import Discovered, discover
+from paths.rendezvous import Rendezvous, RendezvousError
+
+APP = str(Path(__file__).resolve().parent / "rank_app.py")
+
+
+@pytest.mark.parametrize("environ, found", [
+    ({}, Discovered("", 0, 1, "", True)),
+    ({"PATHS_RANK": "2", "PATHS_SIZE": "5", "SLURM_PROCID": "0", "SLURM_NTASKS": "9"},
+     Discovered("paths launch", 2, 5)),  # paths launch first, even inside an allocation
+    ({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "17", "SLURM_STEP_ID": "2",
+      "SLURM_STEP_NUM_NODES": "1"}, Discovered("srun", 3, 4, "17.2", True)),
+    ({"SLURM_PROCID": "0", "SLURM_NPROCS": "8", "SLURM_JOB_ID": "5", "SLURM_STEP_ID": "0",
+      "SLURM_STEP_NUM_NODES": "2"}, Discovered("srun", 0, 8, "5.0", False)),
+    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+      "PMIX_RANK": "1", "PMIX_NAMESPACE": "2611", "OMPI_MCA_ess_base_jobid": "77"},
+     Discovered("mpirun", 1, 4, "2611", True)),
+    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+      "OMPI_MCA_ess_base_jobid": "77"}, Discovered("mpirun", 1, 4, "77", False)),
+    ({"PMIX_RANK": "6", "PMI_SIZE": "7", "PMIX_NAMESPACE": "ns"}, Discovered("pmix", 6, 7, "ns", False)),
+    ({"PMI_RANK": "0", "PMI_SIZE": "3", "PMI_KVSNAME": "kvs_1", "MPI_LOCALNRANKS": "3"},
+     Discovered("pmi", 0, 3, "kvs_1", True)),
+], ids=["alone", "paths launch", "srun", "srun on two hosts", "mpirun", "mpirun on two hosts", "pmix", "pmi"])
+def test_each_launcher_is_recognised_by_its_variables(environ, found):
+    assert discover(environ) == found
+
+
+@pytest.mark.parametrize("environ, problem", [
+    ({"SLURM_PROCID": "1"}, "srun: SLURM_PROCID is set but not SLURM_NTASKS or SLURM_NPROCS: cannot tell how many "
+                            "ranks the run has"),
+    ({"OMPI_COMM_WORLD_RANK": "x", "OMPI_COMM_WORLD_SIZE": "2"}, "OMPI_COMM_WORLD_RANK='x': expected a whole number >= 0"),
+    ({"PMI_RANK": "3", "PMI_SIZE": "3"}, "pmi: PMI_RANK=3: expected a rank below PMI_SIZE=3"),
+    ({"PATHS_RANK": "0", "PATHS_SIZE": "0"}, "PATHS_SIZE='0': expected a whole number >= 1"),
+])
+def test_variables_that_say_nothing_sensible_are_named(environ, problem):
+    with pytest.raises(ValueError) as failed:
+        discover(environ)
+    assert str(failed.value) == problem
+
+
+# ---- the rendezvous ------------------------------------------------------------------------------
+
+def meet(size: int, environ: dict, checks=None, absent=()):
+    """Every rank but `absent` exchanges at once (a thread each); each rank's answer or error."""
+    answers: dict = {}
+
+    def rank(r: int) -> None:
+        found = Discovered("srun", r, size, "42.0", True)
+        meeting = Rendezvous(found, environ)
+        try:
+            answers[r] = meeting.exchange({"endpoints": {f"n{r}": f"tcp://127.0.0.1:{7000 + r}"}, "keys": {}},
+                                          (checks or {}).get(r, "map m"))
+            meeting.finish()
+        except RendezvousError as e:
+            answers[r] = e
+            meeting.close()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(size) if r not in absent]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return answers
+
+
+def test_ranks_exchange_their_servers_through_rank_0_by_a_file(tmp_path):
+    answers = meet(6, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)})
+    everyone = {f"n{r}": f"tcp://127.0.0.1:{7000 + r}" for r in range(6)}
+    assert answers == {r: {"endpoints": everyone, "keys": {}} for r in range(6)}
+    assert list(tmp_path.iterdir()) == []  # rank 0 removed its file
+
+
+def test_ranks_meet_at_a_given_endpoint(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    answers = meet(3, {"PATHS_RENDEZVOUS": f"tcp://127.0.0.1:{port}", "PATHS_RENDEZVOUS_DIR": str(tmp_path)})
+    assert sorted(answers[2]["endpoints"]) == ["n0", "n1", "n2"]
+    assert list(tmp_path.iterdir()) == []  # no file when the endpoint is given
+
+
+def test_rank_0_ignores_what_is_no_rank_of_its_run(tmp_path):
+    """Strangers at rank 0's endpoint (not JSON, a rank out of range, a second rank 0, silence)
+    are dropped; the real rank still gets through."""
+    import socket
+    import time
+
+    environ = {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}
+    result = {}
+    gather = threading.Thread(target=lambda: result.update(
+        answer=Rendezvous(Discovered("srun", 0, 2, "42.0", True), environ).exchange(
+            {"endpoints": {"n0": "tcp://127.0.0.1:7000"}, "keys": {}}, "map m")))
+    gather.start()
+    file = tmp_path / ".paths-rendezvous-srun-42.0"
+    while not file.exists():
+        time.sleep(0.01)
+    host, port = file.read_text().strip()[len("tcp://"):].split(":")
+    strangers = []
+    for junk in (b"hello\n", b'{"rank": 9, "size": 2}\n', b'{"rank": 0, "size": 2}\n', b""):
+        stranger = socket.create_connection((host, int(port)))
+        stranger.sendall(junk)
+        strangers.append(stranger)
+    answers = meet(2, environ, absent=(0,))
+    gather.join(timeout=30)
+    for stranger in strangers:
+        stranger.close()
+    assert answers[1]["endpoints"] == {"n0": "tcp://127.0.0.1:7000", "n1": "tcp://127.0.0.1:7001"}
+    assert result["answer"] == answers[1]
+
+
+def test_a_rank_that_never_comes_is_named_by_rank_0(tmp_path):
+    answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path), "PATHS_RENDEZVOUS_TIMEOUT": "1"}, absent=(2,))
+    assert re.fullmatch(r"paths: rank 0 of 3 \(srun, job 42\.0\): ranks 2 did not check in at "
+                        r"tcp://127\.0\.0\.1:\d+ within 1 s \(PATHS_RENDEZVOUS_TIMEOUT to wait longer\)",
+                        str(answers[0])), answers[0]
+    assert isinstance(answers[1], RendezvousError)  # its connection closed: no answer
+
+
+def test_without_rank_0_a_rank_says_where_it_looked(tmp_path):
+    answers = meet(2, {"PATHS_RENDEZVOUS_DIR": str(tmp_path), "PATHS_RENDEZVOUS_TIMEOUT": "0.5"}, absent=(0,))
+    assert str(answers[1]) == (
+        f"paths: rank 1 of 2 (srun, job 42.0): no rendezvous with rank 0 within 0.5 s: expected the endpoint "
+        f"rank 0 writes to {tmp_path}/.paths-rendezvous-srun-42.0 (set PATHS_RENDEZVOUS_DIR to a folder every "
+        f"rank sees, or PATHS_RENDEZVOUS=tcp://HOST:PORT for rank 0 to listen on)")
+
+
+def test_ranks_with_another_map_are_refused_everywhere(tmp_path):
+    answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}, checks={2: "map other"})
+    expected = "rank 2 runs map other, rank 0 map m: give every rank the same"
+    assert all(str(answer).endswith(expected) for answer in answers.values()), answers
+
+
+def test_a_bad_timeout_is_named():
+    with pytest.raises(RendezvousError, match=r"PATHS_RENDEZVOUS_TIMEOUT='soon': expected a number of seconds > 0"):
+        Rendezvous(Discovered("srun", 0, 2, "1.0"), {"PATHS_RENDEZVOUS_TIMEOUT": "soon"})
+
+
+# ---- Open MPI for real ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("policy, nodes", [("block", ["n0"] * 4), ("cyclic", ["n0", "n1", "n2", "n3"])])
+def test_mpirun_ranks_find_each_other_and_sum(openmpi, tmp_path, policy, nodes):
+    env = {**os.environ, **openmpi, "PATHS_MAP": "paper-4w", "PATHS_POLICY": policy, "PATHS_SUM": "TOTAL"}
+    done = subprocess.run(["mpirun", "-np", "4", sys.executable, APP, "sum"], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # mpirun forwards the ranks' output in pieces: a line may be cut by another rank's
+    found = re.findall(r"rank (\d) of 4 on (n\d) by mpirun total (\d+) rendezvous rank 0 at tcp://127\.0\.0\.1:\d+",
+                       done.stdout)
+    assert sorted(found) == [(str(rank), nodes[rank], "10") for rank in range(4)], done.stdout
+    assert list(tmp_path.iterdir()) == []  # the rendezvous file is gone
