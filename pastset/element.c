@@ -225,7 +225,22 @@ int ps_exchange(ps_element *e, const void *tuple, void *out, int64_t timeout_ns,
     return ps_observe(e, out, NULL, ps_remaining(deadline));
 }
 
-int ps_observe_at(ps_element *e, int64_t index, void *out, int64_t timeout_ns) {
+/* With the lock held and tuples [index, index + n) in the log: copies them out, a chunk's run at
+ * a time. */
+static void copy_out(ps_element *e, int64_t index, int64_t n, unsigned char *out) {
+    int64_t per_chunk = (int64_t)1 << e->chunk_shift;
+    while (n > 0) {
+        int64_t run = per_chunk - (index & (per_chunk - 1));
+        if (run > n) run = n;
+        memcpy(out, tuple_address(e, index), (size_t)run * e->tuple_size);
+        out += (size_t)run * e->tuple_size;
+        index += run;
+        n -= run;
+    }
+}
+
+int ps_observe_range(ps_element *e, int64_t index, uint32_t max, void *out, int64_t *count, int64_t timeout_ns) {
+    *count = 0;
     if (index < 0) return PS_EINDEX;
     int64_t deadline = 0;
     uint32_t spins = 0;
@@ -233,13 +248,16 @@ int ps_observe_at(ps_element *e, int64_t index, void *out, int64_t timeout_ns) {
         uint32_t seen = ps_waitpoint_sequence(&e->arrived);
         pthread_mutex_lock(&e->lock);
         if (index < e->axed) {
+            *count = e->axed;
             done_waiting(&e->observers_waiting, spins);
             pthread_mutex_unlock(&e->lock);
             return PS_EAXED;
         }
         if (index < e->last) {
-            memcpy(out, tuple_address(e, index), e->tuple_size);
-            e->observes++;
+            int64_t n = e->last - index < (int64_t)max ? e->last - index : (int64_t)max;
+            copy_out(e, index, n, out);
+            e->observes += n;
+            *count = n;
             done_waiting(&e->observers_waiting, spins);
             pthread_mutex_unlock(&e->lock);
             return PS_OK;
@@ -247,6 +265,11 @@ int ps_observe_at(ps_element *e, int64_t index, void *out, int64_t timeout_ns) {
         if (wait_unlocked(e, &e->arrived, &e->observers_waiting, seen, timeout_ns, &deadline, &spins) == PS_ETIMEDOUT)
             return PS_ETIMEDOUT;
     }
+}
+
+int ps_observe_at(ps_element *e, int64_t index, void *out, int64_t timeout_ns) {
+    int64_t count;
+    return ps_observe_range(e, index, 1, out, &count, timeout_ns);
 }
 
 static int64_t read_locked(ps_element *e, const int64_t *field) {

@@ -96,6 +96,10 @@ int ps_observe(ps_element *e, void *out, int64_t *index_out, int64_t timeout_ns)
 int ps_exchange(ps_element *e, const void *tuple, void *out, int64_t timeout_ns, int *moved);
 /* Reads tuple `index` of the history into out; blocks until it exists. */
 int ps_observe_at(ps_element *e, int64_t index, void *out, int64_t timeout_ns);
+/* Reads tuples index, index + 1, ... of the history into out, at most max of them: it blocks until
+ * tuple `index` exists, then gives every tuple up to max that exists at that moment, and their
+ * number in *count. PS_EAXED (with the axe point in *count) for an index before the axe point. */
+int ps_observe_range(ps_element *e, int64_t index, uint32_t max, void *out, int64_t *count, int64_t timeout_ns);
 int64_t ps_first(ps_element *e);   /* index of the next unread tuple */
 int64_t ps_last(ps_element *e);    /* number of tuples moved */
 int64_t ps_axed(ps_element *e);    /* the axe point: observe_at refuses the tuples before it */

@@ -97,7 +97,8 @@ def stage_kind(name: str) -> Callable[[type], type]:
 
         move(below, t), observe(below) -> t, observe_at(below, index) -> t, first(below) -> int,
         last(below) -> int, delta(below, bound or None) -> int, axe(below, index),
-        exchange(below, t) -> t, move_many(below, [t, ...])
+        exchange(below, t) -> t, move_many(below, [t, ...]),
+        observe_range(below, index, count) -> [t, ...] (1 to count of them), flush(below), fence(below)
 
     The others pass straight through, except exchange and move_many, which come as the moves
     and observes they are made of when it has no method for them. A TimeoutError a method

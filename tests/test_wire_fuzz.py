@@ -91,7 +91,7 @@ class Fuzzer:
         return [encode(self.any_op(), handle_id=self.handle(), version=version)]
 
     def bad_op(self):
-        return [encode(self.rng.choice([0, OP_LIMIT, 14, 0x80, 0xFF]), handle_id=self.handle())]
+        return [encode(self.rng.choice([0, OP_LIMIT, OP_LIMIT + 1, 0x80, 0xFF]), handle_id=self.handle())]
 
     def bad_length(self):
         payload = self.rng.randbytes(self.rng.randrange(0, 32))

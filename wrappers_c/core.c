@@ -34,6 +34,11 @@ int ps_element_call(ps_element *e, ps_op *op) {
         }
         return PS_OK;
     }
+    case PS_OP_OBSERVE_RANGE:
+        if (op->count == 0 || op->count > ps_op_range_max(ps_element_tuple_size(e))) return PS_EINVAL;
+        return ps_observe_range(e, op->argument, op->count, op->out, &op->value, op->timeout_ns);
+    case PS_OP_FLUSH: /* an element holds nothing back, and a move is applied when it returns */
+    case PS_OP_FENCE: return PS_OK;
     case PS_OP_FIRST: op->value = ps_first(e); return PS_OK;
     case PS_OP_LAST: op->value = ps_last(e); return PS_OK;
     case PS_OP_DELTA: {

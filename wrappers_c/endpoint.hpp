@@ -101,6 +101,33 @@ public:
         return codec_.unpack(buffer.data());
     }
 
+    // Tuples index, index + 1, ... that exist, at most count of them, as one operation (through a
+    // remote stage: one request, its answer streamed); waits for tuple `index` only.
+    py::list observe_range(const py::object &index, const py::object &count, const py::object &timeout) {
+        int64_t first = int_argument(index, label_ + " observe_range(index)");
+        int64_t n = int_argument(count, label_ + " observe_range(count)");
+        std::string call = label_ + " observe_range(" + std::to_string(first) + ", " + std::to_string(n) + ")";
+        int64_t most = ps_op_range_max(codec_.size());
+        if (n < 1 || n > most)
+            throw py::value_error(call + ": expected a count from 1 to " + std::to_string(most) + " (" +
+                                  std::to_string(PS_OP_RANGE_MAX_BYTES >> 20) + " MiB of " +
+                                  std::to_string(codec_.size()) + "-byte tuples): one range is bounded");
+        std::vector<unsigned char> buffer(static_cast<size_t>(n) * codec_.size());
+        ps_op op = operation(PS_OP_OBSERVE_RANGE);
+        op.argument = first;
+        op.count = static_cast<uint32_t>(n);
+        op.out = buffer.data();
+        int rc = waiting(op, timeout);
+        if (rc == PS_EAXED)
+            fail(rc, call + ": tuple " + std::to_string(first) + " was freed by axe (first live index is " +
+                         std::to_string(op.value) + ")");
+        if (rc == PS_EINDEX) fail(rc, call + ": expected an index >= 0");
+        if (rc != PS_OK) fail(rc, call);
+        py::list tuples;
+        for (int64_t i = 0; i < op.value; i++) tuples.append(codec_.unpack(buffer.data() + i * codec_.size()));
+        return tuples;
+    }
+
     // A move of t, then an observe, as one operation (through a remote stage: one round trip).
     py::object exchange(const py::handle &t, const py::object &timeout) {
         py::bytes packed = codec_.pack(t, label_);
@@ -175,7 +202,7 @@ private:
 
     // Raises the status as a Python exception, with what the path could say about it.
     [[noreturn]] void fail(int rc, const std::string &what) {
-        bool explained = rc == PS_EREMOTE || rc == PS_EINVAL || rc == PS_ENOTSUP;
+        bool explained = rc != PS_ETIMEDOUT && rc != PS_EAXED && rc != PS_EINDEX;
         std::string why = explained ? Backend::explanation() : "";
         raise_status(rc, why.empty() ? what : what + " (" + why + ")");
     }
@@ -194,6 +221,9 @@ void bind_endpoint(py::class_<T, Options...> &cls, const char *type) {
              "round trip). A failure may come after a first part of them moved: its message says how many.")
         .def("observe", &T::observe, py::arg("index") = py::none(), py::arg("timeout") = py::none(),
              "observe() reads the next unread tuple; observe(i) reads tuple i. Both block until it exists.")
+        .def("observe_range", &T::observe_range, py::arg("index"), py::arg("count"), py::arg("timeout") = py::none(),
+             "The tuples index, index+1, ... that exist, at most count of them (a list): one operation, through a\n"
+             "remote stage one request. Blocks until tuple index exists. A range holds at most 4 MiB of tuples.")
         .def("exchange", &T::exchange, py::arg("t"), py::arg("timeout") = py::none(),
              "Move t, then observe the next unread tuple, as one operation (through a remote stage: one\n"
              "round trip); returns the observed tuple.")

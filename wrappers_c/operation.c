@@ -11,6 +11,9 @@ const ps_op_info ps_op_kinds[PS_OP_KIND_COUNT] = {
     [PS_OP_AXE] = {"axe", 8, PS_OP_INDEX},
     [PS_OP_EXCHANGE] = {"exchange", 11, PS_OP_TUPLE_IN | PS_OP_TUPLE_OUT | PS_OP_WAITS | PS_OP_COMPOSED},
     [PS_OP_MOVE_MANY] = {"move_many", 13, PS_OP_TUPLES_IN | PS_OP_WAITS | PS_OP_COMPOSED},
+    [PS_OP_OBSERVE_RANGE] = {"observe_range", 14, PS_OP_INDEX | PS_OP_TUPLES_OUT | PS_OP_WAITS},
+    [PS_OP_FLUSH] = {"flush", 15, PS_OP_WAITS},
+    [PS_OP_FENCE] = {"fence", 16, PS_OP_WAITS},
 };
 
 int ps_op_kind_of_wire(unsigned code) {

@@ -33,6 +33,12 @@ typedef enum ps_op_kind {
     PS_OP_AXE,         /* argument: the index before which tuples may be freed */
     PS_OP_EXCHANGE,    /* a move of `in`, then an observe into `out`, as one operation */
     PS_OP_MOVE_MANY,   /* the `count` tuples at `in`, moved in order, as one operation */
+    PS_OP_OBSERVE_RANGE, /* tuples `argument`, ... of the history, at most `count` of them, into `out`: it
+                            waits for tuple `argument` only, and gives those that exist then; value: how
+                            many it gave (on PS_EAXED: the axe point). At most PS_OP_RANGE_MAX_BYTES */
+    PS_OP_FLUSH,       /* sends on down what a stage holds back for the caller (a batch's buffer) */
+    PS_OP_FENCE,       /* a flush that returns once every earlier move of the caller has been applied at
+                          the element (docs/semantics.md, "fence") */
     PS_OP_KIND_COUNT
 } ps_op_kind;
 
@@ -47,7 +53,17 @@ enum {
     PS_OP_WAITS = 1 << 6,     /* it may wait: it takes `timeout_ns` */
     PS_OP_COMPOSED = 1 << 7,  /* made of simpler kinds: a stage that does not take it whole gets
                                  those (ps_op_fallback, stage_base.h) */
+    PS_OP_TUPLES_OUT = 1 << 8,/* `out` has room for `count` tuples; `value` says how many it received */
 };
+
+/* The most bytes of tuples one observe_range gives (a remote stage carries them as one answer in
+ * frames): a larger range is refused with PS_EINVAL. In tuples of a size: ps_op_range_max. */
+enum { PS_OP_RANGE_MAX_BYTES = 1 << 22 };
+
+static inline uint32_t ps_op_range_max(size_t tuple_size) {
+    size_t n = tuple_size ? PS_OP_RANGE_MAX_BYTES / tuple_size : 1;
+    return n ? (uint32_t)n : 1;
+}
 
 typedef struct ps_op_info {
     const char *name; /* as Python and trace files name it: "move", "observe_at", ... */
@@ -64,17 +80,24 @@ typedef struct ps_op {
     int64_t argument;    /* PS_OP_INDEX, PS_OP_BOUND */
     int64_t timeout_ns;  /* PS_OP_WAITS: the longest it may wait (PS_FOREVER: no limit) */
     const void *in;      /* PS_OP_TUPLE_IN, PS_OP_TUPLES_IN */
-    void *out;           /* PS_OP_TUPLE_OUT */
-    uint32_t count;      /* PS_OP_TUPLES_IN: tuples at `in` */
+    void *out;           /* PS_OP_TUPLE_OUT, PS_OP_TUPLES_OUT */
+    uint32_t count;      /* PS_OP_TUPLES_IN: tuples at `in`; PS_OP_TUPLES_OUT: room at `out` */
     uint32_t done;       /* result: tuples of `in` that took effect, all of them on PS_OK; a
                             failed operation may have done a first part (an exchange its move) */
-    int64_t value;       /* result, PS_OP_VALUE_OUT */
+    int64_t value;       /* result, PS_OP_VALUE_OUT; PS_OP_TUPLES_OUT: the tuples written to `out` */
 } ps_op;
 
 /* The tuples an operation takes in: 0, 1, or its count. */
 static inline uint32_t ps_op_tuples_in(const ps_op *op) {
     uint32_t shape = ps_op_kinds[op->kind].shape;
     return shape & PS_OP_TUPLES_IN ? op->count : (shape & PS_OP_TUPLE_IN) != 0;
+}
+
+/* The tuples an operation gave back once it returned `status`: 0, 1, or its value. */
+static inline uint32_t ps_op_tuples_out(const ps_op *op, int status) {
+    uint32_t shape = ps_op_kinds[op->kind].shape;
+    if (status != 0) return 0;
+    return shape & PS_OP_TUPLES_OUT ? (uint32_t)op->value : (shape & PS_OP_TUPLE_OUT) != 0;
 }
 
 /* The kind whose wire op code is `code`, or -1 for none. */

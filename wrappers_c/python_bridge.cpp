@@ -1,10 +1,11 @@
 // python_bridge.cpp — stage kinds written in Python (the slow path): a bridge stage whose
 // operations call the methods of a Python object with the GIL held. The object answers the
 // operations it has a method for, named as the table of operation kinds names them (move,
-// observe, observe_at, first, last, delta, axe, exchange, move_many); the others pass down
-// unchanged, except a kind made of simpler ones (exchange, move_many), which comes as those.
-// What a method is given and must return follows from its kind's shape in the table:
-//   method(below[, tuple | [tuples] | index | bound or None]) -> a tuple | an int | anything
+// observe, observe_at, first, last, delta, axe, exchange, move_many, observe_range, flush,
+// fence); the others pass down unchanged, except a kind made of simpler ones (exchange,
+// move_many), which comes as those. What a method is given and must return follows from its
+// kind's shape in the table:
+//   method(below[, tuple | [tuples] | index | bound or None][, count]) -> a tuple | [tuples] | an int | anything
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,17 @@ void copy_out(const TupleCodec &codec, const py::object &t, void *out, const std
     std::memcpy(out, PyBytes_AS_STRING(packed.ptr()), codec.size());
 }
 
+// The tuples a method returned for a range (1 to op->count of them) into op->out; their number.
+int64_t copy_all_out(const TupleCodec &codec, const py::object &tuples, ps_op *op, const std::string &what) {
+    py::list list = py::list(tuples);
+    if (list.size() < 1 || list.size() > op->count)
+        throw py::value_error(what + " " + std::to_string(list.size()) + " tuples: expected 1 to " +
+                              std::to_string(op->count));
+    for (size_t i = 0; i < list.size(); i++)
+        copy_out(codec, py::object(list[i]), static_cast<unsigned char *>(op->out) + i * codec.size(), what);
+    return static_cast<int64_t>(list.size());
+}
+
 int python_answers(void *impl, ps_op_kind kind) {
     return py::hasattr(static_cast<PythonStage *>(impl)->impl, ps_op_kinds[kind].name);
 }
@@ -76,8 +88,10 @@ int python_call(void *impl, ps_link *below_link, uint32_t slot, ps_op *op) {
         }
         if (info.shape & PS_OP_INDEX) args.append(op->argument);
         if (info.shape & PS_OP_BOUND) args.append(op->argument >= 0 ? py::object(py::int_(op->argument)) : py::none());
+        if (info.shape & PS_OP_TUPLES_OUT) args.append(op->count);
         py::object result = stage.impl.attr(info.name)(*args);
         if (info.shape & PS_OP_TUPLE_OUT) copy_out(codec, result, op->out, stage.returned(info.name));
+        if (info.shape & PS_OP_TUPLES_OUT) op->value = copy_all_out(codec, result, op, stage.returned(info.name));
         if (info.shape & PS_OP_VALUE_OUT) op->value = int_argument(result, stage.returned(info.name));
         return PS_OK;
     } catch (py::error_already_set &e) {

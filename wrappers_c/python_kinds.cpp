@@ -71,7 +71,7 @@ py::list operations() {
         const std::pair<uint32_t, const char *> flags[] = {
             {PS_OP_TUPLE_IN, "tuple in"}, {PS_OP_TUPLES_IN, "tuples in"}, {PS_OP_TUPLE_OUT, "tuple out"},
             {PS_OP_INDEX, "index"},       {PS_OP_BOUND, "bound"},         {PS_OP_VALUE_OUT, "value out"},
-            {PS_OP_WAITS, "waits"},       {PS_OP_COMPOSED, "composed"},
+            {PS_OP_WAITS, "waits"},       {PS_OP_COMPOSED, "composed"},     {PS_OP_TUPLES_OUT, "tuples out"},
         };
         for (auto &[flag, name] : flags)
             if (info.shape & flag) shape.append(name);

@@ -183,12 +183,33 @@ static int drain(remote_stage *r, connection *c, uint32_t keep) {
     return PS_OK;
 }
 
+/* The tuples of a range's answer, frame after frame (`answer` is its first), into op->out; each
+ * frame's value is the tuples still to come after it. PS_OK with op->value set, or broken. */
+static int take_range(remote_stage *r, connection *c, uint64_t id, ps_frame *answer, ps_op *op) {
+    size_t tuple_size = r->base.tuple_size;
+    uint32_t got = 0;
+    for (;;) {
+        uint32_t n = answer->payload_length / (uint32_t)tuple_size;
+        if (answer->status != PS_OK || answer->payload_length % tuple_size || n == 0 || n > op->count - got ||
+            answer->value < 0 || answer->value > op->count - got - n)
+            return broken(r, c, "a malformed answer to observe_range", PS_EINVAL);
+        memcpy((unsigned char *)op->out + (size_t)got * tuple_size, answer->payload, answer->payload_length);
+        got += n;
+        if (answer->value == 0) break;
+        int rc = wait_answer(r, c, c->socket, id, r->timeout_ns, answer);
+        if (rc != PS_OK) return broken(r, c, "no answer", rc);
+    }
+    op->value = got;
+    return PS_OK;
+}
+
 /* One operation, whatever its kind: sent in slices of at most timeout_ms, each answered, until it
  * is done or the caller's timeout ends. The table says what travels: the tuples it takes in (a
- * move_many's in frames of at most ps_wire_batch_tuples, each acknowledged), the one it gives
- * back, its value. An answer's value is the kind's value, or else the tuples of the frame that
- * took effect: a slice that ended with some done goes on with the rest (an exchange whose move
- * is done, with its observe). */
+ * move_many's in frames of at most ps_wire_batch_tuples, each acknowledged), how many it asks
+ * back (an observe_range: its answer streams in frames), the one it gives back, its value. An
+ * answer's value is the kind's value, or else the tuples of the frame that took effect: a slice
+ * that ended with some done goes on with the rest (an exchange whose move is done, with its
+ * observe). */
 static int round_trips(ps_link *link, ps_op *op) {
     remote_stage *r = remote_of(link);
     connection *c = &r->connections[link->slot];
@@ -206,8 +227,16 @@ static int round_trips(ps_link *link, ps_op *op) {
         int64_t slice = server_slice(r);
         int64_t left = ps_remaining(deadline);
         if (shape & PS_OP_WAITS && left != PS_FOREVER && left < slice) slice = left;
-        uint64_t id = send_request(r, c, c->socket, ps_op_kinds[sending].wire, op->argument, slice,
-                                   n ? in + (size_t)op->done * tuple_size : NULL, (size_t)n * tuple_size, 0);
+        const void *payload = n ? in + (size_t)op->done * tuple_size : NULL;
+        size_t payload_length = (size_t)n * tuple_size;
+        unsigned char count[PS_WIRE_COUNT];
+        if (shape & PS_OP_TUPLES_OUT) {
+            ps_wire_put_count(op->count, count);
+            payload = count;
+            payload_length = sizeof count;
+        }
+        uint64_t id = send_request(r, c, c->socket, ps_op_kinds[sending].wire, op->argument, slice, payload,
+                                   payload_length, 0);
         if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
         /* Pipelined moves went first: their answers come first. Sending before reading them
          * lets a move and the observe after it share one round trip. */
@@ -221,7 +250,9 @@ static int round_trips(ps_link *link, ps_op *op) {
             if (answer.payload_length != tuple_size) return PS_EREMOTE;
             memcpy(op->out, answer.payload, tuple_size);
         }
-        if (shape & PS_OP_VALUE_OUT) op->value = answer.value;
+        if (shape & PS_OP_TUPLES_OUT && status == PS_OK && (rc = take_range(r, c, id, &answer, op)) != PS_OK)
+            return rc;
+        if (shape & PS_OP_VALUE_OUT || (shape & PS_OP_TUPLES_OUT && status != PS_OK)) op->value = answer.value;
         else if (n) op->done += status == PS_OK ? n : answer.value > 0 && answer.value < n ? (uint32_t)answer.value : 0;
         if (sending == PS_OP_EXCHANGE && op->done) sending = PS_OP_OBSERVE; /* what is left of it */
         int time_left = deadline == PS_FOREVER || ps_now_ns() < deadline;
@@ -246,8 +277,20 @@ static int pipelined_move(ps_link *link, ps_op *op) {
     return PS_OK;
 }
 
+/* A range larger than one answer may carry is refused before it is sent. */
+static int range_refused(remote_stage *r, const ps_op *op) {
+    uint32_t most = ps_op_range_max(r->base.tuple_size);
+    if (op->count >= 1 && op->count <= most) return 0;
+    char detail[160];
+    snprintf(detail, sizeof detail, "asked for %u tuples; one answer carries 1 to %u tuples of %zu bytes (%d MiB)",
+             op->count, most, r->base.tuple_size, PS_OP_RANGE_MAX_BYTES >> 20);
+    explain(r, "observe_range", detail);
+    return 1;
+}
+
 static int remote_call(ps_link *link, ps_op *op) {
     if (op->kind == PS_OP_MOVE && remote_of(link)->window > 1) return pipelined_move(link, op);
+    if (ps_op_kinds[op->kind].shape & PS_OP_TUPLES_OUT && range_refused(remote_of(link), op)) return PS_EINVAL;
     if (ps_op_tuples_in(op) == 0 && ps_op_kinds[op->kind].shape & PS_OP_TUPLES_IN) return PS_OK; /* nothing to move */
     return round_trips(link, op);
 }

@@ -44,7 +44,9 @@ typedef struct link_worker {
     _Atomic int finished;
     size_t tuple_size;
     unsigned char *tuple;   /* observe results */
-    unsigned char *answer;  /* the encoded answer */
+    unsigned char *range;   /* observe_range results: room for the largest range asked so far */
+    size_t range_capacity;  /* its bytes (at most PS_OP_RANGE_MAX_BYTES) */
+    unsigned char *answer;  /* the encoded answer (one frame of a range at most) */
     struct link_worker *next;
 } link_worker;
 
@@ -113,22 +115,44 @@ static int64_t bounded_timeout(int64_t requested) {
     return requested < 0 || requested > OP_SLICE_NS ? OP_SLICE_NS : requested;
 }
 
+/* Room for a range of `count` tuples (grown to the largest asked, never past the bound). */
+static int range_room(link_worker *w, uint32_t count) {
+    size_t bytes = (size_t)count * w->tuple_size;
+    if (bytes <= w->range_capacity) return PS_OK;
+    unsigned char *grown = realloc(w->range, bytes);
+    if (!grown) return PS_ENOMEM;
+    w->range = grown;
+    w->range_capacity = bytes;
+    return PS_OK;
+}
+
 /* A request's operation, checked against the table: the kind its op code names, with exactly the
- * tuples that kind takes (a move_many: 1 to ps_wire_batch_tuples of them), and no payload for a
- * kind that takes none. Returns 0 and fills *op (its results into w->tuple), or -1. */
+ * tuples that kind takes (a move_many: 1 to ps_wire_batch_tuples of them), a count of tuples for a
+ * kind that gives several (1 to ps_op_range_max of them), and no payload for a kind that takes
+ * none. Returns PS_OK and fills *op (its results into the worker's buffers), PS_EINVAL for a
+ * malformed request, PS_ENOMEM. */
 static int operation_of(link_worker *w, const ps_frame *request, ps_op *op) {
     int kind = ps_op_kind_of_wire(request->op);
-    if (kind < 0) return -1;
+    if (kind < 0) return PS_EINVAL;
     uint32_t shape = ps_op_kinds[kind].shape;
+    *op = (ps_op){.kind = (ps_op_kind)kind, .argument = request->argument,
+                  .timeout_ns = bounded_timeout(request->value), .in = request->payload, .out = w->tuple};
+    if (shape & PS_OP_TUPLES_OUT) {
+        if (request->payload_length != PS_WIRE_COUNT) return PS_EINVAL;
+        op->count = ps_wire_get_count(request->payload);
+        if (op->count == 0 || op->count > ps_op_range_max(w->tuple_size)) return PS_EINVAL;
+        op->in = NULL;
+        int rc = range_room(w, op->count);
+        op->out = w->range;
+        return rc;
+    }
     size_t tuples = request->payload_length / w->tuple_size;
-    if (request->payload_length % w->tuple_size != 0) return -1;
+    if (request->payload_length % w->tuple_size != 0) return PS_EINVAL;
     if (shape & PS_OP_TUPLES_IN ? tuples == 0 || tuples > ps_wire_batch_tuples(w->tuple_size)
                                 : tuples != ((shape & PS_OP_TUPLE_IN) != 0))
-        return -1;
-    *op = (ps_op){.kind = (ps_op_kind)kind, .argument = request->argument,
-                  .timeout_ns = bounded_timeout(request->value), .in = request->payload, .out = w->tuple,
-                  .count = (uint32_t)tuples};
-    return 0;
+        return PS_EINVAL;
+    op->count = (uint32_t)tuples;
+    return PS_OK;
 }
 
 /* Runs one request on the worker's link and returns its status; *op is the operation it ran, if
@@ -138,7 +162,8 @@ static int run_request(link_worker *w, const ps_frame *request, ps_op *op, int *
     if (request->handle_id != w->id) return PS_EINVAL;
     if (request->op == PS_WIRE_PING || request->op == PS_WIRE_RELEASE)
         return request->payload_length ? PS_EINVAL : PS_OK;
-    if (operation_of(w, request, op) != 0) return PS_EINVAL;
+    int rc = operation_of(w, request, op);
+    if (rc != PS_OK) return rc;
     *ran = 1;
     return ps_link_call(w->link, op);
 }
@@ -189,10 +214,31 @@ static int client_gone(link_worker *w, int *peers, int served, int64_t first_pee
     return served || ps_now_ns() > first_peer_due;
 }
 
-/* Counts a received frame, runs it when well formed (request NULL: it was not) and encodes the
- * answer into w->answer; returns the answer's length. A RELEASE that took effect sets *released;
- * a request addressed to the link sets *served. */
-static size_t answer_request(link_worker *w, const ps_frame *request, int *released, int *served) {
+/* Where a link's answers go: its ZeroMQ socket, to the peer the request came from, or its direct
+ * connection. Returns PS_OK, or PS_EREMOTE when the client is gone. */
+typedef int (*answer_to)(void *to, const unsigned char *frame, size_t length);
+
+/* The tuples a range gave, as frames of at most ps_wire_batch_tuples each; each frame's value is
+ * the tuples still to come after it. */
+static int send_range(link_worker *w, const ps_frame *request, const ps_op *op, answer_to send, void *to) {
+    size_t capacity = ps_wire_link_frame_max(w->tuple_size);
+    uint32_t total = (uint32_t)op->value, per_frame = (uint32_t)ps_wire_batch_tuples(w->tuple_size);
+    int rc = PS_OK;
+    for (uint32_t sent = 0; rc == PS_OK && sent < total;) {
+        uint32_t n = total - sent < per_frame ? total - sent : per_frame;
+        size_t length = encode_answer(w->answer, capacity, request->op, PS_OK, request->request_id, w->id,
+                                      total - sent - n, w->range + (size_t)sent * w->tuple_size, n * w->tuple_size);
+        rc = send(to, w->answer, length);
+        sent += n;
+    }
+    return rc;
+}
+
+/* Counts a received frame, runs it when well formed (request NULL: it was not) and sends its
+ * answer. A RELEASE that took effect sets *released; a request addressed to the link sets
+ * *served. Returns what sending returned. */
+static int answer_request(link_worker *w, const ps_frame *request, int *released, int *served, answer_to send,
+                          void *to) {
     ps_server *s = w->server;
     atomic_fetch_add(&s->frames, 1);
     int rc = PS_EINVAL;
@@ -208,16 +254,34 @@ static size_t answer_request(link_worker *w, const ps_frame *request, int *relea
         *served |= request->handle_id == w->id;
     }
     if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
+    uint32_t shape = ran ? ps_op_kinds[op.kind].shape : 0;
+    if (shape & PS_OP_TUPLES_OUT && rc == PS_OK) return send_range(w, request, &op, send, to);
     /* The answer's value: the kind's value, or else the tuples of the request that took effect. */
     int64_t value = 0;
     size_t payload_length = 0;
     if (ran) {
-        uint32_t shape = ps_op_kinds[op.kind].shape;
-        value = shape & PS_OP_VALUE_OUT ? op.value : (int64_t)op.done;
+        value = shape & (PS_OP_VALUE_OUT | PS_OP_TUPLES_OUT) ? op.value : (int64_t)op.done;
         payload_length = shape & PS_OP_TUPLE_OUT && rc == PS_OK ? w->tuple_size : 0;
     }
-    return encode_answer(w->answer, PS_WIRE_HEADER + w->tuple_size, code, rc, request_id, w->id, value, w->tuple,
-                         payload_length);
+    size_t length = encode_answer(w->answer, ps_wire_link_frame_max(w->tuple_size), code, rc, request_id, w->id,
+                                  value, w->tuple, payload_length);
+    return send(to, w->answer, length);
+}
+
+/* A ZeroMQ link's answers go to the peer whose routing id came with the request. */
+typedef struct zmq_peer {
+    void *socket;
+    zmq_msg_t *routing_id;
+} zmq_peer;
+
+static int answer_zmq(void *to, const unsigned char *frame, size_t length) {
+    zmq_peer *peer = to;
+    send_answer(peer->socket, zmq_msg_data(peer->routing_id), zmq_msg_size(peer->routing_id), frame, length);
+    return PS_OK;
+}
+
+static int answer_direct(void *to, const unsigned char *frame, size_t length) {
+    return ps_channel_write(to, frame, length);
 }
 
 /* Serves the link on its ZeroMQ socket until it is released, its client is gone or the server
@@ -242,8 +306,8 @@ static int serve_zmq(link_worker *w) {
         }
         ps_frame request;
         int whole = received == 0 && ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0;
-        size_t length = answer_request(w, whole ? &request : NULL, &released, &served);
-        send_answer(w->socket, zmq_msg_data(&routing_id), zmq_msg_size(&routing_id), w->answer, length);
+        zmq_peer peer = {w->socket, &routing_id};
+        answer_request(w, whole ? &request : NULL, &released, &served, answer_zmq, &peer);
         zmq_msg_close(&routing_id);
         zmq_msg_close(&frame);
     }
@@ -353,8 +417,8 @@ static int serve_direct(link_worker *w) {
             break;
         }
         int64_t begun = ps_now_ns();
-        size_t length = answer_request(w, received == PS_OK ? &request : NULL, &released, &served);
-        gone = ps_channel_write(&client, w->answer, length) != PS_OK;
+        gone = answer_request(w, received == PS_OK ? &request : NULL, &released, &served, answer_direct, &client) !=
+               PS_OK;
         /* An answer that waited goes out now: the requests behind it may wait too, and the client
          * waits for each answer at most timeout_ms, no more than twice a request's slice. */
         if (!gone && ps_now_ns() - begun > LATE_NS) gone = ps_channel_flush(&client, 0) != PS_OK;
@@ -509,7 +573,7 @@ int ps_server_answer_build(ps_server *s, const ps_build_request *request, ps_lin
     w->listener = -1;
     w->tuple_size = ps_stage_format(link->stage)->size;
     w->tuple = malloc(w->tuple_size);
-    w->answer = malloc(PS_WIRE_HEADER + w->tuple_size);
+    w->answer = malloc(ps_wire_link_frame_max(w->tuple_size));
     pthread_mutex_lock(&s->lock);
     w->id = s->next_id++;
     pthread_mutex_unlock(&s->lock);
@@ -545,6 +609,7 @@ int ps_server_answer_build(ps_server *s, const ps_build_request *request, ps_lin
 
 static void free_worker(link_worker *w) {
     pthread_join(w->thread, NULL);
+    free(w->range);
     free(w->tuple);
     free(w->answer);
     free(w);

@@ -129,11 +129,12 @@ static int claim_slot(ps_stage *stage, uint32_t *out) {
     return PS_OK;
 }
 
-/* A pass-through stage's caller is gone: what it held below goes, and its slot is free again. */
+/* A pass-through stage's caller is gone: the kind lets it go (still through its link below: a
+ * batch sends what it holds), then what it held below goes, and its slot is free again. */
 static void free_slot(ps_stage *stage, uint32_t slot) {
     if (!stage->free_slots) return;
-    if (stage->caller_links) ps_link_detach(&stage->caller_links[slot]);
     if (stage->kind->detach) stage->kind->detach(stage, slot);
+    if (stage->caller_links) ps_link_detach(&stage->caller_links[slot]);
     pthread_mutex_lock(&stage->links_lock);
     stage->free_slots[stage->free_count++] = slot;
     pthread_mutex_unlock(&stage->links_lock);
@@ -179,7 +180,7 @@ int ps_link_call(ps_link *link, ps_op *op) {
     op->done = 0;
     int rc = s->kind->call(link, op);
     if (rc == PS_OK) op->done = ps_op_tuples_in(op);
-    uint32_t tuples = op->done + (rc == PS_OK && (ps_op_kinds[op->kind].shape & PS_OP_TUPLE_OUT));
+    uint32_t tuples = op->done + ps_op_tuples_out(op, rc);
     count(link, (int64_t)tuples * (int64_t)s->tuple_size);
     op->status = rc;
     return rc;

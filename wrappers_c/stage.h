@@ -141,7 +141,9 @@ struct ps_stage_kind {
     void (*destroy)(ps_stage *stage);
     /* Optional: a new caller got `slot` (a remote stage connects it to its server here). */
     int (*attach)(ps_stage *stage, uint32_t slot);
-    /* Optional: the caller in `slot` is gone (a remote stage releases its server link here). */
+    /* Optional: the caller in `slot` is gone (a remote stage releases its server link here; a
+     * batch sends what it holds, through the caller's link below, which is still attached). Also
+     * called for a slot whose attach failed. */
     void (*detach)(ps_stage *stage, uint32_t slot);
 };
 

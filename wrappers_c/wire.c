@@ -67,3 +67,6 @@ int ps_wire_decode(const unsigned char *buf, size_t length, ps_frame *out) {
     out->payload = payload_length ? buf + PS_WIRE_HEADER : NULL;
     return 0;
 }
+
+void ps_wire_put_count(uint32_t count, unsigned char *out) { put32(out, count); }
+uint32_t ps_wire_get_count(const unsigned char *in) { return get32(in); }

@@ -25,7 +25,8 @@ enum {
 };
 
 /* The op codes of the control plane and of a link's life. A stage operation's op code is its
- * kind's (ps_op_kinds in operation.h: move 2, observe 3, ... exchange 11, move_many 13). */
+ * kind's (ps_op_kinds in operation.h: move 2, observe 3, ... exchange 11, move_many 13,
+ * observe_range 14, flush 15, fence 16). */
 typedef enum ps_wire_op {
     PS_WIRE_BUILD = 1,   /* payload: a path spec (JSON); answer: handle id, payload: endpoint */
     PS_WIRE_RELEASE = 9, /* the client is done with the handle */
@@ -34,7 +35,14 @@ typedef enum ps_wire_op {
 } ps_wire_op;
 
 /* Op codes a well-formed frame may carry: PS_WIRE_OP_FIRST <= op < PS_WIRE_OP_LIMIT. */
-enum { PS_WIRE_OP_FIRST = 1, PS_WIRE_OP_LIMIT = 14 };
+enum { PS_WIRE_OP_FIRST = 1, PS_WIRE_OP_LIMIT = 17 };
+
+/* A request for tuples out (observe_range) carries how many it asks for: PS_WIRE_COUNT bytes,
+ * u32 little-endian. Its answer comes in frames of at most ps_wire_batch_tuples each, whose
+ * `value` is the tuples still to come in later frames (wire.md, "Ranges"). */
+enum { PS_WIRE_COUNT = 4 };
+void ps_wire_put_count(uint32_t count, unsigned char *out);
+uint32_t ps_wire_get_count(const unsigned char *in);
 
 /* Tuples of `tuple_size` bytes one frame carries at most: PS_WIRE_BATCH_PAYLOAD bytes of them, or
  * one; and the longest frame of a link over such tuples (what its buffers must hold). */
