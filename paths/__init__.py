@@ -18,6 +18,7 @@
     def traced(request): return paths.make_path(paths.stage("trace", file="t.bin"), request.default())
 
     paths.get_include()                               # the folder of paths.h, for C kernels
+    paths.fence(handles)                              # held-back moves down and applied (batch)
 
     # in a program started by `paths launch`, srun or mpirun (one process per rank):
     h = paths.acquire("TOTAL", "q")                   # this rank's path, from the acquire hook
@@ -25,7 +26,7 @@
 """
 
 from . import bench
-from ._native import AxedError, Element, Handle, PastSet
+from ._native import AxedError, Element, Handle, PastSet, fence
 from .acquire_hook import AcquireRequest, acquire_hook, release_hook
 from .build import BuildContext, build_path, default_pastset
 from .cluster_map import ClusterMap, MapError, builtin_map, load_map
@@ -58,6 +59,7 @@ __all__ = [
     "build_path",
     "builtin_map",
     "default_pastset",
+    "fence",
     "get_include",
     "kinds",
     "load_map",

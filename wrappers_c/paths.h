@@ -90,6 +90,13 @@ int paths_move(paths_handle *h, const void *tuple, int64_t timeout_ns);     /* a
 int paths_move_many(paths_handle *h, const void *tuples, size_t n, int64_t timeout_ns);
 int paths_observe(paths_handle *h, void *out, int64_t timeout_ns);          /* the next unread one */
 int paths_observe_at(paths_handle *h, int64_t index, void *out, int64_t timeout_ns); /* tuple `index` */
+/* A fence over n handles (ARMI's rmi_fence, the end of a write scope): whatever a stage on their
+ * paths holds back (a batch's buffered moves) goes down, and it returns once every move made
+ * through them before it has been applied at its element. A move into a sum counts as applied
+ * once its round's total has come back: a fence through a sum tree waits for the other
+ * contributors' moves of that round too (so every process fences, as with rmi_fence). It fails
+ * with the first failure on the way (a batch's failed send: see docs/semantics.md). */
+int paths_fence(paths_handle *const *handles, size_t n, int64_t timeout_ns);
 int paths_first(paths_handle *h, int64_t *out);   /* index of the next unread tuple */
 int paths_last(paths_handle *h, int64_t *out);    /* number of tuples moved */
 int paths_axe(paths_handle *h, int64_t index);    /* free the tuples before index */

@@ -3,6 +3,12 @@
 
 #include "python_module.hpp"
 
+#include <vector>
+
+extern "C" {
+#include "paths.h"
+}
+
 namespace paths_native {
 
 py::dict Stage::counters() const {
@@ -32,9 +38,40 @@ py::object handle_capsule(const py::object &self) {
     return py::reinterpret_steal<py::object>(capsule);
 }
 
+// paths.fence(handles): paths_fence over the handles, in slices without the GIL (a slice that ends
+// first sends what is held back again: it is gone already, so nothing is sent twice).
+void fence(const py::object &handles, const py::object &timeout) {
+    std::vector<std::shared_ptr<Handle>> held;
+    if (py::isinstance<Handle>(handles)) {
+        held.push_back(handles.cast<std::shared_ptr<Handle>>());
+    } else {
+        if (!py::isinstance<py::iterable>(handles))
+            throw py::type_error("fence: expected a Handle or handles, got " + shown(handles));
+        for (py::handle item : handles) {
+            if (!py::isinstance<Handle>(item))
+                throw py::type_error("fence: expected handles, got " + shown(item) + " among them");
+            held.push_back(item.cast<std::shared_ptr<Handle>>());
+        }
+    }
+    std::vector<paths_handle *> links;
+    for (auto &handle : held) links.push_back(reinterpret_cast<paths_handle *>(handle->link()));
+    int rc = wait_in_slices([&](int64_t slice) { return paths_fence(links.data(), links.size(), slice); }, timeout,
+                            PS_FOREVER);
+    if (rc == PS_OK) return;
+    std::string why;
+    for (auto &handle : held)
+        if (why.empty()) why = handle->explanation();
+    raise_status(rc, "fence of " + std::to_string(held.size()) + " handle" + (held.size() == 1 ? "" : "s") +
+                         (why.empty() || rc == PS_ETIMEDOUT ? "" : " (" + why + ")"));
+}
+
 }  // namespace
 
 void bind_handle(py::module_ &m) {
+    m.def("fence", &fence, py::arg("handles"), py::arg("timeout") = py::none(),
+          "Whatever the handles' paths hold back (a batch's buffered moves) goes down, and it returns once every\n"
+          "move made through them before it has been applied at its element (through a sum: once the round's\n"
+          "total came back). `handles`: a Handle or an iterable of them. TimeoutError when timeout passes first.");
     py::class_<Stage, std::shared_ptr<Stage>>(m, "Stage", "One built C stage (one reference to it).")
         .def_property_readonly("kind", &Stage::kind)
         .def_property_readonly("format", &Stage::format)

@@ -182,16 +182,16 @@ static int drive_stalled(reduce_sum_stage *s, int64_t timeout_ns) {
     }
 }
 
-static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
+/* Waits until round `round` (one this caller moved and has not observed) has come back from
+ * below: its total, or its failure, is in its slot at the root. PS_OK or PS_ETIMEDOUT. */
+static int wait_round(ps_link *link, uint64_t round, int64_t timeout_ns) {
     reduce_sum_stage *s = sum_of(link);
-    uint64_t round = link->observes;
-    if (round >= link->moves) return PS_ESTATE; /* each observe answers one earlier move */
     round_slot *slot = &s->root->slots[round % ROUND_SLOTS];
     int64_t deadline = 0;
     uint32_t spins = 0, turns = 0;
     for (;; turns++) {
         uint32_t seen = ps_waitpoint_sequence(&slot->ready_wp);
-        if (atomic_load_explicit(&slot->ready, memory_order_acquire) == round + 1) break;
+        if (atomic_load_explicit(&slot->ready, memory_order_acquire) == round + 1) return PS_OK;
         if (turns == 0) {
             ps_link_count_wait(link);
             deadline = ps_deadline(timeout_ns);
@@ -202,6 +202,15 @@ static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
         if (stalled == PS_OK) continue;
         if (ps_waitpoint_wait(&slot->ready_wp, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
     }
+}
+
+static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
+    reduce_sum_stage *s = sum_of(link);
+    uint64_t round = link->observes;
+    if (round >= link->moves) return PS_ESTATE; /* each observe answers one earlier move */
+    int rc = wait_round(link, round, timeout_ns);
+    if (rc != PS_OK) return rc;
+    round_slot *slot = &s->root->slots[round % ROUND_SLOTS];
     memcpy(out, slot->total, s->base.tuple_size);
     link->observes = round + 1;
     return slot->status;
@@ -266,12 +275,32 @@ static int pass_on(ps_link *link, ps_op *op) {
     }
 }
 
+/* A fence: the caller's moves are applied below once the round of its last move has come back
+ * (the caller's moves counted against the rounds gone down, which stalls while another
+ * contributor still holds back its move of that round); then the fence goes on down. A round
+ * whose move failed below fails the fence with its status. */
+static int sum_fence(ps_link *link, ps_op *op) {
+    int64_t deadline = ps_deadline(op->timeout_ns);
+    if (link->moves > link->observes) {
+        uint64_t last = link->moves - 1;
+        int rc = wait_round(link, last, op->timeout_ns);
+        if (rc == PS_OK) rc = sum_of(link)->root->slots[last % ROUND_SLOTS].status;
+        if (rc != PS_OK) return rc;
+    }
+    int64_t timeout_ns = op->timeout_ns;
+    op->timeout_ns = ps_remaining(deadline);
+    int rc = pass_on(link, op);
+    op->timeout_ns = timeout_ns;
+    return rc;
+}
+
 static int sum_call(ps_link *link, ps_op *op) {
     switch (op->kind) {
     case PS_OP_MOVE: return sum_move(link, op->in, op->timeout_ns);
     case PS_OP_OBSERVE: return sum_observe(link, op->out, op->timeout_ns);
     case PS_OP_MOVE_MANY: return sum_move_many(link, op);
     case PS_OP_EXCHANGE: return ps_op_fallback(link, op); /* a contribution, then its round's total */
+    case PS_OP_FENCE: return sum_fence(link, op);
     default: return pass_on(link, op);
     }
 }
