@@ -10,6 +10,7 @@ static const ps_stage_kind *const KINDS[] = {
     &ps_kind_cache,
     &ps_kind_remote,
     &ps_kind_delay,
+    &ps_kind_batch,
 };
 
 size_t ps_stage_kind_count(void) { return sizeof KINDS / sizeof KINDS[0]; }

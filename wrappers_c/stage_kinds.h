@@ -14,6 +14,7 @@ extern const ps_stage_kind ps_kind_trace;       /* trace.c */
 extern const ps_stage_kind ps_kind_cache;       /* cache.c */
 extern const ps_stage_kind ps_kind_remote;      /* remote.c */
 extern const ps_stage_kind ps_kind_delay;       /* delay.c */
+extern const ps_stage_kind ps_kind_batch;       /* batch.c */
 
 /* Does one operation on an element, as the core stage does: what a bare Element from Python
  * does too. PS_ENOTSUP only for a kind an element does not know (core.c). */

@@ -1,0 +1,497 @@
+/* batch.c — the `batch` stage: each caller's moves go down in bulk, as one move_many (ARMI's
+ * aggregation of remote calls, Aurora's writes buffered until a scope ends).
+ *
+ * A pass-through stage. Each caller has `buffers` buffers of `capacity` tuples (max_moves, or as
+ * many as fit in max_bytes, at least one). A move is copied into the caller's filling buffer,
+ * which goes down as one move_many (a lone move when it holds one tuple) when it is full, when
+ * flush_us has passed since its oldest move, before any other operation of the same caller (so a
+ * caller never waits on its own unsent move and always observes its own moves), and when the
+ * caller goes. A caller's moves go down in the order it made them, each once.
+ *
+ * Who sends. With buffers = 1 a caller sends its full buffer itself. With buffers >= 2 it hands
+ * the full buffer to the stage's sender thread and fills the next one meanwhile; the sender sends
+ * the buffers handed to it, each caller's in order, and a caller waits only when all its buffers
+ * are still on their way. With flush_us > 0 the sender also sends a buffer whose oldest move has
+ * waited flush_us; it takes the buffer only while its caller is in no operation (`owner`). An
+ * operation other than a move first waits for what its caller handed over, then sends the rest
+ * itself, and only then goes down.
+ *
+ * Failures. A send that times out keeps what did not go (at the front of the buffer, for the next
+ * try; the sender tries again). Any other failure drops what did not go, and the caller's next
+ * operation (or the one that sent it) returns its status, with how many of the buffer's moves
+ * took effect said in the stage's error.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stage_base.h"
+#include "stage_kinds.h"
+#include "waitpoint.h"
+
+enum { MAX_BUFFERS = 8, CACHE_LINE = 64, WORK_WORDS = PS_PASS_THROUGH_CALLERS / 64 };
+enum { OWNER_FREE = 0, OWNER_CALLER, OWNER_SENDER };
+static const int64_t SEND_SLICE_NS = 100000000LL;      /* the sender looks at `leaving` this often */
+static const int64_t UNTIMED_WAIT_NS = 10000000000LL;  /* first, last, delta, axe wait this long at most */
+static const int64_t RELEASE_WAIT_NS = 1000000000LL;   /* a caller that goes sends what it holds within this */
+static const int64_t BUSY_RETRY_NS = 100000;           /* the sender looks again at a caller in an operation */
+
+/* One caller's buffers. Its thread owns everything but the fields the sender shares: `handed`
+ * (caller to sender), `sent` and the failure record (sender to caller), and, with flush_us, the
+ * filling buffer while the sender holds `owner`. */
+typedef struct caller {
+    _Alignas(CACHE_LINE) unsigned char *tuples; /* buffers * capacity tuples; NULL: no caller here */
+    uint32_t count;              /* tuples in the filling buffer, which is buffer handed % buffers */
+    int64_t oldest_ns;           /* when its first tuple came (flush_us only) */
+    uint32_t counts[MAX_BUFFERS];/* tuples in each handed buffer */
+    _Atomic uint32_t handed;     /* buffers handed to the sender so far */
+    _Atomic int owner;           /* flush_us only: OWNER_CALLER during an operation, OWNER_SENDER while
+                                    the sender takes the filling buffer */
+    _Atomic int live;            /* a caller is attached (the sender's timer looks only at those) */
+    _Atomic int leaving;         /* the caller goes: the sender gives up a send it cannot finish */
+    _Alignas(CACHE_LINE) _Atomic uint32_t sent; /* handed buffers the sender is done with */
+    ps_waitpoint sent_wp;        /* the caller waits here for `sent` */
+    _Atomic int failed;          /* a failure of the sender's not reported yet: its status */
+    pthread_mutex_t failure_lock;/* guards the two counts below, written by the sender */
+    uint32_t failed_done, failed_of; /* moves that took effect, of those the failed sends held */
+} caller;
+
+typedef struct batch_stage {
+    ps_stage base;
+    uint32_t capacity, buffers;
+    int64_t flush_ns;            /* 0: no timer */
+    caller *callers;             /* one per slot */
+    int has_sender;
+    pthread_t sender;
+    _Atomic int stopping;
+    _Alignas(CACHE_LINE) _Atomic uint64_t work[WORK_WORDS]; /* callers with buffers handed, a bit each */
+    ps_waitpoint work_wp;        /* the sender waits here */
+    _Atomic int64_t timer_due;   /* when the sender looks at the buffers' ages next (INT64_MAX: never) */
+    _Alignas(CACHE_LINE) _Atomic int64_t sends, moves_sent, timed_sends, handoffs, dropped;
+} batch_stage;
+
+static batch_stage *batch_of(ps_link *link) { return (batch_stage *)link->stage; }
+static unsigned char *buffer_of(const batch_stage *b, const caller *c, uint32_t sequence) {
+    return c->tuples + (size_t)(sequence % b->buffers) * b->capacity * b->base.tuple_size;
+}
+
+/* ---- the stage's error: what a failed send did ----------------------------------------------- */
+
+static void explain(batch_stage *b, int status, uint32_t done, uint32_t of) {
+    const char *below = ps_stage_error(b->base.below);
+    pthread_mutex_lock(&b->base.links_lock);
+    snprintf(b->base.error, sizeof b->base.error, "batch: %u of %u moves sent down together took effect, then the "
+             "send failed (%s)%s%s", done, of, ps_status_name(status), *below ? ": " : "", below);
+    pthread_mutex_unlock(&b->base.links_lock);
+}
+
+/* An operation passed down failed: the stage below explains it, not an older send of ours. */
+static void forget_explanation(batch_stage *b) {
+    pthread_mutex_lock(&b->base.links_lock);
+    b->base.error[0] = 0;
+    pthread_mutex_unlock(&b->base.links_lock);
+}
+
+/* A failure of the sender's that the caller has not heard of: its status (explained), or PS_OK. */
+static int take_failure(batch_stage *b, caller *c) {
+    int status = atomic_load_explicit(&c->failed, memory_order_acquire);
+    if (status == PS_OK) return PS_OK;
+    pthread_mutex_lock(&c->failure_lock);
+    status = atomic_exchange(&c->failed, PS_OK);
+    uint32_t done = c->failed_done, of = c->failed_of;
+    c->failed_done = c->failed_of = 0;
+    pthread_mutex_unlock(&c->failure_lock);
+    explain(b, status, done, of);
+    return status;
+}
+
+/* ---- sending a buffer down ------------------------------------------------------------------ */
+
+/* Sends n tuples down the caller's link as one operation (a lone move for one tuple); returns its
+ * status, with the tuples that took effect in *took. */
+static int send_down(batch_stage *b, ps_link *down, const unsigned char *tuples, uint32_t n, int64_t timeout_ns,
+                     uint32_t *took) {
+    ps_op op = {.kind = n == 1 ? PS_OP_MOVE : PS_OP_MOVE_MANY, .in = tuples, .count = n, .timeout_ns = timeout_ns};
+    int rc = ps_link_call(down, &op);
+    *took = op.done;
+    atomic_fetch_add_explicit(&b->moves_sent, op.done, memory_order_relaxed);
+    if (rc == PS_OK) atomic_fetch_add_explicit(&b->sends, 1, memory_order_relaxed);
+    return rc;
+}
+
+/* The caller sends its filling buffer itself, by the deadline. A timeout keeps what did not go at
+ * the front of the buffer; another failure drops it and is returned, explained. */
+static int send_filling(batch_stage *b, caller *c, ps_link *down, int64_t deadline) {
+    if (c->count == 0) return PS_OK;
+    unsigned char *tuples = buffer_of(b, c, atomic_load_explicit(&c->handed, memory_order_relaxed));
+    uint32_t took;
+    int rc = send_down(b, down, tuples, c->count, ps_remaining(deadline), &took);
+    if (rc == PS_ETIMEDOUT) {
+        size_t size = b->base.tuple_size;
+        memmove(tuples, tuples + (size_t)took * size, (size_t)(c->count - took) * size);
+        c->count -= took;
+        return rc;
+    }
+    if (rc != PS_OK) {
+        atomic_fetch_add_explicit(&b->dropped, c->count - took, memory_order_relaxed);
+        explain(b, rc, took, c->count);
+    }
+    c->count = 0;
+    return rc;
+}
+
+/* Hands the filling buffer to the sender: the caller fills the next one. */
+static void hand_off(batch_stage *b, caller *c, uint32_t slot) {
+    uint32_t handed = atomic_load_explicit(&c->handed, memory_order_relaxed);
+    c->counts[handed % b->buffers] = c->count;
+    c->count = 0;
+    atomic_store_explicit(&c->handed, handed + 1, memory_order_release);
+    atomic_fetch_or(&b->work[slot / 64], (uint64_t)1 << (slot % 64));
+    atomic_fetch_add_explicit(&b->handoffs, 1, memory_order_relaxed);
+    ps_waitpoint_wake(&b->work_wp);
+}
+
+/* Waits until at most `on_way` of the caller's handed buffers are still on their way. */
+static int wait_sent(caller *c, uint32_t on_way, int64_t deadline) {
+    uint32_t spins = 0;
+    for (;;) {
+        uint32_t seen = ps_waitpoint_sequence(&c->sent_wp);
+        uint32_t handed = atomic_load_explicit(&c->handed, memory_order_relaxed);
+        if (handed - atomic_load_explicit(&c->sent, memory_order_acquire) <= on_way) return PS_OK;
+        if (ps_waitpoint_wait(&c->sent_wp, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+    }
+}
+
+/* Everything the caller holds goes down by the deadline: what it handed over, then the rest. */
+static int send_all(batch_stage *b, caller *c, ps_link *down, int64_t deadline) {
+    int rc = wait_sent(c, 0, deadline);
+    if (rc == PS_OK) rc = take_failure(b, c);
+    return rc == PS_OK ? send_filling(b, c, down, deadline) : rc;
+}
+
+/* ---- the caller's operations ---------------------------------------------------------------- */
+
+/* With flush_us, an operation holds its caller's buffer against the sender's timer; the sender
+ * holds it only for a moment. */
+static void take_owner(caller *c) {
+    for (;;) {
+        int expected = OWNER_FREE;
+        if (atomic_compare_exchange_weak_explicit(&c->owner, &expected, OWNER_CALLER, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return;
+        sched_yield();
+    }
+}
+
+/* A buffer's first tuple came: with flush_us, the sender must look at it by oldest + flush_us. */
+static void note_first(batch_stage *b, caller *c) {
+    c->oldest_ns = ps_now_ns();
+    atomic_thread_fence(memory_order_seq_cst); /* against the sender's look at this buffer (sender_loop) */
+    if (atomic_load(&b->timer_due) > c->oldest_ns + b->flush_ns) ps_waitpoint_wake(&b->work_wp);
+}
+
+/* A full buffer goes down: to the sender (buffers >= 2), else sent now. A timeout of the caller's
+ * own send keeps it full. */
+static int send_full(batch_stage *b, caller *c, ps_link *link, int64_t deadline) {
+    if (b->buffers == 1) return send_filling(b, c, ps_stage_down(link), deadline);
+    hand_off(b, c, link->slot);
+    return PS_OK;
+}
+
+/* Moves (one, or a move_many's): copied into the caller's buffers, which go down as they fill. A
+ * timeout with the buffers full and still on their way returns with op->done of them taken. */
+static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
+    int rc = take_failure(b, c);
+    if (rc != PS_OK) return rc;
+    int64_t deadline = ps_deadline(op->timeout_ns);
+    uint32_t n = ps_op_tuples_in(op);
+    size_t size = b->base.tuple_size;
+    const unsigned char *in = op->in;
+    while (op->done < n) {
+        if (c->count == b->capacity && (rc = send_full(b, c, link, deadline)) != PS_OK) return rc;
+        if (c->count == 0) { /* the buffer to fill next may still be on its way */
+            if ((rc = wait_sent(c, b->buffers - 1, deadline)) != PS_OK) return rc;
+            if ((rc = take_failure(b, c)) != PS_OK) return rc;
+        }
+        uint32_t k = n - op->done < b->capacity - c->count ? n - op->done : b->capacity - c->count;
+        unsigned char *buffer = buffer_of(b, c, atomic_load_explicit(&c->handed, memory_order_relaxed));
+        memcpy(buffer + (size_t)c->count * size, in + (size_t)op->done * size, (size_t)k * size);
+        if (c->count == 0 && b->flush_ns) note_first(b, c);
+        c->count += k;
+        op->done += k;
+    }
+    /* Full: it goes now. The moves are taken either way: a timeout leaves them for the next try. */
+    rc = c->count == b->capacity ? send_full(b, c, link, deadline) : PS_OK;
+    return rc == PS_ETIMEDOUT ? PS_OK : rc;
+}
+
+/* Any other operation: what the caller holds goes down first, then the operation. */
+static int send_then_pass(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
+    int waits = ps_op_kinds[op->kind].shape & PS_OP_WAITS;
+    int64_t deadline = ps_deadline(waits ? op->timeout_ns : UNTIMED_WAIT_NS);
+    int rc = send_all(b, c, ps_stage_down(link), deadline);
+    if (rc != PS_OK) return rc;
+    int64_t timeout_ns = op->timeout_ns;
+    if (waits) op->timeout_ns = ps_remaining(deadline);
+    rc = ps_stage_pass(link, op);
+    op->timeout_ns = timeout_ns;
+    if (rc != PS_OK && rc != PS_ETIMEDOUT) forget_explanation(b);
+    return rc;
+}
+
+static int batch_call(ps_link *link, ps_op *op) {
+    batch_stage *b = batch_of(link);
+    caller *c = &b->callers[link->slot];
+    uint32_t shape = ps_op_kinds[op->kind].shape;
+    int moves_only = shape & (PS_OP_TUPLE_IN | PS_OP_TUPLES_IN) && !(shape & (PS_OP_TUPLE_OUT | PS_OP_TUPLES_OUT));
+    if (b->flush_ns) take_owner(c);
+    int rc = moves_only ? buffer_moves(b, c, link, op) : send_then_pass(b, c, link, op);
+    if (b->flush_ns) atomic_store_explicit(&c->owner, OWNER_FREE, memory_order_release);
+    return rc;
+}
+
+/* ---- the sender thread ---------------------------------------------------------------------- */
+
+/* Records a failed send for its caller's next operation. */
+static void record_failure(batch_stage *b, caller *c, int status, uint32_t done, uint32_t of) {
+    atomic_fetch_add_explicit(&b->dropped, of - done, memory_order_relaxed);
+    pthread_mutex_lock(&c->failure_lock);
+    c->failed_done += done;
+    c->failed_of += of;
+    int none = PS_OK;
+    atomic_compare_exchange_strong(&c->failed, &none, status); /* the first failure's status */
+    pthread_mutex_unlock(&c->failure_lock);
+}
+
+/* Sends every buffer the caller in `slot` handed over, in order: each in slices until it went,
+ * failed, or its caller left. */
+static void send_handed(batch_stage *b, uint32_t slot) {
+    caller *c = &b->callers[slot];
+    ps_link *down = &b->base.caller_links[slot];
+    uint32_t sent = atomic_load_explicit(&c->sent, memory_order_relaxed);
+    while (sent != atomic_load_explicit(&c->handed, memory_order_acquire)) {
+        const unsigned char *tuples = buffer_of(b, c, sent);
+        uint32_t n = c->counts[sent % b->buffers], done = 0, took;
+        int rc;
+        do {
+            rc = send_down(b, down, tuples + (size_t)done * b->base.tuple_size, n - done, SEND_SLICE_NS, &took);
+            done += took;
+        } while (rc == PS_ETIMEDOUT && !atomic_load(&c->leaving) && !atomic_load(&b->stopping));
+        if (rc != PS_OK) record_failure(b, c, rc, done, n);
+        atomic_store_explicit(&c->sent, ++sent, memory_order_release);
+        ps_waitpoint_wake(&c->sent_wp);
+    }
+}
+
+/* Sends the buffers handed over since the last look; returns whether there were any. */
+static int send_work(batch_stage *b) {
+    int found = 0;
+    for (uint32_t w = 0; w < WORK_WORDS; w++) {
+        uint64_t bits = atomic_load_explicit(&b->work[w], memory_order_relaxed) ? atomic_exchange(&b->work[w], 0) : 0;
+        for (; bits; bits &= bits - 1, found = 1) send_handed(b, w * 64 + (uint32_t)__builtin_ctzll(bits));
+    }
+    return found;
+}
+
+/* flush_us: sends the buffers whose oldest move has waited that long (taking each from a caller in
+ * no operation); returns when to look next (INT64_MAX: no buffer holds a move). */
+static int64_t send_aged(batch_stage *b) {
+    int64_t now = ps_now_ns(), next = INT64_MAX;
+    uint32_t slots = atomic_load(&b->base.links);
+    for (uint32_t slot = 0; slot < slots && slot < PS_PASS_THROUGH_CALLERS; slot++) {
+        caller *c = &b->callers[slot];
+        if (!atomic_load_explicit(&c->live, memory_order_acquire)) continue;
+        int expected = OWNER_FREE;
+        if (!atomic_compare_exchange_strong(&c->owner, &expected, OWNER_SENDER)) {
+            if (now + BUSY_RETRY_NS < next) next = now + BUSY_RETRY_NS; /* in an operation: soon again */
+            continue;
+        }
+        int due = 0;
+        if (c->count && c->oldest_ns + b->flush_ns <= now) {
+            hand_off(b, c, slot);
+            due = 1;
+        } else if (c->count && c->oldest_ns + b->flush_ns < next) {
+            next = c->oldest_ns + b->flush_ns;
+        }
+        atomic_store_explicit(&c->owner, OWNER_FREE, memory_order_release);
+        if (due) {
+            atomic_fetch_add_explicit(&b->timed_sends, 1, memory_order_relaxed);
+            send_handed(b, slot);
+        }
+    }
+    return next;
+}
+
+static void *sender_loop(void *arg) {
+    batch_stage *b = arg;
+    while (!atomic_load(&b->stopping)) {
+        uint32_t seen = ps_waitpoint_sequence(&b->work_wp);
+        /* Published before the look: a caller whose first move the look misses sees a time past its
+         * own due and wakes this thread (note_first). */
+        if (b->flush_ns) atomic_store(&b->timer_due, INT64_MAX);
+        int found = send_work(b);
+        int64_t due = b->flush_ns ? send_aged(b) : INT64_MAX;
+        if (b->flush_ns) atomic_store(&b->timer_due, due);
+        if (found) continue;
+        uint32_t spins = 0;
+        while (ps_waitpoint_sequence(&b->work_wp) == seen && !atomic_load(&b->stopping) &&
+               ps_waitpoint_wait(&b->work_wp, seen, due == INT64_MAX ? PS_FOREVER : due, &spins) != PS_ETIMEDOUT) {
+        }
+    }
+    return NULL;
+}
+
+/* ---- callers coming and going --------------------------------------------------------------- */
+
+static int batch_attach(ps_stage *stage, uint32_t slot) {
+    batch_stage *b = (batch_stage *)stage;
+    caller *c = &b->callers[slot];
+    c->tuples = malloc((size_t)b->buffers * b->capacity * b->base.tuple_size);
+    if (!c->tuples) return PS_ENOMEM;
+    c->count = 0;
+    atomic_store(&c->leaving, 0);
+    atomic_store_explicit(&c->live, 1, memory_order_release);
+    return PS_OK;
+}
+
+/* The caller goes: what it holds goes down first, within RELEASE_WAIT_NS; what cannot (a bound
+ * that stays full, a failure nobody will hear of now) is said on stderr, never dropped silently. */
+static void batch_detach(ps_stage *stage, uint32_t slot) {
+    batch_stage *b = (batch_stage *)stage;
+    caller *c = &b->callers[slot];
+    if (!c->tuples) return; /* its attach failed before it got buffers */
+    if (b->flush_ns) take_owner(c);
+    atomic_store(&c->live, 0);
+    int64_t deadline = ps_deadline(RELEASE_WAIT_NS);
+    if (wait_sent(c, 0, deadline) != PS_OK) {
+        atomic_store(&c->leaving, 1); /* the sender gives up within a slice */
+        wait_sent(c, 0, PS_FOREVER);
+    }
+    if (take_failure(b, c) != PS_OK) fprintf(stderr, "paths: a caller left stage 'batch' unaware: %s\n", b->base.error);
+    uint32_t held = c->count;
+    int rc = send_filling(b, c, &b->base.caller_links[slot], deadline);
+    if (rc == PS_ETIMEDOUT) {
+        atomic_fetch_add_explicit(&b->dropped, c->count, memory_order_relaxed);
+        fprintf(stderr, "paths: stage 'batch': %u of the %u moves a caller held when it left did not go down within "
+                "%lld ms: lost\n", c->count, held, (long long)(RELEASE_WAIT_NS / 1000000));
+    } else if (rc != PS_OK) {
+        fprintf(stderr, "paths: a caller left stage 'batch': %s\n", b->base.error);
+    }
+    free(c->tuples);
+    c->tuples = NULL;
+    c->count = 0;
+    if (b->flush_ns) atomic_store_explicit(&c->owner, OWNER_FREE, memory_order_release);
+}
+
+/* ---- the kind ------------------------------------------------------------------------------- */
+
+static int batch_counters(ps_stage *stage, ps_counter *out, int max) {
+    batch_stage *b = (batch_stage *)stage;
+    const ps_counter mine[] = {
+        {"sends", atomic_load(&b->sends)},        {"moves_sent", atomic_load(&b->moves_sent)},
+        {"handoffs", atomic_load(&b->handoffs)},  {"timed_sends", atomic_load(&b->timed_sends)},
+        {"dropped", atomic_load(&b->dropped)},    {"capacity", (int64_t)b->capacity},
+    };
+    int n = 0;
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0] && n < max; i++) out[n++] = mine[i];
+    return n;
+}
+
+static void batch_destroy(ps_stage *stage) {
+    batch_stage *b = (batch_stage *)stage;
+    if (b->has_sender) {
+        atomic_store(&b->stopping, 1);
+        ps_waitpoint_wake(&b->work_wp);
+        pthread_join(b->sender, NULL);
+    }
+    for (uint32_t i = 0; b->callers && i < PS_PASS_THROUGH_CALLERS; i++) {
+        free(b->callers[i].tuples);
+        pthread_mutex_destroy(&b->callers[i].failure_lock);
+    }
+    free(b->callers);
+}
+
+/* The tuples one buffer holds: max_moves, or as many as fit in max_bytes, at least one. */
+static uint32_t capacity_of(const ps_params *params, size_t tuple_size) {
+    int64_t moves = ps_params_int(params, "max_moves");
+    int64_t fit = tuple_size ? ps_params_int(params, "max_bytes") / (int64_t)tuple_size : moves;
+    int64_t capacity = moves < fit ? moves : fit;
+    return capacity > 0 ? (uint32_t)capacity : 1;
+}
+
+static size_t batch_footprint(const ps_params *params, size_t tuple_size) {
+    size_t per_caller = (size_t)ps_params_int(params, "buffers") * capacity_of(params, tuple_size) * tuple_size;
+    return sizeof(batch_stage) + PS_PASS_THROUGH_CALLERS * (sizeof(caller) + per_caller);
+}
+
+static int batch_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
+                        ps_stage **out, char *error, size_t error_size) {
+    (void)context;
+    if (!below) {
+        snprintf(error, error_size, "stage 'batch': needs a stage below it (a path ends with 'core')");
+        return PS_EINVAL;
+    }
+    batch_stage *b = aligned_alloc(CACHE_LINE, (sizeof *b + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE);
+    if (!b) return PS_ENOMEM;
+    memset(b, 0, sizeof *b);
+    b->capacity = capacity_of(params, ps_stage_format(below)->size);
+    b->buffers = (uint32_t)ps_params_int(params, "buffers");
+    b->flush_ns = ps_params_int(params, "flush_us") * 1000;
+    ps_waitpoint_init(&b->work_wp);
+    atomic_init(&b->timer_due, INT64_MAX);
+    int rc = ps_stage_init(&b->base, &ps_kind_batch, ps_stage_format(below), 0, below);
+    if (rc == PS_OK) {
+        b->callers = aligned_alloc(CACHE_LINE, PS_PASS_THROUGH_CALLERS * sizeof *b->callers);
+        if (!b->callers) rc = PS_ENOMEM;
+    }
+    if (rc == PS_OK) {
+        memset(b->callers, 0, PS_PASS_THROUGH_CALLERS * sizeof *b->callers);
+        for (uint32_t i = 0; i < PS_PASS_THROUGH_CALLERS; i++) {
+            ps_waitpoint_init(&b->callers[i].sent_wp);
+            pthread_mutex_init(&b->callers[i].failure_lock, NULL);
+        }
+    }
+    if (rc == PS_OK && (b->buffers > 1 || b->flush_ns)) {
+        if (pthread_create(&b->sender, NULL, sender_loop, b) != 0) rc = PS_ENOMEM;
+        else b->has_sender = 1;
+    }
+    if (rc != PS_OK) {
+        batch_destroy(&b->base);
+        ps_stage_abandon(&b->base);
+        return rc;
+    }
+    *out = &b->base;
+    return PS_OK;
+}
+
+static const ps_param_spec BATCH_PARAMS[] = {
+    {"max_moves", PS_PARAM_INT, 0, "256", 1, 1 << 20, NULL, "a caller's buffer goes down when it holds this many moves",
+     PS_PARAM_GIVEN},
+    {"max_bytes", PS_PARAM_INT, 0, "8192", 1, 1 << 26, NULL,
+     "... or this many bytes of tuples (a buffer holds at least one tuple)", PS_PARAM_GIVEN},
+    {"flush_us", PS_PARAM_INT, 0, "0", 0, 60000000, NULL,
+     "... or when its oldest move has waited this many microseconds (0: no timer)", PS_PARAM_GIVEN},
+    {"buffers", PS_PARAM_INT, 0, "2", 1, MAX_BUFFERS, NULL,
+     "buffers per caller: with 2 or more, a sender thread sends a full one while the caller fills the next",
+     PS_PARAM_GIVEN},
+};
+
+const ps_stage_kind ps_kind_batch = {
+    .version = PS_STAGE_KIND_VERSION,
+    .name = "batch",
+    .doc = "Sends each caller's moves down in bulk, one move_many per buffer: when max_moves or max_bytes are "
+           "buffered, flush_us after the oldest, before the caller's any other operation, and when it goes.",
+    .params = BATCH_PARAMS,
+    .param_count = sizeof BATCH_PARAMS / sizeof BATCH_PARAMS[0],
+    .role = PS_PASS_THROUGH,
+    .needs_below = 1,
+    .create = batch_create,
+    .call = batch_call,
+    .footprint = batch_footprint,
+    .counters = batch_counters,
+    .destroy = batch_destroy,
+    .attach = batch_attach,
+    .detach = batch_detach,
+};
