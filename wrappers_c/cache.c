@@ -1,9 +1,17 @@
-/* cache.c — the `cache` stage: serves repeated indexed observes from a local copy.
+/* cache.c — the `cache` stage: serves indexed observes from a local copy, and may fetch a range
+ * of the history in one request (Aurora's read cache, loaded in one bulk transfer).
  *
  * Tuples are immutable once moved, so a copy of tuple i is correct forever: the cache needs no
- * invalidation. It is direct-mapped (tuple i lives in entry i % capacity) and preallocated; only
- * observe(i) is cached, and an axe stops it serving what it freed; every other operation passes
- * straight through.
+ * invalidation. It is direct-mapped (tuple i lives in entry i % capacity) and preallocated. Only
+ * observe(i) is served here; next-observes (the shared cursor) and every other operation pass
+ * straight through. An axe made through the cache stops it serving what it freed, and a range
+ * refused as axed tells it the axe point: it never serves an axed tuple it knows of.
+ *
+ * prefetch: "none": a miss reads its one tuple. "window": a miss at i reads the tuples i .. i +
+ * window - 1 that exist (waiting for i only) with observe_range, one request per range bound
+ * (PS_OP_RANGE_MAX_BYTES); the observes inside it are then local. "all": as "window", and when its
+ * first caller attaches it reads the history there is, up to capacity tuples from the start. One
+ * caller fetches a range at a time; another that misses meanwhile reads its one tuple.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -13,55 +21,115 @@
 #include "stage_base.h"
 #include "stage_kinds.h"
 
+typedef enum prefetch { PREFETCH_NONE, PREFETCH_WINDOW, PREFETCH_ALL } prefetch;
+static const int64_t ATTACH_FETCH_NS = 10000000000LL; /* prefetch "all" reads the history within this */
+
 typedef struct cache_stage {
     ps_stage base;
     pthread_mutex_t lock;      /* guards tags and data */
     int64_t capacity;
     int64_t *tags;             /* the tuple index each entry holds, -1 when empty */
     unsigned char *data;
-    _Atomic int64_t hits, misses;
-    _Atomic int64_t axed;      /* the highest axe point passed through: older copies are not served */
+    prefetch mode;
+    uint32_t window;
+    uint32_t staging_tuples;   /* what one range request asks for at most */
+    unsigned char *staging;    /* a range fetched, before it goes into the entries: used by the
+                                  caller holding `fetching` */
+    _Atomic int fetching;
+    _Atomic int fetched_all;   /* "all": the first caller has read the history */
+    _Atomic int64_t hits, misses, ranges, fetched;
+    _Atomic int64_t axed;      /* the highest axe point known: older copies are not served */
 } cache_stage;
+
+static void learn_axe_point(cache_stage *c, int64_t index) {
+    int64_t seen = atomic_load(&c->axed);
+    while (seen < index && !atomic_compare_exchange_weak(&c->axed, &seen, index)) {
+    }
+}
+
+/* Copies tuple `index` out if an entry holds it (never one before the axe point, never one < 0). */
+static int lookup(cache_stage *c, int64_t index, void *out) {
+    if (index < atomic_load_explicit(&c->axed, memory_order_acquire)) return 0;
+    size_t size = c->base.tuple_size;
+    int64_t entry = index % c->capacity;
+    pthread_mutex_lock(&c->lock);
+    int hit = c->tags[entry] == index;
+    if (hit) memcpy(out, c->data + entry * size, size);
+    pthread_mutex_unlock(&c->lock);
+    return hit;
+}
+
+/* Keeps tuples first .. first + n - 1, which are at `tuples`. */
+static void keep(cache_stage *c, int64_t first, int64_t n, const unsigned char *tuples) {
+    size_t size = c->base.tuple_size;
+    pthread_mutex_lock(&c->lock);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t entry = (first + i) % c->capacity;
+        c->tags[entry] = first + i;
+        memcpy(c->data + entry * size, tuples + (size_t)i * size, size);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* One range request for tuples first, ... (at most n), kept as they come. Its status; the tuples
+ * it gave in *got (an axed start teaches the axe point). */
+static int fetch_once(cache_stage *c, ps_link *down, int64_t first, uint32_t n, int64_t deadline, int64_t *got) {
+    ps_op op = {.kind = PS_OP_OBSERVE_RANGE, .argument = first, .count = n, .out = c->staging,
+                .timeout_ns = ps_remaining(deadline)};
+    int rc = ps_link_call(down, &op);
+    atomic_fetch_add_explicit(&c->ranges, 1, memory_order_relaxed);
+    *got = rc == PS_OK ? op.value : 0;
+    if (rc == PS_EAXED) learn_axe_point(c, op.value);
+    if (rc != PS_OK) return rc;
+    keep(c, first, op.value, c->staging);
+    atomic_fetch_add_explicit(&c->fetched, op.value, memory_order_relaxed);
+    return PS_OK;
+}
+
+/* Fetches tuples first .. first + want - 1 that exist, waiting by the deadline for `first` only,
+ * with the `fetching` flag held, and copies tuple `first` to `out` (if not NULL). A range beyond
+ * one request asks how far the history goes, then fetches the rest. Returns the status of the
+ * first request. */
+static int fetch_range(cache_stage *c, ps_link *down, int64_t first, int64_t want, void *out, int64_t deadline) {
+    uint32_t n = want < c->staging_tuples ? (uint32_t)want : c->staging_tuples;
+    int64_t got;
+    int rc = fetch_once(c, down, first, n, deadline, &got);
+    if (rc != PS_OK) return rc;
+    if (out) memcpy(out, c->staging, c->base.tuple_size);
+    ps_op last = {.kind = PS_OP_LAST};
+    if (got < n || got == want || ps_link_call(down, &last) != PS_OK) return PS_OK;
+    if (last.value - first < want) want = last.value - first;
+    for (int64_t done = got; done < want && rc == PS_OK; done += got) {
+        uint32_t more = want - done < c->staging_tuples ? (uint32_t)(want - done) : c->staging_tuples;
+        rc = fetch_once(c, down, first + done, more, deadline, &got);
+    }
+    return PS_OK;
+}
 
 static int cache_observe_at(ps_link *link, ps_op *op) {
     cache_stage *c = (cache_stage *)link->stage;
     int64_t index = op->argument;
-    void *out = op->out;
-    size_t size = c->base.tuple_size;
-    if (index >= atomic_load_explicit(&c->axed, memory_order_acquire)) {
-        int64_t entry = index % c->capacity;
-        pthread_mutex_lock(&c->lock);
-        int hit = c->tags[entry] == index;
-        if (hit) memcpy(out, c->data + entry * size, size);
-        pthread_mutex_unlock(&c->lock);
-        if (hit) {
-            atomic_fetch_add_explicit(&c->hits, 1, memory_order_relaxed);
-            return PS_OK;
-        }
+    if (lookup(c, index, op->out)) {
+        atomic_fetch_add_explicit(&c->hits, 1, memory_order_relaxed);
+        return PS_OK;
     }
     atomic_fetch_add_explicit(&c->misses, 1, memory_order_relaxed);
-    int rc = ps_stage_pass(link, op);
-    if (rc == PS_OK && index >= 0) {
-        int64_t entry = index % c->capacity;
-        pthread_mutex_lock(&c->lock);
-        c->tags[entry] = index;
-        memcpy(c->data + entry * size, out, size);
-        pthread_mutex_unlock(&c->lock);
+    if (c->mode != PREFETCH_NONE && index >= 0 && !atomic_exchange(&c->fetching, 1)) {
+        int rc = fetch_range(c, ps_stage_down(link), index, c->window, op->out, ps_deadline(op->timeout_ns));
+        atomic_store(&c->fetching, 0);
+        return rc;
     }
+    int rc = ps_stage_pass(link, op);
+    if (rc == PS_OK && index >= 0) keep(c, index, 1, op->out); /* a stage below may take index -1 */
     return rc;
 }
 
 /* Axing through the cache also stops it serving the freed tuples (an observe of one raises, as
  * it would without the cache). */
 static int cache_axe(ps_link *link, ps_op *op) {
-    cache_stage *c = (cache_stage *)link->stage;
-    int64_t index = op->argument;
     int rc = ps_stage_pass(link, op);
-    if (rc != PS_OK) return rc;
-    int64_t seen = atomic_load(&c->axed);
-    while (seen < index && !atomic_compare_exchange_weak(&c->axed, &seen, index)) {
-    }
-    return PS_OK;
+    if (rc == PS_OK) learn_axe_point((cache_stage *)link->stage, op->argument);
+    return rc;
 }
 
 static int cache_call(ps_link *link, ps_op *op) {
@@ -72,24 +140,62 @@ static int cache_call(ps_link *link, ps_op *op) {
     }
 }
 
+/* prefetch "all": the first caller reads the history there is (from the axe point, if the
+ * element was axed), up to capacity tuples. A failure only leaves the misses to fetch it. */
+static int cache_attach(ps_stage *stage, uint32_t slot) {
+    cache_stage *c = (cache_stage *)stage;
+    if (c->mode != PREFETCH_ALL || atomic_exchange(&c->fetched_all, 1) || atomic_exchange(&c->fetching, 1))
+        return PS_OK;
+    ps_link *down = &c->base.caller_links[slot];
+    int64_t deadline = ps_deadline(ATTACH_FETCH_NS);
+    ps_op last = {.kind = PS_OP_LAST};
+    for (int64_t first = 0; ps_link_call(down, &last) == PS_OK && first < last.value;) {
+        int64_t want = last.value - first < c->capacity ? last.value - first : c->capacity;
+        if (fetch_range(c, down, first, want, NULL, deadline) != PS_EAXED) break;
+        int64_t axed = atomic_load(&c->axed);
+        if (axed <= first) break;
+        first = axed;
+    }
+    atomic_store(&c->fetching, 0);
+    return PS_OK;
+}
+
 static int cache_counters(ps_stage *stage, ps_counter *out, int max) {
     cache_stage *c = (cache_stage *)stage;
-    if (max < 3) return 0;
-    out[0] = (ps_counter){"hits", atomic_load(&c->hits)};
-    out[1] = (ps_counter){"misses", atomic_load(&c->misses)};
-    out[2] = (ps_counter){"capacity", c->capacity};
-    return 3;
+    const ps_counter mine[] = {
+        {"hits", atomic_load(&c->hits)},     {"misses", atomic_load(&c->misses)},
+        {"ranges", atomic_load(&c->ranges)}, {"fetched", atomic_load(&c->fetched)},
+        {"capacity", c->capacity},
+    };
+    int n = 0;
+    for (size_t i = 0; i < sizeof mine / sizeof mine[0] && n < max; i++) out[n++] = mine[i];
+    return n;
 }
 
 static void cache_destroy(ps_stage *stage) {
     cache_stage *c = (cache_stage *)stage;
     free(c->tags);
     free(c->data);
+    free(c->staging);
     pthread_mutex_destroy(&c->lock);
 }
 
+static prefetch mode_of(const ps_params *params) {
+    const char *mode = ps_params_str(params, "prefetch");
+    return strcmp(mode, "all") == 0 ? PREFETCH_ALL : strcmp(mode, "window") == 0 ? PREFETCH_WINDOW : PREFETCH_NONE;
+}
+
+/* The tuples one range request fetches: a window ("all": the capacity), within the range bound. */
+static uint32_t staging_tuples(const ps_params *params, size_t tuple_size) {
+    prefetch mode = mode_of(params);
+    if (mode == PREFETCH_NONE) return 0;
+    int64_t want = ps_params_int(params, mode == PREFETCH_ALL ? "capacity" : "window");
+    return want < ps_op_range_max(tuple_size) ? (uint32_t)want : ps_op_range_max(tuple_size);
+}
+
 static size_t cache_footprint(const ps_params *params, size_t tuple_size) {
-    return sizeof(cache_stage) + (size_t)ps_params_int(params, "capacity") * (sizeof(int64_t) + tuple_size);
+    return sizeof(cache_stage) + (size_t)ps_params_int(params, "capacity") * (sizeof(int64_t) + tuple_size) +
+           (size_t)staging_tuples(params, tuple_size) * tuple_size;
 }
 
 static int cache_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
@@ -99,14 +205,25 @@ static int cache_create(const ps_params *params, const ps_build_context *context
         snprintf(error, error_size, "stage 'cache': needs a stage below it (a path ends with 'core')");
         return PS_EINVAL;
     }
+    int64_t capacity = ps_params_int(params, "capacity"), window = ps_params_int(params, "window");
+    if (mode_of(params) != PREFETCH_NONE && window > capacity) {
+        snprintf(error, error_size, "stage 'cache': window (%lld) must not exceed capacity (%lld): a range fetched "
+                 "would push itself out", (long long)window, (long long)capacity);
+        return PS_EINVAL;
+    }
     cache_stage *c = calloc(1, sizeof *c);
     if (!c) return PS_ENOMEM;
     pthread_mutex_init(&c->lock, NULL);
-    c->capacity = ps_params_int(params, "capacity");
+    c->capacity = capacity;
+    c->mode = mode_of(params);
+    c->window = (uint32_t)window;
     int rc = ps_stage_init(&c->base, &ps_kind_cache, ps_stage_format(below), 0, below);
+    size_t size = c->base.tuple_size;
+    c->staging_tuples = staging_tuples(params, size);
     c->tags = malloc((size_t)c->capacity * sizeof *c->tags);
-    c->data = malloc((size_t)c->capacity * c->base.tuple_size);
-    if (rc == PS_OK && (!c->tags || !c->data)) rc = PS_ENOMEM;
+    c->data = malloc((size_t)c->capacity * size);
+    c->staging = c->staging_tuples ? malloc((size_t)c->staging_tuples * size) : NULL;
+    if (rc == PS_OK && (!c->tags || !c->data || (c->staging_tuples && !c->staging))) rc = PS_ENOMEM;
     if (rc != PS_OK) {
         cache_destroy(&c->base);
         ps_stage_abandon(&c->base);
@@ -119,12 +236,18 @@ static int cache_create(const ps_params *params, const ps_build_context *context
 
 static const ps_param_spec CACHE_PARAMS[] = {
     {"capacity", PS_PARAM_INT, 0, "1024", 1, 1 << 20, NULL, "tuples kept (direct-mapped by index)", PS_PARAM_GIVEN},
+    {"prefetch", PS_PARAM_STR, 0, "none", 0, -1, "none|all|window",
+     "none: a miss reads one tuple; window: a miss at i reads i .. i+window-1 in one request; all: as window, "
+     "and the history there is when the first caller attaches", PS_PARAM_GIVEN},
+    {"window", PS_PARAM_INT, 0, "64", 1, 1 << 20, NULL, "tuples a miss fetches with prefetch (at most capacity)",
+     PS_PARAM_GIVEN},
 };
 
 const ps_stage_kind ps_kind_cache = {
     .version = PS_STAGE_KIND_VERSION,
     .name = "cache",
-    .doc = "Serves repeated indexed observes locally; tuples are immutable, so it is always correct.",
+    .doc = "Serves repeated indexed observes locally, and may fetch ranges of the history in one request; tuples "
+           "are immutable, so it is always correct.",
     .params = CACHE_PARAMS,
     .param_count = sizeof CACHE_PARAMS / sizeof CACHE_PARAMS[0],
     .role = PS_PASS_THROUGH,
@@ -134,4 +257,5 @@ const ps_stage_kind ps_kind_cache = {
     .footprint = cache_footprint,
     .counters = cache_counters,
     .destroy = cache_destroy,
+    .attach = cache_attach,
 };
