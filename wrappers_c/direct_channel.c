@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -205,17 +207,23 @@ int ps_channel_connect(const char *endpoint, size_t frame_max, int64_t send_wait
     return open_channel(fd, family_of(&a), frame_max, send_wait_ns, out);
 }
 
-/* Sends length bytes, all of them, waiting at most send_wait_ns for the peer to make room. With
- * `more`, TCP may hold them back for what follows (MSG_MORE: at most 200 ms, the kernel's cork
- * limit); a Unix socket sends them at once. */
-static int send_all(ps_channel *c, const unsigned char *bytes, size_t length, int more) {
+/* Sends the parts, all of them, in order, waiting at most send_wait_ns for the peer to make room
+ * (the parts are advanced as they go). With `more`, TCP may hold them back for what follows
+ * (MSG_MORE: at most 200 ms, the kernel's cork limit); a Unix socket sends them at once. */
+static int send_parts(ps_channel *c, struct iovec *parts, int count, int more) {
     int64_t deadline = 0;
-    size_t sent = 0;
     c->corked = more && c->tcp;
-    while (sent < length) {
-        ssize_t n = send(c->fd, bytes + sent, length - sent, MSG_NOSIGNAL | MSG_DONTWAIT | (more ? MSG_MORE : 0));
+    while (count > 0 && parts->iov_len == 0) parts++, count--;
+    while (count > 0) {
+        struct msghdr message = {.msg_iov = parts, .msg_iovlen = (size_t)(count < IOV_MAX ? count : IOV_MAX)};
+        ssize_t n = sendmsg(c->fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT | (more ? MSG_MORE : 0));
         if (n > 0) {
-            sent += (size_t)n;
+            size_t sent = (size_t)n;
+            for (; count > 0 && sent >= parts->iov_len; parts++, count--) sent -= parts->iov_len;
+            if (count > 0) { /* the next part went in part */
+                parts->iov_base = (char *)parts->iov_base + sent;
+                parts->iov_len -= sent;
+            }
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -228,6 +236,11 @@ static int send_all(ps_channel *c, const unsigned char *bytes, size_t length, in
         return PS_EREMOTE;
     }
     return PS_OK;
+}
+
+static int send_all(ps_channel *c, const unsigned char *bytes, size_t length, int more) {
+    struct iovec part = {(void *)bytes, length};
+    return send_parts(c, &part, 1, more);
 }
 
 int ps_channel_flush(ps_channel *c, int more) {
@@ -248,6 +261,11 @@ int ps_channel_write(ps_channel *c, const unsigned char *frame, size_t length) {
 int ps_channel_send(ps_channel *c, const unsigned char *frame, size_t length, int more) {
     int rc = ps_channel_write(c, frame, length);
     return rc == PS_OK ? ps_channel_flush(c, more) : rc;
+}
+
+int ps_channel_send_parts(ps_channel *c, struct iovec *parts, int count) {
+    int rc = ps_channel_flush(c, 1);
+    return rc == PS_OK ? send_parts(c, parts, count, 0) : rc;
 }
 
 /* Everything written goes out now: the buffer, and what TCP holds back (setting TCP_NODELAY

@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "wire.h"
 
@@ -69,6 +70,10 @@ int ps_channel_write(ps_channel *c, const unsigned char *frame, size_t length);
 int ps_channel_flush(ps_channel *c, int more);
 /* Queues one frame and sends it with everything queued before it. */
 int ps_channel_send(ps_channel *c, const unsigned char *frame, size_t length, int more);
+/* Sends what is queued, then the parts (frames as header and payload, from where they lie: a
+ * range's answer, with no copy) in as few system calls as the socket takes; the same statuses.
+ * The parts are advanced as they go. */
+int ps_channel_send_parts(ps_channel *c, struct iovec *parts, int count);
 
 /* Receives the next frame by the deadline. PS_OK: *out decoded, its payload valid until the next
  * receive. PS_ETIMEDOUT: no whole frame yet (what came so far is kept). PS_EINVAL: a malformed

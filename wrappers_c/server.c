@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -215,30 +216,40 @@ static int client_gone(link_worker *w, int *peers, int served, int64_t first_pee
 }
 
 /* Where a link's answers go: its ZeroMQ socket, to the peer the request came from, or its direct
- * connection. Returns PS_OK, or PS_EREMOTE when the client is gone. */
-typedef int (*answer_to)(void *to, const unsigned char *frame, size_t length);
+ * connection; `frames` sends a range's answer, frames given as header and payload parts.
+ * Each returns PS_OK, or PS_EREMOTE when the client is gone. */
+typedef struct answer_sink {
+    int (*frame)(void *to, const unsigned char *frame, size_t length);
+    int (*frames)(void *to, struct iovec *parts, int count);
+    void *to;
+} answer_sink;
 
-/* The tuples a range gave, as frames of at most ps_wire_batch_tuples each; each frame's value is
- * the tuples still to come after it. */
-static int send_range(link_worker *w, const ps_frame *request, const ps_op *op, answer_to send, void *to) {
-    size_t capacity = ps_wire_link_frame_max(w->tuple_size);
+enum { RANGE_FRAMES_MAX = PS_OP_RANGE_MAX_BYTES / PS_WIRE_BATCH_PAYLOAD + 1 }; /* frames of one range's answer */
+
+/* The tuples a range gave, as frames of at most ps_wire_batch_tuples each, sent from where they
+ * lie; each frame's value is the tuples still to come after it. */
+static int send_range(link_worker *w, const ps_frame *request, const ps_op *op, const answer_sink *sink) {
+    unsigned char headers[RANGE_FRAMES_MAX][PS_WIRE_HEADER];
+    struct iovec parts[2 * RANGE_FRAMES_MAX];
     uint32_t total = (uint32_t)op->value, per_frame = (uint32_t)ps_wire_batch_tuples(w->tuple_size);
-    int rc = PS_OK;
-    for (uint32_t sent = 0; rc == PS_OK && sent < total;) {
+    int count = 0;
+    for (uint32_t sent = 0; sent < total; count += 2) {
         uint32_t n = total - sent < per_frame ? total - sent : per_frame;
-        size_t length = encode_answer(w->answer, capacity, request->op, PS_OK, request->request_id, w->id,
-                                      total - sent - n, w->range + (size_t)sent * w->tuple_size, n * w->tuple_size);
-        rc = send(to, w->answer, length);
+        ps_frame answer = {request->op, PS_OK, request->request_id, w->id, 0, total - sent - n, NULL,
+                           n * (uint32_t)w->tuple_size};
+        ps_wire_encode_header(&answer, headers[count / 2]);
+        parts[count] = (struct iovec){headers[count / 2], PS_WIRE_HEADER};
+        parts[count + 1] = (struct iovec){w->range + (size_t)sent * w->tuple_size, answer.payload_length};
         sent += n;
     }
-    return rc;
+    return sink->frames(sink->to, parts, count);
 }
 
 /* Counts a received frame, runs it when well formed (request NULL: it was not) and sends its
  * answer. A RELEASE that took effect sets *released; a request addressed to the link sets
  * *served. Returns what sending returned. */
-static int answer_request(link_worker *w, const ps_frame *request, int *released, int *served, answer_to send,
-                          void *to) {
+static int answer_request(link_worker *w, const ps_frame *request, int *released, int *served,
+                          const answer_sink *sink) {
     ps_server *s = w->server;
     atomic_fetch_add(&s->frames, 1);
     int rc = PS_EINVAL;
@@ -255,7 +266,7 @@ static int answer_request(link_worker *w, const ps_frame *request, int *released
     }
     if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
     uint32_t shape = ran ? ps_op_kinds[op.kind].shape : 0;
-    if (shape & PS_OP_TUPLES_OUT && rc == PS_OK) return send_range(w, request, &op, send, to);
+    if (shape & PS_OP_TUPLES_OUT && rc == PS_OK) return send_range(w, request, &op, sink);
     /* The answer's value: the kind's value, or else the tuples of the request that took effect. */
     int64_t value = 0;
     size_t payload_length = 0;
@@ -265,13 +276,14 @@ static int answer_request(link_worker *w, const ps_frame *request, int *released
     }
     size_t length = encode_answer(w->answer, ps_wire_link_frame_max(w->tuple_size), code, rc, request_id, w->id,
                                   value, w->tuple, payload_length);
-    return send(to, w->answer, length);
+    return sink->frame(sink->to, w->answer, length);
 }
 
 /* A ZeroMQ link's answers go to the peer whose routing id came with the request. */
 typedef struct zmq_peer {
     void *socket;
     zmq_msg_t *routing_id;
+    unsigned char *frame; /* room for one frame of a range */
 } zmq_peer;
 
 static int answer_zmq(void *to, const unsigned char *frame, size_t length) {
@@ -280,9 +292,22 @@ static int answer_zmq(void *to, const unsigned char *frame, size_t length) {
     return PS_OK;
 }
 
+/* Each frame of a range is one message. */
+static int answers_zmq(void *to, struct iovec *parts, int count) {
+    zmq_peer *peer = to;
+    for (int i = 0; i < count; i += 2) {
+        memcpy(peer->frame, parts[i].iov_base, parts[i].iov_len);
+        memcpy(peer->frame + parts[i].iov_len, parts[i + 1].iov_base, parts[i + 1].iov_len);
+        answer_zmq(to, peer->frame, parts[i].iov_len + parts[i + 1].iov_len);
+    }
+    return PS_OK;
+}
+
 static int answer_direct(void *to, const unsigned char *frame, size_t length) {
     return ps_channel_write(to, frame, length);
 }
+
+static int answers_direct(void *to, struct iovec *parts, int count) { return ps_channel_send_parts(to, parts, count); }
 
 /* Serves the link on its ZeroMQ socket until it is released, its client is gone or the server
  * stops; returns 1 when the client was gone. */
@@ -306,8 +331,9 @@ static int serve_zmq(link_worker *w) {
         }
         ps_frame request;
         int whole = received == 0 && ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0;
-        zmq_peer peer = {w->socket, &routing_id};
-        answer_request(w, whole ? &request : NULL, &released, &served, answer_zmq, &peer);
+        zmq_peer peer = {w->socket, &routing_id, w->answer};
+        answer_sink sink = {answer_zmq, answers_zmq, &peer};
+        answer_request(w, whole ? &request : NULL, &released, &served, &sink);
         zmq_msg_close(&routing_id);
         zmq_msg_close(&frame);
     }
@@ -408,6 +434,7 @@ static int serve_direct(link_worker *w) {
     ps_channel client;
     if (!admit(w, &client)) return !atomic_load(&s->stopping);
     int released = 0, served = 1, gone = 0;
+    answer_sink sink = {answer_direct, answers_direct, &client};
     while (!released && !gone && !atomic_load(&s->stopping)) {
         ps_frame request;
         int received = ps_channel_receive(&client, ps_now_ns() + POLL_SLICE_MS * MS, &request);
@@ -417,8 +444,7 @@ static int serve_direct(link_worker *w) {
             break;
         }
         int64_t begun = ps_now_ns();
-        gone = answer_request(w, received == PS_OK ? &request : NULL, &released, &served, answer_direct, &client) !=
-               PS_OK;
+        gone = answer_request(w, received == PS_OK ? &request : NULL, &released, &served, &sink) != PS_OK;
         /* An answer that waited goes out now: the requests behind it may wait too, and the client
          * waits for each answer at most timeout_ms, no more than twice a request's slice. */
         if (!gone && ps_now_ns() - begun > LATE_NS) gone = ps_channel_flush(&client, 0) != PS_OK;

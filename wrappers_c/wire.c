@@ -32,9 +32,7 @@ static uint64_t get64(const unsigned char *p) {
 
 /* Header: version u8 | op u8 | status u16 | payload_length u32 | request_id u64 |
  *         handle_id u64 | argument i64 | value i64 */
-size_t ps_wire_encode(const ps_frame *frame, unsigned char *buf, size_t capacity) {
-    size_t length = PS_WIRE_HEADER + frame->payload_length;
-    if (frame->payload_length > PS_WIRE_MAX_PAYLOAD || length > capacity) return 0;
+void ps_wire_encode_header(const ps_frame *frame, unsigned char *buf) {
     buf[0] = PS_WIRE_VERSION;
     buf[1] = frame->op;
     put16(buf + 2, frame->status);
@@ -43,6 +41,12 @@ size_t ps_wire_encode(const ps_frame *frame, unsigned char *buf, size_t capacity
     put64(buf + 16, frame->handle_id);
     put64(buf + 24, (uint64_t)frame->argument);
     put64(buf + 32, (uint64_t)frame->value);
+}
+
+size_t ps_wire_encode(const ps_frame *frame, unsigned char *buf, size_t capacity) {
+    size_t length = PS_WIRE_HEADER + frame->payload_length;
+    if (frame->payload_length > PS_WIRE_MAX_PAYLOAD || length > capacity) return 0;
+    ps_wire_encode_header(frame, buf);
     if (frame->payload_length) memcpy(buf + PS_WIRE_HEADER, frame->payload, frame->payload_length);
     return length;
 }

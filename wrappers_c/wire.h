@@ -78,6 +78,9 @@ typedef struct ps_frame {
 /* Writes frame's header and copies its payload into buf (capacity bytes). Returns the frame's
  * length, or 0 when it does not fit. */
 size_t ps_wire_encode(const ps_frame *frame, unsigned char *buf, size_t capacity);
+/* Writes the PS_WIRE_HEADER bytes of frame's header alone (its payload goes out from where it
+ * lies); payload_length must be at most PS_WIRE_MAX_PAYLOAD. */
+void ps_wire_encode_header(const ps_frame *frame, unsigned char *buf);
 
 /* Checks and decodes a received frame: version, op, lengths. payload points into buf.
  * Returns 0, or -1 for a malformed frame (nothing in out is to be trusted then). */
