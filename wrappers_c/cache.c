@@ -230,6 +230,9 @@ static int cache_create(const ps_params *params, const ps_build_context *context
         return rc;
     }
     for (int64_t i = 0; i < c->capacity; i++) c->tags[i] = -1;
+    /* Touched now, at build, so that no fetch pays the first touch of its pages. */
+    memset(c->data, 0, (size_t)c->capacity * size);
+    if (c->staging) memset(c->staging, 0, (size_t)c->staging_tuples * size);
     *out = &c->base;
     return PS_OK;
 }
