@@ -1,6 +1,7 @@
 """Cluster maps: the clusters and nodes, their CPUs and addresses, the root and home nodes, the
-placement policy, the reduction tree's fan-in, emulated slow links, the transport of the hops
-between nodes, how to launch, the elements (sums, homes) and the acquire and release hooks.
+placement policy, the reduction tree's fan-in, emulated slow links and the moves batched across
+them, the transport of the hops between nodes, how to launch, the elements (sums, homes) and the
+acquire and release hooks.
 
 `load_map(path)` and `load_map_text(text)` turn YAML into frozen dataclasses; every problem is a
 `MapError` naming the file, the line, the field path and what was expected.  `builtin_map(name)`
@@ -65,12 +66,15 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Link:
-    """A link between two clusters, the same both ways: an emulated delay, a transport, or both."""
+    """A link between two clusters, the same both ways: an emulated delay, a transport, moves
+    batched across it, or any of them together."""
 
     clusters: tuple[str, str]
     delay_ms: Optional[float]  # None: no delay stage
     jitter_ms: float = 0.0
     proto: Optional[str] = None  # transport of the hops across it; None: remote's default
+    batch: Optional[int] = None  # moves sent across it together (a batch stage's max_moves); None: no batch
+    flush_us: int = 0  # the batch's timer: moves wait at most this long (0: until full or another operation)
 
 
 @dataclass(frozen=True)
@@ -437,12 +441,16 @@ def _proto(field: _Field) -> str:
     )
 
 
+MAX_BATCH = 1 << 20         # a batch stage's largest max_moves
+MAX_FLUSH_US = 60_000_000   # and its longest flush_us
+
+
 def _links(field: _Field, cluster_names: list[str]) -> tuple[Link, ...]:
     links: list[Link] = []
-    for item in field.items("a list of {between: [cluster, cluster], delay_ms, jitter_ms, proto}"):
-        fields = item.fields(required=("between",), optional=("delay_ms", "jitter_ms", "proto"))
-        if "delay_ms" not in fields and "proto" not in fields:
-            item.fail("missing field 'delay_ms' (a link needs delay_ms, proto or both)")
+    for item in field.items("a list of {between: [cluster, cluster], delay_ms, jitter_ms, proto, batch, flush_us}"):
+        fields = item.fields(required=("between",), optional=("delay_ms", "jitter_ms", "proto", "batch", "flush_us"))
+        if not {"delay_ms", "proto", "batch"} & set(fields):
+            item.fail("missing field 'delay_ms' (a link needs delay_ms, proto, batch or several of them)")
         between = fields["between"]
         ends = between.items("a list of two cluster names")
         pair = tuple(
@@ -458,7 +466,13 @@ def _links(field: _Field, cluster_names: list[str]) -> tuple[Link, ...]:
         jitter = fields["jitter_ms"].milliseconds() if "jitter_ms" in fields else 0.0
         delay = fields["delay_ms"].milliseconds() if "delay_ms" in fields else None
         proto = _proto(fields["proto"]) if "proto" in fields else None
-        links.append(Link(pair, delay, jitter, proto))
+        if "flush_us" in fields and "batch" not in fields:
+            fields["flush_us"].fail("flush_us needs batch on the same link")
+        batch = fields["batch"].integer(1, f"an integer from 1 to {MAX_BATCH}: the moves sent across together",
+                                        MAX_BATCH) if "batch" in fields else None
+        flush_us = fields["flush_us"].integer(0, f"an integer from 0 to {MAX_FLUSH_US} (microseconds; 0: no timer)",
+                                              MAX_FLUSH_US) if "flush_us" in fields else 0
+        links.append(Link(pair, delay, jitter, proto, batch, flush_us))
     return tuple(links)
 
 

@@ -14,7 +14,8 @@ Bottom up (a level with a single contributor adds no sum: there are no fan-in-1 
   element  the core element on the home node.
 Between two stages on different nodes the path has `remote(host=<next node>)`, with the map's
 `proto` for the hop when it sets one (ClusterMap.proto_between), preceded by `delay(ms,
-jitter_ms)` when the hop crosses a link with a delay. A thread's own hop (a thread alone on its
+jitter_ms)` when the hop crosses a link with a delay, and before that by `batch(max_moves,
+flush_us)` when the link batches. A thread's own hop (a thread alone on its
 node) has `window=2`: its move and the observe after it share one round trip.  A stage instance is
 identified by the node it lives on and its specs down to the element.
 """
@@ -231,8 +232,9 @@ def _split(parts: list, max_fanin: int) -> list[list]:
 def hop(cluster_map: ClusterMap, from_node: str, to_node: str, pipelined: bool = False) -> tuple[StageSpec, ...]:
     """The stages that carry an operation from one node to the next stage's node: none on the
     same node, else `remote` (with the map's `proto` for the hop, if it sets one), after a
-    `delay` where the map lists the link with one. Every path the default acquire hook makes
-    crosses nodes this way, sums and elements at their homes alike. `pipelined` (a thread's own
+    `delay` where the map lists the link with one, after a `batch` where the link batches (a
+    buffer of moves crosses the link, and its delay, once). Every path the default acquire hook
+    makes crosses nodes this way, sums and elements at their homes alike. `pipelined` (a thread's own
     hop to its sum, which always observes after it moves): window=2, so that the move and the
     observe share one round trip, as a sum's exchange does on the hops below it."""
     if from_node == to_node:
@@ -242,9 +244,12 @@ def hop(cluster_map: ClusterMap, from_node: str, to_node: str, pipelined: bool =
     remote = stage("remote", host=to_node, **({"proto": proto} if proto else {}),
                    **({"window": THREAD_HOP_WINDOW} if pipelined else {}))
     link = cluster_map.link_between(*ends)
-    if link is None or link.delay_ms is None:
+    if link is None:
         return (remote,)
-    return (stage("delay", ms=link.delay_ms, jitter_ms=link.jitter_ms), remote)
+    timer = {"flush_us": link.flush_us} if link.flush_us else {}
+    batch = (stage("batch", max_moves=link.batch, **timer),) if link.batch is not None else ()
+    delay = (stage("delay", ms=link.delay_ms, jitter_ms=link.jitter_ms),) if link.delay_ms is not None else ()
+    return batch + delay + (remote,)
 
 
 def _label(key: StageKey) -> str:
