@@ -1,4 +1,5 @@
-/* core_ops_loop.c — tight single-thread move+observe loops: on an element, and through a path. */
+/* core_ops_loop.c — tight single-thread loops of moves and observes: on an element, and through a
+ * path. */
 #include "kernels.h"
 
 #include <stdlib.h>
@@ -82,4 +83,19 @@ double ps_kernel_link_batches_ns(ps_link *link, int64_t moves, uint32_t batch, i
     free(tuples);
     if (rc != PS_OK || after - before < moves) return -1.0;
     return (double)elapsed / (double)moves;
+}
+
+double ps_kernel_link_moves_then_observe_ns(ps_link *link, int64_t k, int64_t rounds, int64_t timeout_ns) {
+    int64_t next = last_of(link), out = -1;
+    if (k <= 0 || rounds <= 0 || next < 0) return -1.0;
+    int64_t start = ps_now_ns();
+    for (int64_t r = 0; r < rounds; r++) {
+        for (int64_t i = 0; i < k; i++, next++) {
+            ps_op move = {.kind = PS_OP_MOVE, .in = &next, .timeout_ns = timeout_ns};
+            if (ps_link_call(link, &move) != PS_OK) return -1.0;
+        }
+        ps_op observe = {.kind = PS_OP_OBSERVE_AT, .argument = next - 1, .out = &out, .timeout_ns = timeout_ns};
+        if (ps_link_call(link, &observe) != PS_OK || out != next - 1) return -1.0;
+    }
+    return (double)(ps_now_ns() - start) / (double)rounds;
 }

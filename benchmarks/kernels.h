@@ -27,6 +27,11 @@ double ps_kernel_link_moves_ns(ps_link *link, int64_t moves, int64_t timeout_ns)
 /* The same, moving the tuples `batch` at a time, each batch one move_many. */
 double ps_kernel_link_batches_ns(ps_link *link, int64_t moves, uint32_t batch, int64_t timeout_ns);
 
+/* ARMI's ping sweep: nanoseconds per round of k moves then one observe of the round's last move
+ * by its index (it answers once every move of the round is in: a batch stage sends them before
+ * it), over `rounds` rounds, single thread; -1 on a failed operation or a wrong tuple. */
+double ps_kernel_link_moves_then_observe_ns(ps_link *link, int64_t k, int64_t rounds, int64_t timeout_ns);
+
 #ifdef __cplusplus
 }
 #endif

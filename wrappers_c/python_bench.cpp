@@ -67,6 +67,17 @@ void bind_bench(py::module_ &m) {
     }, py::arg("handle"), py::arg("moves"), py::arg("batch"), py::arg("timeout") = 60.0,
        "Nanoseconds per tuple moved through one handle `batch` at a time (each batch one move_many), from a C\n"
        "loop, until every one is acknowledged (single thread).");
+    bench.def("moves_then_observe_ns", [](const std::shared_ptr<Handle> &handle, int64_t k, int64_t rounds,
+                                          const py::object &timeout) {
+        if (k <= 0) throw py::value_error("moves_then_observe_ns: expected k > 0");
+        auto loop = [k](ps_link *link, int64_t count, int64_t wait) {
+            return ps_kernel_link_moves_then_observe_ns(link, k, count, wait);
+        };
+        return single_link_loop(handle, rounds, timeout, "moves_then_observe_ns", loop,
+                                "an operation failed, or the observe did not see the round's last move");
+    }, py::arg("handle"), py::arg("k"), py::arg("rounds"), py::arg("timeout") = 60.0,
+       "ARMI's ping sweep: nanoseconds per round of k moves, then one observe of the round's last move by its\n"
+       "index, through one handle, from a C loop (single thread).");
 }
 
 }  // namespace paths_native

@@ -1,0 +1,358 @@
+"""Aggregation and bulk transfer as stages: the `batch` stage and the prefetching `cache`, measured
+the way their seed systems measured them, each against the same path without it.
+
+    python -m benchmarks.aggregation [--repeat N] [--csv FILE] [--plot FILE] [--quick]
+
+ARMI's Figure 6 (aggregated asynchronous calls). Per round, k moves then one observe of the
+round's last move by its index, through `delay` (0 and 0.2 ms each way) and `remote` (direct
+tcp) to a `paths serve` child: no batching, against `batch(max_moves=F, max_bytes=F x 8)` first
+on the path, for F = 4 ... 2048 (ARMI: 256 was best). The speed-up per k and factor is printed
+and plotted (--plot). Beside it, batch's double buffering: buffers=1 against 2 at k = 10,000.
+
+Aurora's Figure 6 method (a read cache loaded in bulk). A 704 x 704 matrix of 'i' (one row per
+tuple) lives on a node that runs no threads; on 2 and 4 emulated node processes (one thread
+each, their own process and server, as `paths run` emulates a map), every thread loads every row
+into its cache between two barriers: one request per row (benchmarks.read_cache:per_row), or
+the whole matrix in one request at the first miss (read_cache:prefetching); over remote with no
+delay and with 0.2 ms each way on the link.
+
+MM2 (Aurora's two-phase matrix multiply, a user-level workload): the C kernel benchmarks/mm2.c,
+256 x 256, 4 threads on an emulated map of 2 nodes of 2 (the elements on n0), on a map whose
+link batches the writes (`batch: 256`) and whose acquire hook prefetches the reads, against the
+same map with neither: the time of each, and their results, which must be identical.
+
+Targets (the issue's): batching faster than no batching from k = 10; at k = 10,000 at least 3x
+faster without delay and 15x with it; the best factor strictly inside the swept range; prefetch
+at most 0.5x the per-row load without delay and 0.15x with the delay. A MISS is a finding, not
+an error: the exit code is 0 after any report, 1 when a measurement could not run, 2 on bad
+arguments, 130 on Ctrl-C. Runs with more threads or processes than this machine's cores also
+measure context switches: the output says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+from dataclasses import dataclass
+
+from paths import build_path, make_path, stage
+from paths._native import bench
+from paths.cluster_map import load_map_text
+from paths.experiment import RunSettings, run_experiment
+from paths.kernel import BUILTIN_LIBRARY, KernelError
+from paths.launcher import LaunchError
+
+from .child_process import ChildError, ReadyChild
+from .core_ops import positive_int
+
+KS = (1, 10, 100, 1_000, 10_000)
+FACTORS = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+DELAYS_MS = (0.0, 0.2)
+TUPLE_BYTES = 8                    # the pings are 'q' tuples
+MOVES_PER_CELL = {0.0: 20_000, 0.2: 2_000}  # moves a cell makes (at least one round) ...
+MAX_ROUNDS = {0.0: 2_000, 0.2: 200}         # ... in at most this many rounds
+BUFFERS_FACTOR = 256               # where buffers=1 and 2 are compared, at the largest k
+AURORA_NODES = (2, 4)
+MATRIX = 704                       # rows and columns of Aurora's matrix
+MM2_N = 256
+MM2_THREADS = 4
+TIMEOUT_MS = 10_000                # the remote stages'
+RUN_TIMEOUT_S = 120.0
+KERNELS = str(BUILTIN_LIBRARY)
+QUICK = {"ks": (1, 10, 100), "factors": (4, 16, 64), "moves_per_cell": {0.0: 2_000, 0.2: 200}, "max_rounds": {0.0: 200, 0.2: 20},
+         "nodes": (2,), "matrix": 64, "mm2_n": 32}
+
+CSV_COLUMNS = ["experiment", "delay_ms", "k", "factor", "buffers", "nodes", "variant", "ms", "speedup", "checksum"]
+
+
+@dataclass
+class Sizes:
+    ks: tuple = KS
+    factors: tuple = FACTORS
+    moves_per_cell: dict = None
+    max_rounds: dict = None
+    nodes: tuple = AURORA_NODES
+    matrix: int = MATRIX
+    mm2_n: int = MM2_N
+
+    def __post_init__(self):
+        self.moves_per_cell = self.moves_per_cell or dict(MOVES_PER_CELL)
+        self.max_rounds = self.max_rounds or dict(MAX_ROUNDS)
+
+
+# ---- ARMI's sweep ---------------------------------------------------------------------------
+
+
+class Sweep:
+    """Handles on fresh elements of one `paths serve` child, each path batched or not."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint, self.made = endpoint, 0
+
+    def handle(self, delay_ms: float, factor: int | None, buffers: int = 2):
+        self.made += 1
+        batch = [stage("batch", max_moves=factor, max_bytes=factor * TUPLE_BYTES, buffers=buffers)] if factor else []
+        return build_path(make_path(*batch, stage("delay", ms=delay_ms),
+                                    stage("remote", host=self.endpoint, timeout_ms=TIMEOUT_MS),
+                                    stage("core", name=f"PINGS-{self.made}", format="q")))
+
+    def ms_per_round(self, delay_ms: float, k: int, factor: int | None, sizes: Sizes, buffers: int = 2) -> float:
+        rounds = max(1, min(sizes.max_rounds[delay_ms], sizes.moves_per_cell[delay_ms] // k))
+        handle = self.handle(delay_ms, factor, buffers)
+        return bench.moves_then_observe_ns(handle, k, rounds, timeout=RUN_TIMEOUT_S) / 1e6
+
+
+def measure_sweep(sizes: Sizes, repeat: int, progress) -> dict:
+    """{(delay, k, factor or None, buffers): [ms per round, ...]}, the cells taking turns."""
+    runs: dict = {}
+    with ReadyChild([sys.executable, "-m", "paths", "serve", "--bind", "tcp://127.0.0.1:*"], "paths serve") as server:
+        sweep = Sweep(server.ready())
+        for r in range(repeat):
+            for delay in DELAYS_MS:
+                for k in sizes.ks:
+                    cells = [(None, 2)] + [(f, 2) for f in sizes.factors]
+                    if k == max(sizes.ks) and BUFFERS_FACTOR in sizes.factors:
+                        cells.append((BUFFERS_FACTOR, 1))
+                    for factor, buffers in cells:
+                        ms = sweep.ms_per_round(delay, k, factor, sizes, buffers)
+                        runs.setdefault((delay, k, factor, buffers), []).append(ms)
+                    progress(f"ARMI run {r + 1}/{repeat}: delay {delay} ms, k = {k}")
+    return runs
+
+
+# ---- Aurora's cache load and MM2, on emulated maps --------------------------------------------
+
+
+def aurora_map(nodes: int, delay_ms: float):
+    """The matrix's node h0 (no threads) and `nodes` worker nodes of one CPU, linked with a delay."""
+    link = f"links:\n  - between: [home, work]\n    delay_ms: {delay_ms}\n" if delay_ms else ""
+    text = (f"name: aurora-{nodes}\nclusters:\n  home: {{nodes: h0, cpus: 0}}\n"
+            f"  work: {{nodes: \"n[0-{nodes - 1}]\", cpus: 1}}\nroot: h0\n{link}")
+    return load_map_text(text, source=f"<benchmarks.aggregation aurora {nodes} nodes, {delay_ms} ms>")
+
+
+def mm2_map(aggregated: bool, delay_ms: float):
+    """2 nodes of 2 CPUs in clusters of their own (so the hop between them is a link), the elements
+    on n0; aggregated: the link batches the moves across it and the hook prefetches reads."""
+    link = ([f"delay_ms: {delay_ms}"] if delay_ms else []) + (["batch: 256"] if aggregated else [])
+    links = "links:\n  - between: [a, b]\n" + "".join(f"    {line}\n" for line in link) if link else ""
+    hook = "acquire: benchmarks.read_cache:prefetching\n" if aggregated else ""
+    name = "aggregated" if aggregated else "plain"
+    text = (f"name: mm2-{name}\nclusters:\n  a: {{nodes: n0, cpus: 2}}\n  b: {{nodes: n1, cpus: 2}}\nroot: n0\n"
+            f"{links}{hook}")
+    return load_map_text(text, source=f"<benchmarks.aggregation mm2 {name}, {delay_ms} ms>")
+
+
+def kernel_columns(cluster_map, kernel: str, threads: int, repeat: int, args: dict, acquire=None) -> list[dict]:
+    settings = RunSettings(kernel=f"{KERNELS}:{kernel}", thread_counts=[threads], repeat=repeat,
+                           timeout=RUN_TIMEOUT_S, args={k: str(v) for k, v in args.items()}, acquire=acquire)
+    return [m.columns for m in run_experiment(cluster_map, settings).measurements]
+
+
+def measure_aurora(sizes: Sizes, repeat: int, progress) -> dict:
+    """{(nodes, delay, variant): [load ms, ...]}."""
+    runs = {}
+    for nodes in sizes.nodes:
+        for delay in DELAYS_MS:
+            for variant in ("per_row", "prefetching"):
+                columns = kernel_columns(aurora_map(nodes, delay), "cache_load", nodes, repeat,
+                                         {"rows": sizes.matrix, "cols": sizes.matrix},
+                                         acquire=f"benchmarks.read_cache:{variant}")
+                runs[nodes, delay, variant] = [c["load_ms"] for c in columns]
+                progress(f"Aurora: {nodes} nodes, delay {delay} ms, {variant}")
+    return runs
+
+
+def measure_mm2(sizes: Sizes, repeat: int, progress) -> dict:
+    """{(delay, aggregated): [(seconds, checksum), ...]}."""
+    runs = {}
+    for delay in DELAYS_MS:
+        for aggregated in (False, True):
+            columns = kernel_columns(mm2_map(aggregated, delay), "mm2", MM2_THREADS, repeat, {"n": sizes.mm2_n})
+            runs[delay, aggregated] = [(c["seconds"], c["checksum"]) for c in columns]
+            progress(f"MM2: delay {delay} ms, {'aggregated' if aggregated else 'plain'}")
+    return runs
+
+
+def mm2_expected_checksum(n: int) -> float:
+    """The sum of S = Q x (Q x R)'s entries, as mm2.c defines Q and R: (1^T Q) Q (R 1), exact."""
+    q = [[(i + 2 * j) % 7 - 3 for j in range(n)] for i in range(n)]
+    column_sums = [sum(q[i][j] for i in range(n)) for j in range(n)]
+    left = [sum(column_sums[i] * q[i][j] for i in range(n)) for j in range(n)]
+    right = [sum((3 * i + j) % 5 - 2 for j in range(n)) for i in range(n)]
+    return float(sum(a * b for a, b in zip(left, right)))
+
+
+# ---- the report -----------------------------------------------------------------------------
+
+
+def target(name: str, met: bool, shown: str) -> str:
+    return f"  {'PASS' if met else 'MISS'}  {name}: {shown}"
+
+
+def not_measured(name: str, why: str) -> str:
+    return f"  ----  {name}: not measured ({why})"
+
+
+def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict) -> tuple[list[str], list[dict]]:
+    med = {key: statistics.median(values) for key, values in sweep.items()}
+    rows: list[dict] = []
+    cores = len(os.sched_getaffinity(0))
+    lines = [f"Aggregation and bulk transfer, loopback, median of {repeat} run(s); this machine has {cores} cores "
+             "(runs with more threads or processes also measure context switches)", "",
+             "ARMI Figure 6: k moves, then one observe of the round's last move, through delay -> remote (tcp) -> "
+             "a `paths serve` child; 'q' tuples. Speed-up of batch(max_moves=factor) over no batching"]
+    best: dict = {}
+    for delay in DELAYS_MS:
+        lines.append(f"delay {delay:g} ms each way")
+        lines.append(f"{'k':>7}{'no batch':>12}" + "".join(f"{f:>7}" for f in sizes.factors) + f"{'best':>7}")
+        for k in sizes.ks:
+            base = med[delay, k, None, 2]
+            ups = {f: base / med[delay, k, f, 2] for f in sizes.factors}
+            best[delay, k] = max(ups, key=ups.get)
+            lines.append(f"{k:>7}{base:>9.3f} ms" + "".join(f"{ups[f]:>6.1f}x" for f in sizes.factors) +
+                         f"{best[delay, k]:>7}")
+            rows.append({"experiment": "armi", "delay_ms": delay, "k": k, "buffers": 2, "ms": base})
+            rows += [{"experiment": "armi", "delay_ms": delay, "k": k, "factor": f, "buffers": 2,
+                      "ms": med[delay, k, f, 2], "speedup": ups[f]} for f in sizes.factors]
+    top = max(sizes.ks)
+    if (0.0, top, BUFFERS_FACTOR, 1) in med:
+        lines.append(f"double buffering, k = {top}, factor {BUFFERS_FACTOR}: " + "; ".join(
+            f"delay {d:g} ms: buffers=1 {med[d, top, BUFFERS_FACTOR, 1]:.3f} ms, buffers=2 (a sender thread) "
+            f"{med[d, top, BUFFERS_FACTOR, 2]:.3f} ms" for d in DELAYS_MS))
+        rows += [{"experiment": "armi", "delay_ms": d, "k": top, "factor": BUFFERS_FACTOR, "buffers": 1,
+                  "ms": med[d, top, BUFFERS_FACTOR, 1], "speedup": med[d, top, None, 2] / med[d, top, BUFFERS_FACTOR, 1]}
+                 for d in DELAYS_MS]
+
+    lines += ["", f"Aurora Figure 6 method: every thread loads a {sizes.matrix} x {sizes.matrix} matrix of 'i' (one row "
+              "per tuple, on a node of its own) into its cache between two barriers; ms from barrier to barrier",
+              f"{'nodes':>7}{'delay':>8}{'per-row':>12}{'prefetch':>12}{'ratio':>9}"]
+    ratios = {}
+    for nodes in sizes.nodes:
+        for delay in DELAYS_MS:
+            per_row = statistics.median(aurora[nodes, delay, "per_row"])
+            fetched = statistics.median(aurora[nodes, delay, "prefetching"])
+            ratios[nodes, delay] = fetched / per_row
+            lines.append(f"{nodes:>7}{delay:>6g}ms{per_row:>9.2f} ms{fetched:>9.2f} ms{fetched / per_row:>8.3f}x")
+            rows += [{"experiment": "aurora", "delay_ms": delay, "nodes": nodes, "variant": variant,
+                      "ms": statistics.median(aurora[nodes, delay, variant])} for variant in ("per_row", "prefetching")]
+
+    expected = mm2_expected_checksum(sizes.mm2_n)
+    lines += ["", f"MM2 {sizes.mm2_n} x {sizes.mm2_n}, {MM2_THREADS} threads on 2 emulated nodes of 2 (elements on n0); "
+              f"expected checksum {expected:.0f}",
+              f"{'map':>12}{'delay':>8}{'seconds':>10}{'checksum':>16}"]
+    checksums = set()
+    for delay in DELAYS_MS:
+        for aggregated in (False, True):
+            seconds = statistics.median(s for s, _ in mm2[delay, aggregated])
+            sums = {c for _, c in mm2[delay, aggregated]}
+            checksums |= sums
+            name = "aggregated" if aggregated else "plain"
+            lines.append(f"{name:>12}{delay:>6g}ms{seconds:>10.3f}{', '.join(f'{c:.0f}' for c in sorted(sums)):>16}")
+            rows += [{"experiment": "mm2", "delay_ms": delay, "variant": name, "ms": seconds * 1e3, "checksum": c}
+                     for c in sorted(sums)]
+        plain = statistics.median(s for s, _ in mm2[delay, False])
+        batched = statistics.median(s for s, _ in mm2[delay, True])
+        lines.append(f"{'':>12}{'':>8}  aggregated / plain: {batched / plain:.2f}x")
+
+    lines += ["", "Targets"]
+    lines.append(target("batch faster than no batching from k = 10 (every factor, both delays)",
+                        all(med[d, k, None, 2] > med[d, k, f, 2] for d in DELAYS_MS for k in sizes.ks if k >= 10
+                            for f in sizes.factors),
+                        "slowest " + ", ".join(f"k={k}: {min(med[d, k, None, 2] / med[d, k, f, 2] for d in DELAYS_MS for f in sizes.factors):.1f}x"
+                                              for k in sizes.ks if k >= 10)))
+    for delay, bound in ((0.0, 3.0), (0.2, 15.0)):
+        name = f"k = 10,000 {'without delay' if not delay else 'with 0.2 ms delay'}: >= {bound:g}x faster"
+        if 10_000 in sizes.ks:
+            up = med[delay, 10_000, None, 2] / med[delay, 10_000, best[delay, 10_000], 2]
+            lines.append(target(name, up >= bound, f"{up:.1f}x (factor {best[delay, 10_000]})"))
+        else:
+            lines.append(not_measured(name, f"k up to {top}"))
+    for delay in DELAYS_MS:
+        inside = sizes.factors[0] < best[delay, top] < sizes.factors[-1]
+        lines.append(target(f"best factor at k = {top} strictly inside {sizes.factors[0]}..{sizes.factors[-1]} "
+                            f"(delay {delay:g} ms)", inside, f"{best[delay, top]}"))
+    for delay, bound in ((0.0, 0.5), (0.2, 0.15)):
+        worst = max(ratios[n, delay] for n in sizes.nodes)
+        lines.append(target(f"prefetch <= {bound}x the per-row load, delay {delay:g} ms ({', '.join(map(str, sizes.nodes))} "
+                            "nodes)", worst <= bound, f"at most {worst:.3f}x"))
+    lines.append(target("MM2: identical results on both maps, the expected ones", checksums == {expected},
+                        ", ".join(f"{c:.0f}" for c in sorted(checksums))))
+    return lines, rows
+
+
+def write_plot(path: str, sizes: Sizes, sweep: dict) -> None:
+    """Speed-up over no batching against the factor, one line per k, a panel per delay."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    med = {key: statistics.median(values) for key, values in sweep.items()}
+    figure, panels = plt.subplots(1, len(DELAYS_MS), figsize=(11, 4.2), squeeze=False)
+    for axes, delay in zip(panels[0], DELAYS_MS):
+        for k in sizes.ks:
+            axes.plot(sizes.factors, [med[delay, k, None, 2] / med[delay, k, f, 2] for f in sizes.factors],
+                      marker="o", label=f"k = {k}")
+        axes.set_xscale("log", base=2)
+        axes.set_yscale("log")
+        axes.axhline(1.0, color="grey", linewidth=0.8)
+        axes.set_xlabel("aggregation factor (batch max_moves)")
+        axes.set_ylabel("speed-up over no batching")
+        axes.set_title(f"k moves + 1 observe, delay {delay:g} ms each way")
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=8)
+    figure.tight_layout()
+    kind = os.path.splitext(path)[1][1:].lower()
+    figure.savefig(path, dpi=120, format=kind if kind in figure.canvas.get_supported_filetypes() else "png")
+    plt.close(figure)
+
+
+def parse_arguments(argv):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.aggregation", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=positive_int, default=3, metavar="N",
+                        help="runs per measurement; the median is reported (default: %(default)s)")
+    parser.add_argument("--csv", metavar="FILE", help="also write every measurement to this CSV file")
+    parser.add_argument("--plot", metavar="FILE", default="aggregation.png",
+                        help="the ARMI sweep's plot (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a short run (k up to 100, 3 factors, a 64 x 64 matrix on 2 nodes, MM2 32 x 32, 1 run), "
+                             "e.g. for a test")
+    args = parser.parse_args(argv)
+    args.sizes = Sizes(**QUICK) if args.quick else Sizes()
+    if args.quick:
+        args.repeat = 1
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_arguments(argv)
+    progress = lambda what: print(f"  ... {what}", file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        sweep = measure_sweep(args.sizes, args.repeat, progress)
+        aurora = measure_aurora(args.sizes, args.repeat, progress)
+        mm2 = measure_mm2(args.sizes, args.repeat, progress)
+        lines, rows = report(args.sizes, args.repeat, sweep, aurora, mm2)
+        write_plot(args.plot, args.sizes, sweep)
+    except (LaunchError, KernelError, ChildError, RuntimeError, ConnectionError, OSError, ValueError) as e:
+        print(f"benchmarks.aggregation: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # node processes and the server child are reaped on the way out
+        print("benchmarks.aggregation: interrupted", file=sys.stderr)
+        return 130
+    print("\n".join(lines))
+    print(f"\nplot: {args.plot}")
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
