@@ -265,7 +265,7 @@ def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict) -> t
                         "slowest " + ", ".join(f"k={k}: {min(med[d, k, None, 2] / med[d, k, f, 2] for d in DELAYS_MS for f in sizes.factors):.1f}x"
                                               for k in sizes.ks if k >= 10)))
     for delay, bound in ((0.0, 3.0), (0.2, 15.0)):
-        name = f"k = 10,000 {'without delay' if not delay else 'with 0.2 ms delay'}: >= {bound:g}x faster"
+        name = f"k = 10,000 {'without delay' if not delay else 'with 0.2 ms delay'}, >= {bound:g}x faster"
         if 10_000 in sizes.ks:
             up = med[delay, 10_000, None, 2] / med[delay, 10_000, best[delay, 10_000], 2]
             lines.append(target(name, up >= bound, f"{up:.1f}x (factor {best[delay, 10_000]})"))
@@ -279,7 +279,7 @@ def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict) -> t
         worst = max(ratios[n, delay] for n in sizes.nodes)
         lines.append(target(f"prefetch <= {bound}x the per-row load, delay {delay:g} ms ({', '.join(map(str, sizes.nodes))} "
                             "nodes)", worst <= bound, f"at most {worst:.3f}x"))
-    lines.append(target("MM2: identical results on both maps, the expected ones", checksums == {expected},
+    lines.append(target("MM2 gives identical results on both maps, the expected ones", checksums == {expected},
                         ", ".join(f"{c:.0f}" for c in sorted(checksums))))
     return lines, rows
 

@@ -12,6 +12,16 @@
                                                  prints OBSERVING, then blocks in observe();
                                                  prints the exception's type and message
 
+    remote_peer.py batcher ENDPOINT PROTO ELEMENT ID MOVES MAX_MOVES FLUSH_US BUFFERS
+                                                 moves (ID, 0) .. (ID, MOVES-1) into ELEMENT ("qq")
+                                                 through batch -> remote, asking last() every 97
+                                                 moves, then fences; prints DONE <last>
+    remote_peer.py contributor ENDPOINT ELEMENT MOVES
+                                                 batch -> remote -> reduce-sum(2) -> ELEMENT: moves
+                                                 1 .. MOVES (held back), prints MOVED; on `fence`
+                                                 on stdin fences, prints FENCED, then observes
+                                                 each round's total: TOTALS <json list>
+
 PROTO is the remote stage's transport (tcp, ipc, zmq, inproc).
 
 Every line is flushed: the tests wait for them.
@@ -81,7 +91,36 @@ def observe(endpoint: str, proto: str, element: str, timeout_ms: str) -> int:
     return 0
 
 
-PROGRAMS = {"serve": serve, "figure1": figure1, "worker": worker, "observe": observe}
+def batcher(endpoint: str, proto: str, element: str, ident: str, moves: str, max_moves: str, flush_us: str,
+            buffers: str) -> int:
+    handle = build_path(make_path(stage("batch", max_moves=int(max_moves), flush_us=int(flush_us),
+                                        buffers=int(buffers)),
+                                  stage("remote", host=endpoint, proto=proto, timeout_ms=5000),
+                                  stage("core", name=element, format="qq")))
+    for seq in range(int(moves)):
+        handle.move((int(ident), seq))
+        if seq % 97 == 96:
+            handle.last()  # another operation: what is held back goes first
+    paths.fence([handle], timeout=ROUNDS_TIMEOUT_S)
+    say("DONE", handle.last())
+    return 0
+
+
+def contributor(endpoint: str, element: str, moves: str) -> int:
+    handle = build_path(make_path(stage("batch", max_moves=64), stage("remote", host=endpoint, timeout_ms=5000),
+                                  stage("reduce-sum", num_threads=2), stage("core", name=element, format="q")))
+    for value in range(1, int(moves) + 1):
+        handle.move(value)
+    say("MOVED")
+    if sys.stdin.readline().strip() == "fence":
+        paths.fence(handle, timeout=ROUNDS_TIMEOUT_S)
+        say("FENCED")
+        say("TOTALS", json.dumps([handle.observe(timeout=ROUNDS_TIMEOUT_S)[0] for _ in range(int(moves))]))
+    return 0
+
+
+PROGRAMS = {"serve": serve, "figure1": figure1, "worker": worker, "observe": observe, "batcher": batcher,
+            "contributor": contributor}
 
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]

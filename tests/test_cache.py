@@ -1,11 +1,15 @@
 """cache: repeated indexed observes are served locally and counted; everything else passes
-through untouched."""
+through untouched. With prefetch, a miss fetches a window of the history in one request (the
+history there is at build with "all"), never serving an axed tuple, right under concurrent moves,
+in one request per range bound."""
+
+import threading
 
 import pytest
 
 import paths
-
 from paths import build_path, make_path, stage
+from paths.server import PathServer
 
 
 def cached(space, capacity=8, name="C"):
@@ -72,3 +76,122 @@ def test_missing_tuple_waits_and_times_out(space):
     with pytest.raises(TimeoutError):
         h.observe(3, timeout=0.05)
     assert h.stage.counters()["misses"] == 1
+
+
+# ---- prefetch: a range of the history in one request -----------------------------------------
+
+PATIENCE_S = 30
+
+
+def prefetching(space, mode="window", name="C", format="qd", capacity=1024, **params):
+    return build_path(make_path(stage("cache", capacity=capacity, prefetch=mode, **params),
+                                stage("core", name=name, format=format)), pastset=space)
+
+
+def test_a_miss_fetches_its_window_in_one_request(space):
+    element = space.enter("C", "qd")
+    element.move_many([(i, i / 2) for i in range(100)])
+    h = prefetching(space, window=32)
+    assert [h.observe(i) for i in range(100)] == [(i, i / 2) for i in range(100)]
+    counters = h.stage.counters()
+    assert (counters["misses"], counters["hits"], counters["ranges"], counters["fetched"]) == (4, 96, 4, 100)
+
+
+def test_a_window_stops_where_the_history_does_and_waits_only_for_its_first_tuple(space):
+    element = space.enter("C", "qd")
+    element.move_many([(i, 0.0) for i in range(5)])
+    h = prefetching(space, window=64)
+    assert h.observe(3) == (3, 0.0)
+    assert h.stage.counters()["fetched"] == 2  # tuples 3 and 4: what existed
+    with pytest.raises(TimeoutError):
+        h.observe(5, timeout=0.05)
+    element.move((5, 0.0))
+    assert h.observe(5, timeout=PATIENCE_S) == (5, 0.0)
+
+
+def test_prefetch_all_reads_the_history_when_the_first_caller_attaches(space):
+    element = space.enter("C", "qd")
+    element.move_many([(i, 1.0) for i in range(300)])
+    h = prefetching(space, mode="all", capacity=256)
+    counters = h.stage.counters()
+    assert (counters["ranges"], counters["fetched"]) == (1, 256)  # up to capacity
+    assert [h.observe(i)[0] for i in range(256)] == list(range(256))
+    assert h.stage.counters()["misses"] == 0
+    assert h.observe(299) == (299, 1.0)  # beyond: a miss fetches its window
+    assert h.stage.counters()["misses"] == 1
+
+
+def test_prefetched_copies_before_an_axe_through_the_cache_are_never_served(space):
+    element = space.enter("C", "qd")
+    element.move_many([(i, 0.0) for i in range(50)])
+    h = prefetching(space, window=50)
+    assert h.observe(0) == (0, 0.0) and h.stage.counters()["fetched"] == 50
+    h.axe(20)
+    for i in (0, 10, 19):
+        with pytest.raises(paths.AxedError):
+            h.observe(i)
+    assert h.observe(20) == (20, 0.0)
+
+
+def test_a_range_refused_as_axed_teaches_the_cache_the_axe_point(space):
+    element = space.enter("C", "qd")
+    element.move_many([(i, 0.0) for i in range(50)])
+    element.axe(30)  # not through the cache
+    h = prefetching(space, mode="all", window=10)
+    assert h.stage.counters()["fetched"] == 20  # from the axe point: tuples 30 .. 49
+    with pytest.raises(paths.AxedError):
+        h.observe(5)
+    assert h.observe(30) == (30, 0.0) and h.stage.counters()["misses"] == 1
+
+
+def test_prefetch_with_concurrent_moves_serves_every_tuple_right(space):
+    element_name, n = "W", 5000
+    writer_handle = build_path(make_path(stage("core", name=element_name, format="qd")), pastset=space)
+    readers = [prefetching(space, name=element_name, window=97, id=f"reader {r}") for r in range(3)]
+    seen = [[] for _ in readers]
+
+    def write():
+        for i in range(n):
+            writer_handle.move((i, i * 0.25))
+
+    def read(r):
+        seen[r] = [readers[r].observe(i, timeout=PATIENCE_S) for i in range(n)]
+
+    threads = [threading.Thread(target=write)] + [threading.Thread(target=read, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(PATIENCE_S)
+    assert not any(t.is_alive() for t in threads)
+    for r, reader in enumerate(readers):
+        assert seen[r] == [(i, i * 0.25) for i in range(n)]
+        assert reader.stage.counters()["ranges"] < n
+
+
+def test_a_window_beyond_the_range_bound_goes_in_several_requests(space):
+    element = space.enter("K", "1024s")  # 1 KiB tuples: a range carries at most 4096 of them
+    element.move_many([(b"%d" % i,) for i in range(5000)])
+    h = prefetching(space, name="K", format="1024s", capacity=6000, window=6000)
+    assert h.observe(0)[0].rstrip(b"\0") == b"0"
+    counters = h.stage.counters()
+    assert (counters["ranges"], counters["fetched"]) == (2, 5000)
+    assert [h.observe(i)[0].rstrip(b"\0") for i in range(0, 5000, 499)] == [b"%d" % i for i in range(0, 5000, 499)]
+    assert h.stage.counters()["misses"] == 1
+
+
+def test_window_larger_than_capacity_is_refused(space):
+    with pytest.raises(ValueError, match=r"stage 'cache': window \(64\) must not exceed capacity \(8\)"):
+        prefetching(space, capacity=8)
+    with pytest.raises(ValueError, match="parameter 'prefetch' must be one of none, all, window, got 'some'"):
+        prefetching(space, mode="some")
+
+
+def test_a_window_over_remote_is_one_request(space):
+    with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
+        space.enter("R", "qd").move_many([(i, 2.0) for i in range(1500)])  # 24 KB: answered in 2 frames
+        h = build_path(make_path(stage("cache", capacity=2048, prefetch="window", window=2048),
+                                 stage("remote", host=server.endpoint), stage("core", name="R", format="qd")))
+        requests_before = server.native.counters()["frames"]
+        assert [h.observe(i) for i in range(1500)] == [(i, 2.0) for i in range(1500)]
+        assert server.native.counters()["frames"] - requests_before == 1
+        assert h.stage.counters()["ranges"] == 1

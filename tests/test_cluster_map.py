@@ -266,7 +266,28 @@ BROKEN = {
         BASE + "links:\n  - between: [4w, 4w]\n",
         8,
         "links[0]",
-        "missing field 'delay_ms'",
+        "missing field 'delay_ms' (a link needs delay_ms, proto, batch or several of them)",
+    ),
+    "batch of 0": (
+        edited(("root: n0", "  x:\n    nodes: x0\n    cpus: 1\nroot: n0"))
+        + "links:\n  - {between: [4w, x], batch: 0}\n",
+        11,
+        "links[0].batch",
+        "expected an integer from 1 to 1048576: the moves sent across together, got 0",
+    ),
+    "flush_us without batch": (
+        edited(("root: n0", "  x:\n    nodes: x0\n    cpus: 1\nroot: n0"))
+        + "links:\n  - {between: [4w, x], delay_ms: 1, flush_us: 50}\n",
+        11,
+        "links[0].flush_us",
+        "flush_us needs batch on the same link",
+    ),
+    "negative flush_us": (
+        edited(("root: n0", "  x:\n    nodes: x0\n    cpus: 1\nroot: n0"))
+        + "links:\n  - {between: [4w, x], batch: 8, flush_us: -1}\n",
+        11,
+        "links[0].flush_us",
+        "expected an integer from 0 to 60000000 (microseconds; 0: no timer), got -1",
     ),
     "negative delay": (
         edited(("root: n0", "  x:\n    nodes: x0\n    cpus: 1\nroot: n0"))

@@ -7,7 +7,7 @@ import pytest
 from paths.cluster_map import builtin_map, load_map_text
 from paths.path_spec import make_path, stage
 from paths.placement import PlacementWarning
-from paths.reduction_tree import plan_reduction
+from paths.reduction_tree import hop, plan_reduction
 
 ELEMENT = ("PI-SUM1", "q")
 CORE = stage("core", name="PI-SUM1", format="q")
@@ -200,6 +200,30 @@ links:
         stage("reduce-sum", num_threads=4, id="cluster:a"),
         stage("delay", ms=3.0, jitter_ms=0.0),
     )
+
+
+def test_a_batching_link_batches_the_hops_across_it_and_none_inside_a_cluster():
+    """ARMI's mixed mode from a map: moves are batched on the slow link, not inside a node or a cluster."""
+    text = """\
+name: mixed
+clusters:
+  a: {nodes: "a[0-1]", cpus: 2}
+  b: {nodes: "b[0-1]", cpus: 2}
+root: a0
+links:
+  - {between: [a, b], delay_ms: 0.2, batch: 256, flush_us: 500}
+"""
+    cluster_map = load_map_text(text)
+    assert cluster_map.links[0].batch == 256 and cluster_map.links[0].flush_us == 500
+    across = hop(cluster_map, "b0", "a0")
+    assert across == (stage("batch", max_moves=256, flush_us=500), stage("delay", ms=0.2, jitter_ms=0.0),
+                      stage("remote", host="a0"))
+    assert hop(cluster_map, "a1", "a0") == (stage("remote", host="a0"),)
+    plan = plan_reduction(cluster_map, 8, ELEMENT)
+    batches = [(node, specs) for node, specs in check_tree(plan) if specs[0].kind == "batch"]
+    assert [node for node, _ in batches] == ["b0"]  # cluster b's one crossing to the root
+    only_batch = load_map_text(text.replace("delay_ms: 0.2, ", "").replace(", flush_us: 500", ""))
+    assert hop(only_batch, "b1", "a1") == (stage("batch", max_moves=256), stage("remote", host="a1"))
 
 
 def test_plan_with_oversubscription_warns():

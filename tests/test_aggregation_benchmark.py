@@ -1,0 +1,67 @@
+"""`python -m benchmarks.aggregation --quick` runs end to end: ARMI's sweep (batch against no
+batching, every k and factor, both delays), Aurora's cache load (per row against prefetch) and MM2
+on two maps with identical results; it prints the targets, writes the CSV and the plot, and leaves
+no process behind (the `probe` fixture fails the test otherwise)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_TIMEOUT_S = 240
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmarks.aggregation", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=RUN_TIMEOUT_S)
+
+
+def test_quick_run_reports_every_experiment_and_target(probe, tmp_path):
+    out_csv, plot = tmp_path / "aggregation.csv", tmp_path / "aggregation.png"
+    done = run("--quick", "--csv", str(out_csv), "--plot", str(plot))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    rows = list(csv.DictReader(out_csv.open()))
+    armi = [r for r in rows if r["experiment"] == "armi"]
+    assert {(r["delay_ms"], r["k"], r["factor"]) for r in armi} == {
+        (d, k, f) for d in ("0.0", "0.2") for k in ("1", "10", "100") for f in ("", "4", "16", "64")}
+    for r in armi:
+        if r["factor"]:
+            base = next(b for b in armi if (b["delay_ms"], b["k"], b["factor"]) == (r["delay_ms"], r["k"], ""))
+            assert math.isclose(float(r["speedup"]), float(base["ms"]) / float(r["ms"]), rel_tol=1e-9)
+            shown = re.search(rf"^\s+{r['k']}\s+[\d.]+ ms((\s+[\d.]+x)+)", out.split(f"delay {float(r['delay_ms']):g} ms")
+                              [1], re.M)
+            assert f"{float(r['speedup']):.1f}x" in shown[1]
+    aurora = {(r["nodes"], r["delay_ms"], r["variant"]) for r in rows if r["experiment"] == "aurora"}
+    assert aurora == {("2", d, v) for d in ("0.0", "0.2") for v in ("per_row", "prefetching")}
+    mm2 = [r for r in rows if r["experiment"] == "mm2"]
+    assert {(r["delay_ms"], r["variant"]) for r in mm2} == {(d, v) for d in ("0.0", "0.2") for v in ("plain", "aggregated")}
+    expected = float(re.search(r"expected checksum (-?\d+)", out)[1])
+    assert all(float(r["checksum"]) == expected for r in mm2)
+    targets = re.findall(r"^  (PASS|MISS|----)  (.*?):", out, re.M)
+    assert [name for _, name in targets] == [
+        "batch faster than no batching from k = 10 (every factor, both delays)",
+        "k = 10,000 without delay, >= 3x faster",
+        "k = 10,000 with 0.2 ms delay, >= 15x faster",
+        "best factor at k = 100 strictly inside 4..64 (delay 0 ms)",
+        "best factor at k = 100 strictly inside 4..64 (delay 0.2 ms)",
+        "prefetch <= 0.5x the per-row load, delay 0 ms (2 nodes)",
+        "prefetch <= 0.15x the per-row load, delay 0.2 ms (2 nodes)",
+        "MM2 gives identical results on both maps, the expected ones",
+    ]
+    assert [verdict for verdict, _ in targets][1:3] == ["----", "----"]  # --quick stops at k = 100
+    assert targets[-1][0] == "PASS"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args, words", [(["--repeat", "0"], "--repeat"), (["--sections"], "unrecognized")])
+def test_bad_options_exit_2(args, words):
+    done = run(*args)
+    assert done.returncode == 2 and words in done.stderr, done.stderr

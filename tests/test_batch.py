@@ -1,0 +1,221 @@
+"""batch: each caller's moves go down in bulk, one move_many per buffer, on every trigger (a full
+buffer by moves or by bytes, flush_us, another operation of the caller, its release), in order
+and each once under many callers and processes; a caller always observes its own moves; a send
+that fails is reported by the caller's next operation with how many of its moves took effect."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from child_processes import ChildProcesses
+
+import paths
+from paths import build_path, make_path, stage
+from paths.server import PathServer
+
+PATIENCE_S = 30  # the longest any wait here may take before its test fails
+
+
+def batched(space, name="B", format="q", **params):
+    return build_path(make_path(stage("batch", **params), stage("core", name=name, format=format)), pastset=space)
+
+
+def eventually(condition, what: str, timeout: float = PATIENCE_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.005)
+
+
+def test_moves_wait_until_max_moves_are_buffered(space):
+    h = batched(space, max_moves=4, buffers=1)
+    element = space.enter("B", "q")
+    for v in range(3):
+        h.move(v)
+    assert element.last() == 0
+    h.move(3)
+    assert element.observe_range(0, 10) == [(0,), (1,), (2,), (3,)]
+    counters = h.stage.counters()
+    assert (counters["sends"], counters["moves_sent"], counters["capacity"]) == (1, 4, 4)
+
+
+def test_max_bytes_bounds_a_buffer_of_large_tuples(space):
+    h = batched(space, format="16s", max_moves=100, max_bytes=40, buffers=1)  # two 16-byte tuples fit
+    element = space.enter("B", "16s")
+    h.move(b"a")
+    assert element.last() == 0
+    h.move(b"b")
+    assert element.last() == 2
+    assert h.stage.counters()["capacity"] == 2
+
+
+@pytest.mark.parametrize("buffers", [1, 2])
+def test_flush_us_sends_a_buffer_its_caller_left_alone(space, buffers):
+    h = batched(space, max_moves=1000, flush_us=300_000, buffers=buffers)
+    element = space.enter("B", "q")
+    moved_at = time.monotonic()
+    for v in range(3):
+        h.move(v)
+    assert element.last() == 0  # not yet: 0.3 s to go
+    eventually(lambda: element.last() == 3, "the timer's send")
+    assert time.monotonic() - moved_at >= 0.3
+    assert h.stage.counters()["timed_sends"] == 1
+    assert element.observe_range(0, 3) == [(0,), (1,), (2,)]
+
+
+def test_a_caller_observes_its_own_moves(space):
+    h = batched(space, max_moves=256)
+    for v in range(5):
+        h.move(v * 10)
+    assert h.observe(4) == (40,)  # its moves went first, then the observe
+    assert h.last() == 5
+    assert h.observe() == (0,)
+    assert h.exchange(50) == (10,)  # not buffered: a move and an observe, passed down as one
+    assert h.last() == 6 and h.stage.counters()["moves_sent"] == 5
+
+
+def test_release_sends_what_a_caller_holds(space):
+    h = batched(space, max_moves=256)
+    h.move_many([(v,) for v in range(10)])
+    element = space.enter("B", "q")
+    assert element.last() == 0
+    del h
+    assert element.observe_range(0, 20) == [(v,) for v in range(10)]
+
+
+def test_a_full_bound_below_times_the_move_out_and_loses_nothing(space):
+    element = space.enter("B", "q")
+    element.delta(2)  # at most 2 unread tuples
+    h = batched(space, max_moves=2, buffers=1)
+    h.move(0)
+    h.move(1)  # full: sent, and taken
+    h.move(2)
+    h.move(3)  # full again: sent, but the bound is full; the moves stay buffered
+    with pytest.raises(TimeoutError):
+        h.move(4, timeout=0.05)  # no room for it: nothing done
+    assert element.observe() == (0,) and element.observe() == (1,)
+    h.move(4, timeout=PATIENCE_S)  # the buffer went, so there is room
+    assert element.observe() == (2,) and element.observe() == (3,)
+    paths.fence(h, timeout=PATIENCE_S)
+    assert element.observe() == (4,)
+    assert h.stage.counters()["dropped"] == 0
+
+
+MANY_CALLERS = {
+    "moves": dict(max_moves=7, buffers=1),
+    "bytes": dict(max_moves=1000, max_bytes=80, buffers=2),  # 5 'qq' tuples
+    "double-buffered": dict(max_moves=16, buffers=2),
+    "triple-buffered-timer": dict(max_moves=32, buffers=3, flush_us=200),
+    "timer-only": dict(max_moves=100_000, flush_us=100, buffers=1),
+}
+
+
+@pytest.mark.parametrize("config", list(MANY_CALLERS))
+def test_many_callers_keep_order_and_lose_nothing(space, config):
+    callers, moves = 8, 2000
+    element = space.enter("B", "qq")
+    path = make_path(stage("batch", **MANY_CALLERS[config]), stage("core", name="B", format="qq"))
+    handles = [build_path(path, pastset=space) for _ in range(callers)]
+    seen_own = []
+
+    def caller(i):
+        h = handles[i]
+        for seq in range(moves):
+            h.move((i, seq))
+            if seq % 301 == 300:  # another operation: everything it moved is in
+                seen_own.append(h.last() >= (seq + 1))
+        paths.fence(h, timeout=PATIENCE_S)
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(callers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(PATIENCE_S)
+    assert not any(t.is_alive() for t in threads)
+    history = element.observe_range(0, callers * moves + 1)
+    assert len(history) == callers * moves
+    for i in range(callers):
+        assert [seq for who, seq in history if who == i] == list(range(moves))
+    assert all(seen_own) and len(seen_own) == callers * (moves // 301)
+    counters = handles[0].stage.counters()
+    assert counters["moves_sent"] == callers * moves and counters["dropped"] == 0
+
+
+@pytest.mark.parametrize("proto", ["tcp", "zmq"])
+def test_processes_batching_into_one_remote_element_keep_order_and_lose_nothing(proto):
+    processes, moves = 4, 3000
+    configs = [(50, 0, 1), (64, 0, 2), (1000, 500, 2), (256, 200, 3)]  # max_moves, flush_us, buffers
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server, ChildProcesses() as children:
+        peers = [children.peer("batcher", server.endpoint, proto, "P", i, moves, *configs[i])
+                 for i in range(processes)]
+        for peer in peers:
+            assert int(peer.expect("DONE ", PATIENCE_S)) >= moves
+            assert peer.wait(PATIENCE_S) == 0
+        element = server.pastset.enter("P", "qq")
+        history = element.observe_range(0, processes * moves + 1)
+    assert len(history) == processes * moves
+    for i in range(processes):
+        assert [seq for who, seq in history if who == i] == list(range(moves))
+
+
+def test_a_failed_send_is_reported_by_the_next_operation_with_what_took_effect():
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
+        h = build_path(make_path(stage("batch", max_moves=100), stage("remote", host=server.endpoint, timeout_ms=2000),
+                                 stage("core", name="F", format="q")))
+        h.move(1)
+        paths.fence(h, timeout=PATIENCE_S)
+        for v in range(3):
+            h.move(v)
+    # The server is gone: the three moves cannot go.
+    with pytest.raises(ConnectionError, match=r"batch: 0 of 3 moves sent down together took effect, then the send "
+                                              r"failed \(remote failure\): remote tcp://127\.0\.0\.1:\d+"):
+        h.last()
+    assert h.stage.counters()["dropped"] == 3
+
+
+def test_a_send_failing_on_the_sender_thread_is_reported_by_the_next_move():
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
+        h = build_path(make_path(stage("batch", max_moves=4, buffers=2),
+                                 stage("remote", host=server.endpoint, timeout_ms=2000),
+                                 stage("core", name="F", format="q")))
+        h.move_many([(v,) for v in range(4)])  # handed to the sender thread
+        paths.fence(h, timeout=PATIENCE_S)
+    h.move_many([(v,) for v in range(4)])  # handed over; the sender finds the server gone
+    eventually(lambda: h.stage.counters()["dropped"] == 4, "the sender's failed send")
+    with pytest.raises(ConnectionError, match=r"batch: 0 of 4 moves sent down together took effect"):
+        h.move(9)
+    h.move(10)  # reported once: the next move is buffered again
+
+
+def test_contributors_batched_above_a_sum_get_every_round_total(space):
+    """A contributor's observe sends its held-back move first (a lone move: a sum takes it as one
+    contribution), so rounds go on; a held-back move of another contributor is what a round waits for."""
+    path = make_path(stage("batch", max_moves=8), stage("reduce-sum", num_threads=2), stage("core", name="S", format="q"))
+    h = [build_path(path, pastset=space) for _ in range(2)]
+    totals = [[], []]
+
+    def contributor(i):
+        for r in range(200):
+            h[i].move(r * (1 if i == 0 else 100))
+            totals[i].append(h[i].observe(timeout=PATIENCE_S)[0])
+
+    threads = [threading.Thread(target=contributor, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(PATIENCE_S)
+    assert totals[0] == totals[1] == [101 * r for r in range(200)]
+    h[0].move(1)
+    with pytest.raises(TimeoutError):
+        h[0].observe(timeout=0.05)  # the other contributor's move of the round is not there
+
+
+def test_bad_parameters_name_the_parameter(space):
+    with pytest.raises(ValueError, match="parameter 'buffers' must be between 1 and 8, got 9"):
+        batched(space, buffers=9)
+    with pytest.raises(ValueError, match="parameter 'max_moves' must be between 1 and 1048576, got 0"):
+        batched(space, max_moves=0)
+    with pytest.raises(ValueError, match="stage 'batch': needs a stage below it"):
+        paths._native.create_stage("batch", {}, None, space)
