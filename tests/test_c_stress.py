@@ -9,6 +9,9 @@ here — into an archive once, and each stress test links what it uses from that
   pass-through stages, links, counters, move_many.
 - tests/c/stress_kernel_run.c: kernel runs, the C side of paths.h (threads, barriers, handles
   through the run's hooks, reports, a failing thread), over the stage layer.
+- tests/c/stress_batch.c: the aggregation stages: batch under many callers with every buffer
+  trigger, over a full bound and over a failing stage; the fence through a sum; the prefetching
+  cache under a writer.
 - tests/c/stress_remote.c: remote stages and a server in one process on the direct transport
   (tcp and Unix sockets): a sum, a job queue, move_many batches, links opened and released over
   and over. libzmq, which carries the BUILDs, is not built for TSan: tests/c/tsan.supp silences it.
@@ -54,12 +57,14 @@ SANITIZER_FLAGS = {
     "tsan": ["-fsanitize=thread"],
 }
 # The size each stress test runs at, per build: sized so that each run stays well under a minute
-# on two cores (stress_pastset: tuples per producer; stress_stages: GSum rounds).
+# on two cores (stress_pastset: tuples per producer; stress_stages: GSum rounds; stress_batch: moves per
+# caller).
 SIZES = {
     "stress_pastset": {"plain": 200_000, "asan-ubsan": 100_000, "tsan": 50_000},
     "stress_stages": {"plain": 20_000, "asan-ubsan": 10_000, "tsan": 4_000},
     "stress_kernel_run": {"plain": 4_000, "asan-ubsan": 2_000, "tsan": 400},
     "stress_remote": {"plain": 2_000, "asan-ubsan": 1_000, "tsan": 500},
+    "stress_batch": {"plain": 4_000, "asan-ubsan": 2_000, "tsan": 500},
 }
 SANITIZER_OPTIONS = {
     "ASAN_OPTIONS": "halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1",

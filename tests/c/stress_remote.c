@@ -15,6 +15,11 @@
  *           exactly once, and each consumer sees each producer's jobs in the order they were moved.
  *   churn   threads open a link, make a round trip, and release it, over and over, beside the
  *           others: the server hands over and reaps every one of them; none is abandoned.
+ *   batched THREADS threads move distinct values through batch -> remote (tcp and ipc, one and two
+ *           buffers, a timer on some), asking last() now and then, and fence: the element holds
+ *           every value once, each thread's in order. Then readers through caches that prefetch
+ *           windows over remote read it all back right, one request per window; and a range
+ *           beyond the bound is refused by the remote stage before it is sent, naming the bound.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -41,12 +46,14 @@ static const char *const SUM_SPEC = "{\"version\":1,\"path\":[[\"reduce-sum\",{\
                                     "[\"core\",{\"name\":\"SUM\",\"format\":\"q\"}]]}";
 static const char *const JOBS_SPEC = "{\"version\":1,\"path\":[[\"core\",{\"name\":\"JOBS\",\"format\":\"q\"}]]}";
 static const char *const CHURN_SPEC = "{\"version\":1,\"path\":[[\"core\",{\"name\":\"CHURN\",\"format\":\"q\"}]]}";
+static const char *const BATCHED_SPEC =
+    "{\"version\":1,\"path\":[[\"core\",{\"name\":\"BATCHED\",\"format\":\"q\"}]]}";
 
 /* ---- the server: BUILDs answered here by attaching to stages made in advance ---------------------- */
 
 typedef struct served {
     ps_server *server;
-    ps_stage *sum, *jobs, *churn;   /* what each spec names, built once */
+    ps_stage *sum, *jobs, *churn, *batched; /* what each spec names, built once */
     ps_stage *sum_element;          /* the element below the sum */
     ps_link *links[MAX_LINKS];      /* the links handed over, by id, until reaped */
     atomic_bool stop;
@@ -67,7 +74,8 @@ static void *serve(void *arg) {
         ps_stage *target = strcmp(request->spec, SUM_SPEC) == 0    ? s->sum
                            : strcmp(request->spec, JOBS_SPEC) == 0 ? s->jobs
                            : strcmp(request->spec, CHURN_SPEC) == 0 ? s->churn
-                                                                    : NULL;
+                           : strcmp(request->spec, BATCHED_SPEC) == 0 ? s->batched
+                                                                      : NULL;
         ps_link *link = target ? malloc(sizeof *link) : NULL;
         if (link && ps_stage_attach(target, link) != PS_OK) {
             free(link);
@@ -276,6 +284,115 @@ static void run_churn(served *s, const char *endpoint, int64_t cycles) {
     CHECK(server_counter(s, "abandoned") == abandoned, "churn: released links counted as abandoned");
 }
 
+/* ---- batched ------------------------------------------------------------------------------------ */
+
+typedef struct batched_job {
+    ps_stage *top;   /* batch -> remote, or cache -> remote */
+    int index;
+    int64_t values;  /* per thread */
+} batched_job;
+
+static void *batching_thread(void *arg) {
+    batched_job *job = arg;
+    ps_link link;
+    attach_or_die(job->top, &link);
+    int rc = PS_OK;
+    for (int64_t i = 0; i < job->values && rc == PS_OK; i++) {
+        int64_t value = (int64_t)job->index * job->values + i;
+        rc = link_move(&link, &value, WAIT);
+        if (rc == PS_OK && i % 101 == 100) {
+            int64_t last = -1;
+            rc = link_value(&link, PS_OP_LAST, &last);
+            CHECK(rc != PS_OK || last >= i + 1, "batched %d: last() %" PRId64 " after its move %" PRId64, job->index,
+                  last, i);
+        }
+    }
+    if (rc == PS_OK) {
+        ps_op fence = {.kind = PS_OP_FENCE, .timeout_ns = WAIT};
+        rc = ps_link_call(&link, &fence);
+    }
+    CHECK(rc == PS_OK, "batched %d: %s: %s", job->index, ps_status_name(rc), ps_stage_error(job->top));
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static void *prefetching_thread(void *arg) {
+    batched_job *job = arg;
+    ps_link link;
+    attach_or_die(job->top, &link);
+    int64_t total = job->values * THREADS, next[THREADS] = {0};
+    for (int64_t i = 0; i < total; i++) {
+        int64_t value = -1;
+        int rc = link_observe_at(&link, i, &value, WAIT);
+        int t = (int)(value / job->values);
+        CHECK(rc == PS_OK && value >= 0 && value < total && value == t * job->values + next[t],
+              "prefetch %d: tuple %" PRId64 " is %" PRId64 " (%s)", job->index, i, value, ps_status_name(rc));
+        if (rc != PS_OK || value < 0 || value >= total) break;
+        next[t]++;
+    }
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static ps_stage *create_batch(int64_t buffers, int64_t flush_us, ps_stage *below) {
+    ps_param_value values[] = {int_param("max_moves", 32), int_param("buffers", buffers), int_param("flush_us", flush_us)};
+    return create_stage(NULL, "batch", values, 3, below);
+}
+
+static ps_stage *create_prefetching(ps_stage *below, int64_t window) {
+    ps_param_value values[] = {int_param("capacity", 1024), str_param("prefetch", "window"), int_param("window", window)};
+    return create_stage(NULL, "cache", values, 3, below);
+}
+
+static void run_batched(const char *endpoint, int64_t values) {
+    atomic_store(&scene_running, "batched");
+    ps_stage *remotes[2] = {remote_stage(endpoint, "tcp", BATCHED_SPEC, 1, 1),
+                            remote_stage(endpoint, "ipc", BATCHED_SPEC, 1, 1)};
+    ps_stage *batches[4] = {create_batch(1, 0, remotes[0]), create_batch(2, 0, remotes[1]),
+                            create_batch(2, 50, remotes[0]), create_batch(1, 200, remotes[1])};
+    pthread_t threads[THREADS];
+    batched_job jobs[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        jobs[t] = (batched_job){batches[t % 4], t, values};
+        start_thread(&threads[t], batching_thread, &jobs[t]);
+    }
+    for (int t = 0; t < THREADS; t++) pthread_join(threads[t], NULL);
+    for (int i = 0; i < 4; i++) ps_stage_release(batches[i]);
+    int64_t window = 97, total = values * THREADS;
+    ps_stage *caches[2] = {create_prefetching(remotes[0], window), create_prefetching(remotes[1], window)};
+    for (int t = 0; t < 2; t++) {
+        jobs[t] = (batched_job){caches[t], t, values};
+        start_thread(&threads[t], prefetching_thread, &jobs[t]);
+    }
+    for (int t = 0; t < 2; t++) pthread_join(threads[t], NULL);
+    for (int i = 0; i < 2; i++) {
+        ps_counter counters[16];
+        int n = ps_stage_counters(caches[i], counters, 16);
+        int64_t ranges = -1;
+        for (int k = 0; k < n; k++)
+            if (strcmp(counters[k].name, "ranges") == 0) ranges = counters[k].value;
+        int64_t windows = (total + window - 1) / window;
+        CHECK(ranges == windows, "batched: %" PRId64 " ranges fetched %" PRId64 " values, expected %" PRId64, ranges,
+              total, windows);
+        ps_stage_release(caches[i]);
+    }
+    ps_link link; /* a range beyond the bound: refused before it is sent */
+    attach_or_die(remotes[0], &link);
+    int64_t *room = malloc(sizeof(int64_t));
+    ps_op range = {.kind = PS_OP_OBSERVE_RANGE, .argument = 0, .count = ps_op_range_max(8) + 1, .out = room,
+                   .timeout_ns = WAIT};
+    int rc = ps_link_call(&link, &range);
+    CHECK(rc == PS_EINVAL && strstr(ps_stage_error(remotes[0]), "observe_range: asked for 524289 tuples; one answer "
+                                                                "carries 1 to 524288 tuples of 8 bytes (4 MiB)"),
+          "batched: a range beyond the bound: %s, '%s'", ps_status_name(rc), ps_stage_error(remotes[0]));
+    int64_t last = -1;
+    CHECK(link_value(&link, PS_OP_LAST, &last) == PS_OK && last == total, "batched: the link goes on: last %" PRId64,
+          last);
+    free(room);
+    ps_link_detach(&link);
+    for (int i = 0; i < 2; i++) ps_stage_release(remotes[i]);
+}
+
 int main(int argc, char **argv) {
     stress_run run = stress_begin("stress_remote", argc, argv, 500, RUN_BUDGET);
     int64_t rounds = run.rounds;
@@ -290,6 +407,7 @@ int main(int argc, char **argv) {
     s.sum = create_sum(space, THREADS, s.sum_element);
     s.jobs = create_core(space, "JOBS", "q");
     s.churn = create_core(space, "CHURN", "q");
+    s.batched = create_core(space, "BATCHED", "q");
     pthread_t server_thread;
     start_thread(&server_thread, serve, &s);
     const char *endpoint = ps_server_endpoint(s.server);
@@ -298,6 +416,7 @@ int main(int argc, char **argv) {
     run_sum(&s, endpoint, rounds);
     run_queue(endpoint, rounds * 4);
     run_churn(&s, endpoint, rounds / 8);
+    run_batched(endpoint, rounds);
     CHECK(server_counter(&s, "direct") == server_counter(&s, "builds"), "not every link was direct");
     CHECK(server_counter(&s, "bad_frames") == 0, "%" PRId64 " frames refused", server_counter(&s, "bad_frames"));
 
@@ -313,6 +432,7 @@ int main(int argc, char **argv) {
     ps_stage_release(s.sum_element);
     ps_stage_release(s.jobs);
     ps_stage_release(s.churn);
+    ps_stage_release(s.batched);
     int code = stress_end(&run);
     ps_space_free(space);
     return code;

@@ -1,0 +1,408 @@
+/* stress_batch.c — a standalone stress test of the aggregation stages (wrappers_c/ over pastset/, no
+ * Python): `batch`, the fence, and the prefetching `cache` with observe_range.
+ *
+ * tests/test_c_stress.py builds it plain, under AddressSanitizer + UBSan and under ThreadSanitizer.
+ * Usage: stress_batch [moves]   (default 4000: each caller's moves in the order scenes). Exits 1 on
+ * any failure; a watchdog ends a run that hangs, naming the scene.
+ *
+ *   order     CALLERS threads move (caller, seq) through one batch stage over an element, with
+ *             every buffer trigger at once (a small max_moves; buffers 1, 2 and 3; flush_us or
+ *             not, with pauses longer than it), asking last() now and then (which must count all
+ *             their own moves); half fence
+ *             at the end, half just leave: the history holds every caller's moves once, in order.
+ *   bound     the same over an element whose delta bound a slow consumer keeps full, with moves
+ *             of tiny timeouts retried: the sender thread's sends time out and go on, nothing is
+ *             lost or doubled, and the consumer takes each caller's moves in order.
+ *   failing   a batch over a stage kind of this test that refuses the 3rd move of every buffer: the
+ *             next operation fails with its status, the stage's error says how many took effect,
+ *             and the moves dropped are counted.
+ *   fence     CALLERS contributors of a reduce-sum, each through its own batch, move 3 rounds
+ *             (held back), then fence: every fence returns once all rounds are down, the totals exact.
+ *   prefetch  readers through a cache that prefetches windows read every tuple a writer is still
+ *             moving: every value right; then one reader alone fetches one range per window.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pastset.h"
+#include "stage_base.h"
+
+enum { CALLERS = 8, READERS = 3, MAX_REPORTS = 20 };
+
+#define US 1000LL
+#define MS 1000000LL
+#define WAIT (10000 * MS)        /* the longest a call waits for what must come */
+#define RUN_BUDGET (55000 * MS)  /* the whole run (the pytest timeout is 60 s) */
+
+#include "stress_report.h"
+#include "stage_setup.h"
+
+typedef struct pair {
+    int64_t caller, seq;
+} pair;
+
+static ps_stage *create_batch(ps_space *space, int64_t max_moves, int64_t buffers, int64_t flush_us, ps_stage *below) {
+    ps_param_value values[] = {int_param("max_moves", max_moves), int_param("buffers", buffers),
+                               int_param("flush_us", flush_us)};
+    return create_stage(space, "batch", values, 3, below);
+}
+
+static int link_simple(ps_link *link, ps_op_kind kind, int64_t timeout_ns) {
+    ps_op op = {.kind = kind, .timeout_ns = timeout_ns};
+    return ps_link_call(link, &op);
+}
+
+static int64_t counter_of(ps_stage *stage, const char *name) {
+    ps_counter values[32];
+    int n = ps_stage_counters(stage, values, 32);
+    for (int i = 0; i < n; i++)
+        if (strcmp(values[i].name, name) == 0) return values[i].value;
+    return -1;
+}
+
+/* Every caller's moves once, in order, in the history of `element` (pairs). */
+static void check_history(ps_element *element, const char *scene, int callers, int64_t moves) {
+    int64_t last = ps_last(element), next[CALLERS] = {0};
+    CHECK(last == callers * moves, "%s: the element holds %" PRId64 " moves, expected %" PRId64, scene, last,
+          callers * moves);
+    for (int64_t i = 0; i < last; i++) {
+        pair p = {-1, -1};
+        ps_observe_at(element, i, &p, WAIT);
+        bool known = p.caller >= 0 && p.caller < callers;
+        CHECK(known && p.seq == next[p.caller], "%s: tuple %" PRId64 " is (%" PRId64 ", %" PRId64 "), expected seq %"
+              PRId64, scene, i, p.caller, p.seq, known ? next[p.caller] : -1);
+        if (known) next[p.caller] = p.seq + 1;
+    }
+}
+
+/* ---- order ---------------------------------------------------------------------------------- */
+
+typedef struct order_job {
+    ps_stage *batch;
+    int caller;
+    int64_t moves;
+    bool fence;       /* else it leaves with its moves held back */
+    int64_t timeout;  /* each move's; a timeout is retried */
+} order_job;
+
+static void *order_caller(void *arg) {
+    order_job *job = arg;
+    ps_link link;
+    attach_or_die(job->batch, &link);
+    for (int64_t seq = 0; seq < job->moves; seq++) {
+        pair p = {job->caller, seq};
+        int rc;
+        while ((rc = link_move(&link, &p, job->timeout)) == PS_ETIMEDOUT) {
+        }
+        CHECK(rc == PS_OK, "caller %d move %" PRId64 ": %s", job->caller, seq, ps_status_name(rc));
+        if (seq % 211 == 105) { /* a pause: buffers age, and the timer sends them */
+            struct timespec pause = {0, 300 * US};
+            nanosleep(&pause, NULL);
+        }
+        if (seq % 53 == 52) {
+            int64_t last = -1;
+            rc = link_value(&link, PS_OP_LAST, &last);
+            CHECK(rc == PS_OK && last >= seq + 1, "caller %d: last() %s %" PRId64 " after its move %" PRId64,
+                  job->caller, ps_status_name(rc), last, seq);
+        }
+    }
+    if (job->fence) {
+        int rc;
+        while ((rc = link_simple(&link, PS_OP_FENCE, job->timeout)) == PS_ETIMEDOUT) {
+        }
+        CHECK(rc == PS_OK, "caller %d fence: %s", job->caller, ps_status_name(rc));
+    }
+    ps_link_detach(&link); /* sends what is held back */
+    return NULL;
+}
+
+static void run_callers(ps_stage *batch, int64_t moves, int64_t timeout) {
+    pthread_t threads[CALLERS];
+    order_job jobs[CALLERS];
+    for (int c = 0; c < CALLERS; c++) {
+        jobs[c] = (order_job){batch, c, moves, c % 2 == 0, timeout};
+        start_thread(&threads[c], order_caller, &jobs[c]);
+    }
+    for (int c = 0; c < CALLERS; c++) pthread_join(threads[c], NULL);
+}
+
+static void run_order(ps_space *space, int64_t moves) {
+    static const int64_t configs[][3] = {{7, 1, 0}, {16, 2, 0}, {5, 3, 50}, {64, 2, 20}, {100000, 1, 100}};
+    for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "ORDER%zu", k);
+        atomic_store(&scene_running, "order");
+        ps_stage *core = create_core(space, name, "qq");
+        ps_stage *batch = create_batch(space, configs[k][0], configs[k][1], configs[k][2], core);
+        run_callers(batch, moves, WAIT);
+        CHECK(counter_of(batch, "moves_sent") == CALLERS * moves && counter_of(batch, "dropped") == 0,
+              "order %zu: %" PRId64 " moves sent, %" PRId64 " dropped", k, counter_of(batch, "moves_sent"),
+              counter_of(batch, "dropped"));
+        if (configs[k][2])
+            CHECK(counter_of(batch, "timed_sends") > 0, "order %zu: the timer never sent a buffer", k);
+        ps_stage_release(batch);
+        ps_element *element = enter_or_die(space, name, "qq");
+        check_history(element, "order", CALLERS, moves);
+        ps_leave(element);
+        ps_stage_release(core);
+    }
+}
+
+/* ---- bound ---------------------------------------------------------------------------------- */
+
+typedef struct consumer_job {
+    ps_element *element;
+    int64_t total;
+    int64_t next[CALLERS];
+} consumer_job;
+
+static void *slow_consumer(void *arg) {
+    consumer_job *job = arg;
+    for (int64_t taken = 0; taken < job->total; taken++) {
+        pair p = {-1, -1};
+        int rc = ps_observe(job->element, &p, NULL, WAIT);
+        bool known = rc == PS_OK && p.caller >= 0 && p.caller < CALLERS;
+        CHECK(known && p.seq == job->next[p.caller], "bound: took (%" PRId64 ", %" PRId64 "): %s", p.caller, p.seq,
+              ps_status_name(rc));
+        if (!known) break;
+        job->next[p.caller]++;
+        if (taken % 512 == 0) {
+            struct timespec pause = {0, 200 * US};
+            nanosleep(&pause, NULL);
+        }
+    }
+    return NULL;
+}
+
+static void run_bound(ps_space *space, int64_t moves) {
+    atomic_store(&scene_running, "bound");
+    ps_stage *core = create_core(space, "BOUND", "qq");
+    ps_element *element = enter_or_die(space, "BOUND", "qq");
+    ps_set_delta(element, 24);
+    ps_stage *batch = create_batch(space, 10, 2, 0, core);
+    consumer_job consumer = {element, CALLERS * moves, {0}};
+    pthread_t taker;
+    start_thread(&taker, slow_consumer, &consumer);
+    run_callers(batch, moves, 50 * US);
+    pthread_join(taker, NULL);
+    for (int c = 0; c < CALLERS; c++)
+        CHECK(consumer.next[c] == moves, "bound: caller %d's moves taken: %" PRId64, c, consumer.next[c]);
+    CHECK(counter_of(batch, "dropped") == 0, "bound: %" PRId64 " moves dropped", counter_of(batch, "dropped"));
+    ps_stage_release(batch);
+    ps_leave(element);
+    ps_stage_release(core);
+}
+
+/* ---- failing: a kind of this test that refuses every 3rd move it is given -------------------- */
+
+typedef struct refusing_stage {
+    ps_stage base;
+    _Atomic int64_t moves;
+} refusing_stage;
+
+static int refusing_call(ps_link *link, ps_op *op) {
+    refusing_stage *r = (refusing_stage *)link->stage;
+    if (op->kind == PS_OP_MOVE_MANY) return ps_op_fallback(link, op); /* as its moves, counting how many went */
+    if (op->kind == PS_OP_MOVE && atomic_fetch_add(&r->moves, 1) % 3 == 2) return PS_ECLOSED;
+    return ps_stage_pass(link, op);
+}
+
+static size_t refusing_footprint(const ps_params *params, size_t tuple_size) {
+    (void)params;
+    (void)tuple_size;
+    return sizeof(refusing_stage);
+}
+
+static int refusing_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
+                           ps_stage **out, char *error, size_t error_size);
+
+static const ps_stage_kind REFUSING = {
+    .version = PS_STAGE_KIND_VERSION,
+    .name = "refusing",
+    .doc = "refuses every 3rd move (a test's own kind)",
+    .role = PS_PASS_THROUGH,
+    .needs_below = 1,
+    .create = refusing_create,
+    .call = refusing_call,
+    .footprint = refusing_footprint,
+};
+
+static int refusing_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
+                           ps_stage **out, char *error, size_t error_size) {
+    (void)params;
+    (void)context;
+    (void)error;
+    (void)error_size;
+    refusing_stage *r = calloc(1, sizeof *r);
+    if (!r) return PS_ENOMEM;
+    int rc = ps_stage_init(&r->base, &REFUSING, ps_stage_format(below), 0, below);
+    if (rc != PS_OK) {
+        ps_stage_abandon(&r->base);
+        return rc;
+    }
+    *out = &r->base;
+    return PS_OK;
+}
+
+static void run_failing(ps_space *space) {
+    atomic_store(&scene_running, "failing");
+    ps_stage *core = create_core(space, "FAILING", "qq");
+    ps_params none = {NULL, 0};
+    ps_build_context context = {space};
+    ps_stage *refusing = NULL;
+    char error[256] = "";
+    if (ps_stage_create(&REFUSING, &none, &context, core, &refusing, error, sizeof error) != PS_OK) {
+        fprintf(stderr, "FAIL: create the refusing stage: %s\n", error);
+        exit(1);
+    }
+    for (int buffers = 1; buffers <= 2; buffers++) {
+        ps_stage *batch = create_batch(space, 5, buffers, 0, refusing);
+        ps_link link;
+        attach_or_die(batch, &link);
+        int rc = PS_OK;
+        for (int64_t seq = 0; seq < 5 && rc == PS_OK; seq++) rc = link_move(&link, &(pair){buffers, seq}, WAIT);
+        /* Full at the 5th move: sent at once (buffers=1, the move fails) or by the sender (the next
+         * operation fails). The refusing stage took moves 0 and 1 of it, then refused. */
+        if (rc == PS_OK) rc = link_simple(&link, PS_OP_FLUSH, WAIT);
+        CHECK(rc == PS_ECLOSED, "failing, buffers=%d: %s, expected PS_ECLOSED", buffers, ps_status_name(rc));
+        CHECK(strstr(ps_stage_error(batch), "batch: 2 of 5 moves sent down together took effect") != NULL,
+              "failing, buffers=%d: the error says '%s'", buffers, ps_stage_error(batch));
+        CHECK(counter_of(batch, "dropped") == 3, "failing, buffers=%d: %" PRId64 " dropped, expected 3", buffers,
+              counter_of(batch, "dropped"));
+        rc = link_simple(&link, PS_OP_FENCE, WAIT);
+        CHECK(rc == PS_OK, "failing, buffers=%d: reported once, then %s", buffers, ps_status_name(rc));
+        ps_link_detach(&link);
+        ps_stage_release(batch);
+        atomic_store(&((refusing_stage *)refusing)->moves, 0);
+    }
+    ps_stage_release(refusing);
+    ps_stage_release(core);
+}
+
+/* ---- fence through a sum ---------------------------------------------------------------------- */
+
+typedef struct fence_job {
+    ps_stage *batch;
+    int caller;
+    pthread_barrier_t *moved;
+    int64_t totals[3];
+} fence_job;
+
+static void *fencing_contributor(void *arg) {
+    fence_job *job = arg;
+    ps_link link;
+    attach_or_die(job->batch, &link);
+    for (int64_t r = 0; r < 3; r++) {
+        int64_t value = (r + 1) * 100 + job->caller;
+        CHECK(link_move(&link, &value, WAIT) == PS_OK, "fence: a move failed");
+    }
+    pthread_barrier_wait(job->moved); /* every caller's moves are held back now */
+    int rc = link_simple(&link, PS_OP_FENCE, WAIT);
+    CHECK(rc == PS_OK, "fence: caller %d: %s", job->caller, ps_status_name(rc));
+    for (int r = 0; r < 3; r++) CHECK(link_observe(&link, &job->totals[r], WAIT) == PS_OK, "fence: an observe failed");
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static void run_fence(ps_space *space, int64_t rounds) {
+    atomic_store(&scene_running, "fence");
+    for (int64_t round = 0; round < rounds; round++) {
+        char name[32];
+        snprintf(name, sizeof name, "FENCE%" PRId64, round);
+        ps_stage *core = create_core(space, name, "q");
+        ps_stage *sum = create_sum(space, CALLERS, core);
+        ps_stage *batches[CALLERS];
+        pthread_barrier_t moved;
+        pthread_barrier_init(&moved, NULL, CALLERS);
+        pthread_t threads[CALLERS];
+        fence_job jobs[CALLERS];
+        for (int c = 0; c < CALLERS; c++) {
+            batches[c] = create_batch(space, 16, 1 + c % 2, 0, sum);
+            jobs[c] = (fence_job){batches[c], c, &moved, {0}};
+            start_thread(&threads[c], fencing_contributor, &jobs[c]);
+        }
+        for (int c = 0; c < CALLERS; c++) pthread_join(threads[c], NULL);
+        for (int c = 0; c < CALLERS; c++)
+            for (int r = 0; r < 3; r++) {
+                int64_t expected = (r + 1) * 100 * CALLERS + CALLERS * (CALLERS - 1) / 2;
+                CHECK(jobs[c].totals[r] == expected, "fence: caller %d round %d total %" PRId64 ", expected %" PRId64,
+                      c, r, jobs[c].totals[r], expected);
+            }
+        pthread_barrier_destroy(&moved);
+        for (int c = 0; c < CALLERS; c++) ps_stage_release(batches[c]);
+        ps_stage_release(sum);
+        ps_stage_release(core);
+    }
+}
+
+/* ---- prefetch --------------------------------------------------------------------------------- */
+
+typedef struct reader_job {
+    ps_stage *cache;
+    int64_t tuples;
+} reader_job;
+
+static void *prefetching_reader(void *arg) {
+    reader_job *job = arg;
+    ps_link link;
+    attach_or_die(job->cache, &link);
+    for (int64_t i = 0; i < job->tuples; i++) {
+        pair p = {-1, -1};
+        int rc = link_observe_at(&link, i, &p, WAIT);
+        CHECK(rc == PS_OK && p.caller == i && p.seq == 3 * i, "prefetch: tuple %" PRId64 ": %s (%" PRId64 ", %" PRId64
+              ")", i, ps_status_name(rc), p.caller, p.seq);
+        if (rc != PS_OK) break;
+    }
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static void run_prefetch(ps_space *space, int64_t tuples) {
+    atomic_store(&scene_running, "prefetch");
+    ps_stage *core = create_core(space, "PREFETCH", "qq");
+    ps_param_value values[] = {int_param("capacity", 512), str_param("prefetch", "window"), int_param("window", 61)};
+    ps_stage *cache = create_stage(space, "cache", values, 3, core);
+    pthread_t readers[READERS];
+    reader_job job = {cache, tuples};
+    for (int r = 0; r < READERS; r++) start_thread(&readers[r], prefetching_reader, &job);
+    ps_link writer;
+    attach_or_die(core, &writer);
+    for (int64_t i = 0; i < tuples; i++) CHECK(link_move(&writer, &(pair){i, 3 * i}, WAIT) == PS_OK, "prefetch: move");
+    ps_link_detach(&writer);
+    for (int r = 0; r < READERS; r++) pthread_join(readers[r], NULL);
+    int64_t ranges = counter_of(cache, "ranges"), misses = counter_of(cache, "misses");
+    CHECK(ranges > 0 && ranges <= misses, "prefetch: %" PRId64 " ranges for %" PRId64 " misses", ranges, misses);
+    CHECK(counter_of(cache, "hits") + misses == READERS * tuples, "prefetch: hits and misses do not add up");
+    ps_stage_release(cache);
+    /* Once written, a reader alone fetches one range per window. */
+    cache = create_stage(space, "cache", values, 3, core);
+    job.cache = cache;
+    prefetching_reader(&job);
+    int64_t windows = (tuples + 60) / 61;
+    CHECK(counter_of(cache, "ranges") == windows && counter_of(cache, "misses") == windows,
+          "prefetch: %" PRId64 " ranges, %" PRId64 " misses for %" PRId64 " windows", counter_of(cache, "ranges"),
+          counter_of(cache, "misses"), windows);
+    ps_stage_release(cache);
+    ps_stage_release(core);
+}
+
+int main(int argc, char **argv) {
+    stress_run run = stress_begin("stress_batch", argc, argv, 4000, RUN_BUDGET);
+    int64_t moves = run.rounds;
+    ps_space *space = ps_space_new();
+    if (!space) return 1;
+    printf("stress_batch: %d callers, %" PRId64 " moves each\n", CALLERS, moves);
+    run_order(space, moves);
+    run_bound(space, moves / 4);
+    run_failing(space);
+    run_fence(space, moves / 100 + 1);
+    run_prefetch(space, moves * 2);
+    int code = stress_end(&run);
+    ps_space_free(space);
+    return code;
+}
