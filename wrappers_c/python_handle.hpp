@@ -67,7 +67,9 @@ public:
         }
     }
     ~LinkCalls() {
-        if (owns_) ps_link_detach(&owned_);
+        if (!owns_) return;
+        py::gil_scoped_release released;  // a batch sends what its caller holds, a remote releases its link
+        ps_link_detach(&owned_);
     }
     LinkCalls(const LinkCalls &) = delete;
 
