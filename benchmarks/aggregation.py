@@ -32,7 +32,6 @@ measure context switches: the output says so.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import sys
@@ -47,6 +46,7 @@ from paths.launcher import LaunchError
 
 from .child_process import ChildError, ReadyChild
 from .core_ops import positive_int
+from .csv_rows import write_rows
 
 KS = (1, 10, 100, 1_000, 10_000)
 FACTORS = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -347,10 +347,7 @@ def main(argv=None) -> int:
     print("\n".join(lines))
     print(f"\nplot: {args.plot}")
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_rows(args.csv, CSV_COLUMNS, rows)
     return 0
 
 

@@ -27,7 +27,6 @@ measurement could not run, 2 on bad arguments, 130 on Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import sys
@@ -41,6 +40,7 @@ from paths.launcher import LaunchError
 from . import anchors
 from .child_process import ChildError
 from .core_ops import positive_int
+from .csv_rows import write_rows
 from .local_trees import parse_counts
 
 PROTOS = ("tcp", "zmq")     # the new path, then the old one
@@ -219,10 +219,7 @@ def main(argv=None) -> int:
         return 130
     print("\n".join(lines))
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_rows(args.csv, CSV_COLUMNS, rows)
     return 0
 
 
