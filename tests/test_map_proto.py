@@ -71,7 +71,7 @@ def test_a_link_with_a_delay_and_a_proto():
      "processes of their own), got 'udp'"),
     (TWO_CLUSTERS.replace("proto: zmq}", "proto: inproc}"), 7, "links[0].proto", "got 'inproc'"),
     (TWO_CLUSTERS.replace("{between: [a, b], proto: zmq}", "{between: [a, b]}"), 7, "links[0]",
-     "missing field 'delay_ms' (a link needs delay_ms, proto or both)"),
+     "missing field 'delay_ms' (a link needs delay_ms, proto, batch or several of them)"),
     (TWO_CLUSTERS.replace("proto: zmq}", "proto: zmq, jitter_ms: 1}"), 7, "links[0].jitter_ms",
      "jitter_ms needs delay_ms on the same link"),
     (TWO_CLUSTERS.replace("proto: ipc", "proto: 3"), 3, "clusters.a.proto", "got 3"),
