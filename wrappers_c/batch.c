@@ -482,7 +482,7 @@ const ps_stage_kind ps_kind_batch = {
     .version = PS_STAGE_KIND_VERSION,
     .name = "batch",
     .doc = "Sends each caller's moves down in bulk, one move_many per buffer: when max_moves or max_bytes are "
-           "buffered, flush_us after the oldest, before the caller's any other operation, and when it goes.",
+           "buffered, flush_us after the oldest, before any other operation of the caller, and when it goes.",
     .params = BATCH_PARAMS,
     .param_count = sizeof BATCH_PARAMS / sizeof BATCH_PARAMS[0],
     .role = PS_PASS_THROUGH,
