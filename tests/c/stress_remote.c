@@ -10,9 +10,11 @@
  *   sum     THREADS client links (half tcp, half ipc; every other one pipelining its move with
  *           window 2) into one server-side reduce-sum of THREADS over an element: every round's
  *           total exact for every thread, and the element's history one total per round, in order.
- *   queue   PRODUCERS move distinct jobs through links of their own (tcp, window 16, batch 4) while
- *           CONSUMERS take jobs with next-observes through theirs (tcp and ipc): every job taken
- *           exactly once, and each consumer sees each producer's jobs in the order they were moved.
+ *   queue   PRODUCERS move distinct jobs through links of their own (tcp, window 16, batch 4; the
+ *           last one with move_many of 1 to 3000 jobs at a time, frames of at most 2048, on ipc)
+ *           while CONSUMERS take jobs with next-observes through theirs (tcp and ipc): every job
+ *           taken exactly once, and each consumer sees each producer's jobs in the order they were
+ *           moved.
  *   churn   threads open a link, make a round trip, and release it, over and over, beside the
  *           others: the server hands over and reaps every one of them; none is abandoned.
  */
@@ -157,9 +159,12 @@ static void run_sum(served *s, const char *endpoint, int64_t rounds) {
 
 /* ---- queue ---------------------------------------------------------------------------------------- */
 
+enum { MOVE_MANY_MOST = 3000 }; /* jobs a move_many producer moves at once, at most */
+
 typedef struct queue_job {
     ps_stage *remote;
     int index;
+    bool many;                 /* a producer that moves its jobs by move_many */
     int64_t jobs;              /* per producer */
     _Atomic int64_t *taken;    /* jobs taken so far, by every consumer */
     _Atomic unsigned char *seen; /* per job: times taken */
@@ -169,12 +174,21 @@ static void *producer(void *arg) {
     queue_job *job = arg;
     ps_link link;
     attach_or_die(job->remote, &link);
-    for (int64_t i = 0; i < job->jobs; i++) {
-        int64_t value = (int64_t)job->index * job->jobs + i;
-        int rc = link_move(&link, &value, WAIT);
-        CHECK(rc == PS_OK, "producer %d job %" PRId64 ": %s", job->index, i, ps_status_name(rc));
+    int64_t *values = malloc(MOVE_MANY_MOST * sizeof *values);
+    uint64_t random = 0x9E3779B97F4A7C15ULL * (uint64_t)(job->index + 1);
+    for (int64_t i = 0; values && i < job->jobs;) {
+        random = random * 6364136223846793005ULL + 1442695040888963407ULL;
+        int64_t n = job->many ? 1 + (int64_t)((random >> 33) % MOVE_MANY_MOST) : 1;
+        if (n > job->jobs - i) n = job->jobs - i;
+        for (int64_t k = 0; k < n; k++) values[k] = (int64_t)job->index * job->jobs + i + k;
+        uint32_t done = 0;
+        int rc = job->many ? link_move_many(&link, values, (uint32_t)n, WAIT, &done) : link_move(&link, values, WAIT);
+        CHECK(rc == PS_OK, "producer %d jobs %" PRId64 "..%" PRId64 ": %s (%u done)", job->index, i, i + n - 1,
+              ps_status_name(rc), done);
         if (rc != PS_OK) break;
+        i += n;
     }
+    free(values);
     ps_link_detach(&link); /* sends what its batch holds, then releases */
     return NULL;
 }
@@ -209,12 +223,14 @@ static void run_queue(const char *endpoint, int64_t jobs) {
     _Atomic unsigned char *seen = calloc((size_t)total, 1);
     _Atomic int64_t taken = 0;
     ps_stage *moving = remote_stage(endpoint, "tcp", JOBS_SPEC, 16, 4);
+    ps_stage *batching = remote_stage(endpoint, "ipc", JOBS_SPEC, 1, 1);
     ps_stage *taking[2] = {remote_stage(endpoint, "tcp", JOBS_SPEC, 1, 1), remote_stage(endpoint, "ipc", JOBS_SPEC, 1, 1)};
     pthread_t threads[PRODUCERS + CONSUMERS];
     queue_job work[PRODUCERS + CONSUMERS];
     for (int i = 0; i < PRODUCERS + CONSUMERS; i++) {
-        int producing = i < PRODUCERS;
-        work[i] = (queue_job){producing ? moving : taking[i % 2], producing ? i : i - PRODUCERS, jobs, &taken, seen};
+        int producing = i < PRODUCERS, many = i == PRODUCERS - 1;
+        work[i] = (queue_job){producing ? (many ? batching : moving) : taking[i % 2], producing ? i : i - PRODUCERS,
+                              many, jobs, &taken, seen};
         start_thread(&threads[i], producing ? producer : consumer, &work[i]);
     }
     for (int i = 0; i < PRODUCERS + CONSUMERS; i++) pthread_join(threads[i], NULL);
@@ -227,6 +243,7 @@ static void run_queue(const char *endpoint, int64_t jobs) {
           total);
     free((void *)seen);
     ps_stage_release(moving);
+    ps_stage_release(batching);
     ps_stage_release(taking[0]);
     ps_stage_release(taking[1]);
 }
