@@ -221,7 +221,7 @@ static int round_trips(ps_link *link, ps_op *op) {
             if (answer.payload_length != tuple_size) return PS_EREMOTE;
             memcpy(op->out, answer.payload, tuple_size);
         }
-        if (shape & PS_OP_VALUE_OUT) op->value = answer.value;
+        if (shape & PS_OP_VALUE_OUT || status == PS_EAXED) op->value = answer.value; /* EAXED: the first live index */
         else if (n) op->done += status == PS_OK ? n : answer.value > 0 && answer.value < n ? (uint32_t)answer.value : 0;
         if (sending == PS_OP_EXCHANGE && op->done) sending = PS_OP_OBSERVE; /* what is left of it */
         int time_left = deadline == PS_FOREVER || ps_now_ns() < deadline;

@@ -127,7 +127,7 @@ static int operation_of(link_worker *w, const ps_frame *request, ps_op *op) {
         return -1;
     *op = (ps_op){.kind = (ps_op_kind)kind, .argument = request->argument,
                   .timeout_ns = bounded_timeout(request->value), .in = request->payload, .out = w->tuple,
-                  .count = (uint32_t)tuples};
+                  .count = (uint32_t)tuples, .value = -1};
     return 0;
 }
 
@@ -208,12 +208,13 @@ static size_t answer_request(link_worker *w, const ps_frame *request, int *relea
         *served |= request->handle_id == w->id;
     }
     if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
-    /* The answer's value: the kind's value, or else the tuples of the request that took effect. */
+    /* The answer's value: the kind's value (or, for a tuple freed by axe, the first live index),
+     * or else the tuples of the request that took effect. */
     int64_t value = 0;
     size_t payload_length = 0;
     if (ran) {
         uint32_t shape = ps_op_kinds[op.kind].shape;
-        value = shape & PS_OP_VALUE_OUT ? op.value : (int64_t)op.done;
+        value = shape & PS_OP_VALUE_OUT || rc == PS_EAXED ? op.value : (int64_t)op.done;
         payload_length = shape & PS_OP_TUPLE_OUT && rc == PS_OK ? w->tuple_size : 0;
     }
     return encode_answer(w->answer, PS_WIRE_HEADER + w->tuple_size, code, rc, request_id, w->id, value, w->tuple,
