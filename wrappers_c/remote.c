@@ -13,6 +13,7 @@
  * With window > 1, moves are pipelined: up to `window` go out before their answers are read.
  */
 #include <errno.h>
+#include <fnmatch.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,8 @@ typedef struct remote_stage {
     uint32_t window;
     uint32_t batch;                  /* direct: pipelined moves that leave together */
     char server_key[41];             /* CURVE: the server's public key, "" for none */
+    char client_public[41];          /* CURVE: this process's key pair, "" for a fresh one per socket */
+    char client_secret[41];
     connection *connections;         /* one per caller slot */
     _Atomic int64_t requests, answers, failures;
 } remote_stage;
@@ -75,10 +78,11 @@ static void *open_socket(remote_stage *r, const char *endpoint) {
     zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
     if (r->server_key[0]) {
         char public_key[41], secret_key[41];
-        if (zmq_curve_keypair(public_key, secret_key) != 0 ||
+        int fresh = !r->client_public[0];
+        if ((fresh && zmq_curve_keypair(public_key, secret_key) != 0) ||
             zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, r->server_key, 41) != 0 ||
-            zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, public_key, 41) != 0 ||
-            zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, secret_key, 41) != 0) {
+            zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, fresh ? public_key : r->client_public, 41) != 0 ||
+            zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, fresh ? secret_key : r->client_secret, 41) != 0) {
             zmq_close(socket);
             return NULL;
         }
@@ -288,7 +292,7 @@ static int build_link(remote_stage *r, connection *c, char *link_endpoint, unsig
         explain(r, "no answer to BUILD", detail);
         rc = PS_EREMOTE;
     } else if (answer.status != PS_OK) {
-        char text[200];
+        char text[PS_STAGE_ERROR_MAX];
         explain(r, "the server refused the path", answer_text(&answer, text, sizeof text));
         rc = answer.status;
     } else if (answer.payload_length <= secret_length || answer.payload_length - secret_length >= MAX_ENDPOINT) {
@@ -403,9 +407,19 @@ static size_t remote_footprint(const ps_params *params, size_t tuple_size) {
            PS_PASS_THROUGH_CALLERS * (sizeof(connection) + request_capacity(tuple_size) + channel);
 }
 
+/* Whether a build in `context` may reach `endpoint`: any, unless the context names the ones it
+ * trusts; then it must match one of their patterns whole, and choose no source address of its
+ * own ("tcp://SOURCE;DESTINATION"), which a pattern's '*' would otherwise let through. */
+static int trusted(const ps_build_context *context, const char *endpoint) {
+    if (!context->trusted_endpoints) return 1;
+    if (strchr(endpoint, ';')) return 0;
+    for (size_t i = 0; i < context->trusted_endpoint_count; i++)
+        if (fnmatch(context->trusted_endpoints[i], endpoint, 0) == 0) return 1;
+    return 0;
+}
+
 static int remote_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
                          ps_stage **out, char *error, size_t error_size) {
-    (void)context;
     if (below) {
         snprintf(error, error_size, "stage 'remote': the rest of the path is built on the server, not below it");
         return PS_EINVAL;
@@ -434,6 +448,16 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
     const char *scheme = in_process ? "inproc" : r->transport == PS_TRANSPORT_IPC ? "ipc" : "tcp";
     if (strstr(host, "://")) snprintf(r->endpoint, sizeof r->endpoint, "%s", host);
     else snprintf(r->endpoint, sizeof r->endpoint, "%s://%s", scheme, host);
+    if (!trusted(context, r->endpoint)) {
+        snprintf(error, error_size, "stage 'remote': this server reaches only the endpoints it trusts (the nodes "
+                 "of its map, paths serve --allow-remote PATTERN), and '%.200s' is not one", r->endpoint);
+        free(r);
+        return PS_EINVAL;
+    }
+    if (context->curve_client_public && context->curve_client_secret) {
+        snprintf(r->client_public, sizeof r->client_public, "%s", context->curve_client_public);
+        snprintf(r->client_secret, sizeof r->client_secret, "%s", context->curve_client_secret);
+    }
     r->timeout_ns = ps_params_int(params, "timeout_ms") * 1000000;
     r->window = (uint32_t)ps_params_int(params, "window");
     r->batch = r->transport == PS_TRANSPORT_ZMQ ? 1 : (uint32_t)ps_params_int(params, "batch");

@@ -282,7 +282,7 @@ int main(int argc, char **argv) {
     ps_space *space = ps_space_new();
     served s = {0};
     char error[256] = "";
-    if (!space || ps_server_start("tcp://127.0.0.1:*", NULL, &s.server, error, sizeof error) != PS_OK) {
+    if (!space || ps_server_start("tcp://127.0.0.1:*", NULL, 0, &s.server, error, sizeof error) != PS_OK) {
         fprintf(stderr, "FAIL: server: %s\n", error);
         return 1;
     }
