@@ -13,6 +13,7 @@
 
 extern "C" {
 #include "server.h"
+#include "stage_kinds.h"
 #include "zmq_context.h"
 }
 
@@ -149,6 +150,9 @@ void bind_server(py::module_ &m) {
         .def("counters", &Server::counters)
         .def("stop", &Server::stop, "End every link's thread and close every socket.");
     m.def("zmq_max_sockets", &ps_zmq_max_sockets, "The most ZeroMQ sockets this process may have open at once.");
+    m.def("abandon_remote_waits", [] { ps_remote_abandon_waits(); },
+          "The process is exiting: every remote stage still setting up a link (waiting for the answer to its\n"
+          "BUILD or CONNECT) gives up at once.");
     m.def("curve_keypair", [] {
         char public_key[41], secret_key[41];
         if (zmq_curve_keypair(public_key, secret_key) != 0) throw std::runtime_error("libzmq has no CURVE support");

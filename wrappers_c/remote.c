@@ -152,10 +152,26 @@ static int wait_answer(remote_stage *r, connection *c, void *socket, uint64_t id
     }
 }
 
+/* Set once the process is exiting (ps_remote_abandon_waits): a link still being set up gives up. */
+static _Atomic int abandoning;
+static const int64_t SETUP_SLICE_NS = 100000000;
+
+void ps_remote_abandon_waits(void) { atomic_store(&abandoning, 1); }
+
+/* The end of the next slice of a wait, ending at `deadline`, for the answer that sets up a link
+ * (to BUILD, to CONNECT): such waits go in slices, so that a process that is exiting does not
+ * wait for one. 0 once it is exiting. */
+static int64_t setup_slice_end(int64_t deadline) {
+    if (atomic_load(&abandoning)) return 0;
+    int64_t end = ps_now_ns() + SETUP_SLICE_NS;
+    return end < deadline ? end : deadline;
+}
+
 /* Why no answer came, for a message. */
 static void describe_failure(const remote_stage *r, int why, char *detail, size_t size) {
     if (why == PS_ETIMEDOUT) snprintf(detail, size, "within %lld ms", (long long)(r->timeout_ns / 1000000));
     else if (why == PS_EINVAL) snprintf(detail, size, "a malformed answer");
+    else if (why == PS_EINTR) snprintf(detail, size, "this process is exiting");
     else snprintf(detail, size, "the connection closed or failed");
 }
 
@@ -283,9 +299,16 @@ static int build_link(remote_stage *r, connection *c, char *link_endpoint, unsig
     uint64_t id =
         send_request(r, c, main_socket, PS_WIRE_BUILD, r->transport, 0, r->path_spec, strlen(r->path_spec), 0);
     ps_frame answer;
-    int rc = id ? wait_answer(r, c, main_socket, id, r->timeout_ns, &answer) : PS_EREMOTE;
+    int rc = id ? PS_ETIMEDOUT : PS_EREMOTE;
+    for (int64_t deadline = ps_now_ns() + r->timeout_ns, end = 1; rc == PS_ETIMEDOUT && end < deadline;) {
+        end = setup_slice_end(deadline);
+        rc = end ? wait_answer(r, c, main_socket, id, end - ps_now_ns(), &answer) : PS_EINTR;
+    }
     size_t secret_length = r->transport == PS_TRANSPORT_ZMQ ? 0 : PS_WIRE_SECRET;
-    if (rc != PS_OK) {
+    if (rc == PS_EINTR) {
+        explain(r, "no answer to BUILD", "this process is exiting");
+        rc = PS_EREMOTE;
+    } else if (rc != PS_OK) {
         char detail[96];
         snprintf(detail, sizeof detail, "within %lld ms (is the server up, and are the CURVE keys right?)",
                  (long long)(r->timeout_ns / 1000000));
@@ -321,8 +344,11 @@ static int connect_direct(remote_stage *r, connection *c, const char *link_endpo
     }
     ps_frame hello = {PS_WIRE_CONNECT, 0, ++c->next_request, c->handle_id, 0, 0, secret, PS_WIRE_SECRET}, answer;
     size_t length = ps_wire_encode(&hello, c->request, c->capacity);
-    int rc = ps_channel_send(&c->channel, c->request, length, 0);
-    if (rc == PS_OK) rc = ps_channel_receive(&c->channel, deadline, &answer);
+    int rc = ps_channel_send(&c->channel, c->request, length, 0) == PS_OK ? PS_ETIMEDOUT : PS_EREMOTE;
+    for (int64_t end = 1; rc == PS_ETIMEDOUT && end < deadline;) {
+        end = setup_slice_end(deadline);
+        rc = end ? ps_channel_receive(&c->channel, end, &answer) : PS_EINTR;
+    }
     if (rc == PS_OK && answer.request_id == hello.request_id && answer.status == PS_OK) return PS_OK;
     char detail[200];
     if (rc == PS_OK) {
@@ -398,13 +424,14 @@ static void remote_destroy(ps_stage *stage) {
     free(r->path_spec);
 }
 
-/* Per caller slot, its connection; per caller attached, its request buffer and the direct
- * channel's two buffers (at most PS_PASS_THROUGH_CALLERS of them). */
+/* What the stage holds from its creation: a connection per caller slot and the path spec. Each
+ * caller that attaches adds its own buffers (a request, and a direct link's two channel
+ * buffers): they come with that caller, as its link, which a server holds its clients to by
+ * number (a share of links per client), not in the stage's footprint. */
 static size_t remote_footprint(const ps_params *params, size_t tuple_size) {
-    (void)params;
-    size_t channel = 2 * ps_channel_buffer_bytes(ps_wire_link_frame_max(tuple_size));
-    return sizeof(remote_stage) + PS_SPEC_MAX +
-           PS_PASS_THROUGH_CALLERS * (sizeof(connection) + request_capacity(tuple_size) + channel);
+    (void)tuple_size;
+    return sizeof(remote_stage) + strlen(ps_params_str(params, "path")) + 1 +
+           PS_PASS_THROUGH_CALLERS * sizeof(connection);
 }
 
 /* Whether a build in `context` may reach `endpoint`: any, unless the context names the ones it

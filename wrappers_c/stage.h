@@ -141,7 +141,8 @@ struct ps_stage_kind {
      * that took effect all the same. */
     int (*call)(ps_link *link, ps_op *op);
     /* The bytes the stage allocates for itself, given its parameters (defaults filled in) and the
-     * tuple size: what a budget holds it to. */
+     * tuple size: what a budget holds it to. What a caller adds when it attaches (a remote
+     * stage's connection buffers) comes with that caller's link, which a server counts apart. */
     size_t (*footprint)(const ps_params *params, size_t tuple_size);
     /* Optional: fills up to max kind-specific counters; returns how many. */
     int (*counters)(ps_stage *stage, ps_counter *out, int max);
