@@ -27,6 +27,7 @@ from .node_servers import NodeServers
 from .rank_discovery import NODE, SERVERS, Discovered
 from .rendezvous import Rendezvous
 from .server import PathServer
+from .server_policy import ServerPolicy
 
 
 @dataclass
@@ -55,6 +56,7 @@ def wire(runtime, found: Discovered, environ: Mapping[str, str]) -> Wiring:
                              f"{found.rank} on {node!r}: the launcher and this rank read another map or policy")
         servers = NodeServers.from_json(environ.get(SERVERS, ""), SERVERS)
         runtime.context.resolve = servers.resolve
+        runtime.context.curve_client = servers.client
         return Wiring(servers, node, "the node servers paths launch started")
     hosted, servers = _host_servers(runtime, found)
     meeting = None
@@ -72,6 +74,7 @@ def wire(runtime, found: Discovered, environ: Mapping[str, str]) -> Wiring:
         rendezvous = f"rank 0 at {meeting.endpoint}"
     for context in [runtime.context, *(server.context for server in hosted)]:
         context.resolve = servers.resolve
+        context.trusted_endpoints = tuple(servers.endpoints.values())
     via = None if any(server.context is runtime.context for server in hosted) else node
     return Wiring(servers, via, rendezvous, hosted, meeting)
 
@@ -89,7 +92,8 @@ def _host_servers(runtime, found: Discovered) -> tuple[list[PathServer], NodeSer
     try:
         for n in mine:
             public, secret = _native.curve_keypair() if not found.one_host else ("", "")
-            server = PathServer(bind, secret, context=runtime.context if n == own else BuildContext()).start()
+            server = PathServer(bind, secret, context=runtime.context if n == own else BuildContext(),
+                                policy=ServerPolicy.for_run_nodes()).start()
             hosted.append(server)
             endpoints[n] = server.endpoint.replace("0.0.0.0", socket.gethostname())
             if public:

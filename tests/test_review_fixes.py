@@ -12,6 +12,7 @@ import zmq
 import paths
 from paths import build_path, make_path, stage
 from paths.server import PathServer
+from paths.server_policy import ServerPolicy
 
 
 @pytest.fixture
@@ -66,7 +67,7 @@ def test_cache_never_stores_a_negative_index():
     assert h.stage.counters()["misses"] == 7  # the two negative ones were never cached
 
 
-def test_one_slow_build_delays_no_other_client(server):
+def test_one_slow_build_delays_no_other_client():
     refused = []
 
     def slow_build():
@@ -77,8 +78,10 @@ def test_one_slow_build_delays_no_other_client(server):
         except ValueError as e:  # the server refuses the path: its own build got no answer
             refused.append(str(e))
 
-    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()) as silent:  # never serves: builds wait
-        slow = threading.Thread(target=slow_build)
+    trusting = ServerPolicy(allow_remote=("tcp://127.0.0.1:*",))  # it may build remote stages to loopback
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()) as silent, \
+            PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=trusting).start() as server:
+        slow = threading.Thread(target=slow_build)  # `silent` never serves: builds there wait
         slow.start()
         deadline = time.monotonic() + 5
         while not server.native.counters()["frames"]:  # the server took the slow BUILD: it is being built
