@@ -368,33 +368,24 @@ def serve_command(argv: list[str]) -> int:
 
 def _policy(args: argparse.Namespace) -> ServerPolicy:
     """The server's policy from its options; ValueError naming the option."""
-    def option(name: str, parse, value):
-        try:
-            return parse(value)
-        except ValueError as e:
-            raise ValueError(f"{name}: {e}") from None
+    def size(option: str, text: str | None) -> int | None:
+        return None if text is None else parse_size(text, option)
 
-    def positive(text: int) -> int:
-        if text < 1:
-            raise ValueError(f"expected a number of at least 1, got {text}")
-        return text
-
-    if args.max_builds_per_client is not None and not 0 < args.max_builds_per_client < ServerPolicy.max_builds:
-        raise ValueError(f"--max-builds-per-client: expected 1 to {ServerPolicy.max_builds - 1}, "
-                         f"got {args.max_builds_per_client}")
-    for pattern in args.allow_remote:
-        if not pattern or "\0" in pattern:
-            raise ValueError(f"--allow-remote: expected a pattern of an endpoint, got {pattern!r}")
-    return ServerPolicy(
-        allow_kinds=option("--allow-kinds", allowed_kinds, args.allow_kinds),
-        allow_remote=tuple(args.allow_remote),
-        memory_budget=args.memory_budget and option("--memory-budget", lambda v: parse_size(v, "size"),
-                                                     args.memory_budget),
-        client_memory_budget=args.client_memory_budget and option(
-            "--client-memory-budget", lambda v: parse_size(v, "size"), args.client_memory_budget),
-        builds_per_client=args.max_builds_per_client,
-        links_per_client=args.max_links_per_client and option("--max-links-per-client", positive,
-                                                              args.max_links_per_client))
+    for option, value in (("--max-links-per-client", args.max_links_per_client),
+                          ("--max-builds-per-client", args.max_builds_per_client)):
+        if value is not None and value < 1:
+            raise ValueError(f"{option}: expected a number of at least 1, got {value}")
+    if args.max_builds_per_client >= ServerPolicy.max_builds:
+        raise ValueError(f"--max-builds-per-client: expected at most {ServerPolicy.max_builds - 1} (the server runs "
+                         f"{ServerPolicy.max_builds} builds at once in all), got {args.max_builds_per_client}")
+    try:
+        kinds_allowed = allowed_kinds(args.allow_kinds)
+    except ValueError as e:
+        raise ValueError(f"--allow-kinds: {e}") from None
+    return ServerPolicy(allow_kinds=kinds_allowed, allow_remote=tuple(args.allow_remote),
+                        memory_budget=size("--memory-budget", args.memory_budget),
+                        client_memory_budget=size("--client-memory-budget", args.client_memory_budget),
+                        builds_per_client=args.max_builds_per_client, links_per_client=args.max_links_per_client)
 
 
 def _endpoint_problem(endpoint: str) -> str:
