@@ -149,6 +149,11 @@ class PathServer:
             self._served[handle_id] = handle
             self.ledger.link_opened(request.client, handle_id)
 
+    def allow_clients(self, clients: dict[str, str]) -> None:
+        """{name: Z85 public key}: the clients admitted from now on (a server started with
+        curve_clients)."""
+        self.native.allow_clients(clients)
+
     def stop_serving(self) -> None:
         """Ends serve_forever (safe from a signal handler)."""
         self._stop.set()
