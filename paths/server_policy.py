@@ -88,11 +88,11 @@ class ServerPolicy:
     @classmethod
     def for_run_nodes(cls) -> "ServerPolicy":
         """A node's server, whose clients are the other nodes and the ranks of its own run: what
-        the run's map asks of it (traces on its links, Python kinds of its own code) is granted,
-        up to half of this machine's memory."""
+        the run's map asks of it (traces on its links, Python kinds of its own code, a BUILD from
+        every rank at once) is granted, up to half of this machine's memory."""
         budget = physical_memory() // 2
-        return cls(allow_every_kind=True, memory_budget=budget, client_memory_budget=budget, builds_per_client=32, max_builds=128,
-                   links_per_client=most_links())
+        return cls(allow_every_kind=True, memory_budget=budget, client_memory_budget=budget, builds_per_client=32,
+                   waiting_builds_per_client=4096, max_builds=128, links_per_client=most_links())
 
     def limits(self) -> "Limits":
         """The numbers, defaults filled in."""

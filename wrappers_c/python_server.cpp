@@ -40,7 +40,12 @@ public:
         int rc = ps_server_start(endpoint.c_str(), curve_secret.c_str(), !clients.is_none(), &server_, error,
                                  sizeof error);
         if (rc != PS_OK) throw py::value_error(std::string("paths server: ") + error);
-        if (!clients.is_none()) allow_clients(clients.cast<py::dict>());
+        try {
+            if (!clients.is_none()) allow_clients(clients.cast<py::dict>());
+        } catch (...) {
+            stop();  // no destructor runs for an object whose constructor threw
+            throw;
+        }
     }
 
     // name -> Z85 public key: the clients admitted from now on.
