@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 from dataclasses import dataclass
 
 from . import _native
@@ -44,13 +45,11 @@ def most_links() -> int:
     """The links this process can serve at once: what its file descriptors (its soft limit, which
     the ZeroMQ context raises to the hard one) and its ZeroMQ sockets (three per ZeroMQ link)
     allow."""
-    _native.zmq_max_sockets()  # makes the context, which raises the limit first
-    import resource
-
+    sockets = _native.zmq_max_sockets()  # makes the context, which raises the limit first
     descriptors = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if descriptors == resource.RLIM_INFINITY:
         descriptors = 1 << 20
-    return max(1, min((descriptors - DESCRIPTORS_KEPT) // DESCRIPTORS_PER_LINK, _native.zmq_max_sockets() // 3))
+    return max(1, min((descriptors - DESCRIPTORS_KEPT) // DESCRIPTORS_PER_LINK, sockets // 3))
 
 
 def default_memory_budget() -> int:
