@@ -45,6 +45,7 @@ class NodeServers:
                     len(client) not in (0, 2):
                 raise TypeError
         except (ValueError, TypeError, KeyError, AttributeError):
+            got = "text with a client key, not shown" if "client" in text else repr(text[:200])
             raise ValueError(f"{what}: expected the servers as JSON {{\"endpoints\": {{node: endpoint}}, "
-                             f"\"keys\": {{node: key}}, \"client\": [public, secret]}}, got {text[:200]!r}") from None
+                             f"\"keys\": {{node: key}}, \"client\": [public, secret]}}, got {got}") from None
         return cls(endpoints, keys, client)
