@@ -22,6 +22,7 @@ from child_processes import ChildProcesses, counters, process_exists
 import paths
 from paths import _native, build_path, make_path, stage
 from paths.server import PathServer
+from paths.server_policy import ServerPolicy
 
 TIMEOUT_MS = 5000     # remote stages' timeout_ms: generous, nothing here should come near it
 PATIENCE_S = 30       # the longest any wait in this file may take before its test fails
@@ -184,26 +185,28 @@ def test_a_blocked_observe_does_not_stall_another_client(endpoint, proto):
     assert busy_seconds < 2.0, f"200 round trips took {busy_seconds:.2f} s beside a blocked observe"
 
 
-def test_one_slow_build_delays_no_other_client(local_server):
+def test_one_slow_build_delays_no_other_client():
     refused = []
 
     def slow_build():
         try:
-            build_path(make_path(stage("remote", host=local_server.endpoint, timeout_ms=8000),
+            build_path(make_path(stage("remote", host=server.endpoint, timeout_ms=8000),
                                  stage("remote", host=silent.endpoint, timeout_ms=3000),
                                  stage("core", name="S", format="q")), pastset=paths.PastSet())
         except ValueError as e:  # the server refuses the path: its own build got no answer
             refused.append(str(e))
 
-    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()) as silent:  # never serves: builds wait
-        slow = threading.Thread(target=slow_build)
+    trusting = ServerPolicy(allow_remote=("tcp://127.0.0.1:*",))  # it may build remote stages to loopback
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()) as silent, \
+            PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=trusting).start() as server:
+        slow = threading.Thread(target=slow_build)  # `silent` never serves: builds there wait
         slow.start()
         deadline = time.monotonic() + 5
-        while not local_server.native.counters()["frames"]:  # the server took the slow BUILD
+        while not server.native.counters()["frames"]:  # the server took the slow BUILD: it is being built
             assert time.monotonic() < deadline
             time.sleep(0.001)
         started = time.monotonic()
-        quick = build_path(make_path(stage("remote", host=local_server.endpoint, timeout_ms=8000),
+        quick = build_path(make_path(stage("remote", host=server.endpoint, timeout_ms=8000),
                                      stage("core", name="Q", format="q")), pastset=paths.PastSet())
         assert time.monotonic() - started < 1.0
         quick.move(1)

@@ -35,6 +35,7 @@ import paths
 from paths import build_path, make_path, stage
 from paths.build import BuildContext, handle_tree
 from paths.server import PathServer
+from paths.server_policy import ServerPolicy
 
 FAN_IN = 2           # a required number's value (a reduce-sum's fan-in), when its range allows
 SHORT_S = 0.05       # a call meant to time out
@@ -98,7 +99,12 @@ KINDS = [name for name, info in paths.kinds().items() if info.python_class is No
 
 @pytest.fixture(scope="module")
 def server():
-    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()) as served:
+    """A loopback server that also builds this file's Python kinds (a server builds only the C
+    kinds unless told otherwise)."""
+    mine = (ContractPython, ContractPythonPassing, ContractPythonRefusing)
+    python_kinds = frozenset(name for name, info in paths.kinds().items() if info.python_class in mine)
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=ServerPolicy(allow_kinds=python_kinds)) \
+            as served:
         served.start()
         yield served
 

@@ -17,7 +17,11 @@ int ps_element_call(ps_element *e, ps_op *op) {
     switch (op->kind) {
     case PS_OP_MOVE: return ps_move(e, op->in, op->timeout_ns);
     case PS_OP_OBSERVE: return ps_observe(e, op->out, NULL, op->timeout_ns);
-    case PS_OP_OBSERVE_AT: return ps_observe_at(e, op->argument, op->out, op->timeout_ns);
+    case PS_OP_OBSERVE_AT: {
+        int rc = ps_observe_at(e, op->argument, op->out, op->timeout_ns);
+        if (rc == PS_EAXED) op->value = ps_axed(e); /* what the message names: the first live index */
+        return rc;
+    }
     case PS_OP_EXCHANGE: {
         int moved = 0;
         int rc = ps_exchange(e, op->in, op->out, op->timeout_ns, &moved);

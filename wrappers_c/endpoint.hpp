@@ -3,7 +3,6 @@
 // the operation from Python's arguments, runs it in slices without the GIL, and words its errors;
 // Backend supplies
 //   int call(ps_op *op)              runs one operation (its results are in op)
-//   int64_t axed()                   the axe point, for messages (-1: not known here)
 //   int64_t deadline()               the latest any call may wait (PS_FOREVER: no limit)
 //   std::string explanation()        what the path could say about its last failure
 #ifndef WRAPPERS_ENDPOINT_HPP
@@ -92,10 +91,11 @@ public:
         ps_op op = operation(PS_OP_OBSERVE_AT);
         op.argument = i;
         op.out = buffer.data();
+        op.value = -1;  // a refusal for an axed tuple sets it to the first live index, where known
         int rc = waiting(op, timeout);
         if (rc == PS_EAXED)
-            fail(rc, call + ": tuple " + std::to_string(i) + " was freed by axe (first live index is " +
-                         std::to_string(Backend::axed()) + ")");
+            fail(rc, call + ": tuple " + std::to_string(i) + " was freed by axe" +
+                         (op.value >= 0 ? " (first live index is " + std::to_string(op.value) + ")" : ""));
         if (rc == PS_EINDEX) fail(rc, call + ": expected an index >= 0");
         if (rc != PS_OK) fail(rc, call);
         return codec_.unpack(buffer.data());

@@ -68,7 +68,8 @@ typedef struct ps_op {
     uint32_t count;      /* PS_OP_TUPLES_IN: tuples at `in` */
     uint32_t done;       /* result: tuples of `in` that took effect, all of them on PS_OK; a
                             failed operation may have done a first part (an exchange its move) */
-    int64_t value;       /* result, PS_OP_VALUE_OUT */
+    int64_t value;       /* result, PS_OP_VALUE_OUT; an observe_at refused PS_EAXED: the first
+                            index not freed (-1: not known) */
 } ps_op;
 
 /* The tuples an operation takes in: 0, 1, or its count. */

@@ -17,6 +17,9 @@
  *           moved.
  *   churn   threads open a link, make a round trip, and release it, over and over, beside the
  *           others: the server hands over and reaps every one of them; none is abandoned.
+ *   auth    a second server, over CURVE, admits only the client keys it lists (zap_handler.c),
+ *           while a thread replaces its list over and over: every PING of a client with a listed
+ *           key is answered, no PING of a client with another key is.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -26,9 +29,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zmq.h>
+
 #include "pastset.h"
 #include "server.h"
 #include "stage.h"
+#include "wire.h"
+#include "zmq_context.h"
 
 enum { THREADS = 8, PRODUCERS = 3, CONSUMERS = 3, CHURNERS = 4, MAX_LINKS = 4096, MAX_REPORTS = 20 };
 
@@ -293,13 +300,108 @@ static void run_churn(served *s, const char *endpoint, int64_t cycles) {
     CHECK(server_counter(s, "abandoned") == abandoned, "churn: released links counted as abandoned");
 }
 
+/* ---- auth ----------------------------------------------------------------------------------------- */
+
+enum { AUTH_CLIENTS = 4 };
+
+typedef struct auth_scene {
+    ps_server *server;
+    char server_public[41];
+    char listed_public[41], listed_secret[41];
+    int64_t tries;
+    atomic_bool stop;
+} auth_scene;
+
+/* Answers PINGs (ps_server_next_build does) until the scene stops; it builds nothing. */
+static void *auth_serve(void *arg) {
+    auth_scene *a = arg;
+    ps_build_request *request = malloc(sizeof *request);
+    while (request && !atomic_load(&a->stop)) {
+        uint64_t id;
+        if (ps_server_next_build(a->server, 20 * MS, request) == PS_OK)
+            ps_server_answer_build(a->server, request, NULL, "no builds here", &id);
+    }
+    free(request);
+    return NULL;
+}
+
+/* Replaces the server's list over and over; the listed key is on every one of them. */
+static void *auth_lister(void *arg) {
+    auth_scene *a = arg;
+    for (int64_t n = 0; !atomic_load(&a->stop); n++) {
+        ps_client_key keys[3] = {{"", "other"}, {"", "listed"}, {"", "third"}};
+        char secret[41];
+        zmq_curve_keypair(keys[0].public_key, secret);
+        memcpy(keys[1].public_key, a->listed_public, 41);
+        zmq_curve_keypair(keys[2].public_key, secret);
+        char error[128];
+        CHECK(ps_server_allow_clients(a->server, keys + n % 2, 2, error, sizeof error) == PS_OK, "auth: %s", error);
+    }
+    return NULL;
+}
+
+/* Whether a PING from a client with this key pair is answered within wait_ms. */
+static bool pinged(auth_scene *a, const char *public_key, const char *secret_key, int wait_ms) {
+    void *socket = zmq_socket(ps_zmq_context(), ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, a->server_public, 41);
+    zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, public_key, 41);
+    zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, secret_key, 41);
+    zmq_connect(socket, ps_server_endpoint(a->server));
+    unsigned char frame[PS_WIRE_HEADER];
+    ps_frame ping = {PS_WIRE_PING, 0, 1, 0, 0, 0, NULL, 0}, answer;
+    zmq_send(socket, frame, ps_wire_encode(&ping, frame, sizeof frame), 0);
+    zmq_pollitem_t item = {socket, 0, ZMQ_POLLIN, 0};
+    bool answered = zmq_poll(&item, 1, wait_ms) == 1;
+    if (answered) {
+        int length = zmq_recv(socket, frame, sizeof frame, 0);
+        answered = length == PS_WIRE_HEADER && ps_wire_decode(frame, (size_t)length, &answer) == 0 &&
+                   answer.op == PS_WIRE_PING && answer.status == PS_OK;
+    }
+    zmq_close(socket);
+    return answered;
+}
+
+static void *auth_client(void *arg) {
+    auth_scene *a = arg;
+    for (int64_t i = 0; i < a->tries; i++) {
+        char stranger_public[41], stranger_secret[41];
+        zmq_curve_keypair(stranger_public, stranger_secret);
+        CHECK(pinged(a, a->listed_public, a->listed_secret, (int)(WAIT / MS)), "auth: a listed client got no answer");
+        CHECK(!pinged(a, stranger_public, stranger_secret, 50), "auth: a client with another key was answered");
+    }
+    return NULL;
+}
+
+static void run_auth(int64_t tries) {
+    atomic_store(&scene_running, "auth");
+    auth_scene a = {.tries = tries};
+    char server_secret[41], error[256] = "";
+    zmq_curve_keypair(a.server_public, server_secret);
+    zmq_curve_keypair(a.listed_public, a.listed_secret);
+    if (ps_server_start("tcp://127.0.0.1:*", server_secret, 1, &a.server, error, sizeof error) != PS_OK) {
+        fail("auth: server: %s", error);
+        return;
+    }
+    pthread_t server_thread, lister, clients[AUTH_CLIENTS];
+    start_thread(&server_thread, auth_serve, &a);
+    start_thread(&lister, auth_lister, &a);
+    for (int t = 0; t < AUTH_CLIENTS; t++) start_thread(&clients[t], auth_client, &a);
+    for (int t = 0; t < AUTH_CLIENTS; t++) pthread_join(clients[t], NULL);
+    atomic_store(&a.stop, true);
+    pthread_join(lister, NULL);
+    pthread_join(server_thread, NULL);
+    ps_server_stop(a.server);
+}
+
 int main(int argc, char **argv) {
     stress_run run = stress_begin("stress_remote", argc, argv, 500, RUN_BUDGET);
     int64_t rounds = run.rounds;
     ps_space *space = ps_space_new();
     served s = {0};
     char error[256] = "";
-    if (!space || ps_server_start("tcp://127.0.0.1:*", NULL, &s.server, error, sizeof error) != PS_OK) {
+    if (!space || ps_server_start("tcp://127.0.0.1:*", NULL, 0, &s.server, error, sizeof error) != PS_OK) {
         fprintf(stderr, "FAIL: server: %s\n", error);
         return 1;
     }
@@ -315,6 +417,7 @@ int main(int argc, char **argv) {
     run_sum(&s, endpoint, rounds);
     run_queue(endpoint, rounds * 4);
     run_churn(&s, endpoint, rounds / 8);
+    run_auth(rounds / 50 + 1);
     CHECK(server_counter(&s, "direct") == server_counter(&s, "builds"), "not every link was direct");
     CHECK(server_counter(&s, "bad_frames") == 0, "%" PRId64 " frames refused", server_counter(&s, "bad_frames"));
 
