@@ -1,6 +1,7 @@
 """Every operation kind of the C table (paths._native.operations()) as the Python call that makes
 it, in one caller's turn with the results each call must give, for tests that run every kind
-through a path. tests/test_operation_table.py fails when a kind of the table is missing here.
+through a path; and `forwarding`, a stage kind written in Python that answers every kind itself.
+tests/test_operation_table.py fails when a kind of the table is missing here.
 
 A turn is four rounds of one caller among `callers`: with a fan-in (callers > 1, a reduce-sum)
 every observe returns its round's total, otherwise the tuple itself; either way round r's value
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import paths
 
 TIMEOUT_S = 10.0  # no call of a turn should come near it
 ROUNDS = 4        # rounds a turn moves (a reduce-sum holds 4 ahead of a caller's observes)
@@ -62,3 +65,47 @@ def run_turn(handle, steps: list[Step]) -> list[tuple[str, Any]]:
 
 def expected_turn(steps: list[Step]) -> list[tuple[str, Any]]:
     return [(step.op, step.expected) for step in steps]
+
+
+@paths.stage_kind("forwarding")
+class Forwarding:
+    """Answers every operation kind itself, by the method named after it, through `below`; the
+    kinds it was called for are recorded in `called` (one set for every instance)."""
+
+    called: set = set()
+
+    def move(self, below, t):
+        self.called.add("move")
+        below.move(t)
+
+    def observe(self, below):
+        self.called.add("observe")
+        return below.observe()
+
+    def observe_at(self, below, index):
+        self.called.add("observe_at")
+        return below.observe(index)
+
+    def first(self, below):
+        self.called.add("first")
+        return below.first()
+
+    def last(self, below):
+        self.called.add("last")
+        return below.last()
+
+    def delta(self, below, bound):
+        self.called.add("delta")
+        return below.delta(bound)
+
+    def axe(self, below, index):
+        self.called.add("axe")
+        below.axe(index)
+
+    def exchange(self, below, t):
+        self.called.add("exchange")
+        return below.exchange(t)
+
+    def move_many(self, below, tuples):
+        self.called.add("move_many")
+        below.move_many(tuples)

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import wire_frames
-from operation_calls import expected_turn, run_turn, turn
+from operation_calls import Forwarding, expected_turn, run_turn, turn
 
 import paths
 from paths import _native, build_path, make_path, stage, trace_file
@@ -64,55 +64,12 @@ def test_trace_files_and_paths_trace_name_operations_from_the_table(tmp_path, ca
     assert all(re.search(rf"\s0\s+{name}\s+\d", summary) for name in NAMES), summary
 
 
-@paths.stage_kind("op-recorder")
-class OpRecorder:
-    """Answers every operation kind by the method named after it, recording the names."""
-
-    called: set = set()  # by every instance: the test builds one
-
-    def move(self, below, t):
-        self.called.add("move")
-        below.move(t)
-
-    def observe(self, below):
-        self.called.add("observe")
-        return below.observe()
-
-    def observe_at(self, below, index):
-        self.called.add("observe_at")
-        return below.observe(index)
-
-    def first(self, below):
-        self.called.add("first")
-        return below.first()
-
-    def last(self, below):
-        self.called.add("last")
-        return below.last()
-
-    def delta(self, below, bound):
-        self.called.add("delta")
-        return below.delta(bound)
-
-    def axe(self, below, index):
-        self.called.add("axe")
-        below.axe(index)
-
-    def exchange(self, below, t):
-        self.called.add("exchange")
-        return below.exchange(t)
-
-    def move_many(self, below, tuples):
-        self.called.add("move_many")
-        below.move_many(tuples)
-
-
 def test_a_python_stage_is_offered_each_operation_by_its_name_in_the_table():
-    OpRecorder.called.clear()
-    h = build_path(make_path(stage("op-recorder"), stage("core", name="REC", format="q")), pastset=paths.PastSet())
+    Forwarding.called.clear()
+    h = build_path(make_path(stage("forwarding"), stage("core", name="REC", format="q")), pastset=paths.PastSet())
     steps = turn(0, 1, 0)
     assert run_turn(h, steps) == expected_turn(steps)
-    assert OpRecorder.called == set(NAMES), "a method named after an operation kind answers it"
+    assert Forwarding.called == set(NAMES), "a method named after an operation kind answers it"
     doc = paths.stage_kind.__doc__
     assert all(f"{name}(below" in doc for name in NAMES), "stage_kind's docstring lists every method"
 

@@ -5,7 +5,9 @@ Each kind's smallest path is made from its record alone (paths.kinds()): its req
 filled in by their roles — where the rest is built: a loopback PathServer of this process; a file
 it writes: one in the test's folder; a number: 2 (a reduce-sum's fan-in), within its range — then
 the stage that ends every path. A kind with a fan-in gets that many callers, each in a thread of
-its own; every other kind one. What is checked, for each kind:
+its own; every other kind one. The kinds written in Python: `forwarding` (tests/operation_calls.py),
+which answers every operation kind itself, and one here that answers none. What is checked, for
+each kind:
 
 - its callers reach the stage below as its role says: a pass-through stage above a reduce-sum of
   3 gives the sum 3 contributors (link_count), a joining stage is one caller below;
@@ -24,12 +26,12 @@ its own; every other kind one. What is checked, for each kind:
 from __future__ import annotations
 
 import gc
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from operation_calls import ROUNDS, TIMEOUT_S, contribution, expected_turn, round_value, run_turn, turn
+from operation_calls import (ROUNDS, TIMEOUT_S, Forwarding, contribution, expected_turn, round_value, run_turn,
+                             turn)
 
 import paths
 from paths import build_path, make_path, stage
@@ -40,38 +42,6 @@ from paths.server_policy import ServerPolicy
 FAN_IN = 2           # a required number's value (a reduce-sum's fan-in), when its range allows
 SHORT_S = 0.05       # a call meant to time out
 SETTLE_S = 10.0      # the longest a release may take to reach the server's side
-
-
-@paths.stage_kind("contract-python")
-class ContractPython:
-    """Answers every operation kind itself, through `below`."""
-
-    def move(self, below, t):
-        below.move(t)
-
-    def observe(self, below):
-        return below.observe()
-
-    def observe_at(self, below, index):
-        return below.observe(index)
-
-    def first(self, below):
-        return below.first()
-
-    def last(self, below):
-        return below.last()
-
-    def delta(self, below, bound):
-        return below.delta(bound)
-
-    def axe(self, below, index):
-        below.axe(index)
-
-    def exchange(self, below, t):
-        return below.exchange(t)
-
-    def move_many(self, below, tuples):
-        below.move_many(tuples)
 
 
 @paths.stage_kind("contract-python-passing")
@@ -94,14 +64,14 @@ class ContractPythonRefusing:
 
 
 KINDS = [name for name, info in paths.kinds().items() if info.python_class is None] + \
-    ["contract-python", "contract-python-passing"]
+    ["forwarding", "contract-python-passing"]
 
 
 @pytest.fixture(scope="module")
 def server():
     """A loopback server that also builds this file's Python kinds (a server builds only the C
     kinds unless told otherwise)."""
-    mine = (ContractPython, ContractPythonPassing, ContractPythonRefusing)
+    mine = (Forwarding, ContractPythonPassing, ContractPythonRefusing)
     python_kinds = frozenset(name for name, info in paths.kinds().items() if info.python_class in mine)
     with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=ServerPolicy(allow_kinds=python_kinds)) \
             as served:
