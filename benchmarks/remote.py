@@ -1,7 +1,8 @@
 """Remote stage costs on its two kinds of transport, against the raw round trips, in one run:
 `tcp` (a direct socket per link: the new path) and `zmq` (ZeroMQ: the old path), each for a
 move and an observe through a remote stage (window 1 and 2), a GSum of 2 processes x 2 threads
-through one server (the paper's Figure 1), and pipelined moves from one client — beside a C
+through one server (the paper's Figure 1), pipelined moves from one client, and move_many of 256
+tuples at a time from one client (each batch one frame, acknowledged once) — beside a C
 ping-pong of the same 48-byte frames (a remote stage's frame: 40-byte header and one "q" tuple)
 over a loopback TCP socket with blocking reads, the physical limit here, and a raw ZeroMQ
 round trip.
@@ -13,7 +14,8 @@ in use; so are the anchors' two ends (benchmarks/tcp_anchor/, benchmarks/zmq_anc
 number is the median of --repeat runs, whose measurements take turns, so that a drifting
 machine shifts all of them alike. Targets: one remote operation at most 1.3x the TCP
 ping-pong; a move+observe pair with window=2 at most 1.3x one ping-pong; at least 1,000,000
-pipelined moves per second. A MISS is a finding, not an error: the exit code is 0 after any
+pipelined moves per second; move_many of 256 moving at least 5x the tuples per second of single
+pipelined moves (window 64). A MISS is a finding, not an error: the exit code is 0 after any
 report, 1 when a measurement could not run, 2 on bad arguments, 130 on Ctrl-C.
 """
 
@@ -37,8 +39,10 @@ TIMEOUT_MS = 5000          # the remote stages' timeout_ms
 RUN_TIMEOUT_S = 300        # the longest one measurement may take
 MOVES_WINDOW = 64
 MOVES_BATCH = 64
+MANY = 256                 # tuples per move_many
 TARGET_RATIO = 1.3
 TARGET_MOVES_PER_S = 1_000_000
+TARGET_MANY_RATIO = 5.0    # move_many's tuples/s over single pipelined moves' (window MOVES_WINDOW)
 
 
 class MeasurementError(RuntimeError):
@@ -63,6 +67,12 @@ def pairs_us(handle, pairs: int) -> float:
 def moves_per_second(handle, moves: int) -> float:
     """Moves per second through the handle, from a C loop, until all are acknowledged."""
     return 1e9 / bench.link_moves_ns(handle, moves)
+
+
+def many_per_second(handle, moves: int) -> float:
+    """Tuples per second through the handle moved MANY at a time (each batch one move_many), from a
+    C loop, until all are acknowledged."""
+    return 1e9 / bench.link_batches_ns(handle, moves, MANY)
 
 
 def gsum_client(endpoint: str, proto: str, element: str, rounds: str) -> int:
@@ -115,6 +125,7 @@ def measure(args) -> dict[str, list[float]]:
             pairs_us(handle, min(1000, args.pairs))  # warm-up
         movers = {proto: remote_handle(endpoint, proto, f"MOVES-{proto}", MOVES_WINDOW) for proto in PROTOS}
         batched = remote_handle(endpoint, "tcp", "MOVES-batched", MOVES_WINDOW, MOVES_BATCH)
+        many = {proto: remote_handle(endpoint, proto, f"MANY-{proto}") for proto in PROTOS}
         for n in range(args.repeat):
             take("ping_pong", anchors.tcp_ping_pong_us(args.pairs))
             take("zmq_raw", anchors.zmq_round_trip_us(args.pairs))
@@ -123,8 +134,9 @@ def measure(args) -> dict[str, list[float]]:
                     take(f"pair{window}_{proto}", pairs_us(handles[proto, window], args.pairs))
                 take(f"gsum_{proto}", remote_gsum_us(endpoint, proto, f"GSUM-{proto}-{n}", args.rounds))
                 take(f"rate_{proto}", moves_per_second(movers[proto], args.moves))
+                take(f"many_{proto}", many_per_second(many[proto], args.moves))
             take("rate_batched", moves_per_second(batched, args.moves))
-        del handles, movers, batched  # released while the server is up
+        del handles, movers, batched, many  # released while the server is up
     return runs
 
 
@@ -135,6 +147,10 @@ def report(args, runs: dict[str, list[float]]) -> list[str]:
     def ratio(key: str, scale: float = 1.0) -> float:
         """The median of each run's own ratio to that run's ping-pong."""
         return statistics.median(x * scale / anchor for x, anchor in zip(runs[key], runs["ping_pong"]))
+
+    def many_ratio(proto: str) -> float:
+        """The median of each run's own ratio of move_many's tuples/s to pipelined moves'."""
+        return statistics.median(m / r for m, r in zip(runs[f"many_{proto}"], runs[f"rate_{proto}"]))
 
     lines = [f"Remote stage on tcp (direct: the new path) and zmq (ZeroMQ: the old path), loopback, "
              f"{anchors.FRAME_BYTES}-byte frames, server `paths serve` in its own process; median of {args.repeat} "
@@ -158,6 +174,9 @@ def report(args, runs: dict[str, list[float]]) -> list[str]:
     lines.append(f"{f'pipelined moves/s, window={MOVES_WINDOW}':<48}{value('rate_tcp'):>16,.0f}{value('rate_zmq'):>16,.0f}")
     lines.append(f"{f'pipelined moves/s, window={MOVES_WINDOW}, batch={MOVES_BATCH}':<48}{value('rate_batched'):>16,.0f}"
                  f"{'-':>16}")
+    lines.append(f"{f'move_many of {MANY}: tuples/s':<48}{value('many_tcp'):>16,.0f}{value('many_zmq'):>16,.0f}")
+    lines.append(f"{f'  its ratio to pipelined moves (window={MOVES_WINDOW})':<48}"
+                 f"{many_ratio('tcp'):>15.1f}x{many_ratio('zmq'):>15.1f}x")
     lines += ["", "Targets (tcp)"]
     lines.append(target(f"one remote operation <= {TARGET_RATIO}x the TCP ping-pong",
                         ratio("pair1_tcp", 0.5) <= TARGET_RATIO, f"{ratio('pair1_tcp', 0.5):.2f}x"))
@@ -165,6 +184,9 @@ def report(args, runs: dict[str, list[float]]) -> list[str]:
                         ratio("pair2_tcp") <= TARGET_RATIO, f"{ratio('pair2_tcp'):.2f}x"))
     lines.append(target(f">= {TARGET_MOVES_PER_S:,} pipelined moves/s (window={MOVES_WINDOW}, batch={MOVES_BATCH})",
                         value("rate_batched") >= TARGET_MOVES_PER_S, f"{value('rate_batched'):,.0f} moves/s"))
+    lines.append(target(f"move_many of {MANY}: >= {TARGET_MANY_RATIO:g}x the tuples/s of pipelined moves "
+                        f"(window={MOVES_WINDOW})", many_ratio("tcp") >= TARGET_MANY_RATIO,
+                        f"{many_ratio('tcp'):.1f}x ({value('many_tcp'):,.0f} tuples/s)"))
     return lines
 
 

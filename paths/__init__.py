@@ -35,7 +35,8 @@ from .path_spec import PathSpec, StageSpec, make_path, stage
 from .placement import PlacementWarning, place
 from .reduction_tree import ReductionPlan, plan_reduction
 from .runtime import acquire, runtime_info
-from .server import PathServer
+from .server import PathServer, read_key_pair
+from .server_policy import ServerPolicy
 from .stage_kinds import kinds, stage_kind
 from .tree_view import render_tree, show, to_dot
 
@@ -52,6 +53,7 @@ __all__ = [
     "PathSpec",
     "PlacementWarning",
     "ReductionPlan",
+    "ServerPolicy",
     "StageSpec",
     "acquire",
     "acquire_hook",
@@ -66,6 +68,7 @@ __all__ = [
     "make_path",
     "place",
     "plan_reduction",
+    "read_key_pair",
     "release_hook",
     "render_tree",
     "runtime_info",

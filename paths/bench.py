@@ -22,11 +22,11 @@ LATENCIES = "gsum.latencies"  # where the GSum kernel's thread 0 leaves each rou
 
 @dataclass
 class GSumResult:
-    """Per-round latencies in microseconds, timed by thread 0 (as the paper's Figure 3)."""
+    """Per-round latencies in microseconds, timed by thread 0 (as the paper's Figure 3). A run
+    with a wrong total raises instead of returning."""
 
     latencies: list[float]
     seconds: float
-    bad_totals: int = 0
     threads: int = 0
 
     @property
@@ -78,7 +78,7 @@ def gsum(handles: Sequence, iters: int, contributors: int | None = None, timeout
     args = {"rounds": iters, "contributors": contributors or len(handles), "timeout": timeout,
             "latencies": LATENCIES}
     run = _on_handles(kernel or load_kernel("gsum"), handles, args, pin, {LATENCIES: out})
-    return GSumResult([out.observe(i)[0] for i in range(iters)], run.seconds, 0, len(handles))
+    return GSumResult([out.observe(i)[0] for i in range(iters)], run.seconds, len(handles))
 
 
 def mcpi(handles: Sequence, darts: int, seed: int = 12345, timeout: float = 60.0,

@@ -15,13 +15,17 @@ references, so the last handle released releases the tree, and a trace writes it
 
 from __future__ import annotations
 
+import glob
 import threading
 import weakref
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from . import _native
 from .path_spec import PathSpec, StageSpec, make_path, path_to_json
 from .stage_kinds import check_spec, kinds, native_params
+
+if TYPE_CHECKING:
+    from .client_ledger import ClientBuild
 
 StageKey = tuple  # tuple[StageSpec, ...]: from a stage down to the element
 
@@ -50,12 +54,21 @@ class BuildContext:
     (where the paths of many callers merge), and `resolve(params)`, which completes the
     parameters of a stage whose rest is built elsewhere (a node's name becomes the endpoint of
     its server, a run's CURVE key is added); by default they stay as given. A process of a run
-    sets `resolve` once it knows the run's servers (paths/node_servers.py)."""
+    sets `resolve` once it knows the run's servers (paths/node_servers.py), and with it
+    `trusted_endpoints`, theirs, which builds for a server's clients may reach besides what the
+    server allows. `curve_client` is the (public, secret) CURVE key pair its remote stages
+    present to servers that authenticate their clients (None: a fresh pair per connection);
+    `server_ids` name the servers that serve this context's stages, which every path sent on
+    from here says it crossed."""
 
     def __init__(self, pastset: Optional[_native.PastSet] = None,
-                 resolve: Optional[Callable[[dict], dict]] = None):
+                 resolve: Optional[Callable[[dict], dict]] = None,
+                 curve_client: Optional[tuple[str, str]] = None):
         self.pastset = pastset if pastset is not None else _native.PastSet()
         self.resolve = resolve or _unchanged
+        self.trusted_endpoints: tuple[str, ...] = ()
+        self.curve_client = curve_client
+        self.server_ids: tuple[str, ...] = ()
         self._stages: dict[StageKey, weakref.ref] = {}
         self._handles: list[tuple[weakref.ref, StageKey, str]] = []
         self._building: dict[StageKey, threading.Event] = {}  # keys a build is creating now
@@ -77,29 +90,42 @@ class BuildContext:
             if ref() is not None:
                 yield label, key
 
-    def build(self, path: PathSpec, label: str | None = None) -> _native.Handle:
+    def build(self, path: PathSpec, label: str | None = None, guard: ClientBuild | None = None) -> _native.Handle:
+        """A new caller's handle at the top of `path`. `guard`: the path came from a server's
+        client, and every stage it would create here is checked and charged to that client."""
         specs = check_path(path)
         local = _local_part(specs)
+        if guard is not None:
+            guard.admit_path(specs[:local])
         existing, created = self._reserve(specs, local)
         try:
             below = None
             for i in reversed(range(local)):
-                below = existing[i] or self._create(specs[i:], below)
+                below = existing[i] or self._create(specs[i:], below, guard)
+                self._built(created, specs[i:])  # usable by other builds from now on
             with self._lock:
                 label = label if label is not None else f"thread {self._callers}"
                 self._callers += 1
             # Attaching (and creating a stage above a remote one) may wait for a server, maybe
-            # one in this very process: the table is not locked meanwhile.
+            # one in this very process: the table is not locked meanwhile, and no other build
+            # waits for this one's attach (a slow one holds only its own caller).
             handle = below.native.attach(label, below)
         finally:
-            with self._lock:
-                for key in created:
-                    self._building.pop(key).set()
+            for key in list(created):
+                self._built(created, key)
         with self._lock:
             self._handles = [h for h in self._handles if h[0]() is not None]
             self._handles.append((weakref.ref(handle), below.key, label))
         _HANDLE_CONTEXTS[handle] = (self, below.key)
         return handle
+
+    def _built(self, created: list, key: StageKey) -> None:
+        """A key this build marked as being built is built (or will not be): whoever waits for it
+        looks again."""
+        if key in created:
+            created.remove(key)
+            with self._lock:
+                self._building.pop(key).set()
 
     def _reserve(self, specs: StageKey, local: int) -> tuple[list, list]:
         """The live stages of the path's local part, after checking its fan-in; the keys still
@@ -117,29 +143,40 @@ class BuildContext:
                     return existing, created
             busy.wait()
 
-    def _create(self, key: StageKey, below: BuiltStage | None) -> BuiltStage:
+    def _create(self, key: StageKey, below: BuiltStage | None, guard: ClientBuild | None) -> BuiltStage:
         spec = key[0]
         info = check_spec(spec)
         params = native_params(spec)
         if info.rest_at is not None:
             params = self.resolve(params)
-        params.update({name: _BUILT_PARAMS[name](key) for name in info.built_params})
+        crossed = (guard.crossed if guard is not None else ()) + self.server_ids
+        params.update({name: _BUILT_PARAMS[name](key, crossed) for name in info.built_params})
         below_native = below.native if below is not None else None
-        if info.python_class is not None:
-            native = _native.create_python_stage(info.python_class(**params), below_native)
-        else:
-            native = _native.create_stage(spec.kind, params, below_native, self.pastset)
+        give_back = guard.admit(spec, info, params, key[-1].param("format")) if guard is not None else None
+        try:
+            if info.python_class is not None:
+                native = _native.create_python_stage(info.python_class(**params), below_native)
+            else:
+                trusted = None if guard is None else [*guard.trusted_endpoints, *map(glob.escape, self.trusted_endpoints)]
+                native = _native.create_stage(spec.kind, params, below_native, self.pastset, trusted, self.curve_client)
+        except BaseException:
+            if give_back is not None:
+                give_back()
+            raise
         built = BuiltStage(key, native, below)
+        if give_back is not None:
+            weakref.finalize(built, give_back)
         with self._lock:
             self._stages = {k: r for k, r in self._stages.items() if r() is not None}
             self._stages[key] = weakref.ref(built)
         return built
 
 
-# What the builder fills in for a parameter a kind marks "built", from the stage's key.
-_BUILT_PARAMS: dict[str, Callable[[StageKey], object]] = {
-    "format": lambda key: key[-1].param("format"),  # the element's format
-    "path": lambda key: path_to_json(PathSpec(key[1:])),  # the rest of the path, for where it is built
+# What the builder fills in for a parameter a kind marks "built", from the stage's key and the
+# servers its path crossed so far.
+_BUILT_PARAMS: dict[str, Callable[[StageKey, tuple], object]] = {
+    "format": lambda key, crossed: key[-1].param("format"),  # the element's format
+    "path": lambda key, crossed: path_to_json(PathSpec(key[1:]), crossed),  # the rest, for where it is built
 }
 
 # Which context and stage each live handle belongs to, for show() and to_dot().

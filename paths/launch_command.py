@@ -13,7 +13,8 @@ starts the ranks placed on it, with standard input from /dev/null and in their e
     PATHS_NODE               the node the map places it on
     PATHS_MAP, PATHS_POLICY  the map (a shipped map's name or a file's absolute path), the policy
     PATHS_SUM, PATHS_ACQUIRE, PATHS_RELEASE   --sum (comma-separated), --acquire, --release
-    PATHS_SERVERS            the node servers' endpoints (JSON)
+    PATHS_SERVERS            the node servers' endpoints (JSON), and in a CURVE run the keys
+                             that prove them and the client key pair the rank presents
 
 so that `paths.acquire(element, format)` (Python) and paths_acquire(NULL, ...) after paths_init
 (C) give the rank its path from the acquire hook: a sum element the planned reduction tree,
@@ -133,9 +134,10 @@ def launch_command(argv: list[str]) -> int:
     try:
         with NodeProcesses(cluster_map, runtime.nodes(), args.launch) as processes:
             keys = {node: processes.public_key for node in processes.nodes} if processes.public_key else {}
-            servers = NodeServers(processes.addresses(), keys).to_json()
+            servers = {node: NodeServers(processes.addresses(), keys, processes.client_keys.get(node)).to_json()
+                       for node in processes.nodes}  # a rank presents its node's client key
             requests = {node: {"op": "launch", "command": command, "cwd": os.getcwd(),
-                               "ranks": {str(r): {**common, RANK: str(r), NODE: node, SERVERS: servers}
+                               "ranks": {str(r): {**common, RANK: str(r), NODE: node, SERVERS: servers[node]}
                                          for r, p in enumerate(placements) if p == node}}
                         for node in dict.fromkeys(placements)}
             processes.request_all(requests, args.timeout or math.inf, on_event, "for their ranks to end")

@@ -6,8 +6,10 @@ Three ways to start a node (the map's `launch.mode`, or --launch):
   slurm  inside an allocation: the allocation's hosts (SLURM_JOB_NODELIST) take the map's
          nodes in order, each started with srun on its host.
 Off this machine (ssh, slurm) servers bind every interface, so the run makes a CURVE key pair
-and hands it to each node on its standard input: traffic between nodes is encrypted and only
-the run's own nodes are answered.
+for its servers and one for each node as a client, and hands each node on its standard input
+the servers' pair, its own client pair and every node's client public key: traffic between nodes
+is encrypted, and a node's server admits only the run's own nodes (and their ranks, which present
+their node's client key).
 
 Every process started is reaped: on success, on error and on Ctrl-C. A killed launcher (even by
 SIGKILL) leaves no node behind either: each node (or its ssh or srun) gets the parent-death
@@ -193,6 +195,7 @@ class NodeProcesses:
         self.commands = node_commands(cluster_map, nodes, mode, node_options=node_options, share_cpus=pin)
         self.secure = (mode or cluster_map.launch.mode) != "local"
         self.public_key = ""  # the run's CURVE public key, when secure: what proves its servers
+        self.client_keys: dict[str, tuple[str, str]] = {}  # node -> the CURVE key pair it presents, when secure
         self.nodes: dict[str, _Node] = {}
 
     def __enter__(self) -> "NodeProcesses":
@@ -207,11 +210,17 @@ class NodeProcesses:
         self.close(graceful=exc_type is None)
 
     def start(self) -> None:
-        keys = " ".join(_native.curve_keypair()) if self.secure else "-"
-        self.public_key = keys.split()[0] if self.secure else ""
+        keys = {}
+        if self.secure:
+            server = _native.curve_keypair()
+            self.public_key = server[0]
+            self.client_keys = {command.node: _native.curve_keypair() for command in self.commands}
+            clients = {node: public for node, (public, _) in self.client_keys.items()}
+            keys = {node: json.dumps({"server": server, "client": pair, "clients": clients})
+                    for node, pair in self.client_keys.items()}
         for command in self.commands:
             try:
-                self.nodes[command.node] = _Node(command, keys)
+                self.nodes[command.node] = _Node(command, keys.get(command.node, "-"))
             except OSError as e:
                 raise LaunchError(f"node {command.node}: cannot start {command.argv[0]!r}: {e.strerror}") from None
         ready = self._read_lines(list(self.nodes.values()), START_SECONDS, "to be READY")

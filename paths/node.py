@@ -53,6 +53,7 @@ from .placement import PlacementWarning
 from .rank_processes import RankProcesses
 from .runtime import Tracing, make_runtime
 from .server import PathServer
+from .server_policy import ServerPolicy
 
 
 class Node:
@@ -69,10 +70,12 @@ class Node:
         self._output = threading.Lock()  # one line at a time on standard output
 
     def addresses_op(self, request: dict) -> dict:
-        """Node names become the endpoints the launcher gathered, proved by the run's CURVE key."""
+        """Node names become the endpoints the launcher gathered, proved by the run's CURVE key;
+        they are what the node's server may reach for the paths other nodes send."""
         self.addresses = dict(request["addresses"])
         keys = {node: self.curve_public for node in self.addresses} if self.curve_public else {}
         self.context.resolve = NodeServers(self.addresses, keys).resolve
+        self.context.trusted_endpoints = tuple(self.addresses.values())
         return {}
 
     def context_op(self, request: dict) -> dict:
@@ -162,13 +165,21 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as e:
             parser.error(f"--cpus {format_cpu_list(args.cpus)}: cannot run there ({e.strerror}); "
                          f"allowed: {format_cpu_list(os.sched_getaffinity(0))}")
-    # The run's CURVE key pair comes on the first line of standard input, "PUBLIC SECRET", or
-    # "-" for none (never on the command line, where other users could read it).
-    keys = sys.stdin.readline().split()
-    public, secret = keys if len(keys) == 2 else ("", "")
+    # The run's CURVE keys come on the first line of standard input (never on the command line,
+    # where other users could read them): "-" for none, or {"server": [PUBLIC, SECRET], "client":
+    # [PUBLIC, SECRET], "clients": {node: PUBLIC}}: the run's server key pair, this node's client
+    # key pair, and the client keys of every node, the ones its server admits.
+    keys = sys.stdin.readline().strip()
+    try:
+        keys = json.loads(keys) if keys != "-" else {}
+        (public, secret), client, clients = keys.get("server", ("", "")), keys.get("client"), keys.get("clients")
+    except (ValueError, TypeError, AttributeError):
+        parser.error("expected the run's keys on the first line of standard input: '-' or a JSON object")
     warnings.simplefilter("ignore", PlacementWarning)  # the launcher has said so already
     node = Node(args.name, public)
-    server = node.server = PathServer(args.bind, secret, trace_dir=args.trace_dir, context=node.context).start()
+    node.context.curve_client = tuple(client) if client else None
+    server = node.server = PathServer(args.bind, secret, trace_dir=args.trace_dir, context=node.context,
+                                      policy=ServerPolicy.for_run_nodes(), curve_clients=clients).start()
     endpoint = server.endpoint
     if args.advertise:
         endpoint = endpoint.replace("0.0.0.0", args.advertise)

@@ -1,5 +1,6 @@
 """Where the servers of a run's nodes are: node name -> endpoint, and the CURVE public key that
-proves each server (none on loopback).
+proves each server (none on loopback); for a rank of `paths launch`, also the CURVE key pair it
+presents to them (its node's: the node servers of a CURVE run admit only the run's nodes).
 
 A process of a run (a node of `paths run`, a rank of `paths launch`, srun or mpirun) gives its
 resolve to the build contexts it builds in: a `remote(host=NODE)` stage in their paths then
@@ -13,9 +14,11 @@ from typing import Mapping
 
 
 class NodeServers:
-    def __init__(self, endpoints: Mapping[str, str], keys: Mapping[str, str] | None = None):
+    def __init__(self, endpoints: Mapping[str, str], keys: Mapping[str, str] | None = None,
+                 client: tuple[str, str] | None = None):
         self.endpoints = dict(endpoints)
         self.keys = dict(keys or {})  # node -> its server's CURVE public key
+        self.client = tuple(client) if client else None  # (public, secret) presented to them, or None
 
     def resolve(self, params: dict) -> dict:
         """A remote stage's parameters with its node name turned into that node's endpoint and key
@@ -27,7 +30,7 @@ class NodeServers:
         return params
 
     def to_dict(self) -> dict:
-        return {"endpoints": self.endpoints, "keys": self.keys}
+        return {"endpoints": self.endpoints, "keys": self.keys, **({"client": list(self.client)} if self.client else {})}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -37,10 +40,12 @@ class NodeServers:
         """The servers `to_json` wrote; ValueError naming `what` (where the text came from)."""
         try:
             found = json.loads(text)
-            endpoints, keys = found["endpoints"], found.get("keys", {})
-            if not all(isinstance(v, str) for v in [*endpoints.values(), *keys.values()]):
+            endpoints, keys, client = found["endpoints"], found.get("keys", {}), found.get("client") or []
+            if not all(isinstance(v, str) for v in [*endpoints.values(), *keys.values(), *client]) or \
+                    len(client) not in (0, 2):
                 raise TypeError
         except (ValueError, TypeError, KeyError, AttributeError):
+            got = "text with a client key, not shown" if "client" in text else repr(text[:200])
             raise ValueError(f"{what}: expected the servers as JSON {{\"endpoints\": {{node: endpoint}}, "
-                             f"\"keys\": {{node: key}}}}, got {text[:200]!r}") from None
-        return cls(endpoints, keys)
+                             f"\"keys\": {{node: key}}, \"client\": [public, secret]}}, got {got}") from None
+        return cls(endpoints, keys, client)

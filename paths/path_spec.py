@@ -90,21 +90,31 @@ def make_path(*stages: StageSpec | Iterable[StageSpec]) -> PathSpec:
 
 SPEC_VERSION = 1
 _SCALARS = (int, float, str)
+CROSSED_MAX = 64  # servers a path may go through, as a BUILD names them
+SERVER_ID_MAX = 64
 
 
-def path_to_json(path: PathSpec) -> str:
-    """The path as the text a remote stage sends to its server (data only: kinds and scalars)."""
+def path_to_json(path: PathSpec, crossed: tuple[str, ...] = ()) -> str:
+    """The path as the text a remote stage sends to its server (data only: kinds and scalars),
+    with the ids of the servers it went through on its way (`crossed`; none: not said)."""
     stages = []
     for s in path.stages:
         for key, value in s.params:
             if isinstance(value, bool) or not isinstance(value, _SCALARS):
                 raise TypeError(f"stage {s}: parameter {key!r} must be an int, float or str to cross a remote stage")
         stages.append([s.kind, dict(s.params)])
-    return json.dumps({"version": SPEC_VERSION, "path": stages}, separators=(",", ":"))
+    document = {"version": SPEC_VERSION, "path": stages, **({"crossed": list(crossed)} if crossed else {})}
+    return json.dumps(document, separators=(",", ":"))
 
 
 def path_from_json(text: str | bytes) -> PathSpec:
     """Parse what path_to_json wrote; ValueError naming what is wrong for anything else."""
+    return build_request_from_json(text)[0]
+
+
+def build_request_from_json(text: str | bytes) -> tuple[PathSpec, tuple[str, ...]]:
+    """What path_to_json wrote: the path and the servers it crossed; ValueError naming what is
+    wrong for anything else."""
     try:
         document = json.loads(text)
     except (ValueError, RecursionError) as e:
@@ -123,4 +133,9 @@ def path_from_json(text: str | bytes) -> PathSpec:
             if isinstance(value, bool) or not isinstance(value, _SCALARS):
                 raise ValueError(f"path spec: stage {item[0]!r} parameter {key!r} must be an int, float or str")
         specs.append(stage(item[0], **item[1]))
-    return make_path(*specs)
+    crossed = document.get("crossed", [])
+    if (not isinstance(crossed, list) or len(crossed) > CROSSED_MAX
+            or not all(isinstance(c, str) and 0 < len(c) <= SERVER_ID_MAX for c in crossed)):
+        raise ValueError(f"path spec: expected 'crossed': a list of at most {CROSSED_MAX} server ids (strings of 1 "
+                         f"to {SERVER_ID_MAX} characters)")
+    return make_path(*specs), tuple(crossed)

@@ -6,7 +6,8 @@ map places on a node hosts that node's server in a thread, rank 0 also hosts eve
 the run needs (one that runs no rank but holds a sum or an element's home), and the rendezvous
 with rank 0 (paths/rendezvous.py) tells every rank where all of them are. On one host the
 servers listen on loopback; across hosts on every interface, each proved by a CURVE key of its
-own.
+own, and admitting only the run's ranks: each rank presents a CURVE client key of its own,
+whose public half the rendezvous hands every rank.
 
 A rank whose node's server is in another process reaches the stages of its node through it
 (a remote hop to its own node): the ranks of a node then merge into one tree there, as the
@@ -27,6 +28,7 @@ from .node_servers import NodeServers
 from .rank_discovery import NODE, SERVERS, Discovered
 from .rendezvous import Rendezvous
 from .server import PathServer
+from .server_policy import ServerPolicy
 
 
 @dataclass
@@ -55,31 +57,41 @@ def wire(runtime, found: Discovered, environ: Mapping[str, str]) -> Wiring:
                              f"{found.rank} on {node!r}: the launcher and this rank read another map or policy")
         servers = NodeServers.from_json(environ.get(SERVERS, ""), SERVERS)
         runtime.context.resolve = servers.resolve
+        runtime.context.curve_client = servers.client
         return Wiring(servers, node, "the node servers paths launch started")
-    hosted, servers = _host_servers(runtime, found)
+    client = None if found.one_host else _native.curve_keypair()  # across hosts: who this rank is to the servers
+    clients = {f"rank {found.rank}": client[0]} if client else {}
+    hosted, servers = _host_servers(runtime, found, authenticate=client is not None)
     meeting = None
     rendezvous = "none: one rank"
     if found.size > 1:
         meeting = Rendezvous(found, environ)
         try:
-            everyone = meeting.exchange(servers.to_dict(), _check(runtime))
+            everyone = meeting.exchange({**servers.to_dict(), **({"clients": clients} if clients else {})},
+                                        _check(runtime))
         except BaseException:
             meeting.close()
             for server in hosted:
                 server.close()
             raise
         servers = NodeServers(everyone["endpoints"], everyone["keys"])
+        clients = everyone.get("clients", {})
         rendezvous = f"rank 0 at {meeting.endpoint}"
+    for server in hosted if client else ():
+        server.allow_clients(clients)
     for context in [runtime.context, *(server.context for server in hosted)]:
         context.resolve = servers.resolve
+        context.trusted_endpoints = tuple(servers.endpoints.values())
+        context.curve_client = client
     via = None if any(server.context is runtime.context for server in hosted) else node
     return Wiring(servers, via, rendezvous, hosted, meeting)
 
 
-def _host_servers(runtime, found: Discovered) -> tuple[list[PathServer], NodeServers]:
+def _host_servers(runtime, found: Discovered, authenticate: bool) -> tuple[list[PathServer], NodeServers]:
     """The servers of the nodes this rank hosts: its node's when it is the node's first rank (in
     the runtime's build context, so its own paths merge with what other ranks send), and for rank 0
-    every node the run needs that runs no rank (each in a context of its own)."""
+    every node the run needs that runs no rank (each in a context of its own). With
+    `authenticate`, they admit no client until they are told the run's ranks' keys."""
     placements = list(runtime.placements)
     mine = [n for n in runtime.nodes()
             if (n in placements and placements.index(n) == found.rank) or (n not in placements and found.rank == 0)]
@@ -89,7 +101,8 @@ def _host_servers(runtime, found: Discovered) -> tuple[list[PathServer], NodeSer
     try:
         for n in mine:
             public, secret = _native.curve_keypair() if not found.one_host else ("", "")
-            server = PathServer(bind, secret, context=runtime.context if n == own else BuildContext()).start()
+            server = PathServer(bind, secret, context=runtime.context if n == own else BuildContext(),
+                                policy=ServerPolicy.for_run_nodes(), curve_clients={} if authenticate else None).start()
             hosted.append(server)
             endpoints[n] = server.endpoint.replace("0.0.0.0", socket.gethostname())
             if public:

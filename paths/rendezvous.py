@@ -16,7 +16,8 @@ naming what is missing; the last barrier waits as long as the slowest rank runs,
 early when a rank (or rank 0) is gone.
 
 The messages are JSON lines over TCP: {"rank", "size", "check", "servers"} to rank 0, then
-{"servers"} (or {"error"}) back; {"done": true} both ways at the end.
+{"servers"} (or {"error"}) back; {"done": true} both ways at the end. Across hosts, "servers"
+also holds each rank's CURVE client public key, the ones the servers then admit.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ ENDPOINT, FOLDER, TIMEOUT = "PATHS_RENDEZVOUS", "PATHS_RENDEZVOUS_DIR", "PATHS_R
 DEFAULT_TIMEOUT = 60.0
 POLL_SECONDS = 0.05
 MESSAGE_BYTES = 1 << 20  # the most a message may take (a hello names a few servers)
+# What a hello's servers hold: node -> endpoint, node -> the CURVE key proving its server, and
+# (across hosts) rank -> the CURVE client key it presents, which every server admits.
+SERVER_PARTS = ("endpoints", "keys", "clients")
 
 
 class RendezvousError(ValueError):
@@ -157,8 +161,8 @@ class Rendezvous:
         problem = self._problem(hellos)
         merged: dict = {"endpoints": {}, "keys": {}}
         for hello in hellos.values() if not problem else ():
-            for part in merged:
-                merged[part].update(hello["servers"][part])
+            for part, found in hello["servers"].items():
+                merged.setdefault(part, {}).update(found)
         for peer in self.peers:
             peer.send({"error": problem} if problem else {"servers": merged})
         if problem:
@@ -168,10 +172,11 @@ class Rendezvous:
     def _problem(self, hellos: dict) -> str:
         for rank, hello in sorted(hellos.items()):
             servers = hello.get("servers")
-            if not (isinstance(servers, dict) and all(
-                    isinstance(servers.get(part), dict) and all(isinstance(v, str) for v in servers[part].values())
-                    for part in ("endpoints", "keys"))):
-                return f"rank {rank} sent no servers {{\"endpoints\": {{node: endpoint}}, \"keys\": {{node: key}}}}"
+            if not (isinstance(servers, dict) and {"endpoints", "keys"} <= set(servers) <= set(SERVER_PARTS) and all(
+                    isinstance(found, dict) and all(isinstance(v, str) for v in found.values())
+                    for found in servers.values())):
+                return (f"rank {rank} sent no servers {{\"endpoints\": {{node: endpoint}}, \"keys\": {{node: key}}"
+                        f"[, \"clients\": {{name: key}}]}}")
             if hello.get("size") != self.found.size:
                 return f"rank {rank} is one of {hello.get('size')} ranks, rank 0 of {self.found.size}"
             if hello.get("check") != hellos[0]["check"]:

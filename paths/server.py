@@ -7,6 +7,13 @@ From then on the C side serves that caller's operations on a connection and a th
 (a direct TCP or Unix socket, or ZeroMQ: the caller's `proto`); Python only builds, and reaps
 what clients release.
 
+The server does only what a client may ask (paths/server_policy.py): it builds the kinds it
+allows, connects only to endpoints it trusts, charges each stage it creates to its client's
+memory budget, and holds each client to its share of builds and links (paths/client_ledger.py).
+Each build runs on a thread of its own: one that waits (for a server further down its path)
+holds only its own client, whose further builds wait their turn. A path that comes back into a
+server it went through already is refused (a BUILD names the servers it crossed).
+
     paths serve --bind tcp://127.0.0.1:7000        (also: python -m paths serve)
 
 The server prints one line `READY <endpoint>` when it accepts requests (scripts and tests wait
@@ -16,39 +23,55 @@ for it), and stops cleanly on SIGINT or SIGTERM.
 from __future__ import annotations
 
 import argparse
+import atexit
+import importlib
 import itertools
 import os
+import queue
+import secrets
 import signal
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import weakref
 
 from . import _native
 from .build import BuildContext, context_of, default_context
+from .client_ledger import ClientBuild, ClientLedger, Refused
 from .path_edit import client_path
-from .path_spec import path_from_json
+from .path_spec import build_request_from_json
+from .server_policy import ServerPolicy, parse_size
+from .stage_kinds import kinds
 
 POLL_SECONDS = 0.1
+EXIT_JOIN_SECONDS = 2.0  # at exit, how long a build that gave up may take to end
 BUILD_POLL_SECONDS = 0.002  # how often finished builds are answered while some are running
-BUILD_WORKERS = 8
+TRACE_SETTLE_SECONDS = 5.0  # at the end, how long trace files still being written may take
 
 
 class PathServer:
     """A server that builds clients' paths in `context` (else in that of `pastset`, else in the
-    process's own)."""
+    process's own), granting each client what `policy` allows (default: ServerPolicy(): the C
+    built-in kinds, no outbound connection, the default budgets). With a `curve_secret`,
+    `curve_clients` ({name: Z85 public key}) makes it admit only those clients; None admits any
+    client that has the server's public key."""
 
     def __init__(self, bind: str = "tcp://127.0.0.1:7000", curve_secret: str = "",
                  pastset: _native.PastSet | None = None, trace_dir: str | None = None,
-                 context: BuildContext | None = None):
+                 context: BuildContext | None = None, policy: ServerPolicy | None = None,
+                 curve_clients: dict[str, str] | None = None):
         if context is None:
             context = context_of(pastset) if pastset is not None else default_context()
         self.context = context
         self.pastset = context.pastset
-        self.native = _native.Server(bind, curve_secret)
+        self.policy = policy if policy is not None else ServerPolicy()
+        self.ledger = ClientLedger(self.policy)
+        self.native = _native.Server(bind, curve_secret, curve_clients)
         self.endpoint = self.native.endpoint
+        self.id = secrets.token_hex(8)  # what the paths it sends on say they crossed
+        context.server_ids += (self.id,)
         self._served: dict[int, _native.Handle] = {}
-        self._builders = ThreadPoolExecutor(BUILD_WORKERS, thread_name_prefix="paths-build")
-        self._building: list = []  # (request, future) of builds not answered yet
+        self._built: queue.SimpleQueue = queue.SimpleQueue()  # (request, handle, error) of builds that ended
+        self._building = 0  # builds on their threads, not answered yet
         self._callers = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -57,41 +80,79 @@ class PathServer:
 
     def serve_once(self, timeout: float = POLL_SECONDS) -> None:
         """Take at most one BUILD request, answer the builds that finished, then drop the handles
-        clients released. Builds run on worker threads: one that waits (for a server further
-        down its path) delays nobody else's. Only one thread serves: the server's own after
-        start(), else the caller's."""
+        clients released. Only one thread serves: the server's own after start(), else the
+        caller's."""
         if self._thread is not None and self._thread is not threading.current_thread():
             raise RuntimeError("PathServer.serve_once: the server's own thread serves it (start() was called)")
         request = self.native.next_build(min(timeout, BUILD_POLL_SECONDS) if self._building else timeout)
         if request is not None:
-            self._building.append((request, self._builders.submit(self._build, request.spec)))
+            self._arrive(request)
         self._answer_finished()
         for handle_id in self.native.reap():
             self._served.pop(handle_id, None)
+            self.ledger.link_closed(handle_id)
 
-    def _build(self, spec: str) -> _native.Handle:
-        path = client_path(path_from_json(spec), self.trace_dir)
-        return self.context.build(path, label=f"remote caller {next(self._callers)}")
+    def _arrive(self, request: _native.BuildRequest) -> None:
+        try:
+            run_now = self.ledger.arrive(request.client, request)
+        except Refused as e:
+            self.build_errors += 1
+            self._answer(request, None, str(e))
+            return
+        if run_now:
+            self._start(request)
+
+    def _start(self, request: _native.BuildRequest) -> None:
+        self._building += 1
+        thread = threading.Thread(target=self._build_on_thread, args=(request,), name="paths-build", daemon=True)
+        _BUILD_THREADS.add(thread)
+        thread.start()
+
+    def _build_on_thread(self, request: _native.BuildRequest) -> None:
+        try:
+            handle, error = self._build(request), ""
+        except Exception as e:  # whatever a client's spec provokes, it must not end the server
+            handle = None
+            error = str(e) if isinstance(e, (ValueError, TypeError)) else f"{type(e).__name__}: {e}"
+        self._built.put((request, handle, error))
+
+    def _build(self, request: _native.BuildRequest) -> _native.Handle:
+        path, crossed = build_request_from_json(request.spec)
+        again = next((server for server in crossed if server in self.context.server_ids), None)
+        if again is not None:
+            raise Refused(f"path {path}: it comes back into server {again} ({self.endpoint}), which it went "
+                          "through already; a path crosses each server once")
+        guard = ClientBuild(request.client, crossed, self.policy.allow_remote, self.ledger)
+        return self.context.build(client_path(path, self.trace_dir),
+                                  label=f"remote caller {next(self._callers)} ({request.client})", guard=guard)
 
     def _answer_finished(self) -> None:
-        waiting = []
-        for request, build in self._building:
-            if not build.done():
-                waiting.append((request, build))
-                continue
+        while True:
             try:
-                handle, error = build.result(), ""
-            except Exception as e:  # whatever a client's spec provokes, it must not end the server
+                request, handle, error = self._built.get_nowait()
+            except queue.Empty:
+                return
+            self._building -= 1
+            waiting = self.ledger.finished(request.client)
+            if waiting is not None:
+                self._start(waiting)
+            if handle is None:
                 self.build_errors += 1
-                handle = None
-                error = str(e) if isinstance(e, (ValueError, TypeError)) else f"{type(e).__name__}: {e}"
-            try:
-                handle_id = self.native.answer_build(request, handle, error)
-            except (ConnectionError, MemoryError):
-                continue  # no socket or thread for the link: the client was told so; drop the handle
-            if handle is not None:
-                self._served[handle_id] = handle
-        self._building = waiting
+            self._answer(request, handle, error)
+
+    def _answer(self, request: _native.BuildRequest, handle: _native.Handle | None, error: str) -> None:
+        try:
+            handle_id = self.native.answer_build(request, handle, error)
+        except (ConnectionError, MemoryError):
+            return  # no socket or thread for the link: the client was told so; drop the handle
+        if handle is not None:
+            self._served[handle_id] = handle
+            self.ledger.link_opened(request.client, handle_id)
+
+    def allow_clients(self, clients: dict[str, str]) -> None:
+        """{name: Z85 public key}: the clients admitted from now on (a server started with
+        curve_clients)."""
+        self.native.allow_clients(clients)
 
     def stop_serving(self) -> None:
         """Ends serve_forever (safe from a signal handler)."""
@@ -111,12 +172,13 @@ class PathServer:
         return self
 
     def close(self) -> None:
+        """Stop serving. Builds still running (waiting for a server further down) are left to
+        end on their own threads; their answers go nowhere."""
         self.stop_serving()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        self._builders.shutdown(wait=False, cancel_futures=True)
         self.native.stop()
-        self._building.clear()
+        self.context.server_ids = tuple(i for i in self.context.server_ids if i != self.id)
         self._served.clear()
 
     def __enter__(self) -> "PathServer":
@@ -124,6 +186,21 @@ class PathServer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# Every build thread of the process, so that none is still running when the interpreter ends.
+_BUILD_THREADS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+@atexit.register
+def _end_builds() -> None:
+    """Builds still waiting for a server further down give up, and end before the interpreter
+    does: a thread that came back into it while it finalizes would abort the process."""
+    running = [thread for thread in _BUILD_THREADS if thread.is_alive()]
+    if running:
+        _native.abandon_remote_waits()
+        for thread in running:
+            thread.join(EXIT_JOIN_SECONDS)
 
 
 Z85_DIGITS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#")
@@ -144,6 +221,42 @@ def read_key_file(path: str, what: str) -> str:
     return first.decode("ascii")
 
 
+def read_client_keys(directory: str) -> dict[str, str]:
+    """The client keys a server admits: {name: key} from every NAME.pub in `directory` (as
+    `paths serve --keygen NAME` writes them); ValueError naming the folder or the file."""
+    try:
+        names = sorted(entry for entry in os.listdir(directory) if entry.endswith(".pub"))
+    except OSError as e:
+        raise ValueError(f"cannot read folder '{directory}': {e.strerror}") from None
+    if not names:
+        raise ValueError(f"folder '{directory}' holds no NAME.pub file: expected the public keys of the clients "
+                         "to admit, one per file (paths serve --keygen NAME writes one)")
+    return {name[:-len(".pub")]: read_key_file(os.path.join(directory, name), "client public key") for name in names}
+
+
+def read_key_pair(prefix: str) -> tuple[str, str]:
+    """(public, secret) from PREFIX.pub and PREFIX.key, as `paths serve --keygen PREFIX` writes
+    them: what a BuildContext's curve_client presents to a server that authenticates clients."""
+    return read_key_file(prefix + ".pub", "CURVE public key"), read_key_file(prefix + ".key", "CURVE secret key")
+
+
+def allowed_kinds(text: str) -> frozenset[str]:
+    """--allow-kinds: a comma list of kind names, each NAME or MODULE:NAME (the module is imported
+    first: it registers the kind, as @paths.stage_kind does). ValueError naming what is wrong."""
+    names = set()
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        module, _, name = entry.rpartition(":")
+        if module:
+            try:
+                importlib.import_module(module)
+            except Exception as e:  # the operator's own module: say what it raised, in one line
+                raise ValueError(f"{entry!r}: cannot import {module!r}: {type(e).__name__}: {e}") from None
+        if name not in kinds():
+            raise ValueError(f"{entry!r}: no stage kind {name!r} (known: {', '.join(sorted(kinds()))})")
+        names.add(name)
+    return frozenset(names)
+
+
 def serve_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="paths serve",
@@ -152,19 +265,52 @@ def serve_command(argv: list[str]) -> int:
                     "Clients set up their links at the ZeroMQ endpoint; each link's operations "
                     "then travel as the client's proto asks: tcp or ipc, a direct connection per "
                     "link, admitted by a per-link secret but NOT encrypted (as MPI's TCP "
-                    "transport is not), or zmq, the one transport that --curve-secret encrypts.")
+                    "transport is not), or zmq, the one transport that --curve-secret encrypts. "
+                    "The server does only what a client may ask: it builds the C built-in stage "
+                    "kinds (and --allow-kinds), connects nowhere on a client's say-so (but "
+                    "--allow-remote), refuses a stage beyond a memory budget before creating it, "
+                    "and holds each client to a share of builds and links. A client is its "
+                    "--curve-clients key, else its address (all clients of one host are one), "
+                    "else 'local'. Exit status: 0 when stopped, 1 when a trace file could not be "
+                    "written (each is named), 2 for a usage error.")
     parser.add_argument("--bind", default="tcp://127.0.0.1:7000",
                         help="ZeroMQ endpoint to bind (default tcp://127.0.0.1:7000; port * picks a free one). "
                              "Binding beyond loopback needs --curve-secret, or --insecure.")
     parser.add_argument("--curve-secret", metavar="FILE",
                         help="file holding the server's CURVE secret key (Z85); clients then need its public "
                              "key. It encrypts the ZeroMQ endpoint and zmq links, not direct (tcp, ipc) links")
+    parser.add_argument("--curve-clients", metavar="DIR",
+                        help="admit only the clients whose CURVE public key is a NAME.pub file in DIR (as "
+                             "--keygen NAME writes; NAME is what messages call the client). Needs --curve-secret. "
+                             "A refused client gets no answer, on the ZeroMQ endpoint and on every link")
     parser.add_argument("--insecure", action="store_true",
                         help="allow binding a non-loopback address without CURVE (with a warning: anyone who "
                              "reaches it may use it)")
     parser.add_argument("--trace-dir", metavar="DIR",
                         help="where trace stages sent by clients write their files (bare names only); "
                              "without it, such paths are refused")
+    parser.add_argument("--allow-remote", metavar="PATTERN", action="append", default=[],
+                        help="let a client's path make this server connect to an endpoint that matches PATTERN "
+                             "(repeatable): a shell pattern (* ? [...]) matched against the whole endpoint a remote "
+                             "stage names, as it names it (tcp://HOST:PORT, ipc://NAME, inproc://NAME), e.g. "
+                             "'tcp://10.1.2.*:7000'. An endpoint with a source address of its own (tcp://A;B) "
+                             "never matches. Without it, a path with a remote stage to build here is refused")
+    parser.add_argument("--allow-kinds", metavar="KINDS", default="",
+                        help="build these stage kinds too (a comma list of NAME or MODULE:NAME; MODULE is imported "
+                             "first, to register a kind written in Python). Without it, only the C built-in kinds")
+    parser.add_argument("--memory-budget", metavar="SIZE",
+                        help="the bytes the stages all clients make it create may hold (each kind's footprint, "
+                             "checked before creating it), e.g. 512M or 2G; default: a quarter of this machine's "
+                             "memory, at most 2G")
+    parser.add_argument("--client-memory-budget", metavar="SIZE",
+                        help="the same for one client; default: a quarter of --memory-budget")
+    parser.add_argument("--max-links-per-client", metavar="N", type=int,
+                        help="the links one client may hold (direct ones too); default 256, at most half of what "
+                             "this process's file descriptors allow, so that another client is always served")
+    parser.add_argument("--max-builds-per-client", metavar="N", type=int, default=ServerPolicy.builds_per_client,
+                        help=f"the builds of one client that run at once (default %(default)s; its further ones "
+                             f"wait, up to {ServerPolicy.waiting_builds_per_client}); at most "
+                             f"{ServerPolicy.max_builds - 1}: {ServerPolicy.max_builds} run at once in all")
     parser.add_argument("--keygen", metavar="PREFIX",
                         help="write a new CURVE key pair to PREFIX.key (secret) and PREFIX.pub, then exit")
     args = parser.parse_args(argv)
@@ -190,6 +336,15 @@ def serve_command(argv: list[str]) -> int:
     except ValueError as e:
         print(f"paths serve: --curve-secret: {e}", file=sys.stderr)
         return 2
+    try:
+        policy = _policy(args)
+        clients = read_client_keys(args.curve_clients) if args.curve_clients else None
+    except ValueError as e:
+        print(f"paths serve: {e}", file=sys.stderr)
+        return 2
+    if clients is not None and not secret:
+        print("paths serve: --curve-clients needs --curve-secret (clients are authenticated by CURVE)", file=sys.stderr)
+        return 2
     if not _is_local(args.bind) and not secret and not args.insecure:
         print(f"paths serve: --bind {args.bind} reaches beyond this machine: give --curve-secret FILE "
               "(see --keygen), or --insecure", file=sys.stderr)
@@ -198,7 +353,7 @@ def serve_command(argv: list[str]) -> int:
         print(f"paths serve: warning: --insecure: {args.bind} serves without CURVE: anyone who reaches it can "
               "build stages, read and write its elements, and read all its traffic", file=sys.stderr)
     try:
-        server = PathServer(args.bind, secret, trace_dir=args.trace_dir)
+        server = PathServer(args.bind, secret, trace_dir=args.trace_dir, policy=policy, curve_clients=clients)
     except ValueError as e:
         print(f"paths serve: {e}", file=sys.stderr)
         return 1
@@ -209,7 +364,33 @@ def serve_command(argv: list[str]) -> int:
         server.serve_forever()
     finally:
         server.close()
+    lost = _native.take_trace_failures(TRACE_SETTLE_SECONDS if args.trace_dir else 0)
+    if lost:
+        print("paths serve: traces lost:\n" + "\n".join(f"  {failure}" for failure in lost), file=sys.stderr)
+        return 1
     return 0
+
+
+def _policy(args: argparse.Namespace) -> ServerPolicy:
+    """The server's policy from its options; ValueError naming the option."""
+    def size(option: str, text: str | None) -> int | None:
+        return None if text is None else parse_size(text, option)
+
+    for option, value in (("--max-links-per-client", args.max_links_per_client),
+                          ("--max-builds-per-client", args.max_builds_per_client)):
+        if value is not None and value < 1:
+            raise ValueError(f"{option}: expected a number of at least 1, got {value}")
+    if args.max_builds_per_client >= ServerPolicy.max_builds:
+        raise ValueError(f"--max-builds-per-client: expected at most {ServerPolicy.max_builds - 1} (the server runs "
+                         f"{ServerPolicy.max_builds} builds at once in all), got {args.max_builds_per_client}")
+    try:
+        kinds_allowed = allowed_kinds(args.allow_kinds)
+    except ValueError as e:
+        raise ValueError(f"--allow-kinds: {e}") from None
+    return ServerPolicy(allow_kinds=kinds_allowed, allow_remote=tuple(args.allow_remote),
+                        memory_budget=size("--memory-budget", args.memory_budget),
+                        client_memory_budget=size("--client-memory-budget", args.client_memory_budget),
+                        builds_per_client=args.max_builds_per_client, links_per_client=args.max_links_per_client)
 
 
 def _endpoint_problem(endpoint: str) -> str:

@@ -5,7 +5,8 @@
                                                  on stdin with COUNTERS <json>; stops at EOF
     remote_peer.py figure1 ENDPOINT PROTO ROUNDS the paper's Figure 1 client: 2 C threads,
                                                  reduce-sum(2) -> remote -> reduce-sum(2) -> F;
-                                                 GSum with 4 contributors; prints DONE <json>
+                                                 GSum with 4 contributors (a wrong total
+                                                 fails it); prints DONE <json>
     remote_peer.py worker ENDPOINT PROTO ELEMENT takes jobs (next-observe) until a -1 arrives;
                                                  prints READY, then TOOK <json list>
     remote_peer.py observe ENDPOINT PROTO ELEMENT TIMEOUT_MS
@@ -62,8 +63,7 @@ def figure1(endpoint: str, proto: str, rounds: str) -> int:
     handles = [build_path(path) for _ in range(2)]
     say("BUILT")
     result = paths.bench.gsum(handles, int(rounds), contributors=4, timeout=ROUNDS_TIMEOUT_S)
-    say("DONE", json.dumps({"rounds": len(result.latencies), "bad_totals": result.bad_totals,
-                            "median_us": result.median_us}))
+    say("DONE", json.dumps({"rounds": len(result.latencies), "median_us": result.median_us}))
     return 0
 
 

@@ -1,6 +1,7 @@
 """build_path: merging of equal remainders, id=, validation before building, show/to_dot,
 and stage kinds written in Python."""
 
+import gc
 import subprocess
 import sys
 import threading
@@ -10,6 +11,7 @@ import pytest
 
 import paths
 from paths import build_path, make_path, stage
+from paths.build import handle_tree
 
 CORE = stage("core", name="G", format="q")
 
@@ -99,18 +101,29 @@ def test_one_caller_too_many_is_refused_before_building(space):
     assert keep[0].stage.link_count == 2
 
 
+def stage_below(handle):
+    """The native stage just below a handle's top stage."""
+    context, key = handle_tree(handle)
+    return context.live(key).below.native
+
+
 def test_pass_through_stage_keeps_each_caller_distinct_below(space, tmp_path):
     p = sum_path(stage("cache", capacity=4), stage("reduce-sum", num_threads=4))
     handles = [build_path(p, pastset=space) for _ in range(4)]
     assert handles[0].stage.kind == "cache"
-    result = paths.bench.gsum(handles, 200)
-    assert result.bad_totals == 0 and len(result.latencies) == 200
+    assert stage_below(handles[0]).link_count == 4  # four contributors, not one
+    paths.bench.gsum(handles, 200)  # checks every total
+    assert space.enter("G", "q").last() == 200
 
 
 def test_tree_is_released_with_its_last_handle(space):
     p = sum_path(stage("reduce-sum", num_threads=2))
     a, b = build_path(p, pastset=space), build_path(p, pastset=space)
+    context, key = handle_tree(a)
     del a, b
+    gc.collect()
+    assert context.live(key) is None and context.live(key[1:]) is None
+    space.remove("G", "q")  # nothing holds the element: its core stage went with the tree
     fresh = [build_path(p, pastset=space) for _ in range(2)]  # a new stage with a fresh fan-in
     assert fresh[0].stage.link_count == 2
 
@@ -235,7 +248,10 @@ def test_python_stage_parameters_are_checked(space):
 def test_python_stage_under_gsum_from_c_threads(space):
     p = make_path(stage("offset", amount=0), stage("reduce-sum", num_threads=3), CORE)
     handles = [build_path(p, pastset=space) for _ in range(3)]
-    assert paths.bench.gsum(handles, 100).bad_totals == 0
+    assert stage_below(handles[0]).link_count == 3  # the Python stage passes its callers through
+    paths.bench.gsum(handles, 100)  # checks every total
+    element = space.enter("G", "q")
+    assert [element.observe(i)[0] for i in range(element.last())] == [3 * r for r in range(100)]
 
 
 def test_handles_are_independent_across_python_threads(space):

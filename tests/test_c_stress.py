@@ -14,7 +14,8 @@ here — into an archive once, and each stress test links what it uses from that
   cache under a writer.
 - tests/c/stress_remote.c: remote stages and a server in one process on the direct transport
   (tcp and Unix sockets): a sum, a job queue, move_many batches, links opened and released over
-  and over. libzmq, which carries the BUILDs, is not built for TSan: tests/c/tsan.supp silences it.
+  and over; and a server that admits only the client keys it lists while its list changes. libzmq,
+  which carries the BUILDs, is not built for TSan: tests/c/tsan.supp silences it.
 """
 
 import os

@@ -1,7 +1,8 @@
 """cache: repeated indexed observes are served locally and counted; everything else passes
-through untouched. With prefetch, a miss fetches a window of the history in one request (the
-history there is at build with "all"), never serving an axed tuple, right under concurrent moves,
-in one request per range bound."""
+through untouched, an index the cache cannot hold (a negative one a stage below answers) too.
+With prefetch, a miss fetches a window of the history in one request (the history there is
+at build with "all"), never serving an axed tuple, right under concurrent moves, in one
+request per range bound."""
 
 import threading
 
@@ -76,6 +77,24 @@ def test_missing_tuple_waits_and_times_out(space):
     with pytest.raises(TimeoutError):
         h.observe(3, timeout=0.05)
     assert h.stage.counters()["misses"] == 1
+
+
+@paths.stage_kind("python-index")
+class PythonIndex:
+    """Answers observe_at(-1) with the last tuple, as Python sequences do."""
+
+    def observe_at(self, below, index):
+        return below.observe(below.last() - 1 if index == -1 else index)
+
+
+def test_cache_never_stores_a_negative_index(space):
+    h = build_path(make_path(stage("cache", capacity=4), stage("python-index"), stage("core", name="N", format="q")),
+                   pastset=space)
+    for v in range(5):
+        h.move(v)
+    assert h.observe(-1) == (4,) and h.observe(-1) == (4,)
+    assert [h.observe(i) for i in range(5)] == [(v,) for v in range(5)]
+    assert h.stage.counters()["misses"] == 7  # the two negative ones were never cached
 
 
 # ---- prefetch: a range of the history in one request -----------------------------------------

@@ -45,6 +45,8 @@ def test_a_timeout_on_the_way_there_changes_nothing(space, call):
     with pytest.raises(TimeoutError):
         h.move(8, timeout=0.2) if call == "move" else h.observe(timeout=0.2)
     assert (element.first(), element.last()) == (0, 1)
+    waited = h.stage.counters()["delayed_ns"]  # it waited on its way there until its timeout, no longer
+    assert 0.99 * 200_000_000 <= waited < (0.2 + SLACK_S) * 1e9
 
 
 def test_a_timed_out_call_returns_at_its_timeout_not_after_the_crossings(space):

@@ -21,6 +21,7 @@ from node_probe import NodeProbe
 
 import paths
 from paths import build_path, experiment, launcher, make_path, stage
+from paths.build import BuildContext
 from paths.cluster_map import builtin_map, load_map_text
 from paths.cpu_sets import cpu_shares, format_cpu_list
 from paths.experiment import RunSettings, run_experiment
@@ -229,16 +230,22 @@ def test_a_run_through_fake_ssh_on_loopback_addresses(probe, launched, tmp_path,
             return
         addresses = launched[-1].addresses()
         checked["addresses"] = addresses
-        [(public, _)] = keys
+        (public, _), *clients = keys  # the servers' pair, then each node's client pair
+        assert len(clients) == 3
         element = stage("core", name=f"GSUM.{threads}.{repeat}", format="q")
+        as_n1 = BuildContext(curve_client=clients[1])  # a client the servers admit: node n1
         with_key = build_path(make_path(stage("remote", host=addresses["n0"], curve_server_key=public), element),
-                              pastset=paths.PastSet())
+                              context=as_n1)
         checked["history"] = [with_key.observe(i, timeout=10)[0] for i in range(with_key.last())]
         del with_key
         with pytest.raises((ConnectionError, TimeoutError)) as refused:  # without the run's key: no answer
             build_path(make_path(stage("remote", host=addresses["n0"], timeout_ms=300), element),
                        pastset=paths.PastSet())
         checked["refused"] = refused.value
+        with pytest.raises(ConnectionError) as stranger:  # the servers' key, but no client key of the run
+            build_path(make_path(stage("remote", host=addresses["n0"], curve_server_key=public, timeout_ms=300),
+                                 element), pastset=paths.PastSet())
+        checked["stranger"] = stranger.value
 
     report = run_experiment(cluster_map, RunSettings("gsum", [6, 1, 3], repeat=1, rounds=20, timeout=RUN_TIMEOUT),
                             check_the_servers)
@@ -248,6 +255,7 @@ def test_a_run_through_fake_ssh_on_loopback_addresses(probe, launched, tmp_path,
         assert checked["addresses"][node].startswith(f"tcp://{host}:"), checked["addresses"]
     assert checked["history"] == [6 * i for i in range(20)]
     assert "BUILD" in str(checked["refused"]), checked["refused"]
+    assert "no answer to BUILD" in str(checked["stranger"]), checked["stranger"]
     assert_all_reaped(probe, ["n0", "n1", "n2"])
 
 

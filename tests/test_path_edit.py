@@ -1,4 +1,5 @@
-"""Editing paths by role, and a server keeping the trace files clients send in its own folder."""
+"""Editing paths by role, and a server keeping the trace files clients send in its own folder and
+granting their paths only so much."""
 
 import os
 import time
@@ -64,3 +65,14 @@ def test_server_writes_client_traces_in_its_trace_dir(tmp_path):
         while not (tmp_path / "client.bin").exists() and time.monotonic() < deadline:
             time.sleep(0.01)  # a bounded poll: the server's own thread reaps the link
     assert [e.op for e in read_trace(str(tmp_path / "client.bin")).events] == ["move", "observe"]
+
+
+@pytest.mark.parametrize("spec, words", [
+    (stage("remote", host="tcp://127.0.0.1:1", timeout_ms=3_600_000), "timeout_ms may be at most 60000"),
+    (stage("trace", file="t.bin", capacity=1 << 26), "capacity may be at most"),
+])
+def test_a_server_grants_client_paths_only_so_much(tmp_path, spec, words):
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), trace_dir=str(tmp_path)).start() as s:
+        with pytest.raises(ValueError, match=words):
+            build_path(make_path(stage("remote", host=s.endpoint, timeout_ms=5000), spec,
+                                 stage("core", name="L", format="q")), pastset=paths.PastSet())

@@ -151,6 +151,21 @@ def test_a_bad_timeout_is_named():
         Rendezvous(Discovered("srun", 0, 2, "1.0"), {"PATHS_RENDEZVOUS_TIMEOUT": "soon"})
 
 
+def test_ranks_on_other_hosts_admit_only_each_other(tmp_path):
+    """Two ranks that Open MPI's variables place on two hosts: their servers listen on every
+    interface, prove themselves with CURVE and admit only the client keys the rendezvous hands
+    out, so the sum comes out exact only if each rank presents its own and every server admits
+    both (a stranger's refusal is tested on paths serve and on the node servers)."""
+    env = {**os.environ, "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "PMIX_NAMESPACE": "hosts",
+           "PATHS_MAP": "paper-2w", "PATHS_POLICY": "cyclic", "PATHS_SUM": "TOTAL", "PATHS_RENDEZVOUS_DIR": str(tmp_path)}
+    ranks = [subprocess.Popen([sys.executable, APP, "sum"], env={**env, "OMPI_COMM_WORLD_RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outputs = [rank.communicate(timeout=60) for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0, 0], outputs
+    for r, (out, _) in enumerate(outputs):
+        assert re.fullmatch(rf"rank {r} of 2 on n{r} by mpirun total 3 rendezvous rank 0 at tcp://[^:]+:\d+\n", out)
+
+
 # ---- Open MPI for real ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("policy, nodes", [("block", ["n0"] * 4), ("cyclic", ["n0", "n1", "n2", "n3"])])

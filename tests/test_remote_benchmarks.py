@@ -1,6 +1,6 @@
 """The remote-path benchmarks run end to end in a short mode and report what they claim:
 `python -m benchmarks.remote` (tcp after, zmq before, the TCP ping-pong and raw ZeroMQ anchors,
-the targets) and `python -m benchmarks.cluster_gsum --quick` (GSum on an emulated map on tcp and
+move_many of 256 against pipelined moves, the targets) and `python -m benchmarks.cluster_gsum --quick` (GSum on an emulated map on tcp and
 zmq against MPI_Allreduce over TCP, which tree won, the targets, a CSV). Each leaves no process
 behind (the `probe` fixture fails the test if any process it started is still there)."""
 
@@ -38,12 +38,22 @@ def test_remote_benchmark_reports_both_transports_against_the_anchors(probe):
     for name in ("move+observe pair, window=2", "remote GSum, 2 processes x 2 threads",
                  "pipelined moves/s, window=64, batch=64"):
         assert name in out
+    many = re.search(r"move_many of 256: tuples/s\s+([\d,]+)\s+([\d,]+)\n\s+its ratio to pipelined moves "
+                     r"\(window=64\)\s+([\d.]+)x\s+([\d.]+)x", out)
+    assert many, out
+    many_tcp = float(many[1].replace(",", ""))
+    single_tcp = float(re.search(r"pipelined moves/s, window=64\s+([\d,]+)", out)[1].replace(",", ""))
+    assert many_tcp > 0 and math.isclose(float(many[3]), many_tcp / single_tcp, rel_tol=0.06, abs_tol=0.1)
     targets = re.findall(r"^  (PASS|MISS)  (.*)$", out, re.M)
     assert [t[1].split(":")[0] for t in targets] == [
         "one remote operation <= 1.3x the TCP ping-pong",
         "a move+observe pair with window=2 <= 1.3x one ping-pong",
         ">= 1,000,000 pipelined moves/s (window=64, batch=64)",
+        "move_many of 256",
     ]
+    many_target = re.search(r"^  (PASS|MISS)  move_many of 256: >= 5x the tuples/s of pipelined moves \(window=64\): "
+                            r"([\d.]+)x", out, re.M)
+    assert many_target[1] == ("PASS" if float(many_target[2]) >= 5 else "MISS")
 
 
 def test_cluster_gsum_quick_compares_tcp_zmq_and_mpi_and_writes_csv(probe, tmp_path):

@@ -1,15 +1,19 @@
 """`paths serve`'s key options as a user meets them: a missing, empty, short or garbled
---curve-secret file, --keygen into a folder that is not there, and --insecure: each one clear
-line on stderr, the right exit code, no traceback."""
+--curve-secret file, --keygen into a folder that is not there, --insecure, and the limits it
+holds clients to (sizes with units): each one clear line on stderr, the right exit code, no
+traceback."""
 
 from __future__ import annotations
 
+import argparse
 import signal
 import subprocess
 import sys
 
 import pytest
 from child_processes import ChildProcesses
+
+from paths.server import _policy
 
 PATIENCE_S = 30
 
@@ -70,3 +74,25 @@ def test_insecure_warns_and_serves():
         assert server.wait(PATIENCE_S) == 0
     assert server.stderr().startswith("paths serve: warning: --insecure: tcp://0.0.0.0:* serves without CURVE: "
                                       "anyone who reaches it can build stages")
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--memory-budget", "lots"], "paths serve: --memory-budget: expected a size such as 268435456, 256M or 2G, "
+                                  "got 'lots'"),
+    (["--client-memory-budget", "0M"], "paths serve: --client-memory-budget: expected a size above 0, got '0M'"),
+    (["--max-links-per-client", "0"], "paths serve: --max-links-per-client: expected a number of at least 1, got 0"),
+    (["--max-builds-per-client", "64"], "paths serve: --max-builds-per-client: expected at most 63 (the server runs "
+                                        "64 builds at once in all), got 64"),
+], ids=["size", "zero size", "links", "builds"])
+def test_a_bad_limit_is_one_line_and_exit_2(args, problem):
+    done = paths_serve("--bind", "tcp://127.0.0.1:*", *args)
+    assert (done.returncode, done.stderr, done.stdout) == (2, problem + "\n", "")
+
+
+def test_sizes_take_units_and_the_limits_reach_the_server():
+    args = argparse.Namespace(allow_kinds="", allow_remote=["tcp://10.0.0.*:*"], memory_budget="1.5G",
+                              client_memory_budget="256M", max_links_per_client=7, max_builds_per_client=3)
+    limits = _policy(args).limits()
+    assert (limits.memory_budget, limits.client_memory_budget, limits.links_per_client) == (
+        3 << 29, 256 << 20, 7)
+    assert _policy(args).allow_remote == ("tcp://10.0.0.*:*",) and _policy(args).builds_per_client == 3

@@ -4,7 +4,9 @@ on each kind of link (`proto`: tcp, a direct socket, where a dead server's close
 seen at once, and zmq).
 
 The server is a `paths serve` child killed with SIGKILL while clients are blocked in it: a
-thread of this process in observe(), a GSum of two C threads, and a client process."""
+thread of this process in observe(), a GSum of two C threads, and a client process. A client
+killed mid-run ends its link on the server (abandoned); a stray connection to a link before its
+client does not."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ import threading
 import time
 
 import pytest
+import zmq
 from child_processes import ChildProcesses, process_exists
+from wire_frames import BUILD, decode, encode
 
 import paths
 import paths.server
@@ -161,5 +165,33 @@ def test_a_killed_client_does_not_outlive_itself_on_the_server(children, proto):
             time.sleep(0.01)
         assert server.native.counters()["abandoned"] == 1
         pair = [children.peer("figure1", server.endpoint, proto, 200) for _ in range(2)]
-        for client in pair:
-            assert json.loads(client.expect("DONE ", timeout=PATIENCE_S))["bad_totals"] == 0
+        for client in pair:  # the GSum kernel checks every total: a wrong one fails the client
+            assert json.loads(client.expect("DONE ", timeout=PATIENCE_S))["rounds"] == 200
+            assert client.wait(PATIENCE_S) == 0
+        element = server.pastset.enter("F", "q")  # the doomed run completed no round
+        assert [element.observe(i)[0] for i in range(element.last())] == [4 * r for r in range(200)]
+
+
+def test_a_stray_connection_before_the_client_is_not_the_client():
+    """A connect-and-close to a link's socket before its client (a port scan) must not end the
+    link; only the client's own going away does."""
+    ctx = zmq.Context()
+    try:
+        with paths.server.PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
+            main = ctx.socket(zmq.DEALER)
+            main.linger = 0
+            main.connect(server.endpoint)
+            spec = paths.path_spec.path_to_json(make_path(stage("core", name="STRAY", format="q"))).encode()
+            main.send(encode(BUILD, spec, request_id=1))
+            assert main.poll(5000)
+            link_endpoint = decode(main.recv())["payload"].decode()
+            stray = ctx.socket(zmq.DEALER)
+            stray.linger = 0
+            stray.connect(link_endpoint)
+            stray.send(b"x")
+            assert stray.poll(5000)  # answered: the connection was made
+            stray.close()
+            time.sleep(0.3)  # nothing to wait for: the link must NOT end; give the disconnect time to land
+            assert server.native.counters()["abandoned"] == 0 and server.native.counters()["live"] == 1
+    finally:
+        ctx.destroy(linger=0)

@@ -17,7 +17,11 @@ int ps_element_call(ps_element *e, ps_op *op) {
     switch (op->kind) {
     case PS_OP_MOVE: return ps_move(e, op->in, op->timeout_ns);
     case PS_OP_OBSERVE: return ps_observe(e, op->out, NULL, op->timeout_ns);
-    case PS_OP_OBSERVE_AT: return ps_observe_at(e, op->argument, op->out, op->timeout_ns);
+    case PS_OP_OBSERVE_AT: {
+        int rc = ps_observe_at(e, op->argument, op->out, op->timeout_ns);
+        if (rc == PS_EAXED) op->value = ps_axed(e); /* what the message names: the first live index */
+        return rc;
+    }
     case PS_OP_EXCHANGE: {
         int moved = 0;
         int rc = ps_exchange(e, op->in, op->out, op->timeout_ns, &moved);
@@ -51,10 +55,19 @@ int ps_element_call(ps_element *e, ps_op *op) {
     }
 }
 
-/* A kind the element does not know is refused by the fallback, which says so. */
-static int core_call(ps_link *link, ps_op *op) {
+/* Every kind but a move or an observe; one the element does not know is refused by the
+ * fallback, which says so. Out of line, so that core_call needs no frame of its own. */
+static __attribute__((noinline)) int core_other(ps_link *link, ps_op *op) {
     int rc = ps_element_call(element_of(link), op);
     return rc == PS_ENOTSUP ? ps_op_fallback(link, op) : rc;
+}
+
+/* Moves and observes, the element's hot path, go straight to it as tail calls. */
+static int core_call(ps_link *link, ps_op *op) {
+    ps_element *e = element_of(link);
+    if (op->kind == PS_OP_MOVE) return ps_move(e, op->in, op->timeout_ns);
+    if (op->kind == PS_OP_OBSERVE) return ps_observe(e, op->out, NULL, op->timeout_ns);
+    return core_other(link, op);
 }
 
 static int core_counters(ps_stage *stage, ps_counter *out, int max) {

@@ -3,7 +3,6 @@
 // the operation from Python's arguments, runs it in slices without the GIL, and words its errors;
 // Backend supplies
 //   int call(ps_op *op)              runs one operation (its results are in op)
-//   int64_t axed()                   the axe point, for messages (-1: not known here)
 //   int64_t deadline()               the latest any call may wait (PS_FOREVER: no limit)
 //   std::string explanation()        what the path could say about its last failure
 #ifndef WRAPPERS_ENDPOINT_HPP
@@ -52,6 +51,14 @@ public:
         if (rc != PS_OK) fail(rc, label_ + " move");
     }
 
+    // What the stages hold back (a batch's buffered moves) goes down; paths.fence also waits until
+    // it is applied.
+    void flush(const py::object &timeout) {
+        ps_op op = operation(PS_OP_FLUSH);
+        int rc = waiting(op, timeout);
+        if (rc != PS_OK) fail(rc, label_ + " flush");
+    }
+
     // The tuples in order, as one operation (a remote stage: one frame per 16 KiB of them).
     void move_many(const py::handle &tuples, const py::object &timeout) {
         std::string call = label_ + " move_many";
@@ -92,10 +99,11 @@ public:
         ps_op op = operation(PS_OP_OBSERVE_AT);
         op.argument = i;
         op.out = buffer.data();
+        op.value = -1;  // a refusal for an axed tuple sets it to the first live index, where known
         int rc = waiting(op, timeout);
         if (rc == PS_EAXED)
-            fail(rc, call + ": tuple " + std::to_string(i) + " was freed by axe (first live index is " +
-                         std::to_string(Backend::axed()) + ")");
+            fail(rc, call + ": tuple " + std::to_string(i) + " was freed by axe" +
+                         (op.value >= 0 ? " (first live index is " + std::to_string(op.value) + ")" : ""));
         if (rc == PS_EINDEX) fail(rc, call + ": expected an index >= 0");
         if (rc != PS_OK) fail(rc, call);
         return codec_.unpack(buffer.data());
@@ -227,6 +235,9 @@ void bind_endpoint(py::class_<T, Options...> &cls, const char *type) {
         .def("exchange", &T::exchange, py::arg("t"), py::arg("timeout") = py::none(),
              "Move t, then observe the next unread tuple, as one operation (through a remote stage: one\n"
              "round trip); returns the observed tuple.")
+        .def("flush", &T::flush, py::arg("timeout") = py::none(),
+             "Send down what the path holds back (a batch stage's buffered moves); paths.fence also waits\n"
+             "until those moves are applied at the element.")
         .def("first", &T::first, "Index of the next unread tuple.")
         .def("last", &T::last, "Number of tuples moved.")
         .def("delta", &T::delta, py::arg("bound") = py::none(),

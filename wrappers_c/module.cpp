@@ -17,6 +17,7 @@ PYBIND11_MODULE(_native, m) {
     bind_python_bridge(m);
     bind_server(m);
     bind_trace(m);
+    bind_wire(m);
     bind_kernels(m);
     bind_bench(m);
 }

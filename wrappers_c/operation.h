@@ -84,7 +84,8 @@ typedef struct ps_op {
     uint32_t count;      /* PS_OP_TUPLES_IN: tuples at `in`; PS_OP_TUPLES_OUT: room at `out` */
     uint32_t done;       /* result: tuples of `in` that took effect, all of them on PS_OK; a
                             failed operation may have done a first part (an exchange its move) */
-    int64_t value;       /* result, PS_OP_VALUE_OUT; PS_OP_TUPLES_OUT: the tuples written to `out` */
+    int64_t value;       /* result, PS_OP_VALUE_OUT; PS_OP_TUPLES_OUT: the tuples written to `out`; an
+                            operation refused PS_EAXED: the first index not freed (-1: not known) */
 } ps_op;
 
 /* The tuples an operation takes in: 0, 1, or its count. */

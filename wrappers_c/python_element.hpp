@@ -50,7 +50,6 @@ public:
         : hold_(std::make_shared<ElementHold>(std::move(owner), e)), e_(e) {}
 
     int call(ps_op *op) { return ps_element_call(e_, op); }
-    int64_t axed() { return ps_axed(e_); }
     int64_t deadline() const { return PS_FOREVER; }
     std::string explanation() const { return ""; }
 

@@ -74,7 +74,6 @@ public:
     LinkCalls(const LinkCalls &) = delete;
 
     int call(ps_op *op) { return ps_link_call(link_, op); }
-    int64_t axed() { return -1; }
     // The latest any call may wait: the caller's deadline, for the view a Python stage gets of
     // its link below (set for each call it serves); PS_FOREVER for a thread's own handle.
     int64_t deadline() const { return deadline_; }

@@ -1,7 +1,10 @@
 // python_kinds.cpp — the stage registry and the table of operation kinds, as Python sees them,
 // and the creation of C stages from Python.
+#include <optional>
 #include <utility>
 #include <vector>
+
+#include <pybind11/stl.h>
 
 #include "python_handle.hpp"
 #include "python_module.hpp"
@@ -134,12 +137,23 @@ const ps_stage_kind *kind_named(const std::string &kind_name) {
 
 // Creates a C stage of a registered kind above `below` (None for the core). Parameters are a
 // dict of int, float or str; the registry checks them again, naming the stage and parameter.
+// The build context besides the PastSet: the endpoint patterns a build for a client may reach
+// (None: any) and this process's CURVE client key pair (None: a fresh one per connection).
 std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict &params,
-                                    const std::shared_ptr<Stage> &below, const PastSet &pastset) {
+                                    const std::shared_ptr<Stage> &below, const PastSet &pastset,
+                                    const std::optional<std::vector<std::string>> &trusted_endpoints,
+                                    const std::optional<std::pair<std::string, std::string>> &curve_client) {
     const ps_stage_kind *kind = kind_named(kind_name);
     NativeParams native(kind_name, params);
     ps_params checked = native.get();
-    ps_build_context context{pastset.owner()->space};
+    std::vector<const char *> patterns;
+    if (trusted_endpoints)
+        for (const std::string &pattern : *trusted_endpoints) patterns.push_back(c_text(pattern, "trusted endpoint").c_str());
+    ps_build_context context{pastset.owner()->space, trusted_endpoints ? patterns.data() : nullptr, patterns.size(),
+                             curve_client ? curve_client->first.c_str() : nullptr,
+                             curve_client ? curve_client->second.c_str() : nullptr};
+    static const char *const kNone[] = {""};
+    if (trusted_endpoints && patterns.empty()) context.trusted_endpoints = kNone;  // trusts nothing: not NULL
     char error[512] = "";
     ps_stage *stage = nullptr;
     int rc;
@@ -185,7 +199,10 @@ void bind_kinds(py::module_ &m) {
           "[{name, code, wire, shape}]: the operation kinds, by code (a trace event's op), with their op codes\n"
           "on the wire and the shape of their arguments and results.");
     m.def("create_stage", &create_stage, py::arg("kind"), py::arg("params"), py::arg("below"), py::arg("pastset"),
-          "Create one C stage above `below` (None for the core).");
+          py::arg("trusted_endpoints") = py::none(), py::arg("curve_client") = py::none(),
+          "Create one C stage above `below` (None for the core). trusted_endpoints: the shell patterns of the\n"
+          "endpoints a remote stage may reach (None: any); curve_client: the (public, secret) CURVE key pair it\n"
+          "presents (None: a fresh one per connection).");
     m.def("stage_footprint", &stage_footprint, py::arg("kind"), py::arg("params"), py::arg("format"),
           "The bytes a stage of this kind would hold with these parameters (defaults filled in) over tuples of\n"
           "`format`: what a budget holds it to.");

@@ -13,6 +13,7 @@ void bind_kinds(pybind11::module_ &m);          // python_kinds.cpp: the registr
 void bind_python_bridge(pybind11::module_ &m);  // python_bridge.cpp: stages written in Python
 void bind_server(pybind11::module_ &m);         // python_server.cpp: Server, BuildRequest, CURVE keys
 void bind_trace(pybind11::module_ &m);          // python_trace.cpp: trace files not written
+void bind_wire(pybind11::module_ &m);           // python_wire.cpp: the wire protocol's constants
 void bind_kernels(pybind11::module_ &m);        // python_kernels.cpp: kernels, their runs, programs
 void bind_bench(pybind11::module_ &m);          // python_bench.cpp: the benchmarks' C loops
 

@@ -2,6 +2,7 @@
 // requests come to Python, which builds each path and hands the C server the link to serve.
 #include <zmq.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,6 +13,8 @@
 
 extern "C" {
 #include "server.h"
+#include "stage_kinds.h"
+#include "zmq_context.h"
 }
 
 namespace paths_native {
@@ -24,6 +27,7 @@ public:
     BuildRequest() : request_(std::make_unique<ps_build_request>()) {}
     ps_build_request *get() { return request_.get(); }
     py::bytes spec() const { return py::bytes(request_->spec); }  // as sent: not necessarily UTF-8
+    py::str client() const { return text_of(request_->client); }
 
 private:
     std::unique_ptr<ps_build_request> request_;
@@ -31,10 +35,35 @@ private:
 
 class Server {
 public:
-    Server(const std::string &endpoint, const std::string &curve_secret) {
+    Server(const std::string &endpoint, const std::string &curve_secret, const py::object &clients) {
         char error[256] = "";
-        int rc = ps_server_start(endpoint.c_str(), curve_secret.c_str(), &server_, error, sizeof error);
+        int rc = ps_server_start(endpoint.c_str(), curve_secret.c_str(), !clients.is_none(), &server_, error,
+                                 sizeof error);
         if (rc != PS_OK) throw py::value_error(std::string("paths server: ") + error);
+        try {
+            if (!clients.is_none()) allow_clients(clients.cast<py::dict>());
+        } catch (...) {
+            stop();  // no destructor runs for an object whose constructor threw
+            throw;
+        }
+    }
+
+    // name -> Z85 public key: the clients admitted from now on.
+    void allow_clients(const py::dict &clients) {
+        std::vector<ps_client_key> keys;
+        for (auto item : clients) {
+            ps_client_key key{};
+            std::string name = py::str(item.first), public_key = py::str(item.second);
+            if (name.empty() || name.size() >= sizeof key.name || public_key.size() != 40)
+                throw py::value_error("paths server: client '" + name + "': expected a name of 1 to " +
+                                      std::to_string(sizeof key.name - 1) + " characters and a 40-character key");
+            std::memcpy(key.name, name.c_str(), name.size() + 1);
+            std::memcpy(key.public_key, public_key.c_str(), 41);
+            keys.push_back(key);
+        }
+        char error[256] = "";
+        int rc = ps_server_allow_clients(live()->server_, keys.data(), keys.size(), error, sizeof error);
+        if (rc != PS_OK) raise_text(PyExc_ValueError, std::string("paths server: ") + error);
     }
     ~Server() { stop(); }
 
@@ -108,9 +137,15 @@ private:
 
 void bind_server(py::module_ &m) {
     py::class_<BuildRequest, std::shared_ptr<BuildRequest>>(m, "BuildRequest", "A BUILD request waiting for its answer.")
-        .def_property_readonly("spec", &BuildRequest::spec);
+        .def_property_readonly("spec", &BuildRequest::spec)
+        .def_property_readonly("client", &BuildRequest::client,
+                               "Who sent it: 'key NAME' (an authenticated client), else its address, else 'local'.");
     py::class_<Server>(m, "Server", "The C side of a PastSet server: sockets, and one thread per served link.")
-        .def(py::init<const std::string &, const std::string &>(), py::arg("endpoint"), py::arg("curve_secret") = "")
+        .def(py::init<const std::string &, const std::string &, const py::object &>(), py::arg("endpoint"),
+             py::arg("curve_secret") = "", py::arg("clients") = py::none(),
+             "clients: None, or {name: Z85 public key}: only these clients are admitted (CURVE only).")
+        .def("allow_clients", &Server::allow_clients, py::arg("clients"),
+             "{name: Z85 public key}: the clients admitted from now on (a server started with clients).")
         .def_property_readonly("endpoint", &Server::endpoint)
         .def("next_build", &Server::next_build, py::arg("timeout") = py::none(),
              "The next BUILD request, or None when the timeout passes.")
@@ -119,6 +154,10 @@ void bind_server(py::module_ &m) {
         .def("reap", &Server::reap, "Ids of handles whose clients released them.")
         .def("counters", &Server::counters)
         .def("stop", &Server::stop, "End every link's thread and close every socket.");
+    m.def("zmq_max_sockets", &ps_zmq_max_sockets, "The most ZeroMQ sockets this process may have open at once.");
+    m.def("abandon_remote_waits", [] { ps_remote_abandon_waits(); },
+          "The process is exiting: every remote stage still setting up a link (waiting for the answer to its\n"
+          "BUILD or CONNECT) gives up at once.");
     m.def("curve_keypair", [] {
         char public_key[41], secret_key[41];
         if (zmq_curve_keypair(public_key, secret_key) != 0) throw std::runtime_error("libzmq has no CURVE support");

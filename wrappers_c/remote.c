@@ -13,6 +13,7 @@
  * With window > 1, moves are pipelined: up to `window` go out before their answers are read.
  */
 #include <errno.h>
+#include <fnmatch.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,8 @@ typedef struct remote_stage {
     uint32_t window;
     uint32_t batch;                  /* direct: pipelined moves that leave together */
     char server_key[41];             /* CURVE: the server's public key, "" for none */
+    char client_public[41];          /* CURVE: this process's key pair, "" for a fresh one per socket */
+    char client_secret[41];
     connection *connections;         /* one per caller slot */
     _Atomic int64_t requests, answers, failures;
 } remote_stage;
@@ -75,10 +78,11 @@ static void *open_socket(remote_stage *r, const char *endpoint) {
     zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
     if (r->server_key[0]) {
         char public_key[41], secret_key[41];
-        if (zmq_curve_keypair(public_key, secret_key) != 0 ||
+        int fresh = !r->client_public[0];
+        if ((fresh && zmq_curve_keypair(public_key, secret_key) != 0) ||
             zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, r->server_key, 41) != 0 ||
-            zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, public_key, 41) != 0 ||
-            zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, secret_key, 41) != 0) {
+            zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, fresh ? public_key : r->client_public, 41) != 0 ||
+            zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, fresh ? secret_key : r->client_secret, 41) != 0) {
             zmq_close(socket);
             return NULL;
         }
@@ -148,10 +152,26 @@ static int wait_answer(remote_stage *r, connection *c, void *socket, uint64_t id
     }
 }
 
+/* Set once the process is exiting (ps_remote_abandon_waits): a link still being set up gives up. */
+static _Atomic int abandoning;
+static const int64_t SETUP_SLICE_NS = 100000000;
+
+void ps_remote_abandon_waits(void) { atomic_store(&abandoning, 1); }
+
+/* The end of the next slice of a wait, ending at `deadline`, for the answer that sets up a link
+ * (to BUILD, to CONNECT): such waits go in slices, so that a process that is exiting does not
+ * wait for one. 0 once it is exiting. */
+static int64_t setup_slice_end(int64_t deadline) {
+    if (atomic_load(&abandoning)) return 0;
+    int64_t end = ps_now_ns() + SETUP_SLICE_NS;
+    return end < deadline ? end : deadline;
+}
+
 /* Why no answer came, for a message. */
 static void describe_failure(const remote_stage *r, int why, char *detail, size_t size) {
     if (why == PS_ETIMEDOUT) snprintf(detail, size, "within %lld ms", (long long)(r->timeout_ns / 1000000));
     else if (why == PS_EINVAL) snprintf(detail, size, "a malformed answer");
+    else if (why == PS_EINTR) snprintf(detail, size, "this process is exiting");
     else snprintf(detail, size, "the connection closed or failed");
 }
 
@@ -252,7 +272,8 @@ static int round_trips(ps_link *link, ps_op *op) {
         }
         if (shape & PS_OP_TUPLES_OUT && status == PS_OK && (rc = take_range(r, c, id, &answer, op)) != PS_OK)
             return rc;
-        if (shape & PS_OP_VALUE_OUT || (shape & PS_OP_TUPLES_OUT && status != PS_OK)) op->value = answer.value;
+        if (shape & PS_OP_VALUE_OUT || status == PS_EAXED || (shape & PS_OP_TUPLES_OUT && status != PS_OK))
+            op->value = answer.value; /* EAXED: the first live index */
         else if (n) op->done += status == PS_OK ? n : answer.value > 0 && answer.value < n ? (uint32_t)answer.value : 0;
         if (sending == PS_OP_EXCHANGE && op->done) sending = PS_OP_OBSERVE; /* what is left of it */
         int time_left = deadline == PS_FOREVER || ps_now_ns() < deadline;
@@ -322,16 +343,23 @@ static int build_link(remote_stage *r, connection *c, char *link_endpoint, unsig
     uint64_t id =
         send_request(r, c, main_socket, PS_WIRE_BUILD, r->transport, 0, r->path_spec, strlen(r->path_spec), 0);
     ps_frame answer;
-    int rc = id ? wait_answer(r, c, main_socket, id, r->timeout_ns, &answer) : PS_EREMOTE;
+    int rc = id ? PS_ETIMEDOUT : PS_EREMOTE;
+    for (int64_t deadline = ps_now_ns() + r->timeout_ns, end = 1; rc == PS_ETIMEDOUT && end < deadline;) {
+        end = setup_slice_end(deadline);
+        rc = end ? wait_answer(r, c, main_socket, id, end - ps_now_ns(), &answer) : PS_EINTR;
+    }
     size_t secret_length = r->transport == PS_TRANSPORT_ZMQ ? 0 : PS_WIRE_SECRET;
-    if (rc != PS_OK) {
+    if (rc == PS_EINTR) {
+        explain(r, "no answer to BUILD", "this process is exiting");
+        rc = PS_EREMOTE;
+    } else if (rc != PS_OK) {
         char detail[96];
         snprintf(detail, sizeof detail, "within %lld ms (is the server up, and are the CURVE keys right?)",
                  (long long)(r->timeout_ns / 1000000));
         explain(r, "no answer to BUILD", detail);
         rc = PS_EREMOTE;
     } else if (answer.status != PS_OK) {
-        char text[200];
+        char text[PS_STAGE_ERROR_MAX];
         explain(r, "the server refused the path", answer_text(&answer, text, sizeof text));
         rc = answer.status;
     } else if (answer.payload_length <= secret_length || answer.payload_length - secret_length >= MAX_ENDPOINT) {
@@ -360,8 +388,11 @@ static int connect_direct(remote_stage *r, connection *c, const char *link_endpo
     }
     ps_frame hello = {PS_WIRE_CONNECT, 0, ++c->next_request, c->handle_id, 0, 0, secret, PS_WIRE_SECRET}, answer;
     size_t length = ps_wire_encode(&hello, c->request, c->capacity);
-    int rc = ps_channel_send(&c->channel, c->request, length, 0);
-    if (rc == PS_OK) rc = ps_channel_receive(&c->channel, deadline, &answer);
+    int rc = ps_channel_send(&c->channel, c->request, length, 0) == PS_OK ? PS_ETIMEDOUT : PS_EREMOTE;
+    for (int64_t end = 1; rc == PS_ETIMEDOUT && end < deadline;) {
+        end = setup_slice_end(deadline);
+        rc = end ? ps_channel_receive(&c->channel, end, &answer) : PS_EINTR;
+    }
     if (rc == PS_OK && answer.request_id == hello.request_id && answer.status == PS_OK) return PS_OK;
     char detail[200];
     if (rc == PS_OK) {
@@ -437,18 +468,29 @@ static void remote_destroy(ps_stage *stage) {
     free(r->path_spec);
 }
 
-/* Per caller slot, its connection; per caller attached, its request buffer and the direct
- * channel's two buffers (at most PS_PASS_THROUGH_CALLERS of them). */
+/* What the stage holds from its creation: a connection per caller slot and the path spec. Each
+ * caller that attaches adds its own buffers (a request, and a direct link's two channel
+ * buffers): they come with that caller, as its link, which a server holds its clients to by
+ * number (a share of links per client), not in the stage's footprint. */
 static size_t remote_footprint(const ps_params *params, size_t tuple_size) {
-    (void)params;
-    size_t channel = 2 * ps_channel_buffer_bytes(ps_wire_link_frame_max(tuple_size));
-    return sizeof(remote_stage) + PS_SPEC_MAX +
-           PS_PASS_THROUGH_CALLERS * (sizeof(connection) + request_capacity(tuple_size) + channel);
+    (void)tuple_size;
+    return sizeof(remote_stage) + strlen(ps_params_str(params, "path")) + 1 +
+           PS_PASS_THROUGH_CALLERS * sizeof(connection);
+}
+
+/* Whether a build in `context` may reach `endpoint`: any, unless the context names the ones it
+ * trusts; then it must match one of their patterns whole, and choose no source address of its
+ * own ("tcp://SOURCE;DESTINATION"), which a pattern's '*' would otherwise let through. */
+static int trusted(const ps_build_context *context, const char *endpoint) {
+    if (!context->trusted_endpoints) return 1;
+    if (strchr(endpoint, ';')) return 0;
+    for (size_t i = 0; i < context->trusted_endpoint_count; i++)
+        if (fnmatch(context->trusted_endpoints[i], endpoint, 0) == 0) return 1;
+    return 0;
 }
 
 static int remote_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
                          ps_stage **out, char *error, size_t error_size) {
-    (void)context;
     if (below) {
         snprintf(error, error_size, "stage 'remote': the rest of the path is built on the server, not below it");
         return PS_EINVAL;
@@ -477,6 +519,16 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
     const char *scheme = in_process ? "inproc" : r->transport == PS_TRANSPORT_IPC ? "ipc" : "tcp";
     if (strstr(host, "://")) snprintf(r->endpoint, sizeof r->endpoint, "%s", host);
     else snprintf(r->endpoint, sizeof r->endpoint, "%s://%s", scheme, host);
+    if (!trusted(context, r->endpoint)) {
+        snprintf(error, error_size, "stage 'remote': this server reaches only the endpoints it trusts (the nodes "
+                 "of its map, paths serve --allow-remote PATTERN), and '%.200s' is not one", r->endpoint);
+        free(r);
+        return PS_EINVAL;
+    }
+    if (context->curve_client_public && context->curve_client_secret) {
+        snprintf(r->client_public, sizeof r->client_public, "%s", context->curve_client_public);
+        snprintf(r->client_secret, sizeof r->client_secret, "%s", context->curve_client_secret);
+    }
     r->timeout_ns = ps_params_int(params, "timeout_ms") * 1000000;
     r->window = (uint32_t)ps_params_int(params, "window");
     r->batch = r->transport == PS_TRANSPORT_ZMQ ? 1 : (uint32_t)ps_params_int(params, "batch");

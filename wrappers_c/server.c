@@ -17,6 +17,7 @@
 #include "direct_channel.h"
 #include "pastset.h"
 #include "wire.h"
+#include "zap_handler.h"
 #include "zmq_context.h"
 
 enum {
@@ -55,6 +56,7 @@ struct ps_server {
     void *main_socket;
     char endpoint[256];
     char curve_secret[41];
+    char zap_domain[PS_ZAP_DOMAIN_MAX]; /* "" unless the server authenticates its clients */
     pthread_mutex_t lock; /* guards workers and next_id */
     link_worker *workers;
     uint64_t next_id;
@@ -75,7 +77,8 @@ static int make_server_socket(ps_server *s, void **out) {
     zmq_setsockopt(socket, ZMQ_HEARTBEAT_TIMEOUT, &silence_ms, sizeof silence_ms);
     if (s->curve_secret[0]) {
         if (zmq_setsockopt(socket, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
-            zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, s->curve_secret, 41) != 0) {
+            zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, s->curve_secret, 41) != 0 ||
+            (s->zap_domain[0] && zmq_setsockopt(socket, ZMQ_ZAP_DOMAIN, s->zap_domain, strlen(s->zap_domain)) != 0)) {
             zmq_close(socket);
             return -1;
         }
@@ -137,7 +140,8 @@ static int operation_of(link_worker *w, const ps_frame *request, ps_op *op) {
     if (kind < 0) return PS_EINVAL;
     uint32_t shape = ps_op_kinds[kind].shape;
     *op = (ps_op){.kind = (ps_op_kind)kind, .argument = request->argument,
-                  .timeout_ns = bounded_timeout(request->value), .in = request->payload, .out = w->tuple};
+                  .timeout_ns = bounded_timeout(request->value), .in = request->payload, .out = w->tuple,
+                  .value = -1};
     if (shape & PS_OP_TUPLES_OUT) {
         if (request->payload_length != PS_WIRE_COUNT) return PS_EINVAL;
         op->count = ps_wire_get_count(request->payload);
@@ -267,11 +271,12 @@ static int answer_request(link_worker *w, const ps_frame *request, int *released
     if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
     uint32_t shape = ran ? ps_op_kinds[op.kind].shape : 0;
     if (shape & PS_OP_TUPLES_OUT && rc == PS_OK) return send_range(w, request, &op, sink);
-    /* The answer's value: the kind's value, or else the tuples of the request that took effect. */
+    /* The answer's value: the kind's value (a tuple freed by axe: the first live index), or else
+     * the tuples of the request that took effect. */
     int64_t value = 0;
     size_t payload_length = 0;
     if (ran) {
-        value = shape & (PS_OP_VALUE_OUT | PS_OP_TUPLES_OUT) ? op.value : (int64_t)op.done;
+        value = shape & (PS_OP_VALUE_OUT | PS_OP_TUPLES_OUT) || rc == PS_EAXED ? op.value : (int64_t)op.done;
         payload_length = shape & PS_OP_TUPLE_OUT && rc == PS_OK ? w->tuple_size : 0;
     }
     size_t length = encode_answer(w->answer, ps_wire_link_frame_max(w->tuple_size), code, rc, request_id, w->id,
@@ -462,8 +467,15 @@ static void *serve_link(void *arg) {
     return NULL;
 }
 
-int ps_server_start(const char *endpoint, const char *curve_secret_z85, ps_server **out, char *error,
-                    size_t error_size) {
+/* Frees a server whose main socket is closed (or was never opened). */
+static void free_server(ps_server *s) {
+    if (s->zap_domain[0]) ps_zap_forget(s->zap_domain);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+int ps_server_start(const char *endpoint, const char *curve_secret_z85, int authenticate_clients, ps_server **out,
+                    char *error, size_t error_size) {
     *out = NULL;
     ps_server *s = calloc(1, sizeof *s);
     if (!s) return PS_ENOMEM;
@@ -472,21 +484,39 @@ int ps_server_start(const char *endpoint, const char *curve_secret_z85, ps_serve
     if (curve_secret_z85 && *curve_secret_z85) {
         if (strlen(curve_secret_z85) != 40 || !zmq_has("curve")) {
             snprintf(error, error_size, "CURVE secret key: expected 40 Z85 characters (and libzmq with CURVE)");
-            free(s);
+            free_server(s);
             return PS_EINVAL;
         }
         memcpy(s->curve_secret, curve_secret_z85, 41);
+    }
+    if (authenticate_clients) { /* no client is admitted until ps_server_allow_clients lists it */
+        snprintf(s->zap_domain, sizeof s->zap_domain, "paths-server-%p", (void *)s);
+        int rc = s->curve_secret[0] ? ps_zap_allow(s->zap_domain, NULL, 0, error, error_size) : PS_EINVAL;
+        if (!s->curve_secret[0]) snprintf(error, error_size, "authenticating clients needs a CURVE secret key");
+        if (rc != PS_OK) {
+            s->zap_domain[0] = 0;
+            free_server(s);
+            return rc;
+        }
     }
     size_t length = sizeof s->endpoint;
     if (make_server_socket(s, &s->main_socket) != 0 || zmq_bind(s->main_socket, endpoint) != 0 ||
         zmq_getsockopt(s->main_socket, ZMQ_LAST_ENDPOINT, s->endpoint, &length) != 0) {
         snprintf(error, error_size, "cannot bind '%s': %s", endpoint, zmq_strerror(zmq_errno()));
         if (s->main_socket) zmq_close(s->main_socket);
-        free(s);
+        free_server(s);
         return PS_EINVAL;
     }
     *out = s;
     return PS_OK;
+}
+
+int ps_server_allow_clients(ps_server *s, const ps_client_key *keys, size_t count, char *error, size_t error_size) {
+    if (!s->zap_domain[0]) {
+        snprintf(error, error_size, "this server was started without client authentication");
+        return PS_ESTATE;
+    }
+    return ps_zap_allow(s->zap_domain, keys, count, error, error_size);
 }
 
 const char *ps_server_endpoint(const ps_server *server) { return server->endpoint; }
@@ -498,6 +528,15 @@ static void answer_main(ps_server *s, const zmq_msg_t *routing_id, uint8_t op, i
                                   text, text_length);
     send_answer(s->main_socket, zmq_msg_data((zmq_msg_t *)routing_id), zmq_msg_size((zmq_msg_t *)routing_id),
                 s->main_answer, length);
+}
+
+/* Who sent a request, for per-client limits: the name of its CURVE key where the server
+ * authenticates its clients ("key NAME"), else its address (TCP), else "local". */
+static void name_client(zmq_msg_t *frame, char *out, size_t size) {
+    const char *user = zmq_msg_gets(frame, "User-Id");
+    const char *address = zmq_msg_gets(frame, "Peer-Address");
+    if (user && *user) snprintf(out, size, "key %s", user);
+    else snprintf(out, size, "%s", address && *address ? address : "local");
 }
 
 int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out) {
@@ -521,6 +560,7 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
         if (valid && request.op == PS_WIRE_BUILD && request.payload_length > 0 &&
             request.payload_length <= PS_SPEC_MAX && request.argument >= 0 && request.argument < PS_TRANSPORT_LIMIT &&
             zmq_msg_size(&routing_id) <= PS_ROUTING_ID_MAX) {
+            name_client(&frame, out->client, sizeof out->client);
             out->routing_id_length = zmq_msg_size(&routing_id);
             memcpy(out->routing_id, zmq_msg_data(&routing_id), out->routing_id_length);
             out->request_id = request.request_id;
@@ -682,6 +722,5 @@ void ps_server_stop(ps_server *s) {
         w = next;
     }
     zmq_close(s->main_socket);
-    pthread_mutex_destroy(&s->lock);
-    free(s);
+    free_server(s);
 }

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "stage.h"
+#include "zap_handler.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +35,8 @@ typedef struct ps_build_request {
     size_t routing_id_length;
     uint64_t request_id;
     int transport;              /* ps_wire_transport: how the client's operations will travel */
+    char client[PS_CLIENT_NAME_MAX + 8]; /* who sent it: "key NAME" (an authenticated client),
+                                            else its address, else "local" */
     char spec[PS_SPEC_MAX + 1]; /* the path remainder as sent (NUL-terminated) */
 } ps_build_request;
 
@@ -48,9 +51,13 @@ typedef struct ps_server_counters {
 } ps_server_counters;
 
 /* Binds the main socket. curve_secret_z85 (40 characters) makes every socket a CURVE server;
- * NULL or "" serves in the clear. */
-int ps_server_start(const char *endpoint, const char *curve_secret_z85, ps_server **out, char *error,
-                    size_t error_size);
+ * NULL or "" serves in the clear. With authenticate_clients (CURVE only), every socket admits
+ * only the clients whose keys ps_server_allow_clients lists (none until then). */
+int ps_server_start(const char *endpoint, const char *curve_secret_z85, int authenticate_clients, ps_server **out,
+                    char *error, size_t error_size);
+/* The client keys the server admits from now on (replacing the earlier ones). */
+int ps_server_allow_clients(ps_server *server, const ps_client_key *keys, size_t count, char *error,
+                            size_t error_size);
 /* The endpoint actually bound (a '*' port resolved). */
 const char *ps_server_endpoint(const ps_server *server);
 

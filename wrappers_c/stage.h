@@ -94,9 +94,17 @@ int64_t ps_params_int(const ps_params *p, const char *name);
 double ps_params_float(const ps_params *p, const char *name);
 const char *ps_params_str(const ps_params *p, const char *name);
 
-/* What a constructor may need besides its parameters. */
+/* What a constructor may need besides its parameters. Fields not set (zero) ask for nothing. */
 typedef struct ps_build_context {
     ps_space *space;   /* where the core stage finds or creates its element */
+    /* A build a server does for a client may reach only endpoints it trusts: shell patterns
+     * (fnmatch) an endpoint must match whole. NULL: any endpoint (a process's own builds). */
+    const char *const *trusted_endpoints;
+    size_t trusted_endpoint_count;
+    /* The CURVE key pair (Z85) this process presents to servers that authenticate their
+     * clients; NULL or "": a fresh pair per connection. */
+    const char *curve_client_public;
+    const char *curve_client_secret;
 } ps_build_context;
 
 /* How a stage reaches the stage below it.
@@ -133,7 +141,8 @@ struct ps_stage_kind {
      * that took effect all the same. */
     int (*call)(ps_link *link, ps_op *op);
     /* The bytes the stage allocates for itself, given its parameters (defaults filled in) and the
-     * tuple size: what a budget holds it to. */
+     * tuple size: what a budget holds it to. What a caller adds when it attaches (a remote
+     * stage's connection buffers) comes with that caller's link, which a server counts apart. */
     size_t (*footprint)(const ps_params *params, size_t tuple_size);
     /* Optional: fills up to max kind-specific counters; returns how many. */
     int (*counters)(ps_stage *stage, ps_counter *out, int max);

@@ -9,6 +9,10 @@
 
 #include "stage.h"
 
+/* A stage's explanation of its last failure holds this much: a server's refusal is up to 1,024
+ * bytes (wire.md), and the stage names itself before it. */
+enum { PS_STAGE_ERROR_MAX = 1280 };
+
 /* The part of every stage that the generic code owns. Kinds embed it first in their struct. */
 struct ps_stage {
     const ps_stage_kind *kind;
@@ -27,7 +31,7 @@ struct ps_stage {
     uint32_t attached_count, attached_capacity;
     int64_t retired_operations;    /* counters of links already detached */
     int64_t retired_bytes, retired_waits;
-    char error[256];               /* the last failure worth explaining, for messages */
+    char error[PS_STAGE_ERROR_MAX]; /* the last failure worth explaining, for messages (a server's refusal) */
 };
 
 /* A pass-through stage serves at most this many callers at once (a slot freed by a caller that

@@ -20,6 +20,11 @@ extern const ps_stage_kind ps_kind_batch;       /* batch.c */
  * does too. PS_ENOTSUP only for a kind an element does not know (core.c). */
 int ps_element_call(ps_element *e, ps_op *op);
 
+/* The process is exiting: every remote stage's wait to set up a link (for the answer to its
+ * BUILD or CONNECT) ends at once, so that no thread is still in one when the process goes
+ * (remote.c). Operations on links already set up are not touched. */
+void ps_remote_abandon_waits(void);
+
 #ifdef __cplusplus
 }
 #endif

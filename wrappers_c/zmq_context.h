@@ -1,5 +1,7 @@
 /* zmq_context.h — the process's one ZeroMQ context, shared by servers and remote stages (so
- * that inproc endpoints reach across them). Created on first use, kept for the process. */
+ * that inproc endpoints reach across them). Created on first use, kept for the process; creating
+ * it raises the process's soft limit on open files to the hard one, and lets the context have as
+ * many sockets as that allows (libzmq's own limit permitting). */
 #ifndef WRAPPERS_ZMQ_CONTEXT_H
 #define WRAPPERS_ZMQ_CONTEXT_H
 
@@ -8,6 +10,8 @@ extern "C" {
 #endif
 
 void *ps_zmq_context(void);
+/* The most sockets the context may have open at once. */
+int ps_zmq_max_sockets(void);
 
 #ifdef __cplusplus
 }

@@ -10,9 +10,11 @@
  *   sum     THREADS client links (half tcp, half ipc; every other one pipelining its move with
  *           window 2) into one server-side reduce-sum of THREADS over an element: every round's
  *           total exact for every thread, and the element's history one total per round, in order.
- *   queue   PRODUCERS move distinct jobs through links of their own (tcp, window 16, batch 4) while
- *           CONSUMERS take jobs with next-observes through theirs (tcp and ipc): every job taken
- *           exactly once, and each consumer sees each producer's jobs in the order they were moved.
+ *   queue   PRODUCERS move distinct jobs through links of their own (tcp, window 16, batch 4; the
+ *           last one with move_many of 1 to 3000 jobs at a time, frames of at most 2048, on ipc)
+ *           while CONSUMERS take jobs with next-observes through theirs (tcp and ipc): every job
+ *           taken exactly once, and each consumer sees each producer's jobs in the order they were
+ *           moved.
  *   churn   threads open a link, make a round trip, and release it, over and over, beside the
  *           others: the server hands over and reaps every one of them; none is abandoned.
  *   batched THREADS threads move distinct values through batch -> remote (tcp and ipc, one and two
@@ -20,6 +22,9 @@
  *           every value once, each thread's in order. Then readers through caches that prefetch
  *           windows over remote read it all back right, one request per window; and a range
  *           beyond the bound is refused by the remote stage before it is sent, naming the bound.
+ *   auth    a second server, over CURVE, admits only the client keys it lists (zap_handler.c),
+ *           while a thread replaces its list over and over: every PING of a client with a listed
+ *           key is answered, no PING of a client with another key is.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -29,9 +34,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zmq.h>
+
 #include "pastset.h"
 #include "server.h"
 #include "stage.h"
+#include "wire.h"
+#include "zmq_context.h"
 
 enum { THREADS = 8, PRODUCERS = 3, CONSUMERS = 3, CHURNERS = 4, MAX_LINKS = 4096, MAX_REPORTS = 20 };
 
@@ -165,9 +174,12 @@ static void run_sum(served *s, const char *endpoint, int64_t rounds) {
 
 /* ---- queue ---------------------------------------------------------------------------------------- */
 
+enum { MOVE_MANY_MOST = 3000 }; /* jobs a move_many producer moves at once, at most */
+
 typedef struct queue_job {
     ps_stage *remote;
     int index;
+    bool many;                 /* a producer that moves its jobs by move_many */
     int64_t jobs;              /* per producer */
     _Atomic int64_t *taken;    /* jobs taken so far, by every consumer */
     _Atomic unsigned char *seen; /* per job: times taken */
@@ -177,12 +189,21 @@ static void *producer(void *arg) {
     queue_job *job = arg;
     ps_link link;
     attach_or_die(job->remote, &link);
-    for (int64_t i = 0; i < job->jobs; i++) {
-        int64_t value = (int64_t)job->index * job->jobs + i;
-        int rc = link_move(&link, &value, WAIT);
-        CHECK(rc == PS_OK, "producer %d job %" PRId64 ": %s", job->index, i, ps_status_name(rc));
+    int64_t *values = malloc(MOVE_MANY_MOST * sizeof *values);
+    uint64_t random = 0x9E3779B97F4A7C15ULL * (uint64_t)(job->index + 1);
+    for (int64_t i = 0; values && i < job->jobs;) {
+        random = random * 6364136223846793005ULL + 1442695040888963407ULL;
+        int64_t n = job->many ? 1 + (int64_t)((random >> 33) % MOVE_MANY_MOST) : 1;
+        if (n > job->jobs - i) n = job->jobs - i;
+        for (int64_t k = 0; k < n; k++) values[k] = (int64_t)job->index * job->jobs + i + k;
+        uint32_t done = 0;
+        int rc = job->many ? link_move_many(&link, values, (uint32_t)n, WAIT, &done) : link_move(&link, values, WAIT);
+        CHECK(rc == PS_OK, "producer %d jobs %" PRId64 "..%" PRId64 ": %s (%u done)", job->index, i, i + n - 1,
+              ps_status_name(rc), done);
         if (rc != PS_OK) break;
+        i += n;
     }
+    free(values);
     ps_link_detach(&link); /* sends what its batch holds, then releases */
     return NULL;
 }
@@ -217,12 +238,14 @@ static void run_queue(const char *endpoint, int64_t jobs) {
     _Atomic unsigned char *seen = calloc((size_t)total, 1);
     _Atomic int64_t taken = 0;
     ps_stage *moving = remote_stage(endpoint, "tcp", JOBS_SPEC, 16, 4);
+    ps_stage *batching = remote_stage(endpoint, "ipc", JOBS_SPEC, 1, 1);
     ps_stage *taking[2] = {remote_stage(endpoint, "tcp", JOBS_SPEC, 1, 1), remote_stage(endpoint, "ipc", JOBS_SPEC, 1, 1)};
     pthread_t threads[PRODUCERS + CONSUMERS];
     queue_job work[PRODUCERS + CONSUMERS];
     for (int i = 0; i < PRODUCERS + CONSUMERS; i++) {
-        int producing = i < PRODUCERS;
-        work[i] = (queue_job){producing ? moving : taking[i % 2], producing ? i : i - PRODUCERS, jobs, &taken, seen};
+        int producing = i < PRODUCERS, many = i == PRODUCERS - 1;
+        work[i] = (queue_job){producing ? (many ? batching : moving) : taking[i % 2], producing ? i : i - PRODUCERS,
+                              many, jobs, &taken, seen};
         start_thread(&threads[i], producing ? producer : consumer, &work[i]);
     }
     for (int i = 0; i < PRODUCERS + CONSUMERS; i++) pthread_join(threads[i], NULL);
@@ -235,6 +258,7 @@ static void run_queue(const char *endpoint, int64_t jobs) {
           total);
     free((void *)seen);
     ps_stage_release(moving);
+    ps_stage_release(batching);
     ps_stage_release(taking[0]);
     ps_stage_release(taking[1]);
 }
@@ -391,6 +415,100 @@ static void run_batched(const char *endpoint, int64_t values) {
     free(room);
     ps_link_detach(&link);
     for (int i = 0; i < 2; i++) ps_stage_release(remotes[i]);
+
+/* ---- auth ----------------------------------------------------------------------------------------- */
+
+enum { AUTH_CLIENTS = 4 };
+
+typedef struct auth_scene {
+    ps_server *server;
+    char server_public[41];
+    char listed_public[41], listed_secret[41];
+    int64_t tries;
+    atomic_bool stop;
+} auth_scene;
+
+/* Answers PINGs (ps_server_next_build does) until the scene stops; it builds nothing. */
+static void *auth_serve(void *arg) {
+    auth_scene *a = arg;
+    ps_build_request *request = malloc(sizeof *request);
+    while (request && !atomic_load(&a->stop)) {
+        uint64_t id;
+        if (ps_server_next_build(a->server, 20 * MS, request) == PS_OK)
+            ps_server_answer_build(a->server, request, NULL, "no builds here", &id);
+    }
+    free(request);
+    return NULL;
+}
+
+/* Replaces the server's list over and over; the listed key is on every one of them. */
+static void *auth_lister(void *arg) {
+    auth_scene *a = arg;
+    for (int64_t n = 0; !atomic_load(&a->stop); n++) {
+        ps_client_key keys[3] = {{"", "other"}, {"", "listed"}, {"", "third"}};
+        char secret[41];
+        zmq_curve_keypair(keys[0].public_key, secret);
+        memcpy(keys[1].public_key, a->listed_public, 41);
+        zmq_curve_keypair(keys[2].public_key, secret);
+        char error[128];
+        CHECK(ps_server_allow_clients(a->server, keys + n % 2, 2, error, sizeof error) == PS_OK, "auth: %s", error);
+    }
+    return NULL;
+}
+
+/* Whether a PING from a client with this key pair is answered within wait_ms. */
+static bool pinged(auth_scene *a, const char *public_key, const char *secret_key, int wait_ms) {
+    void *socket = zmq_socket(ps_zmq_context(), ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, a->server_public, 41);
+    zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, public_key, 41);
+    zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, secret_key, 41);
+    zmq_connect(socket, ps_server_endpoint(a->server));
+    unsigned char frame[PS_WIRE_HEADER];
+    ps_frame ping = {PS_WIRE_PING, 0, 1, 0, 0, 0, NULL, 0}, answer;
+    zmq_send(socket, frame, ps_wire_encode(&ping, frame, sizeof frame), 0);
+    zmq_pollitem_t item = {socket, 0, ZMQ_POLLIN, 0};
+    bool answered = zmq_poll(&item, 1, wait_ms) == 1;
+    if (answered) {
+        int length = zmq_recv(socket, frame, sizeof frame, 0);
+        answered = length == PS_WIRE_HEADER && ps_wire_decode(frame, (size_t)length, &answer) == 0 &&
+                   answer.op == PS_WIRE_PING && answer.status == PS_OK;
+    }
+    zmq_close(socket);
+    return answered;
+}
+
+static void *auth_client(void *arg) {
+    auth_scene *a = arg;
+    for (int64_t i = 0; i < a->tries; i++) {
+        char stranger_public[41], stranger_secret[41];
+        zmq_curve_keypair(stranger_public, stranger_secret);
+        CHECK(pinged(a, a->listed_public, a->listed_secret, (int)(WAIT / MS)), "auth: a listed client got no answer");
+        CHECK(!pinged(a, stranger_public, stranger_secret, 50), "auth: a client with another key was answered");
+    }
+    return NULL;
+}
+
+static void run_auth(int64_t tries) {
+    atomic_store(&scene_running, "auth");
+    auth_scene a = {.tries = tries};
+    char server_secret[41], error[256] = "";
+    zmq_curve_keypair(a.server_public, server_secret);
+    zmq_curve_keypair(a.listed_public, a.listed_secret);
+    if (ps_server_start("tcp://127.0.0.1:*", server_secret, 1, &a.server, error, sizeof error) != PS_OK) {
+        fail("auth: server: %s", error);
+        return;
+    }
+    pthread_t server_thread, lister, clients[AUTH_CLIENTS];
+    start_thread(&server_thread, auth_serve, &a);
+    start_thread(&lister, auth_lister, &a);
+    for (int t = 0; t < AUTH_CLIENTS; t++) start_thread(&clients[t], auth_client, &a);
+    for (int t = 0; t < AUTH_CLIENTS; t++) pthread_join(clients[t], NULL);
+    atomic_store(&a.stop, true);
+    pthread_join(lister, NULL);
+    pthread_join(server_thread, NULL);
+    ps_server_stop(a.server);
 }
 
 int main(int argc, char **argv) {
@@ -399,7 +517,7 @@ int main(int argc, char **argv) {
     ps_space *space = ps_space_new();
     served s = {0};
     char error[256] = "";
-    if (!space || ps_server_start("tcp://127.0.0.1:*", NULL, &s.server, error, sizeof error) != PS_OK) {
+    if (!space || ps_server_start("tcp://127.0.0.1:*", NULL, 0, &s.server, error, sizeof error) != PS_OK) {
         fprintf(stderr, "FAIL: server: %s\n", error);
         return 1;
     }
@@ -417,6 +535,7 @@ int main(int argc, char **argv) {
     run_queue(endpoint, rounds * 4);
     run_churn(&s, endpoint, rounds / 8);
     run_batched(endpoint, rounds);
+    run_auth(rounds / 50 + 1);
     CHECK(server_counter(&s, "direct") == server_counter(&s, "builds"), "not every link was direct");
     CHECK(server_counter(&s, "bad_frames") == 0, "%" PRId64 " frames refused", server_counter(&s, "bad_frames"));
 

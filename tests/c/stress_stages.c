@@ -11,8 +11,10 @@
  *             contributor exactly once, the element's history one total per round in order, and
  *             every stage's counters exact.
  *   fields    multi-field sums: "qd" (int64 + double) and "id" (int32 that wraps, padding, double).
- *   drift     contributors move up to 4 rounds ahead before observing, in random interleavings;
- *             a 5th move ahead is refused and changes nothing, an observe with no move is refused.
+ *   drift     contributors move up to 4 rounds ahead before observing, in random interleavings,
+ *             a third of their moves as move_many of up to 4 rounds at once; a 5th move ahead (a
+ *             move_many that does not fit) is refused and changes nothing, an observe with no move
+ *             is refused.
  *   timeouts  every move and observe uses a tiny timeout (0, 1 us, 50 us) and retries until it
  *             succeeds; a gate thread keeps the delta-bounded element below full for random
  *             spells, so the sum going down times out too and the round is driven down by a
@@ -161,13 +163,15 @@ static int64_t calls_per_caller(const tree *t, int i) {
 
 /* After `rounds` rounds with no downward timeout, every stage's counters are exact: each counts
  * calls_per_caller per round from each caller, and the leaves also the calls refused at them
- * (refused, all leaves together); the core one exchange (a move and an observe in one call). */
-static void tree_check_counters(tree *t, const char *scene, int64_t rounds, int64_t refused) {
+ * (refused, all leaves together) and one call for the rounds a move_many moved (batched: the
+ * rounds beyond each one's first); the core one exchange (a move and an observe in one call). */
+static void tree_check_counters(tree *t, const char *scene, int64_t rounds, int64_t refused, int64_t batched) {
     int leaf_count = t->threads / t->leaf_fan_in, first_leaf = t->sum_count - leaf_count; /* leaves come last */
     int64_t leaf_operations = 0;
     for (int i = first_leaf; i < t->sum_count; i++) leaf_operations += counter(t->sums[i], "operations");
-    CHECK(leaf_operations == 2 * rounds * t->threads + refused, "%s: the leaves count %" PRId64 " operations, expected %"
-          PRId64, scene, leaf_operations, 2 * rounds * t->threads + refused);
+    int64_t leaf_calls = 2 * rounds * t->threads + refused - batched;
+    CHECK(leaf_operations == leaf_calls, "%s: the leaves count %" PRId64 " operations, expected %" PRId64, scene,
+          leaf_operations, leaf_calls);
     for (int i = 0; i < t->sum_count; i++) {
         ps_stage *s = t->sums[i];
         int64_t fan_in = t->sum_fan_in[i];
@@ -198,7 +202,8 @@ typedef struct sum_scene {
     _Atomic int64_t *observed;     /* per round: contributors whose observe returned its total */
     pthread_barrier_t attached;
     _Atomic int64_t retries;       /* tiny timeouts: calls that timed out and were made again */
-    _Atomic int64_t ahead_refused; /* drift: 5th moves ahead, refused */
+    _Atomic int64_t ahead_refused; /* drift: 5th moves ahead (move_many beyond the 4th), refused */
+    _Atomic int64_t batched;       /* drift: rounds moved by a move_many beyond its first (one call) */
     _Atomic int64_t early_refused; /* drift: observes before a move, refused */
     atomic_bool done;              /* the contributors finished: the gate stops */
     int64_t gate_cycles;           /* junk tuples the gate moved and took back */
@@ -239,6 +244,19 @@ static void rounds_drifting(sum_worker *w) {
     while (observes < s->rounds) {
         uint64_t x = next_random(&w->random);
         int64_t ahead = moves - observes, total = -1;
+        uint32_t fits = (uint32_t)(AHEAD - ahead), left = (uint32_t)(s->rounds - moves);
+        if (ahead > 0 && left > fits && x % 8 == 3) {
+            /* A move_many of a round more than fits: refused whole, nothing moved. */
+            int64_t values[AHEAD + 1];
+            for (uint32_t k = 0; k <= fits; k++) values[k] = contribution(w->id, moves + k);
+            uint32_t done = 99;
+            int rc = link_move_many(&w->link, values, fits + 1, 100 * US, &done);
+            CHECK(rc == PS_ESTATE && done == 0, "%s: a move_many of %u with room for %u returned %s, %u done",
+                  s->name, fits + 1, fits, ps_status_name(rc), done);
+            CHECK(w->link.moves == (uint64_t)moves && w->link.observes == (uint64_t)observes,
+                  "%s: a refused move_many changed the link", s->name);
+            atomic_fetch_add(&s->ahead_refused, 1);
+        }
         if (ahead == AHEAD && moves < s->rounds && x % 4 == 0) {
             /* A 5th round ahead: its slot still holds a round this contributor has not observed. */
             int64_t value = contribution(w->id, moves);
@@ -254,7 +272,18 @@ static void rounds_drifting(sum_worker *w) {
             atomic_fetch_add(&s->early_refused, 1);
         }
         bool move = moves < s->rounds && ahead < AHEAD && (ahead == 0 || (x >> 16) % 3 != 0);
-        if (move) {
+        if (move && (x >> 40) % 3 == 0) {
+            /* Consecutive rounds as one move_many: as many as fit, at random. */
+            uint32_t n = 1 + (uint32_t)((x >> 44) % (fits < left ? fits : left)), done = 0;
+            int64_t values[AHEAD];
+            for (uint32_t k = 0; k < n; k++) values[k] = contribution(w->id, moves + k);
+            int rc = link_move_many(&w->link, values, n, WAIT, &done);
+            CHECK(rc == PS_OK && done == n && w->link.moves == (uint64_t)(moves + n), "%s: contributor %d "
+                  "move_many of %u at %" PRId64 ": %s, %u done", s->name, w->id, n, moves, ps_status_name(rc), done);
+            if (rc != PS_OK) return;
+            moves += n;
+            atomic_fetch_add(&s->batched, n - 1);
+        } else if (move) {
             int64_t value = contribution(w->id, moves);
             int rc = link_move(&w->link, &value, WAIT);
             CHECK(rc == PS_OK && w->link.moves == (uint64_t)moves + 1, "%s: contributor %d move %" PRId64 ": %s",
@@ -420,12 +449,14 @@ static double run_sum_scene(ps_space *space, const char *name, sum_mode mode, co
                name, s.tree.shape, rounds, atomic_load(&s.retries), s.gate_cycles, into_element, into_top,
                (double)(ps_now_ns() - started) / 1e9);
     } else {
-        tree_check_counters(&s.tree, name, rounds, atomic_load(&s.ahead_refused) + atomic_load(&s.early_refused));
+        tree_check_counters(&s.tree, name, rounds, atomic_load(&s.ahead_refused) + atomic_load(&s.early_refused),
+                            atomic_load(&s.batched));
         if (mode == MODE_DRIFT) {
-            CHECK(s.ahead_refused > 0, "%s: no 5th move ahead was tried", name);
+            CHECK(s.ahead_refused > 0 && s.batched > 0, "%s: no 5th move ahead was tried, or no move_many", name);
             printf("  %-9s %-6s %5" PRId64 " rounds: %" PRId64 " moves 5 ahead refused, %" PRId64
-                   " early observes refused; %.2f s\n", name, s.tree.shape, rounds, atomic_load(&s.ahead_refused),
-                   atomic_load(&s.early_refused), (double)(ps_now_ns() - started) / 1e9);
+                   " early observes refused, %" PRId64 " rounds moved in a move_many beyond its first; %.2f s\n",
+                   name, s.tree.shape, rounds, atomic_load(&s.ahead_refused), atomic_load(&s.early_refused),
+                   atomic_load(&s.batched), (double)(ps_now_ns() - started) / 1e9);
         } else {
             printf("  %-9s %-6s %5" PRId64 " rounds; %.2f s\n", name, s.tree.shape, rounds,
                    (double)(ps_now_ns() - started) / 1e9);
@@ -556,7 +587,7 @@ static double run_fields_scene(ps_space *space, const char *name, const char *fo
         fields_expected(format, s.tree.threads, r, expected);
         CHECK(rc == PS_OK && fields_equal(format, got, expected), "fields %s: history[%" PRId64 "] is wrong", format, r);
     }
-    tree_check_counters(&s.tree, name, rounds, 0);
+    tree_check_counters(&s.tree, name, rounds, 0, 0);
     tree_release(&s.tree);
     pthread_barrier_destroy(&s.attached);
     double took = (double)(ps_now_ns() - started) / 1e9;

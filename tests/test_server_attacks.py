@@ -1,0 +1,435 @@
+"""A server that hostile clients cannot bend: each attack on `paths serve` (on loopback), then a
+normal client that still gets exact results. The server's resident memory, threads and file
+descriptors before and after each attack are printed (pytest -s: lines "FIGURES ...") and held
+to what the attack may leave behind.
+
+An attacker is another host: its BUILDs leave from a loopback address of its own (the remote
+stage's host "tcp://127.0.0.2:0;127.0.0.1:PORT" chooses the source address), so the server
+counts it as a client apart from the normal one, whose address is 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import zmq
+from child_processes import ChildProcesses
+from test_trace import full_disk  # noqa: F401  (a fixture: a folder on a full tmpfs)
+from wire_frames import BUILD, LAST, PS_OK, RELEASE, decode, encode, zmq_answer
+
+import paths
+from paths import build_path, make_path, stage
+from paths.build import BuildContext
+from paths.path_spec import path_to_json
+from paths.server import PathServer
+from paths.server_policy import ServerPolicy
+
+PROTOS = ["tcp", "zmq"]  # how the links' operations travel: a direct connection, or ZeroMQ
+PROMPT_S = 1.0  # a normal client's BUILD and its operations, served while the attack goes on
+PATIENCE_S = 30
+
+
+def figures(pid: int) -> dict:
+    """The server's resident memory (kB), threads and open file descriptors."""
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return {"rss_kb": int(status["VmRSS"].split()[0]), "threads": int(status["Threads"]),
+            "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+def settled(pid: int, before: dict, attack: str, rss_kb: int = 20_000) -> dict:
+    """The server's figures once what the attack held is gone: back to where they were (a few
+    descriptors of ZeroMQ's own aside), memory at most rss_kb above."""
+    deadline = time.monotonic() + 10
+    while True:
+        after = figures(pid)
+        back = after["threads"] <= before["threads"] and after["fds"] <= before["fds"] + 4
+        if back or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    print(f"FIGURES {attack}: before {before}, after {after}")
+    assert back and after["rss_kb"] <= before["rss_kb"] + rss_kb, (attack, before, after)
+    return after
+
+
+def from_host(endpoint: str, address: str) -> str:
+    """The server's endpoint, reached from `address` (another loopback address: another host)."""
+    return f"tcp://{address}:0;{endpoint[len('tcp://'):]}"
+
+
+def path_to(endpoint: str, *rest, proto: str = "tcp", timeout_ms: int = 5000, element: str = "N"):
+    return make_path(stage("remote", host=endpoint, proto=proto, timeout_ms=timeout_ms), *rest,
+                     stage("core", name=element, format="q"))
+
+
+def served_exactly(endpoint: str, proto: str, element: str = "NORMAL") -> float:
+    """A normal client's whole visit: BUILD, 100 moves, 100 observes, exact; returns its seconds."""
+    started = time.monotonic()
+    h = build_path(path_to(endpoint, proto=proto, element=element), pastset=paths.PastSet())
+    h.move_many([(i,) for i in range(100)], timeout=5)
+    assert [h.observe(timeout=5)[0] for _ in range(100)] == list(range(100))
+    assert h.last() == 100
+    return time.monotonic() - started
+
+
+@pytest.fixture
+def children():
+    with ChildProcesses() as started:
+        yield started
+
+
+@pytest.fixture
+def listener():
+    """A TCP port on loopback that accepts connections and never says a word."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    yield sock
+    sock.close()
+
+
+def accepted(sock: socket.socket, wait_s: float, count: int | None = None) -> list[socket.socket]:
+    """The connections that come to the listener within wait_s (or until `count` have come)."""
+    taken = []
+    deadline = time.monotonic() + wait_s
+    while len(taken) != count and (left := deadline - time.monotonic()) > 0 and select.select([sock], [], [], left)[0]:
+        taken.append(sock.accept()[0])
+    return taken
+
+
+# ---- no connection on a client's say-so ----------------------------------------------------------
+
+@pytest.mark.parametrize("proto", PROTOS)
+def test_a_server_connects_only_where_it_was_told_to_trust(children, listener, proto):
+    target = "tcp://127.0.0.1:%d" % listener.getsockname()[1]
+    server, endpoint = children.paths_serve()
+    before = figures(server.pid)
+    attacker = from_host(endpoint, "127.0.0.2")
+    with pytest.raises(ValueError, match=f"this server reaches only the endpoints it trusts .*'{target}' is not one"):
+        build_path(path_to(attacker, stage("remote", host=target), proto=proto), pastset=paths.PastSet())
+    assert accepted(listener, 0.3) == []  # the server never connected there
+    assert served_exactly(endpoint, proto) < PROMPT_S
+    settled(server.pid, before, f"remote to an untrusted endpoint ({proto})")
+
+
+@pytest.mark.parametrize("proto", PROTOS)
+def test_a_trusted_pattern_lets_no_source_address_or_loop_through(children, listener, proto):
+    port = listener.getsockname()[1]
+    server, endpoint = children.paths_serve("--allow-remote", "tcp://127.0.0.1:*")
+    before = figures(server.pid)
+    attacker = from_host(endpoint, "127.0.0.2")
+    sourced = f"tcp://127.0.0.1:0;127.0.0.1:{port}"  # matches the pattern as text: the source makes it another
+    with pytest.raises(ValueError, match=f"'{sourced}' is not one"):
+        build_path(path_to(attacker, stage("remote", host=sourced), proto=proto), pastset=paths.PastSet())
+    chain = [stage("remote", host=endpoint, proto=proto) for _ in range(6)]  # through this very server
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"it comes back into server [0-9a-f]{16} \(tcp://127\.0\.0\.1:\d+\), which "
+                                         "it went through already; a path crosses each server once"):
+        build_path(path_to(attacker, *chain, proto=proto), pastset=paths.PastSet())
+    assert time.monotonic() - started < PROMPT_S  # refused at its second hop, not after a timeout
+    assert accepted(listener, 0.3) == []
+    assert served_exactly(endpoint, proto) < PROMPT_S
+    settled(server.pid, before, f"a source address and a loop through the server ({proto})")
+
+
+# ---- builds never starve -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("proto", PROTOS)
+def test_builds_waiting_on_a_silent_server_hold_only_their_own_client(children, listener, proto):
+    silent = "tcp://127.0.0.1:%d" % listener.getsockname()[1]
+    server, endpoint = children.paths_serve("--allow-remote", "tcp://127.0.0.1:*")
+    before = figures(server.pid)
+    attacker = from_host(endpoint, "127.0.0.2")
+    outcomes: list = []
+
+    def attack(path) -> None:
+        started = time.monotonic()
+        try:
+            handle = build_path(path, pastset=paths.PastSet())
+            outcomes.append(("built", time.monotonic() - started, handle.last()))
+        except (ValueError, ConnectionError) as e:
+            outcomes.append(("refused", time.monotonic() - started, str(e)))
+
+    slow = [threading.Thread(target=attack, args=(path_to(attacker, stage("remote", host=silent, timeout_ms=3000, id=i),
+                                                          proto=proto, timeout_ms=20000),)) for i in range(8)]
+    chain = path_to(attacker, *[stage("remote", host=endpoint, proto=proto)] * 6, proto=proto, timeout_ms=20000)
+    ninth = path_to(attacker, proto=proto, timeout_ms=20000, element="NINTH")  # the attacker's own next build
+    for thread in slow:
+        thread.start()
+    held = accepted(listener, 10, count=8)  # the eight builds reached the silent server: they wait for it
+    assert len(held) == 8
+    during = figures(server.pid)
+    late = [threading.Thread(target=attack, args=(path,)) for path in (chain, ninth)]
+    for thread in late:
+        thread.start()
+    assert served_exactly(endpoint, proto) < PROMPT_S  # while the attacker's builds wait
+    for thread in slow + late:
+        thread.join(PATIENCE_S)
+    for sock in held:
+        sock.close()
+    kinds = sorted(outcome[0] for outcome in outcomes)
+    assert kinds == ["built"] + ["refused"] * 9, outcomes
+    assert all("no answer to BUILD" in text for kind, _, text in outcomes if kind == "refused" and "comes" not in text)
+    assert sum("comes back into server" in str(text) for _, _, text in outcomes) == 1
+    [(_, waited, last)] = [outcome for outcome in outcomes if outcome[0] == "built"]
+    assert last == 0 and waited > 2.0  # served after the attacker's own slow builds, not before
+    print(f"FIGURES eight builds on a silent server ({proto}), while they wait: {during}")
+    settled(server.pid, before, f"eight builds on a silent server and a chain through itself ({proto})")
+
+
+# ---- budgets before allocation -------------------------------------------------------------------
+
+@pytest.mark.parametrize("proto", PROTOS)
+def test_a_stage_beyond_the_memory_budget_is_refused_before_it_is_created(children, tmp_path, proto):
+    server, endpoint = children.paths_serve("--trace-dir", str(tmp_path))
+    before = figures(server.pid)
+    attacker = from_host(endpoint, "127.0.0.2")
+    budget = r"beyond the memory budget of client 127\.0\.0\.2: \d+ of its \d+ bytes are in use"
+    huge_trace = stage("trace", file="t.bin", mode="operation", capacity=1 << 22)
+    asked = paths._native.stage_footprint("trace", {"file": "t.bin", "mode": "operation", "capacity": 1 << 22},
+                                          "256s")
+    assert asked > 1_150_000_000  # what one 110-byte BUILD asked for before
+    with pytest.raises(ValueError, match=rf"stage trace\(capacity=4194304, file='[^']*/t.bin', mode='operation'\): "
+                                         rf"asks {asked} bytes, {budget}"):
+        build_path(make_path(stage("remote", host=attacker, proto=proto), huge_trace,
+                             stage("core", name="T", format="256s")), pastset=paths.PastSet())
+    with pytest.raises(ValueError, match=rf"stage cache\(capacity=1048576\): asks \d{{10}} bytes, {budget}"):
+        build_path(make_path(stage("remote", host=attacker, proto=proto), stage("cache", capacity=1 << 20),
+                             stage("core", name="C", format="4096s")), pastset=paths.PastSet())
+    assert not list(tmp_path.iterdir())  # nothing was created, so nothing is written either
+    assert served_exactly(endpoint, proto) < PROMPT_S
+    settled(server.pid, before, f"a 1.2 GB trace and a 4 GiB cache ({proto})", rss_kb=10_000)
+
+
+def test_client_and_server_budgets_hold_each_client_and_all_of_them(children):
+    cache = paths._native.stage_footprint("cache", {"capacity": 1 << 20}, "q")  # 8 MiB and a little
+    server, endpoint = children.paths_serve("--client-memory-budget", str(cache * 5 // 2),
+                                            "--memory-budget", str(cache * 7 // 2))
+    before = figures(server.pid)
+
+    def cache_of(address: str, number: int):
+        return build_path(make_path(stage("remote", host=from_host(endpoint, address)),
+                                    stage("cache", capacity=1 << 20, id=number), stage("core", name="B", format="q")),
+                          pastset=paths.PastSet())
+
+    a = [cache_of("127.0.0.2", 0), cache_of("127.0.0.2", 1)]
+    with pytest.raises(ValueError, match=rf"stage cache\(capacity=1048576, id=2\): asks {cache} bytes, beyond the "
+                                         r"memory budget of client 127\.0\.0\.2: \d+ of its \d+ bytes are in use "
+                                         r"\(paths serve --client-memory-budget\)"):
+        cache_of("127.0.0.2", 2)
+    b = cache_of("127.0.0.3", 3)
+    with pytest.raises(ValueError, match=rf"asks {cache} bytes, beyond this server's memory budget: \d+ of its "
+                                         rf"{cache * 7 // 2} bytes are in use \(paths serve --memory-budget\)"):
+        cache_of("127.0.0.3", 4)
+    held = figures(server.pid)
+    del a  # the client's stages go, and their bytes with them
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            b2 = cache_of("127.0.0.3", 4)
+            break
+        except ValueError:
+            assert time.monotonic() < deadline, "the bytes of released stages did not come back"
+            time.sleep(0.05)
+    assert served_exactly(endpoint, "tcp") < PROMPT_S
+    print(f"FIGURES three caches of 8 MiB held: {held}")
+    del b, b2
+    settled(server.pid, before, "client and server memory budgets", rss_kb=40_000)
+
+
+# ---- a fair share of links -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("proto", PROTOS)
+def test_one_client_holds_at_most_its_share_of_links(children, proto):
+    server, endpoint = children.paths_serve("--max-links-per-client", "40")
+    before = figures(server.pid)
+    attacker = path_to(from_host(endpoint, "127.0.0.2"), proto=proto, element="L")
+    space = paths.PastSet()
+    held = [build_path(attacker, pastset=space) for _ in range(40)]
+    with pytest.raises(ValueError, match=r"client 127\.0\.0\.2 holds 40 links and has 0 more on the way: at most 40 "
+                                         r"per client \(paths serve --max-links-per-client\)"):
+        build_path(attacker, pastset=space)
+    assert served_exactly(endpoint, proto) < PROMPT_S
+    during = figures(server.pid)
+    held[0].move(7)
+    assert held[-1].observe(timeout=5) == (7,)
+    print(f"FIGURES 40 links of one client ({proto}), held: {during}")
+    del held
+    settled(server.pid, before, f"40 links of one client ({proto})")
+
+
+def test_more_zmq_links_than_libzmq_allows_by_default(children):
+    """Each ZeroMQ link takes three of the server's sockets: libzmq's default of 1023 ended at
+    about 342 links. Two clients hold 400 between them, and a third is still served."""
+    server, endpoint = children.paths_serve("--max-links-per-client", "300")
+    before = figures(server.pid)
+    space = paths.PastSet()
+    held = [build_path(path_to(from_host(endpoint, address), proto="zmq", element="Z"), pastset=space)
+            for address, count in (("127.0.0.2", 250), ("127.0.0.3", 150)) for _ in range(count)]
+    assert served_exactly(endpoint, "zmq") < PROMPT_S
+    during = figures(server.pid)
+    held[0].move(1)
+    assert held[-1].observe(timeout=5) == (1,)
+    print(f"FIGURES 400 ZeroMQ links of two clients, held: {during}")
+    assert during["fds"] > 1023
+    del held
+    settled(server.pid, before, "400 ZeroMQ links of two clients", rss_kb=60_000)
+
+
+# ---- only allowed kinds --------------------------------------------------------------------------
+
+WRITER = """
+import paths
+
+@paths.stage_kind("file-writer")
+class FileWriter:
+    \"\"\"Writes `text` to `file` when built: what a client must not make a server do.\"\"\"
+
+    def __init__(self, file, text="pwned"):
+        with open(file, "w") as f:
+            f.write(text)
+"""
+
+
+def test_a_server_builds_a_python_kind_only_when_told_to(children, tmp_path, user_module):
+    module = user_module("writer_kind", WRITER)
+    target = tmp_path / "written"
+    path = [stage("file-writer", file=str(target))]
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:  # a process that registered it
+        __import__(module)
+        with pytest.raises(ValueError, match=r"stage file-writer\(.*\): this server builds the C built-in stage kinds "
+                                             r"and those it was told to allow \(paths serve --allow-kinds\), not "
+                                             "'file-writer'"):
+            build_path(path_to(server.endpoint, *path), pastset=paths.PastSet())
+    assert not target.exists()
+    allowing = ServerPolicy(allow_kinds=frozenset({"file-writer"}))
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=allowing).start() as server:
+        build_path(path_to(server.endpoint, *path), pastset=paths.PastSet())
+    assert target.read_text() == "pwned"
+    target.unlink()
+    # paths serve: the same, with the kind's module named on its command line
+    server, endpoint = children.paths_serve()
+    before = figures(server.pid)
+    with pytest.raises(ValueError, match="unknown stage kind 'file-writer'"):
+        build_path(path_to(from_host(endpoint, "127.0.0.2"), *path), pastset=paths.PastSet())
+    assert not target.exists() and served_exactly(endpoint, "tcp") < PROMPT_S
+    settled(server.pid, before, "a Python kind it was not told to build")
+    allowed, endpoint = children.paths_serve("--allow-kinds", f"{module}:file-writer,cache")
+    build_path(path_to(endpoint, *path), pastset=paths.PastSet())
+    assert target.read_text() == "pwned"
+
+
+@pytest.mark.parametrize("kinds, problem", [
+    ("nosuch", "paths serve: --allow-kinds: 'nosuch': no stage kind 'nosuch' (known: cache, core, "),
+    ("no_such_module:x", "paths serve: --allow-kinds: 'no_such_module:x': cannot import 'no_such_module': "
+                         "ModuleNotFoundError: No module named 'no_such_module'"),
+])
+def test_allow_kinds_naming_no_kind_is_one_line_and_exit_2(kinds, problem):
+    done = serve_and_end("--allow-kinds", kinds)
+    assert done.returncode == 2 and done.stderr.startswith(problem) and done.stderr.count("\n") == 1, done.stderr
+
+
+# ---- clients authenticated -----------------------------------------------------------------------
+
+def keygen(prefix: Path) -> tuple[str, str]:
+    public, secret = paths._native.curve_keypair()
+    prefix.with_suffix(".pub").write_text(public + "\n")
+    prefix.with_suffix(".key").write_text(secret + "\n")
+    return public, secret
+
+
+@pytest.mark.parametrize("proto", PROTOS)
+def test_only_clients_with_a_listed_key_are_served(children, tmp_path, proto, zmq_context):
+    (tmp_path / "clients").mkdir()
+    server_public, _ = keygen(tmp_path / "server")
+    alice = keygen(tmp_path / "clients" / "alice")
+    server, endpoint = children.paths_serve("--curve-secret", str(tmp_path / "server.key"),
+                                            "--curve-clients", str(tmp_path / "clients"))
+    before = figures(server.pid)
+    keyed = dict(curve_server_key=server_public, proto=proto)
+    path = make_path(stage("remote", host=endpoint, timeout_ms=1000, **keyed), stage("core", name="K", format="q"))
+    for stranger in (paths.PastSet(), BuildContext(curve_client=paths._native.curve_keypair())):
+        with pytest.raises(ConnectionError, match="no answer to BUILD: within 1000 ms"):
+            build_path(path, **({"pastset": stranger} if isinstance(stranger, paths.PastSet) else {"context": stranger}))
+    h = build_path(make_path(stage("remote", host=endpoint, timeout_ms=5000, **keyed),
+                             stage("core", name="K", format="q")), context=BuildContext(curve_client=alice))
+    h.move_many([(i,) for i in range(100)], timeout=5)
+    assert [h.observe(timeout=5)[0] for _ in range(100)] == list(range(100))
+    # a ZeroMQ link admits only a listed key too: the link alice was handed, tried with another key
+    main = curve_dealer(zmq_context, endpoint, server_public, alice)
+    main.send(encode(BUILD, path_to_json(make_path(stage("core", name="K", format="q"))).encode(), request_id=1))
+    reply = decode(zmq_answer(main))
+    assert reply["status"] == PS_OK
+    stranger_link = curve_dealer(zmq_context, reply["payload"].decode(), server_public, paths._native.curve_keypair())
+    stranger_link.send(encode(LAST, request_id=2, handle_id=reply["handle_id"]))
+    assert not stranger_link.poll(1000)
+    alices_link = curve_dealer(zmq_context, reply["payload"].decode(), server_public, alice)
+    alices_link.send(encode(LAST, request_id=3, handle_id=reply["handle_id"]))
+    assert decode(zmq_answer(alices_link))["value"] == 100
+    alices_link.send(encode(RELEASE, request_id=4, handle_id=reply["handle_id"]))
+    assert decode(zmq_answer(alices_link))["status"] == PS_OK
+    del h
+    settled(server.pid, before, f"clients without a listed key ({proto})")
+
+
+def curve_dealer(ctx: zmq.Context, endpoint: str, server_public: str, pair: tuple[str, str]) -> zmq.Socket:
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.curve_serverkey = server_public.encode()
+    sock.curve_publickey, sock.curve_secretkey = pair[0].encode(), pair[1].encode()
+    sock.connect(endpoint)
+    return sock
+
+
+def serve_and_end(*args: str):
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "paths", "serve", "--bind", "tcp://127.0.0.1:*", *args],
+                          capture_output=True, text=True, timeout=PATIENCE_S)
+
+
+@pytest.mark.parametrize("make, problem", [
+    (lambda d: None, "paths serve: cannot read folder '{d}': No such file or directory"),
+    (lambda d: d.mkdir(), "paths serve: folder '{d}' holds no NAME.pub file: expected the public keys of the clients "
+                          "to admit, one per file (paths serve --keygen NAME writes one)"),
+    (lambda d: (d.mkdir(), (d / "bob.pub").write_text("short\n")),
+     "paths serve: client public key '{d}/bob.pub': expected a 40-character Z85 key on its first line"),
+], ids=["missing", "empty", "bad key"])
+def test_a_bad_client_key_folder_is_one_line_and_exit_2(tmp_path, make, problem):
+    keygen(tmp_path / "server")
+    folder = tmp_path / "clients"
+    make(folder)
+    done = serve_and_end("--curve-secret", str(tmp_path / "server.key"), "--curve-clients", str(folder))
+    assert done.returncode == 2 and done.stderr.startswith(problem.format(d=folder)), done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_client_keys_without_a_server_key_is_exit_2(tmp_path):
+    (tmp_path / "clients").mkdir()
+    keygen(tmp_path / "clients" / "alice")
+    done = serve_and_end("--curve-clients", str(tmp_path / "clients"))
+    assert (done.returncode, done.stderr) == (2, "paths serve: --curve-clients needs --curve-secret (clients are "
+                                                 "authenticated by CURVE)\n")
+
+
+# ---- trace files that cannot be written ----------------------------------------------------------
+
+def test_a_trace_a_server_could_not_write_fails_its_exit_status(children, full_disk):  # noqa: F811
+    server, endpoint = children.paths_serve("--trace-dir", str(full_disk))
+    h = build_path(make_path(stage("remote", host=endpoint), stage("trace", file="lost.bin"),
+                             stage("core", name="T", format="q")), pastset=paths.PastSet())
+    for i in range(100):
+        h.move(i)
+    del h  # the server's trace stage goes, and its file cannot be written
+    assert served_exactly(endpoint, "tcp") < PROMPT_S
+    server.signal(signal.SIGINT)
+    assert server.wait(PATIENCE_S) == 1
+    message = f"stage 'trace': cannot write trace file '{full_disk}/lost.bin': No space left on device"
+    assert f"paths serve: traces lost:\n  {message}\n" in server.stderr()
+    assert "Traceback" not in server.stderr()

@@ -1,0 +1,48 @@
+// python_wire.cpp — the wire protocol's constants (wire.h, server.h) as Python sees them, so that
+// wire.md and the tests that speak the protocol by hand are checked against the C code.
+#include "python_call.hpp"
+#include "python_module.hpp"
+
+extern "C" {
+#include "server.h"
+#include "wire.h"
+}
+
+namespace paths_native {
+
+namespace {
+
+py::dict wire_protocol() {
+    py::dict control;
+    control["build"] = static_cast<int>(PS_WIRE_BUILD);
+    control["release"] = static_cast<int>(PS_WIRE_RELEASE);
+    control["ping"] = static_cast<int>(PS_WIRE_PING);
+    control["connect"] = static_cast<int>(PS_WIRE_CONNECT);
+    py::dict transports;
+    transports["zmq"] = static_cast<int>(PS_TRANSPORT_ZMQ);
+    transports["tcp"] = static_cast<int>(PS_TRANSPORT_TCP);
+    transports["ipc"] = static_cast<int>(PS_TRANSPORT_IPC);
+    py::dict out;
+    out["version"] = static_cast<int>(PS_WIRE_VERSION);
+    out["header"] = static_cast<int>(PS_WIRE_HEADER);
+    out["max_payload"] = static_cast<int>(PS_WIRE_MAX_PAYLOAD);
+    out["batch_payload"] = static_cast<int>(PS_WIRE_BATCH_PAYLOAD);
+    out["secret"] = static_cast<int>(PS_WIRE_SECRET);
+    out["spec_max"] = static_cast<int>(PS_SPEC_MAX);
+    out["op_first"] = static_cast<int>(PS_WIRE_OP_FIRST);
+    out["op_limit"] = static_cast<int>(PS_WIRE_OP_LIMIT);
+    out["control"] = control;
+    out["transports"] = transports;
+    return out;
+}
+
+}  // namespace
+
+void bind_wire(py::module_ &m) {
+    m.def("wire_protocol", &wire_protocol,
+          "{version, header, max_payload, batch_payload, secret, spec_max, op_first, op_limit, control: {build,\n"
+          "release, ping, connect}, transports: {zmq, tcp, ipc}}: the wire protocol's constants (wire.md). A stage\n"
+          "operation's op code is its kind's (operations()); a well-formed frame's op is op_first <= op < op_limit.");
+}
+
+}  // namespace paths_native
