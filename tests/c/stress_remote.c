@@ -415,6 +415,7 @@ static void run_batched(const char *endpoint, int64_t values) {
     free(room);
     ps_link_detach(&link);
     for (int i = 0; i < 2; i++) ps_stage_release(remotes[i]);
+}
 
 /* ---- auth ----------------------------------------------------------------------------------------- */
 
