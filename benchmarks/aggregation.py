@@ -39,10 +39,10 @@ from dataclasses import dataclass
 
 from paths import build_path, make_path, stage
 from paths._native import bench
-from paths.cluster_map import load_map_text
-from paths.experiment import RunSettings, run_experiment
-from paths.kernel import BUILTIN_LIBRARY, KernelError
-from paths.launcher import LaunchError
+from paths.model.cluster_map import load_map_text
+from paths.experiments.experiment import RunSettings, run_experiment
+from paths.runtime.kernel import BUILTIN_LIBRARY, KernelError
+from paths.experiments.launcher import LaunchError
 
 from .child_process import ChildError, ReadyChild
 from .core_ops import positive_int

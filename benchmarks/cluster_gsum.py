@@ -32,10 +32,10 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-from paths.cluster_map import load_map_text
-from paths.cpu_sets import cpu_shares
-from paths.experiment import RunSettings, run_experiment
-from paths.launcher import LaunchError
+from paths.model.cluster_map import load_map_text
+from paths.model.cpu_sets import cpu_shares
+from paths.experiments.experiment import RunSettings, run_experiment
+from paths.experiments.launcher import LaunchError
 
 from . import anchors
 from .child_process import ChildError

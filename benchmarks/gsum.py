@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 import paths
-from paths.kernel import Kernel, load_kernel
+from paths.runtime.kernel import Kernel, load_kernel
 
 from . import anchors
 from .local_trees import parse_counts, parse_trees, tree_handles

@@ -42,7 +42,7 @@ def left(marker: str) -> list[str]:
     """Live processes (not zombies) whose command line holds marker, or that are this run's nodes."""
     listing = subprocess.run(["ps", "-ewwo", "pid=,stat=,args="], capture_output=True, text=True).stdout
     return [line for line in listing.splitlines()
-            if (marker in line or f"{sys.executable} -m paths.node" in line) and "ps -ewwo" not in line
+            if (marker in line or f"{sys.executable} -m paths.experiments.node" in line) and "ps -ewwo" not in line
             and not line.split()[1].startswith("Z")]
 
 

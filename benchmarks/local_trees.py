@@ -8,9 +8,9 @@ import argparse
 import warnings
 
 import paths
-from paths.cluster_map import builtin_map
-from paths.placement import PlacementWarning
-from paths.reduction_tree import plan_reduction
+from paths.model.cluster_map import builtin_map
+from paths.model.placement import PlacementWarning
+from paths.model.reduction_tree import plan_reduction
 
 
 def tree_handles(n: int, tree: str, pastset: paths.PastSet, element=("GSUM", "q")) -> list:

@@ -17,7 +17,7 @@ import tempfile
 
 import paths
 import paths._native as native
-from paths.trace_file import read_trace
+from paths.runtime.trace_file import read_trace
 
 TARGET_CYCLES = 60       # the paper measured 100-120 cycles per operation
 MAX_EVENTS = 1 << 26     # the trace stage's largest capacity

@@ -25,20 +25,20 @@
     paths.runtime_info()                              # launcher, rank, size, node, map, rendezvous
 """
 
-from . import bench
+from .experiments import bench
 from ._native import AxedError, Element, Handle, PastSet, fence
-from .acquire_hook import AcquireRequest, acquire_hook, release_hook
-from .build import BuildContext, build_path, default_pastset
-from .cluster_map import ClusterMap, MapError, builtin_map, load_map
-from .compile_flags import get_include
-from .path_spec import PathSpec, StageSpec, make_path, stage
-from .placement import PlacementWarning, place
-from .reduction_tree import ReductionPlan, plan_reduction
-from .runtime import acquire, runtime_info
-from .server import PathServer, read_key_pair
-from .server_policy import ServerPolicy
-from .stage_kinds import kinds, stage_kind
-from .tree_view import render_tree, show, to_dot
+from .runtime.acquire_hook import AcquireRequest, acquire_hook, release_hook
+from .runtime.build import BuildContext, build_path, default_pastset
+from .model.cluster_map import ClusterMap, MapError, builtin_map, load_map
+from .runtime.compile_flags import get_include
+from .model.path_spec import PathSpec, StageSpec, make_path, stage
+from .model.placement import PlacementWarning, place
+from .model.reduction_tree import ReductionPlan, plan_reduction
+from .runtime.process_context import acquire, runtime_info
+from .runtime.server import PathServer, read_key_pair
+from .runtime.server_policy import ServerPolicy
+from .model.stage_kinds import kinds, stage_kind
+from .runtime.tree_view import render_tree, show, to_dot
 
 __all__ = [
     "AcquireRequest",

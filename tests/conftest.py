@@ -15,8 +15,8 @@ from slurm_cluster import SlurmCluster
 from system_packages import install_missing
 
 import paths
-from paths import experiment
-from paths.launcher import NodeProcesses
+from paths.experiments import experiment
+from paths.experiments.launcher import NodeProcesses
 
 
 @pytest.fixture

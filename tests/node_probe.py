@@ -2,7 +2,7 @@
 and can tell which node processes were started and whether any is left.
 
 `NodeProbe(directory)` makes a FIFO and a `sitecustomize.py`; its `env` (PATHS_TEST_PROBE and
-PYTHONPATH) goes into the environment of the run. Every `python -m paths.node` started with that
+PYTHONPATH) goes into the environment of the run. Every `python -m paths.experiments.node` started with that
 environment then writes one line to the FIFO when it starts (`start <pid> <node name>`) and one
 when it enters a kernel (`gsum <pid> <node name>`, `mcpi ...`). Other Python processes (the
 `paths run` launcher itself) are left alone.
@@ -26,7 +26,7 @@ import sys
 
 _FIFO = os.environ.get("PATHS_TEST_PROBE")
 _ARGV = getattr(sys, "orig_argv", [])
-if _FIFO and "paths.node" in _ARGV:
+if _FIFO and "paths.experiments.node" in _ARGV:
     _NAME = _ARGV[_ARGV.index("--name") + 1] if "--name" in _ARGV[:-1] else "?"
 
     def _tell(what):
@@ -40,15 +40,15 @@ if _FIFO and "paths.node" in _ARGV:
             os.close(fd)
 
     _tell("start")
-    import paths.kernel
+    import paths.runtime.kernel
 
-    _run_kernel = paths.kernel.run_kernel
+    _run_kernel = paths.runtime.kernel.run_kernel
 
     def _reporting(kernel, *args, **kwargs):
         _tell(kernel.name)
         return _run_kernel(kernel, *args, **kwargs)
 
-    paths.kernel.run_kernel = _reporting
+    paths.runtime.kernel.run_kernel = _reporting
 '''
 
 

@@ -35,7 +35,7 @@ import sys
 
 import paths
 from paths import build_path, make_path, stage
-from paths.server import PathServer, read_key_file
+from paths.runtime.server import PathServer, read_key_file
 
 ROUNDS_TIMEOUT_S = 30.0  # the longest one GSum operation may wait (the other process starts)
 

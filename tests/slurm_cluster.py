@@ -21,7 +21,7 @@ from pathlib import Path
 
 from system_packages import command_path
 
-from paths.parent_death import dies_with_me
+from paths.experiments.parent_death import dies_with_me
 
 IDLE_WITHIN = 30.0  # seconds for the node to show idle
 STOP_WITHIN = 5.0

@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from paths import BuildContext, make_path, stage
-from paths.cluster_map import MapError, builtin_map, load_map_text
-from paths.reduction_tree import plan_reduction
-from paths.runtime import make_runtime
+from paths.model.cluster_map import MapError, builtin_map, load_map_text
+from paths.model.reduction_tree import plan_reduction
+from paths.runtime.process_context import make_runtime
 
 MAP = """\
 name: two-clusters

@@ -6,7 +6,7 @@ import pytest
 
 import paths
 from paths import build_path, make_path, stage
-from paths.server import PathServer
+from paths.runtime.server import PathServer
 
 
 @paths.stage_kind("axe-passing")

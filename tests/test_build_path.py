@@ -11,7 +11,7 @@ import pytest
 
 import paths
 from paths import build_path, make_path, stage
-from paths.build import handle_tree
+from paths.runtime.build import handle_tree
 
 CORE = stage("core", name="G", format="q")
 

@@ -10,7 +10,7 @@ import pytest
 
 import paths
 from paths import build_path, make_path, stage
-from paths.server import PathServer
+from paths.runtime.server import PathServer
 
 
 def cached(space, capacity=8, name="C"):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from paths.cluster_map import MAPS_DIR, Launch, Link, MapError, builtin_map, load_map, load_map_text
+from paths.model.cluster_map import MAPS_DIR, Launch, Link, MapError, builtin_map, load_map, load_map_text
 
 SHIPPED = ["local", "paper-2w", "paper-4w", "paper-8w", "multicluster"]
 
@@ -89,7 +89,7 @@ clusters:
     cpus: 0
 root: hub
 home: b0
-policy: paths.placement:even
+policy: paths.model.placement:even
 tree: {max_fanin: 3}
 links:
   - {between: [a, top], delay_ms: 2.5, jitter_ms: 0.5}
@@ -104,7 +104,7 @@ launch:
     assert cluster_map.clusters[0].head == "a2"
     assert cluster_map.clusters[1].head is None
     assert (cluster_map.root, cluster_map.home) == ("hub", "b0")
-    assert (cluster_map.policy, cluster_map.max_fanin) == ("paths.placement:even", 3)
+    assert (cluster_map.policy, cluster_map.max_fanin) == ("paths.model.placement:even", 3)
     assert cluster_map.links == (Link(("a", "top"), 2.5, 0.5), Link(("top", "b"), 0.0, 0.0))
     assert cluster_map.launch == Launch("ssh", "ssh -o BatchMode=yes {host} {command}")
     assert cluster_map.source == "<string>"
@@ -171,7 +171,7 @@ BROKEN = {
         "cannot import module 'no_such_module_here'",
     ),
     "policy names no function": (
-        BASE + "policy: paths.placement:scatter\n",
+        BASE + "policy: paths.model.placement:scatter\n",
         7,
         "policy",
         "has no function 'scatter'",

@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from paths.cpu_sets import cpu_list, cpu_shares, format_cpu_list
+from paths.model.cpu_sets import cpu_list, cpu_shares, format_cpu_list
 
 
 def test_lists_parse_and_format_both_ways():

@@ -12,7 +12,7 @@ from child_processes import ChildProcesses
 
 import paths
 from paths import build_path, make_path, stage
-from paths.server import PathServer
+from paths.runtime.server import PathServer
 
 PATIENCE_S = 30
 

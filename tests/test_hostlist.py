@@ -2,7 +2,7 @@
 
 import pytest
 
-from paths.hostlist import expand_hostlist
+from paths.model.hostlist import expand_hostlist
 
 
 @pytest.mark.parametrize(

@@ -23,8 +23,8 @@ import pytest
 
 import paths
 from paths import make_path, stage
-from paths.kernel import Kernel, KernelError, load_kernel, run_kernel
-from paths.trace_file import read_trace
+from paths.runtime.kernel import Kernel, KernelError, load_kernel, run_kernel
+from paths.runtime.trace_file import read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -520,7 +520,7 @@ def test_a_program_with_bad_paths_options_says_so_in_one_line(program, args, lin
 
 
 def test_paths_acquire_in_python_uses_the_process_runtime():
-    from paths import runtime
+    from paths.runtime import process_context as runtime
 
     with pytest.raises(ValueError, match="this process takes part in no run"):
         paths.acquire("S", "q")
@@ -529,7 +529,7 @@ def test_paths_acquire_in_python_uses_the_process_runtime():
     try:
         assert kept == [1, 4]  # indices in main's argv: "a" and "b"
         total = paths.acquire("S", "q")  # thread 2 of 3 on n0: its leg of the sum's tree
-        assert [s.kind for s in paths.build.handle_tree(total)[1]] == ["reduce-sum", "core"]
+        assert [s.kind for s in paths.runtime.build.handle_tree(total)[1]] == ["reduce-sum", "core"]
         plain = paths.acquire("P", "q")
         plain.move(7)
         assert plain.observe() == (7,)

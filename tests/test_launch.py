@@ -18,7 +18,7 @@ import pytest
 
 from test_launcher import FAKE_SSH, LOOPBACK_MAP
 
-from paths.batch_script import batch_script
+from paths.cli.sbatch import batch_script
 
 TESTS = Path(__file__).resolve().parent
 REAPED_WITHIN = 2.0  # seconds: the bound for every process of a run to be gone

@@ -20,12 +20,14 @@ import pytest
 from node_probe import NodeProbe
 
 import paths
-from paths import build_path, experiment, launcher, make_path, stage
-from paths.build import BuildContext
-from paths.cluster_map import builtin_map, load_map_text
-from paths.cpu_sets import cpu_shares, format_cpu_list
-from paths.experiment import RunSettings, run_experiment
-from paths.launcher import LaunchError, NodeProcesses, node_commands
+from paths import build_path, make_path, stage
+from paths.experiments import experiment
+from paths.experiments import launcher
+from paths.runtime.build import BuildContext
+from paths.model.cluster_map import builtin_map, load_map_text
+from paths.model.cpu_sets import cpu_shares, format_cpu_list
+from paths.experiments.experiment import RunSettings, run_experiment
+from paths.experiments.launcher import LaunchError, NodeProcesses, node_commands
 
 RUN_TIMEOUT = 60.0  # seconds any one step may wait; a failure must be reported long before
 PROMPT = 5.0        # the longest a failed or interrupted run may take to report and reap
@@ -169,7 +171,7 @@ launch:
 def test_ssh_commands_follow_the_template():
     commands = node_commands(load_map_text(SSH_MAP), ["a0", "a1", "b0"])
     assert [c.node for c in commands] == ["a0", "a1", "b0"]
-    node = [sys.executable, "-m", "paths.node", "--name"]
+    node = [sys.executable, "-m", "paths.experiments.node", "--name"]
     for command, host, bind in zip(commands, ["a0", "a1", "b0"], [
             ["--bind", "tcp://10.0.0.1:7000"],
             ["--bind", "tcp://10.0.0.2:*"],
@@ -312,7 +314,7 @@ def test_slurm_commands_take_the_allocation_hosts_in_map_order():
     environ = {"SLURM_JOB_NODELIST": "c[1-4]"}
     commands = node_commands(cluster_map, ["l0", "l1", "r0", "r1"], environ=environ)
     hosts = {"l0": "c1", "l1": "c2", "r0": "c3", "r1": "c4"}
-    node = [sys.executable, "-m", "paths.node", "--name"]
+    node = [sys.executable, "-m", "paths.experiments.node", "--name"]
     for command in commands:
         host = hosts[command.node]
         assert command.argv[:6] == ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", host]
@@ -353,7 +355,7 @@ def test_a_node_exits_when_its_standard_input_closes(probe, holding):
     """Idle, the node stops as after "quit" (exit 0), even holding a run's handles. Busy in a
     kernel that waits for a thread that never comes (as when its ssh or srun died with the
     launcher), it cannot answer, and the end of its input ends it at once (exit 1)."""
-    node = subprocess.Popen([sys.executable, "-m", "paths.node", "--name", "alone"], stdin=subprocess.PIPE,
+    node = subprocess.Popen([sys.executable, "-m", "paths.experiments.node", "--name", "alone"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     busy = holding == "a running kernel"
     try:

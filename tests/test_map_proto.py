@@ -12,9 +12,9 @@ import pytest
 from test_launcher import FAKE_SSH
 
 from paths import stage
-from paths.cluster_map import Link, MapError, load_map_text
-from paths.experiment import RunSettings, run_experiment
-from paths.reduction_tree import plan_reduction
+from paths.model.cluster_map import Link, MapError, load_map_text
+from paths.experiments.experiment import RunSettings, run_experiment
+from paths.model.reduction_tree import plan_reduction
 
 ELEMENT = ("GSUM", "q")
 RUN_TIMEOUT = 60.0

@@ -18,12 +18,12 @@ import pytest
 
 import paths
 from paths import build_path, make_path, stage
-from paths.cluster_map import builtin_map, load_map_text
-from paths.experiment import RunSettings, plans_for, run_experiment
-from paths.placement import PlacementWarning
-from paths.reduction_tree import plan_reduction
-from paths.run_command import results_table
-from paths.trace_file import read_trace
+from paths.model.cluster_map import builtin_map, load_map_text
+from paths.experiments.experiment import RunSettings, plans_for, run_experiment
+from paths.model.placement import PlacementWarning
+from paths.model.reduction_tree import plan_reduction
+from paths.cli.run import results_table
+from paths.runtime.trace_file import read_trace
 
 RUN_TIMEOUT = 60.0  # seconds any one step of a run may take; the runs below take far less
 

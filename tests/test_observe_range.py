@@ -14,7 +14,7 @@ from wire_frames import (
 
 import paths
 from paths import build_path, make_path, stage
-from paths.server import PathServer
+from paths.runtime.server import PathServer
 
 PATIENCE_S = 30
 ROWS = 3000  # 'qd' tuples: 48,000 bytes, answered in 3 frames of at most 16 KiB

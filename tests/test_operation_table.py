@@ -14,7 +14,8 @@ import wire_frames
 from operation_calls import Forwarding, expected_turn, run_turn, turn
 
 import paths
-from paths import _native, build_path, make_path, stage, trace_file
+from paths import _native, build_path, make_path, stage
+from paths.runtime import trace_file
 
 ROOT = Path(__file__).resolve().parent.parent
 OPERATIONS = _native.operations()

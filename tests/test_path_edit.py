@@ -8,9 +8,9 @@ import pytest
 
 import paths
 from paths import build_path, make_path, stage
-from paths.path_edit import confine_trace_files, insert_before, insert_top
-from paths.server import PathServer
-from paths.trace_file import read_trace
+from paths.model.path_edit import confine_trace_files, insert_before, insert_top
+from paths.runtime.server import PathServer
+from paths.runtime.trace_file import read_trace
 
 CORE = stage("core", name="E", format="q")
 

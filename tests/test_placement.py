@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from paths.cluster_map import builtin_map, load_map_text
-from paths.placement import PlacementWarning, place
+from paths.model.cluster_map import builtin_map, load_map_text
+from paths.model.placement import PlacementWarning, place
 
 FOUR_W = builtin_map("paper-4w")  # n0..n7, 4 CPUs each
 
@@ -170,7 +170,7 @@ def test_user_policy_results_are_checked(policy_module, func, cluster_map, probl
     [
         ("random", "unknown policy 'random': expected 'block', 'cyclic' (or their aliases 'bucket', 'even')"),
         ("no_such_module_xyz:spread", "cannot import module 'no_such_module_xyz'"),
-        ("paths.placement:scatter", "module 'paths.placement' has no function 'scatter'"),
+        ("paths.model.placement:scatter", "module 'paths.model.placement' has no function 'scatter'"),
     ],
 )
 def test_unknown_policies(policy, problem):
@@ -181,6 +181,6 @@ def test_unknown_policies(policy, problem):
 def test_the_package_offers_load_map_and_place():
     import paths
 
-    four_w = paths.load_map(paths.cluster_map.MAPS_DIR / "paper-4w.yaml")
+    four_w = paths.load_map(paths.model.cluster_map.MAPS_DIR / "paper-4w.yaml")
     assert paths.place(four_w, 6, policy="even") == ["n0", "n1", "n2", "n3", "n4", "n5"]
     assert paths.place(four_w, 6) == ["n0"] * 4 + ["n1"] * 2  # the map's policy: bucket

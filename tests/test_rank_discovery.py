@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from paths.rank_discovery import Discovered, discover
-from paths.rendezvous import Rendezvous, RendezvousError
+from paths.runtime.rank_discovery import Discovered, discover
+from paths.runtime.rendezvous import Rendezvous, RendezvousError
 
 APP = str(Path(__file__).resolve().parent / "rank_app.py")
 

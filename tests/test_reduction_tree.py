@@ -4,10 +4,10 @@ from collections import defaultdict
 
 import pytest
 
-from paths.cluster_map import builtin_map, load_map_text
-from paths.path_spec import make_path, stage
-from paths.placement import PlacementWarning
-from paths.reduction_tree import hop, plan_reduction
+from paths.model.cluster_map import builtin_map, load_map_text
+from paths.model.path_spec import make_path, stage
+from paths.model.placement import PlacementWarning
+from paths.model.reduction_tree import hop, plan_reduction
 
 ELEMENT = ("PI-SUM1", "q")
 CORE = stage("core", name="PI-SUM1", format="q")

@@ -21,8 +21,8 @@ from child_processes import ChildProcesses, counters, process_exists
 
 import paths
 from paths import _native, build_path, make_path, stage
-from paths.server import PathServer
-from paths.server_policy import ServerPolicy
+from paths.runtime.server import PathServer
+from paths.runtime.server_policy import ServerPolicy
 
 TIMEOUT_MS = 5000     # remote stages' timeout_ms: generous, nothing here should come near it
 PATIENCE_S = 30       # the longest any wait in this file may take before its test fails

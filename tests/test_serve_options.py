@@ -13,7 +13,7 @@ import sys
 import pytest
 from child_processes import ChildProcesses
 
-from paths.server import _policy
+from paths.runtime.server import _policy
 
 PATIENCE_S = 30
 

@@ -26,10 +26,10 @@ from wire_frames import BUILD, LAST, PS_OK, RELEASE, decode, encode, zmq_answer
 
 import paths
 from paths import build_path, make_path, stage
-from paths.build import BuildContext
-from paths.path_spec import path_to_json
-from paths.server import PathServer
-from paths.server_policy import ServerPolicy
+from paths.runtime.build import BuildContext
+from paths.model.path_spec import path_to_json
+from paths.runtime.server import PathServer
+from paths.runtime.server_policy import ServerPolicy
 
 PROTOS = ["tcp", "zmq"]  # how the links' operations travel: a direct connection, or ZeroMQ
 PROMPT_S = 1.0  # a normal client's BUILD and its operations, served while the attack goes on

@@ -21,9 +21,9 @@ from child_processes import ChildProcesses, process_exists
 from wire_frames import BUILD, decode, encode
 
 import paths
-import paths.server
+import paths.runtime.server
 from paths import build_path, make_path, stage
-from paths.build import handle_tree
+from paths.runtime.build import handle_tree
 
 TIMEOUT_MS = 600            # the remote stages' timeout_ms
 MARGIN_S = 0.6              # scheduling slack on a loaded machine
@@ -149,7 +149,7 @@ def test_a_killed_client_does_not_outlive_itself_on_the_server(children, proto):
     """A client killed mid-run holds a caller slot of the server's reduce-sum; its link ends
     when its connection closes, the server's tree goes with it, and a new run can build the
     same tree again (instead of finding the fan-in used up)."""
-    with paths.server.PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
+    with paths.runtime.server.PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
         doomed = children.peer("figure1", server.endpoint, proto, 10_000_000)
         doomed.expect("BUILT")
         assert server.native.counters()["live"] == 1
@@ -177,11 +177,11 @@ def test_a_stray_connection_before_the_client_is_not_the_client():
     link; only the client's own going away does."""
     ctx = zmq.Context()
     try:
-        with paths.server.PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
+        with paths.runtime.server.PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
             main = ctx.socket(zmq.DEALER)
             main.linger = 0
             main.connect(server.endpoint)
-            spec = paths.path_spec.path_to_json(make_path(stage("core", name="STRAY", format="q"))).encode()
+            spec = paths.model.path_spec.path_to_json(make_path(stage("core", name="STRAY", format="q"))).encode()
             main.send(encode(BUILD, spec, request_id=1))
             assert main.poll(5000)
             link_endpoint = decode(main.recv())["payload"].decode()

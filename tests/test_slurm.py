@@ -89,7 +89,7 @@ def test_nothing_is_left_when_paths_launch_is_killed_inside_an_allocation(slurm,
         assert sorted(allocation.stdout.readline().split(" up ")[0] for _ in range(2)) == ["[0]", "[1]"]
         [launcher] = [int(line.split()[0]) for line in processes_with(str(app)) if "paths launch" in line
                       and "salloc" not in line]
-        node = f"{sys.executable} -m paths.node --name a0"
+        node = f"{sys.executable} -m paths.experiments.node --name a0"
         assert processes_with(node)  # under its srun
         os.kill(launcher, signal.SIGKILL)
         assert gone_within(str(app), REAPED_WITHIN) == []

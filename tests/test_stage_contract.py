@@ -35,9 +35,9 @@ from operation_calls import (ROUNDS, TIMEOUT_S, Forwarding, contribution, expect
 
 import paths
 from paths import build_path, make_path, stage
-from paths.build import BuildContext, handle_tree
-from paths.server import PathServer
-from paths.server_policy import ServerPolicy
+from paths.runtime.build import BuildContext, handle_tree
+from paths.runtime.server import PathServer
+from paths.runtime.server_policy import ServerPolicy
 
 FAN_IN = 2           # a required number's value (a reduce-sum's fan-in), when its range allows
 SHORT_S = 0.05       # a call meant to time out

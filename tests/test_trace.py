@@ -1,4 +1,4 @@
-"""The `trace` stage (wrappers_c/trace.c) and its file tools (paths/trace_file.py)."""
+"""The `trace` stage (wrappers_c/trace.c) and its file tools (paths/runtime/trace_file.py)."""
 
 import gc
 import json
@@ -12,7 +12,7 @@ import pytest
 
 import paths
 import paths._native as native
-from paths.trace_file import TraceFileError, read_trace, to_perfetto, trace_command
+from paths.runtime.trace_file import TraceFileError, read_trace, to_perfetto, trace_command
 
 
 def traced_core(space, path, name="T", format="q", **trace_params):

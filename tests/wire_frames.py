@@ -11,7 +11,7 @@ import time
 import zmq
 
 from paths import make_path, stage
-from paths.path_spec import path_to_json
+from paths.model.path_spec import path_to_json
 
 HEADER = struct.Struct("<BBHIQQqq")  # version, op, status, payload_length, request, handle, argument, value
 VERSION = 1

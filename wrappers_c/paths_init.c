@@ -56,7 +56,7 @@ static int add_package_site(void) {
     return PATHS_OK;
 }
 
-/* paths.runtime.start_program(argv[1:]) returns the indices of the arguments to keep. */
+/* paths.runtime.process_context.start_program(argv[1:]) returns the indices of the arguments to keep. */
 static int start_runtime(int *argc, char ***argv) {
     PyObject *arguments = PyList_New(0);
     for (int i = 1; arguments && i < *argc; i++) {
@@ -64,7 +64,7 @@ static int start_runtime(int *argc, char ***argv) {
         if (!text || PyList_Append(arguments, text) != 0) Py_CLEAR(arguments);
         Py_XDECREF(text);
     }
-    PyObject *runtime = arguments ? PyImport_ImportModule("paths.runtime") : NULL;
+    PyObject *runtime = arguments ? PyImport_ImportModule("paths.runtime.process_context") : NULL;
     PyObject *kept = runtime ? PyObject_CallMethod(runtime, "start_program", "O", arguments) : NULL;
     Py_XDECREF(runtime);
     Py_XDECREF(arguments);
@@ -125,7 +125,7 @@ void paths_finalize(void) {
     if (!initialized) return;
     initialized = 0;
     PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject *runtime = PyImport_ImportModule("paths.runtime");
+    PyObject *runtime = PyImport_ImportModule("paths.runtime.process_context");
     PyObject *done = runtime ? PyObject_CallMethod(runtime, "end_program", NULL) : NULL;
     if (!done) report_python_error("paths_finalize");
     Py_XDECREF(done);

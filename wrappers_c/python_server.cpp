@@ -1,4 +1,4 @@
-// python_server.cpp — the C side of a PastSet server as Python drives it (paths/server.py): BUILD
+// python_server.cpp — the C side of a PastSet server as Python drives it (paths/runtime/server.py): BUILD
 // requests come to Python, which builds each path and hands the C server the link to serve.
 #include <zmq.h>
 

@@ -1,7 +1,7 @@
 /* server.h — the PastSet server: serves remote callers' operations on server-side links.
  *
  * The main socket (a ROUTER at the server's endpoint) only takes BUILD requests, which the
- * owner (Python, in paths/server.py) answers by building the path remainder into the server's
+ * owner (Python, in paths/runtime/server.py) answers by building the path remainder into the server's
  * stage table and handing over the new link. Each link then gets its own thread and its own
  * way in, the one the client asked for: a ZeroMQ socket on an endpoint of its own, or a direct
  * TCP or Unix-socket listener that admits one connection, the one that presents the link's

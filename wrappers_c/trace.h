@@ -12,7 +12,7 @@
  * Times are raw ticks of the CPU's timestamp counter (or CLOCK_MONOTONIC_RAW nanoseconds where
  * there is none). Nanoseconds since the stage was created are (ticks - origin_ticks) /
  * ticks_per_ns; origin_unix_ns (CLOCK_REALTIME at creation) lines up traces of several processes.
- * paths/trace_file.py reads this format; it takes the operations' names from the same table.
+ * paths/runtime/trace_file.py reads this format; it takes the operations' names from the same table.
  */
 #ifndef WRAPPERS_TRACE_H
 #define WRAPPERS_TRACE_H

@@ -6,7 +6,7 @@ element NAME of the kernel is `NAME.<tag>` in the run with that tag). A program 
 rank: one thread of the run, in a process of its own) gets one from paths_init
 (`start_program`), or in Python from its first `paths.acquire` or `paths.runtime_info()`,
 filled from its --paths-* options and its environment: `paths launch`'s, srun's or mpirun's
-(paths/rank_discovery.py), with the node servers found as paths/rank_wiring.py says.
+(paths/runtime/rank_discovery.py), with the node servers found as paths/runtime/rank_wiring.py says.
 `paths.acquire(element, format)` asks the runtime of the calling kernel thread, or the program's.
 """
 
@@ -20,18 +20,18 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
-from . import _native
+from .. import _native
 from .acquire_hook import AcquireRequest, default_acquire, default_release, named_hook, reachable_nodes
 from .build import BuildContext, default_context
-from .cluster_map import ClusterMap, open_map
+from ..model.cluster_map import ClusterMap, open_map
 from .kernel import current_context, parse_kernel_args, raised_where
-from .path_edit import with_traces
-from .path_spec import PathSpec, make_path, stage
-from .placement import PlacementWarning, place
+from ..model.path_edit import with_traces
+from ..model.path_spec import PathSpec, make_path, stage
+from ..model.placement import PlacementWarning, place
 from .rank_discovery import ACQUIRE, MAP, POLICY, RELEASE, SUMS, Discovered, discover
 from .rank_wiring import wire
-from .reduction_tree import plan_reduction
-from .stage_kinds import kinds
+from ..model.reduction_tree import plan_reduction
+from ..model.stage_kinds import kinds
 
 BARRIER_ELEMENT = "paths.barrier"  # the sum paths_barrier goes through across processes
 
@@ -58,7 +58,7 @@ class Runtime:
     hook_names: tuple[Optional[str], Optional[str]] = (None, None)  # as named, for messages
     tag: Optional[str] = None  # element NAME is NAME.tag (None: NAME)
     tracing: Optional[Tracing] = None
-    via: Optional[str] = None  # a rank's node whose server holds the node's stages (paths/rank_wiring.py)
+    via: Optional[str] = None  # a rank's node whose server holds the node's stages (paths/runtime/rank_wiring.py)
     context: BuildContext = field(default_factory=default_context)  # where its paths are built
     _requests: dict = field(default_factory=dict, repr=False)  # handle -> its AcquireRequest
     _formats: dict = field(default_factory=dict, repr=False)  # element -> (format, first thread)

@@ -3,7 +3,7 @@ line by line, their exits reported, and stopped when the node stops.
 
 Each rank is the user's command with the environment its rank needs (PATHS_RANK, ...), standard
 input from /dev/null, and standard output and error on pipes. A rank dies with its node (the
-parent-death signal, paths/parent_death.py), so nothing a node started outlives it.
+parent-death signal, paths/experiments/parent_death.py), so nothing a node started outlives it.
 """
 
 from __future__ import annotations

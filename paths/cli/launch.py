@@ -38,13 +38,13 @@ import os
 import sys
 import warnings
 
-from .cluster_map import MapError, map_reference, open_map
-from .launcher import LaunchError, NodeProcesses
-from .node_servers import NodeServers
-from .placement import PlacementWarning
-from .rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
-from .runtime import make_runtime
-from .run_command import positive
+from ..model.cluster_map import MapError, map_reference, open_map
+from ..experiments.launcher import LaunchError, NodeProcesses
+from ..runtime.node_servers import NodeServers
+from ..model.placement import PlacementWarning
+from ..runtime.rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
+from ..runtime.process_context import make_runtime
+from .run import positive
 
 
 class RankFailed(Exception):

@@ -7,9 +7,9 @@ From then on the C side serves that caller's operations on a connection and a th
 (a direct TCP or Unix socket, or ZeroMQ: the caller's `proto`); Python only builds, and reaps
 what clients release.
 
-The server does only what a client may ask (paths/server_policy.py): it builds the kinds it
+The server does only what a client may ask (paths/runtime/server_policy.py): it builds the kinds it
 allows, connects only to endpoints it trusts, charges each stage it creates to its client's
-memory budget, and holds each client to its share of builds and links (paths/client_ledger.py).
+memory budget, and holds each client to its share of builds and links (paths/runtime/client_ledger.py).
 Each build runs on a thread of its own: one that waits (for a server further down its path)
 holds only its own client, whose further builds wait their turn. A path that comes back into a
 server it went through already is refused (a BUILD names the servers it crossed).
@@ -34,13 +34,13 @@ import sys
 import threading
 import weakref
 
-from . import _native
+from .. import _native
 from .build import BuildContext, context_of, default_context
 from .client_ledger import ClientBuild, ClientLedger, Refused
-from .path_edit import client_path
-from .path_spec import build_request_from_json
+from ..model.path_edit import client_path
+from ..model.path_spec import build_request_from_json
 from .server_policy import ServerPolicy, parse_size
-from .stage_kinds import kinds
+from ..model.stage_kinds import kinds
 
 POLL_SECONDS = 0.1
 EXIT_JOIN_SECONDS = 2.0  # at exit, how long a build that gave up may take to end

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
-from . import _native
+from .. import _native
 
 MAGIC = b"PATHSTR1"
 VERSION = 1

@@ -27,12 +27,12 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
-from .cluster_map import ClusterMap, MapError, open_map
-from .experiment import Measurement, RunSettings, checked_kernel, plans_for, run_experiment, trace_prefix
-from .kernel import load_kernel, parse_kernel_args
-from .launcher import LaunchError
-from .placement import PlacementWarning
-from .reduction_tree import plan_reduction
+from ..model.cluster_map import ClusterMap, MapError, open_map
+from ..experiments.experiment import Measurement, RunSettings, checked_kernel, plans_for, run_experiment, trace_prefix
+from ..runtime.kernel import load_kernel, parse_kernel_args
+from ..experiments.launcher import LaunchError
+from ..model.placement import PlacementWarning
+from ..model.reduction_tree import plan_reduction
 
 
 def parse_thread_counts(text: str) -> list[int]:
@@ -176,7 +176,7 @@ def run_command(argv: list[str]) -> int:
 
 def _merge_traces(directory: str, prefix: str) -> int:
     """All the run's trace files, as one Perfetto file beside them."""
-    from .trace_file import TraceFileError, read_trace, to_perfetto
+    from ..runtime.trace_file import TraceFileError, read_trace, to_perfetto
 
     files = sorted(glob.glob(os.path.join(directory, f"{glob.escape(prefix)}-*.bin")))
     try:

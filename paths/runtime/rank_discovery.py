@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-# What `paths launch` gives each rank (paths/launch_command.py), read by paths/runtime.py.
+# What `paths launch` gives each rank (paths/cli/launch.py), read by paths/runtime/process_context.py.
 RANK, SIZE, NODE, SERVERS = "PATHS_RANK", "PATHS_SIZE", "PATHS_NODE", "PATHS_SERVERS"
 # What a program's run is, in its environment (--paths-X options win): the map, its policy,
 # the elements that are sums (comma-separated), the hooks.

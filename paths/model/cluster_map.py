@@ -27,7 +27,7 @@ from .hostlist import MAX_HOSTS, expand_hostlist
 from .named_function import import_function
 from .placement import resolve_policy
 
-MAPS_DIR = Path(__file__).resolve().parent.parent / "maps"
+MAPS_DIR = Path(__file__).resolve().parents[2] / "maps"
 DEFAULT_POLICY = "bucket"
 DEFAULT_MAX_FANIN = 4
 DEFAULT_SSH = "ssh {host} {command}"

@@ -4,7 +4,7 @@
 Both run the kernels of `paths run` (benchmarks/gsum.c and mcpi.c, on paths.h alone), one C
 thread per handle with the GIL released: thread t's paths_acquire gets handles[t]. Python only
 hands over the handles and reads the results. `kernel=` runs another build of the same kernel
-(paths.kernel.load_kernel("FILE.so:gsum")).
+(paths.runtime.kernel.load_kernel("FILE.so:gsum")).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from . import _native
-from .build import build_path
-from .kernel import Kernel, load_kernel, run_kernel
-from .path_spec import make_path, stage
+from .. import _native
+from ..runtime.build import build_path
+from ..runtime.kernel import Kernel, load_kernel, run_kernel
+from ..model.path_spec import make_path, stage
 
 LATENCIES = "gsum.latencies"  # where the GSum kernel's thread 0 leaves each round's latency
 

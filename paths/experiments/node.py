@@ -20,7 +20,7 @@ standard input and output, one JSON object per line. The node first prints `READ
      "ranks": {rank: {VAR: value}}}                      (each with its environment) and wait
                                                          for them; meanwhile event lines
                                                          {"event": "output"|"exit", ...}
-                                                         (paths/rank_processes.py)
+                                                         (paths/experiments/rank_processes.py)
     {"op": "quit"}                                       stop; so does the end of standard input
 
 Answers are {"ok": true, ...} or {"ok": false, "error": "..."}. The node's server and its runs
@@ -30,7 +30,7 @@ handles stay until "release", so that "counters" still finds their stages.
 A thread reads standard input. Its end while the node is idle stops the node once idle, as
 "quit" does; its end while a request runs (a kernel, ranks) means the launcher is gone: the node
 stops its ranks and exits at once. A local node also gets the parent-death signal from its
-launcher (paths/parent_death.py), and ranks get it from their node.
+launcher (paths/experiments/parent_death.py), and ranks get it from their node.
 """
 
 from __future__ import annotations
@@ -44,16 +44,17 @@ import sys
 import threading
 import warnings
 
-from . import _native, kernel
-from .build import BuildContext
-from .cluster_map import load_map_text
-from .cpu_sets import cpu_list, format_cpu_list
-from .node_servers import NodeServers
-from .placement import PlacementWarning
+from .. import _native
+from ..runtime import kernel
+from ..runtime.build import BuildContext
+from ..model.cluster_map import load_map_text
+from ..model.cpu_sets import cpu_list, format_cpu_list
+from ..runtime.node_servers import NodeServers
+from ..model.placement import PlacementWarning
 from .rank_processes import RankProcesses
-from .runtime import Tracing, make_runtime
-from .server import PathServer
-from .server_policy import ServerPolicy
+from ..runtime.process_context import Tracing, make_runtime
+from ..runtime.server import PathServer
+from ..runtime.server_policy import ServerPolicy
 
 
 class Node:
@@ -151,7 +152,7 @@ class Node:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m paths.node", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m paths.experiments.node", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--name", required=True, help="this node's name in the map")
     parser.add_argument("--bind", default="tcp://127.0.0.1:*", help="the server's endpoint")

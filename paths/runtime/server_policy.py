@@ -14,9 +14,9 @@ import re
 import resource
 from dataclasses import dataclass
 
-from . import _native
-from .path_spec import StageSpec
-from .stage_kinds import kinds
+from .. import _native
+from ..model.path_spec import StageSpec
+from ..model.stage_kinds import kinds
 
 GIB = 1 << 30
 # A link holds at most this many file descriptors (its socket's mailbox, its monitor's two, its

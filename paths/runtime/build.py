@@ -20,9 +20,9 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
-from . import _native
-from .path_spec import PathSpec, StageSpec, make_path, path_to_json
-from .stage_kinds import check_spec, kinds, native_params
+from .. import _native
+from ..model.path_spec import PathSpec, StageSpec, make_path, path_to_json
+from ..model.stage_kinds import check_spec, kinds, native_params
 
 if TYPE_CHECKING:
     from .client_ledger import ClientBuild
@@ -54,7 +54,7 @@ class BuildContext:
     (where the paths of many callers merge), and `resolve(params)`, which completes the
     parameters of a stage whose rest is built elsewhere (a node's name becomes the endpoint of
     its server, a run's CURVE key is added); by default they stay as given. A process of a run
-    sets `resolve` once it knows the run's servers (paths/node_servers.py), and with it
+    sets `resolve` once it knows the run's servers (paths/runtime/node_servers.py), and with it
     `trusted_endpoints`, theirs, which builds for a server's clients may reach besides what the
     server allows. `curve_client` is the (public, secret) CURVE key pair its remote stages
     present to servers that authenticate their clients (None: a fresh pair per connection);

@@ -4,7 +4,7 @@ Under `paths launch` the node processes host the servers, and the launcher gives
 their endpoints (PATHS_SERVERS). Under srun or mpirun the ranks host them: the first rank the
 map places on a node hosts that node's server in a thread, rank 0 also hosts every other node
 the run needs (one that runs no rank but holds a sum or an element's home), and the rendezvous
-with rank 0 (paths/rendezvous.py) tells every rank where all of them are. On one host the
+with rank 0 (paths/runtime/rendezvous.py) tells every rank where all of them are. On one host the
 servers listen on loopback; across hosts on every interface, each proved by a CURVE key of its
 own, and admitting only the run's ranks: each rank presents a CURVE client key of its own,
 whose public half the rendezvous hands every rank.
@@ -22,7 +22,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from . import _native
+from .. import _native
 from .build import BuildContext
 from .node_servers import NodeServers
 from .rank_discovery import NODE, SERVERS, Discovered

@@ -16,12 +16,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from .acquire_hook import named_hook, reachable_nodes
-from .cluster_map import ClusterMap
-from .kernel import Kernel, load_kernel
+from ..runtime.acquire_hook import named_hook, reachable_nodes
+from ..model.cluster_map import ClusterMap
+from ..runtime.kernel import Kernel, load_kernel
 from .launcher import LaunchError, NodeProcesses
-from .reduction_tree import ReductionPlan, plan_reduction
-from .runtime import BARRIER_ELEMENT, Tracing
+from ..model.reduction_tree import ReductionPlan, plan_reduction
+from ..runtime.process_context import BARRIER_ELEMENT, Tracing
 
 
 @dataclass

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
-from . import _native
-from .named_function import import_function
+from .. import _native
+from ..model.named_function import import_function
 
 BUILTIN_LIBRARY = Path(_native.__file__).resolve().parent / "libpaths_kernels.so"
 

@@ -34,10 +34,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
-from .cluster_map import ClusterMap
-from .named_function import HOOK_MARK, import_function
-from .path_spec import PathSpec, make_path, stage
-from .reduction_tree import ReductionPlan, hop, plan_reduction
+from ..model.cluster_map import ClusterMap
+from ..model.named_function import HOOK_MARK, import_function
+from ..model.path_spec import PathSpec, make_path, stage
+from ..model.reduction_tree import ReductionPlan, hop, plan_reduction
 
 
 @dataclass(frozen=True)

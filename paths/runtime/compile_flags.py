@@ -20,7 +20,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from . import _native
+from .. import _native
 
 PACKAGE = Path(_native.__file__).resolve().parent
 

@@ -1,4 +1,4 @@
-"""Who holds what at a server, client by client (paths/server_policy.py says who a client is):
+"""Who holds what at a server, client by client (paths/runtime/server_policy.py says who a client is):
 the builds it has running and waiting, the links it holds and the bytes of the stages its builds
 created, each held to the server's limits; and the guard one client's build carries through
 BuildContext.build, which refuses what the server does not grant before anything is created.
@@ -15,10 +15,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import _native
-from .path_spec import StageSpec
+from .. import _native
+from ..model.path_spec import StageSpec
 from .server_policy import ServerPolicy
-from .stage_kinds import KindInfo
+from ..model.stage_kinds import KindInfo
 
 
 class Refused(ValueError):

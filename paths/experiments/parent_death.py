@@ -7,7 +7,7 @@ lives as long as they should (the main thread). A parent that died before the ch
 signal is caught by comparing the child's parent with the starter's pid.
 
 The ssh and srun clients a launcher starts get it too, and what they run on the far side sees
-its standard input close when they die (nodes stop by themselves then: paths/node.py).
+its standard input close when they die (nodes stop by themselves then: paths/experiments/node.py).
 """
 
 from __future__ import annotations

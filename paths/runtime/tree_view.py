@@ -9,7 +9,7 @@ with where they live (the remote stage's host).
 from __future__ import annotations
 
 from .build import BuildContext, StageKey, handle_tree
-from .stage_kinds import kinds
+from ..model.stage_kinds import kinds
 
 
 def _children(table: BuildContext) -> tuple[dict, dict]:

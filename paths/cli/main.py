@@ -26,7 +26,7 @@ from typing import Callable
 def _kinds(argv: list[str]) -> int:
     import argparse
 
-    from .stage_kinds import kinds
+    from ..model.stage_kinds import kinds
 
     parser = argparse.ArgumentParser(prog="paths kinds", description="List the stage kinds a path may use, with their "
                                      "roles and parameters.")
@@ -45,43 +45,43 @@ def _kinds(argv: list[str]) -> int:
 
 
 def _trace(argv: list[str]) -> int:
-    from .trace_file import trace_command
+    from ..runtime.trace_file import trace_command
 
     return trace_command(argv)
 
 
 def _serve(argv: list[str]) -> int:
-    from .server import serve_command
+    from ..runtime.server import serve_command
 
     return serve_command(argv)
 
 
 def _show(argv: list[str]) -> int:
-    from .run_command import show_command
+    from .run import show_command
 
     return show_command(argv)
 
 
 def _run(argv: list[str]) -> int:
-    from .run_command import run_command
+    from .run import run_command
 
     return run_command(argv)
 
 
 def _launch(argv: list[str]) -> int:
-    from .launch_command import launch_command
+    from .launch import launch_command
 
     return launch_command(argv)
 
 
 def _sbatch(argv: list[str]) -> int:
-    from .batch_script import sbatch_command
+    from .sbatch import sbatch_command
 
     return sbatch_command(argv)
 
 
 def _config(argv: list[str]) -> int:
-    from .compile_flags import config_command
+    from ..runtime.compile_flags import config_command
 
     return config_command(argv)
 

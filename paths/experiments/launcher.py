@@ -14,7 +14,7 @@ their node's client key).
 Every process started is reaped: on success, on error and on Ctrl-C. A killed launcher (even by
 SIGKILL) leaves no node behind either: each node (or its ssh or srun) gets the parent-death
 signal, and a node ends by itself when its standard input closes, at once when it is busy
-(paths/node.py). Start nodes from the main thread: the parent-death signal follows the thread
+(paths/experiments/node.py). Start nodes from the main thread: the parent-death signal follows the thread
 that started them.
 """
 
@@ -32,10 +32,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from . import _native
-from .cluster_map import ClusterMap
-from .cpu_sets import cpu_shares, format_cpu_list
-from .hostlist import expand_hostlist
+from .. import _native
+from ..model.cluster_map import ClusterMap
+from ..model.cpu_sets import cpu_shares, format_cpu_list
+from ..model.hostlist import expand_hostlist
 from .parent_death import dies_with_me
 
 START_SECONDS = 60.0
@@ -56,11 +56,11 @@ def node_commands(cluster_map: ClusterMap, nodes: list[str], mode: str | None = 
                   environ: dict | None = None, node_options: tuple[str, ...] = (),
                   share_cpus: bool = False) -> list[NodeCommand]:
     """The command that starts each node, for the given (or the map's) launch mode;
-    node_options are added to every node's own options (python -m paths.node --help).
+    node_options are added to every node's own options (python -m paths.experiments.node --help).
     With share_cpus, emulated (local) nodes each run on their own share of this machine's CPUs."""
     mode = mode or cluster_map.launch.mode
     environ = os.environ if environ is None else environ
-    python = [sys.executable, "-m", "paths.node", *node_options]
+    python = [sys.executable, "-m", "paths.experiments.node", *node_options]
     if mode == "local":
         shares = cpu_shares(len(nodes), sorted(os.sched_getaffinity(0))) if share_cpus else None
         return [NodeCommand(n, python + ["--name", n, "--bind", "tcp://127.0.0.1:*"]

@@ -12,7 +12,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import _native
+from .. import _native
 from .path_spec import StageSpec
 
 # Parameters every kind accepts that the builder uses itself rather than passing on.

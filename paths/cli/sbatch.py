@@ -10,7 +10,7 @@ cyclic for cyclic). Slurm then gives rank r a host of the allocation in the same
 map gives it a node, the allocation's hosts taking the map's used nodes in map order (as
 `paths launch --launch slurm` does). The script exports PATHS_MAP and PATHS_POLICY and runs the
 program with srun: each rank finds its rank, its node and the other ranks by itself
-(paths/rank_discovery.py, paths/rendezvous.py), with the rendezvous file in the folder sbatch was
+(paths/runtime/rank_discovery.py, paths/runtime/rendezvous.py), with the rendezvous file in the folder sbatch was
 called from.
 
 A policy of one's own (pkg.mod:func) has no Slurm distribution: such a map runs with
@@ -25,11 +25,11 @@ import sys
 import warnings
 from collections import Counter
 
-from .cluster_map import MapError, map_reference, open_map
-from .launch_command import options_and_command
-from .placement import PlacementWarning, bucket, even, place, resolve_policy
-from .rank_discovery import MAP, POLICY
-from .run_command import positive
+from ..model.cluster_map import MapError, map_reference, open_map
+from .launch import options_and_command
+from ..model.placement import PlacementWarning, bucket, even, place, resolve_policy
+from ..runtime.rank_discovery import MAP, POLICY
+from .run import positive
 
 DISTRIBUTIONS = {bucket: "block", even: "cyclic"}  # policy -> Slurm's name for the same order
 

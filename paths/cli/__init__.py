@@ -1,0 +1,2 @@
+"""The `paths` command line: one module per subcommand family.
+"""

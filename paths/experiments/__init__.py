@@ -1,0 +1,3 @@
+"""Experiments: starting the processes of a run (launcher, nodes, ranks), running kernels
+on a map, and measuring them.
+"""
