@@ -69,7 +69,7 @@ def test_server_writes_client_traces_in_its_trace_dir(tmp_path):
 
 @pytest.mark.parametrize("spec, words", [
     (stage("remote", host="tcp://127.0.0.1:1", timeout_ms=3_600_000), "timeout_ms may be at most 60000"),
-    (stage("trace", file="t.bin", capacity=1 << 26), "capacity may be at most"),
+    (stage("trace", file="t.bin", capacity=1 << 26), r"bytes, beyond the memory budget of client"),
 ])
 def test_a_server_grants_client_paths_only_so_much(tmp_path, spec, words):
     with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), trace_dir=str(tmp_path)).start() as s:

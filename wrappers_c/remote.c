@@ -558,7 +558,7 @@ static const ps_param_spec REMOTE_PARAMS[] = {
      "when curve_server_key is set), inproc (ZeroMQ to a server in this process). Not given: tcp, or zmq "
      "when curve_server_key is set", PS_PARAM_GIVEN},
     {"timeout_ms", PS_PARAM_INT, 0, "10000", 1, 3600000, NULL, "a server silent this long is taken as gone",
-     PS_PARAM_GIVEN},
+     PS_PARAM_WAIT_MS},
     {"window", PS_PARAM_INT, 0, "1", 1, 1024, NULL, "moves sent before their answers are read (pipelining)",
      PS_PARAM_GIVEN},
     {"batch", PS_PARAM_INT, 0, "1", 1, 1024, NULL,

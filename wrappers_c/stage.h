@@ -62,6 +62,8 @@ typedef enum ps_param_role {
     PS_PARAM_BUILT,            /* filled in by the builder: "format" (the element's format), "path"
                                   (the rest of the path, as JSON); a path's author does not give it */
     PS_PARAM_WRITTEN_FILE,     /* a file the stage writes: a server keeps it in a folder of its own */
+    PS_PARAM_WAIT_MS,          /* a wait, in ms, given by the path's author: a server caps it in the
+                                  paths its clients send (a client may not make it wait for long) */
 } ps_param_role;
 
 typedef struct ps_param_spec {

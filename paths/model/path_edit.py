@@ -78,19 +78,20 @@ def confine_trace_files(path: PathSpec, directory: str | None) -> PathSpec:
     return PathSpec(tuple(stages))
 
 
-# What a path from a remote client may ask of this process at most.
-CLIENT_LIMITS = {("remote", "timeout_ms"): 60_000, ("trace", "capacity"): 1 << 22}
+# The longest wait (a parameter whose role is "wait ms") a path from a remote client may ask of
+# this process: the remote stage's timeout_ms, for one, holds a build of this server that long.
+CLIENT_WAIT_MS = 60_000
 
 
 def client_path(path: PathSpec, trace_dir: str | None) -> PathSpec:
-    """A path a server received, made safe to build: trace files kept in trace_dir, and no
-    stage asking for more than CLIENT_LIMITS (a longer wait for a server further down, a larger
-    trace buffer) than the server grants."""
+    """A path a server received, made safe to build: trace files kept in trace_dir, and no wait
+    longer than CLIENT_WAIT_MS. (What a stage holds in memory is the server's budget's to refuse.)"""
     stages = []
     for spec in confine_trace_files(path, trace_dir).stages:
-        for (kind, param), most in CLIENT_LIMITS.items():
-            value = spec.param(param)
-            if spec.kind == kind and isinstance(value, int) and value > most:
-                raise ValueError(f"stage {spec}: {param} may be at most {most} in a path sent to a server")
+        info = kinds().get(spec.kind)
+        for name, param in (info.params.items() if info else ()):
+            value = spec.param(name)
+            if param.role == "wait ms" and isinstance(value, int) and value > CLIENT_WAIT_MS:
+                raise ValueError(f"stage {spec}: {name} may be at most {CLIENT_WAIT_MS} in a path sent to a server")
         stages.append(spec)
     return PathSpec(tuple(stages))

@@ -31,7 +31,8 @@ class ParamInfo:
     max: int | None = None
     choices: tuple[str, ...] | None = None
     doc: str = ""
-    role: str = "given"  # "given"; "built": filled in by the builder; "written file": a file the stage writes
+    role: str = "given"  # "given"; "built": filled in by the builder; "written file": a file the stage
+    # writes; "wait ms": a wait in ms a server caps in its clients' paths
 
 
 @dataclass(frozen=True)
