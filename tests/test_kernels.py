@@ -174,8 +174,10 @@ def test_a_c_kernel_sums_and_passes_barriers_across_nodes_and_reports_columns(bu
     assert lines[0] == "./libkernels.so:count on map paper-4w (policy bucket, max fan-in 4), rounds=4 x 2 runs"
     assert lines[1].split() == ["threads", "nodes"] + [f"{c}:{s}" for c in ("total", "barriers", "thread")
                                                        for s in ("min", "avg", "max")]
-    assert [line.split() for line in lines[2:4]] == [["1", "1", "1", "1", "1", "4", "4", "4", "0", "0", "0"],
-                                                     ["6", "2", "21", "21", "21", "4", "4", "4", "2.5", "2.5", "2.5"]]
+    # a column's cells share their decimals: whole numbers have none
+    assert [line.split() for line in lines[2:4]] == [
+        ["1", "1", "1", "1", "1", "4", "4", "4", "0.00000", "0.00000", "0.00000"],
+        ["6", "2", "21", "21", "21", "4", "4", "4", "2.50000", "2.50000", "2.50000"]]
     assert [(r["threads"], r["nodes"], r["total"], r["barriers"], r["thread"]) for r in csv_rows(out)] == [
         ("1", "1", "1", "4", "0"), ("1", "1", "1", "4", "0"),
         ("6", "2", "21", "4", "2.5"), ("6", "2", "21", "4", "2.5")]

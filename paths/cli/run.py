@@ -223,8 +223,12 @@ def _stats(measurements: list[Measurement], column: str) -> tuple[float, float, 
     return min(values), statistics.fmean(values), max(values)
 
 
-def _number(value: float) -> str:
-    return f"{value:.6g}"
+def _numbers(values: list[float]) -> list[str]:
+    """One column's cells with the same decimals: none for whole numbers, else six significant
+    digits for its largest value."""
+    finite = [abs(v) for v in values if math.isfinite(v)]
+    decimals = 0 if all(v.is_integer() for v in finite) else max(0, 6 - len(str(int(max(finite)))))
+    return [f"{v:.{decimals}f}" for v in values]
 
 
 def results_table(cluster_map: ClusterMap, settings: RunSettings, measurements: list[Measurement]) -> str:
@@ -248,8 +252,10 @@ def results_table(cluster_map: ClusterMap, settings: RunSettings, measurements: 
     widths = [max(10, len(label)) for label in labels]
     lines = [title if columns else f"{title} (the kernel reported no columns)",
              f"{'threads':>8} {'nodes':>6} " + " ".join(f"{label:>{w}}" for label, w in zip(labels, widths))]
-    for n, nodes, ms in _summary(measurements):
-        cells = [_number(v) for column in columns for v in _stats(ms, column)]
+    rows = _summary(measurements)
+    by_column = {column: _numbers([v for _, _, ms in rows for v in _stats(ms, column)]) for column in columns}
+    for r, (n, nodes, ms) in enumerate(rows):
+        cells = [by_column[column][3 * r + i] for column in columns for i in range(3)]
         lines.append(f"{n:>8} {nodes:>6} " + " ".join(f"{cell:>{w}}" for cell, w in zip(cells, widths)))
     return "\n".join(lines)
 
