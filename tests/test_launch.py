@@ -209,7 +209,7 @@ def test_bad_usage_is_one_line_and_exit_2(args, problem):
 def test_a_command_that_does_not_exist_fails_the_run(probe):
     done = launch("--map", "paper-4w", "--threads", "2", "--", "/no/such/program")
     assert done.returncode == 1
-    assert "paths launch: node n0: ValueError: cannot start '/no/such/program': No such file or directory" \
+    assert "paths launch: node n0: cannot start '/no/such/program': No such file or directory" \
         in done.stderr
     assert probe.alive() == []
 

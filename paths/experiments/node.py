@@ -147,7 +147,9 @@ class Node:
             return {"ok": False, "error": f"node {self.name}: unknown request {request.get('op')!r}"}
         try:
             return {"ok": True, **operation(request)}
-        except (ValueError, TypeError, KeyError, ConnectionError, TimeoutError, RuntimeError, MemoryError) as e:
+        except ValueError as e:  # the request's own mistake (a bad kernel, a program that is not there): it says what
+            return {"ok": False, "error": f"node {self.name}: {e}"}
+        except (TypeError, KeyError, ConnectionError, TimeoutError, RuntimeError, MemoryError) as e:
             return {"ok": False, "error": f"node {self.name}: {type(e).__name__}: {e}"}
 
 
