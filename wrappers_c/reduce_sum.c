@@ -63,6 +63,8 @@ typedef struct reduce_sum_stage {
                                       or, on a chain of sums, the lowest one (see Forwarding) */
     uint32_t fan_in;
     size_t stride;
+    _Atomic int stalled;           /* 1 from a downward call that timed out until a driver takes
+                                      the rounds on: read by every waiting observer, written rarely */
     round_slot slots[ROUND_SLOTS];
     _Alignas(CACHE_LINE) _Atomic int driving; /* 1 while a thread uses the link below: driving rounds down,
                                       or passing another operation on (first, last, ...) */
@@ -101,6 +103,7 @@ static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
     ps_link *down = &s->base.next;
     for (;;) {
         if (atomic_exchange(&s->driving, 1)) return PS_OK;
+        if (atomic_load_explicit(&s->stalled, memory_order_relaxed)) atomic_store(&s->stalled, 0);
         int rc = PS_OK;
         for (;;) {
             uint64_t moved = atomic_load_explicit(&s->down_moved, memory_order_relaxed);
@@ -136,6 +139,7 @@ static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
             }
             rc = PS_OK;
         }
+        if (rc == PS_ETIMEDOUT) atomic_store(&s->stalled, 1);
         atomic_store(&s->driving, 0);
         if (atomic_load(&s->link_waiters)) ps_waitpoint_wake(&s->link_wp);
         if (rc == PS_ETIMEDOUT) {
@@ -168,7 +172,9 @@ static int sum_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
 }
 
 /* Rounds are driven by the contributor that completes them; a waiting observer takes over only
- * after a downward call timed out, so it looks for that now and then, not on every turn. */
+ * after a downward call timed out. It looks for that as it starts to wait when the root says a
+ * call stalled (so calls with timeouts too short for a second turn still take rounds on), then
+ * now and then, not on every turn. */
 enum { TAKE_OVER_LOOK = 8, NOTHING_STALLED = -1 };
 
 /* Drives the rounds left pending by a timeout on the way from `s` down to its root. Returns
@@ -196,7 +202,8 @@ static int wait_round(ps_link *link, uint64_t round, int64_t timeout_ns) {
             ps_link_count_wait(link);
             deadline = ps_deadline(timeout_ns);
         }
-        int look = turns % TAKE_OVER_LOOK == TAKE_OVER_LOOK - 1 || ps_waitpoint_sleeps_next(spins);
+        int look = (turns == 0 && atomic_load_explicit(&s->root->stalled, memory_order_relaxed)) ||
+                   turns % TAKE_OVER_LOOK == TAKE_OVER_LOOK - 1 || ps_waitpoint_sleeps_next(spins);
         int stalled = look ? drive_stalled(s, ps_remaining(deadline)) : NOTHING_STALLED;
         if (stalled == PS_ETIMEDOUT) return PS_ETIMEDOUT;
         if (stalled == PS_OK) continue;
