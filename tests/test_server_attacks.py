@@ -138,6 +138,29 @@ def test_a_trusted_pattern_lets_no_source_address_or_loop_through(children, list
     settled(server.pid, before, f"a source address and a loop through the server ({proto})")
 
 
+@pytest.mark.parametrize("proto", PROTOS)
+def test_a_loop_through_a_remote_stage_an_earlier_build_made_is_refused(children, proto):
+    """A remote stage that a server made for one path and reuses for another sends the servers the
+    later path crossed: the later path cannot slip back into a server through it."""
+    first, first_endpoint = children.paths_serve("--allow-remote", "tcp://127.0.0.1:*")
+    second, second_endpoint = children.paths_serve("--allow-remote", "tcp://127.0.0.1:*")
+    before = figures(second.pid)
+    attacker = "127.0.0.2"
+    onward = stage("remote", host=second_endpoint, proto=proto, timeout_ms=5000)
+    # first -> second: the first server makes a remote stage to the second, and keeps it live.
+    made = build_path(path_to(from_host(first_endpoint, attacker), onward, proto=proto), pastset=paths.PastSet())
+    made.move((7,), timeout=5)
+    # second -> first -> second: the first server reuses that stage for this path.
+    back = stage("remote", host=first_endpoint, proto=proto, timeout_ms=5000)
+    with pytest.raises(ValueError, match=r"it comes back into server [0-9a-f]{16} \(tcp://127\.0\.0\.1:\d+\), which "
+                                         "it went through already"):
+        build_path(path_to(from_host(second_endpoint, attacker), back, onward, proto=proto), pastset=paths.PastSet())
+    assert made.observe(timeout=5) == (7,)  # the first path still works
+    del made
+    assert served_exactly(second_endpoint, proto) < PROMPT_S
+    settled(second.pid, before, f"a loop through a reused remote stage ({proto})")
+
+
 # ---- builds never starve -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("proto", PROTOS)

@@ -3,6 +3,9 @@
 
 #include "python_module.hpp"
 
+#include <pybind11/stl.h>
+
+#include <optional>
 #include <vector>
 
 extern "C" {
@@ -21,7 +24,14 @@ py::dict Stage::counters() const {
 
 namespace {
 
-std::shared_ptr<Handle> attach(const std::shared_ptr<Stage> &stage, const std::string &label, py::object owner) {
+// A new caller on `stage`; the link it gets on `remote` (the remote stage at the bottom of the path's
+// part in this process) sends `remote_spec` at BUILD, if given (ps_remote_attach_spec).
+std::shared_ptr<Handle> attach(const std::shared_ptr<Stage> &stage, const std::string &label, py::object owner,
+                               const std::shared_ptr<Stage> &remote, const std::optional<std::string> &remote_spec) {
+    struct AttachSpec {
+        AttachSpec(const Stage *stage, const char *spec) { ps_remote_attach_spec(stage ? stage->get() : nullptr, spec); }
+        ~AttachSpec() { ps_remote_attach_spec(nullptr, nullptr); }
+    } spec(remote.get(), remote && remote_spec ? remote_spec->c_str() : nullptr);
     return std::make_shared<Handle>(stage->format(), label, stage, nullptr, std::move(owner));
 }
 
@@ -78,8 +88,11 @@ void bind_handle(py::module_ &m) {
         .def_property_readonly("max_links", &Stage::max_links, "The fan-in: callers allowed (0 = any).")
         .def_property_readonly("link_count", &Stage::link_count, "Callers attached so far.")
         .def("counters", &Stage::counters, "The stage's counters: operations, waits, bytes, and its own.")
-        .def("attach", &attach, py::arg("label"), py::arg("owner") = py::none(),
-             "A new caller's handle on this stage; `owner` is kept alive as long as the handle.");
+        .def("attach", &attach, py::arg("label"), py::arg("owner") = py::none(), py::arg("remote") = nullptr,
+             py::arg("remote_spec") = py::none(),
+             "A new caller's handle on this stage; `owner` is kept alive as long as the handle. `remote`, the\n"
+             "remote stage at the bottom of the caller's path here, sends `remote_spec` for the caller's link\n"
+             "at BUILD instead of the spec it was made with.");
 
     py::class_<Handle, std::shared_ptr<Handle>> handle(m, "Handle", "One caller's handle on a path: use it from one thread.");
     bind_endpoint(handle, "Handle");

@@ -59,6 +59,15 @@ typedef struct remote_stage {
 
 static remote_stage *remote_of(ps_link *link) { return (remote_stage *)link->stage; }
 
+/* ps_remote_attach_spec: the stage and the spec this thread's next links send at BUILD. */
+static _Thread_local const ps_stage *spec_stage;
+static _Thread_local const char *spec_given;
+
+void ps_remote_attach_spec(const ps_stage *remote, const char *spec) {
+    spec_stage = spec ? remote : NULL;
+    spec_given = spec;
+}
+
 /* "remote ENDPOINT: WHAT[: DETAIL]", cut to the stage's error buffer. */
 static void explain(remote_stage *r, const char *what, const char *detail) {
     const char *parts[] = {"remote ", r->endpoint, ": ", what, detail ? ": " : "", detail ? detail : ""};
@@ -335,13 +344,17 @@ static void reachable(const remote_stage *r, char *link_endpoint, size_t size) {
 /* BUILD at the main endpoint: on PS_OK, c->handle_id is the link, link_endpoint its way in and
  * secret (direct transports) what its connection presents. */
 static int build_link(remote_stage *r, connection *c, char *link_endpoint, unsigned char *secret) {
+    const char *spec = spec_stage == &r->base ? spec_given : r->path_spec;
+    if (strlen(spec) > PS_SPEC_MAX) {
+        explain(r, "the path remainder is too long", "more than a BUILD carries");
+        return PS_EINVAL;
+    }
     void *main_socket = open_socket(r, r->endpoint);
     if (!main_socket) {
         explain(r, "cannot open a socket", zmq_strerror(zmq_errno()));
         return PS_EREMOTE;
     }
-    uint64_t id =
-        send_request(r, c, main_socket, PS_WIRE_BUILD, r->transport, 0, r->path_spec, strlen(r->path_spec), 0);
+    uint64_t id = send_request(r, c, main_socket, PS_WIRE_BUILD, r->transport, 0, spec, strlen(spec), 0);
     ps_frame answer;
     int rc = id ? PS_ETIMEDOUT : PS_EREMOTE;
     for (int64_t deadline = ps_now_ns() + r->timeout_ns, end = 1; rc == PS_ETIMEDOUT && end < deadline;) {

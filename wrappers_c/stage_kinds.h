@@ -25,6 +25,12 @@ int ps_element_call(ps_element *e, ps_op *op);
  * (remote.c). Operations on links already set up are not touched. */
 void ps_remote_abandon_waits(void);
 
+/* The path spec that links the calling thread attaches to `remote` from now on send at BUILD,
+ * instead of the one the stage was made with (NULL: that one again). A build that reuses a
+ * remote stage made by an earlier build says so, so that its BUILD names the servers its own
+ * path crossed, not the first build's (remote.c). The spec is not copied: keep it until reset. */
+void ps_remote_attach_spec(const ps_stage *remote, const char *spec);
+
 #ifdef __cplusplus
 }
 #endif

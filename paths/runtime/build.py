@@ -108,8 +108,12 @@ class BuildContext:
                 self._callers += 1
             # Attaching (and creating a stage above a remote one) may wait for a server, maybe
             # one in this very process: the table is not locked meanwhile, and no other build
-            # waits for this one's attach (a slow one holds only its own caller).
-            handle = below.native.attach(label, below)
+            # waits for this one's attach (a slow one holds only its own caller). A link that
+            # this caller opens on a remote stage made by an earlier build names the servers
+            # this path crossed, not that build's.
+            remote = existing[local - 1] if kinds()[specs[local - 1].kind].rest_at is not None else None
+            handle = below.native.attach(label, below, remote=remote and remote.native,
+                                         remote_spec=remote and _remainder(remote.key, self._crossed(guard)))
         finally:
             for key in list(created):
                 self._built(created, key)
@@ -143,13 +147,18 @@ class BuildContext:
                     return existing, created
             busy.wait()
 
+    def _crossed(self, guard: ClientBuild | None) -> tuple[str, ...]:
+        """The servers a path built here has crossed when it goes on: those it came through, then
+        this process's."""
+        return (guard.crossed if guard is not None else ()) + self.server_ids
+
     def _create(self, key: StageKey, below: BuiltStage | None, guard: ClientBuild | None) -> BuiltStage:
         spec = key[0]
         info = check_spec(spec)
         params = native_params(spec)
         if info.rest_at is not None:
             params = self.resolve(params)
-        crossed = (guard.crossed if guard is not None else ()) + self.server_ids
+        crossed = self._crossed(guard)
         params.update({name: _BUILT_PARAMS[name](key, crossed) for name in info.built_params})
         below_native = below.native if below is not None else None
         give_back = guard.admit(spec, info, params, key[-1].param("format")) if guard is not None else None
@@ -176,8 +185,14 @@ class BuildContext:
 # servers its path crossed so far.
 _BUILT_PARAMS: dict[str, Callable[[StageKey, tuple], object]] = {
     "format": lambda key, crossed: key[-1].param("format"),  # the element's format
-    "path": lambda key, crossed: path_to_json(PathSpec(key[1:]), crossed),  # the rest, for where it is built
+    "path": lambda key, crossed: _remainder(key, crossed),  # the rest, for where it is built
 }
+
+
+def _remainder(key: StageKey, crossed: tuple[str, ...]) -> str:
+    """What a stage whose rest is built elsewhere sends there: the rest of its key, and the
+    servers crossed so far."""
+    return path_to_json(PathSpec(key[1:]), crossed)
 
 # Which context and stage each live handle belongs to, for show() and to_dot().
 _HANDLE_CONTEXTS: "weakref.WeakKeyDictionary[_native.Handle, tuple[BuildContext, StageKey]]" = (
