@@ -17,15 +17,25 @@ enum { SPIN_ROUNDS = 4, SPIN_PAUSES = 16, YIELD_ROUNDS = 200 };
 /* After a wait whose spinning saw nothing, a thread goes straight to yielding: what it waits for
  * is likely a thread that needs its core. It tries spinning again on one wait in RETRY_EVERY, so
  * spinning comes back when cores come free. The verdict is the thread's own: threads sharing a
- * core and threads with a core each may wait on the same waitpoint. */
+ * core and threads with a core each may wait on the same waitpoint.
+ * Likewise for yielding: a yield that took longer than LONG_YIELD_NS gave the core to a whole
+ * time slice of other work (another program on a loaded machine), and every yield after it
+ * would too, each costing a slice before the thread looks again. So the thread's next waits
+ * sleep after spinning instead, woken the moment what they wait for comes; one wait in
+ * RETRY_EVERY yields again to see whether the core is free of such work. */
 enum { RETRY_EVERY = 256 };
+static const int64_t LONG_YIELD_NS = 2000000;
 
 static _Thread_local uint32_t waits_begun;
 static _Thread_local int spin_failed;
+static _Thread_local int yield_failed;
 
 static int spinning_pays(void) { return !spin_failed || waits_begun % RETRY_EVERY == 0; }
+static int yielding_pays(void) { return !yield_failed || waits_begun % RETRY_EVERY == 0; }
 
-int ps_waitpoint_sleeps_next(uint32_t spins) { return spins >= SPIN_ROUNDS + YIELD_ROUNDS; }
+int ps_waitpoint_sleeps_next(uint32_t spins) {
+    return spins >= SPIN_ROUNDS + YIELD_ROUNDS || (spins >= SPIN_ROUNDS && !yielding_pays());
+}
 
 void ps_waitpoint_init(ps_waitpoint *w) {
     atomic_init(&w->sequence, 0);
@@ -75,7 +85,13 @@ ps_wait_step ps_wait_next(uint32_t *spins) {
         }
     }
     if (round < SPIN_ROUNDS) return PS_WAIT_SPIN;
-    return round < SPIN_ROUNDS + YIELD_ROUNDS ? PS_WAIT_YIELD : PS_WAIT_SLEEP;
+    return round < SPIN_ROUNDS + YIELD_ROUNDS && yielding_pays() ? PS_WAIT_YIELD : PS_WAIT_SLEEP;
+}
+
+void ps_wait_yield(void) {
+    int64_t started = ps_now_ns();
+    sched_yield();
+    yield_failed = ps_now_ns() - started > LONG_YIELD_NS;
 }
 
 void ps_wait_spun(uint32_t spins, int paid) {
@@ -103,7 +119,7 @@ int ps_waitpoint_wait(ps_waitpoint *w, uint32_t seen, int64_t deadline_ns, uint3
         return !moved && timed_out(deadline_ns) ? PS_ETIMEDOUT : 0;
     }
     case PS_WAIT_YIELD:
-        sched_yield();
+        ps_wait_yield();
         return timed_out(deadline_ns) ? PS_ETIMEDOUT : 0;
     case PS_WAIT_SLEEP:
         break;

@@ -5,7 +5,8 @@
  * condition reads, then bumps the sequence; it makes a system call only when a waiter sleeps.
  * Spinning first matters: a condition-variable wake-up alone costs tens of microseconds. But a
  * spinner holds a core that the thread it waits for may need (more threads than cores), so a
- * thread whose recent spins came to nothing yields at once.
+ * thread whose recent spins came to nothing yields at once, and one whose yields give the core
+ * to other programs for whole time slices sleeps instead.
  */
 #ifndef PASTSET_WAITPOINT_H
 #define PASTSET_WAITPOINT_H
@@ -42,11 +43,14 @@ int ps_waitpoint_sleeps_next(uint32_t spins);
 /* The policy itself, for a wait on something other than a waitpoint (a socket): the caller
  * looks at what it waits for, and if it is not there asks what to do next. A spin is one
  * ps_wait_pause() (then the caller looks again, and reports with ps_wait_spun whether the
- * spin found it); a yield is sched_yield(); a sleep is the caller's own blocking call, with its
+ * spin found it); a yield is ps_wait_yield(); a sleep is the caller's own blocking call, with its
  * deadline. `spins` is the wait's running count, as for ps_waitpoint_wait. */
 typedef enum ps_wait_step { PS_WAIT_SPIN, PS_WAIT_YIELD, PS_WAIT_SLEEP } ps_wait_step;
 ps_wait_step ps_wait_next(uint32_t *spins);
 void ps_wait_pause(void);
+/* A yield step: sched_yield(), timed, so that a thread whose yields hand its core to other work
+ * for whole time slices sleeps instead. */
+void ps_wait_yield(void);
 /* After a spin step: whether the look that followed found what the thread waits for. */
 void ps_wait_spun(uint32_t spins, int paid);
 

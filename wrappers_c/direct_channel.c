@@ -9,7 +9,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,7 +344,7 @@ int ps_channel_receive(ps_channel *c, int64_t deadline_ns, ps_frame *out) {
         if (left <= 0) return PS_ETIMEDOUT;
         switch (ps_wait_next(&spins)) {
         case PS_WAIT_SPIN: ps_wait_pause(); spun = 1; break;
-        case PS_WAIT_YIELD: sched_yield(); break;
+        case PS_WAIT_YIELD: ps_wait_yield(); break;
         case PS_WAIT_SLEEP: wait_for(c->fd, POLLIN, left); break;
         }
     }

@@ -172,9 +172,9 @@ static int sum_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
 }
 
 /* Rounds are driven by the contributor that completes them; a waiting observer takes over only
- * after a downward call timed out. It looks for that as it starts to wait when the root says a
- * call stalled (so calls with timeouts too short for a second turn still take rounds on), then
- * now and then, not on every turn. */
+ * after a downward call timed out. It looks for that on any turn when the root says a call
+ * stalled (so calls with timeouts too short for a second turn still take rounds on), and now and
+ * then otherwise. */
 enum { TAKE_OVER_LOOK = 8, NOTHING_STALLED = -1 };
 
 /* Drives the rounds left pending by a timeout on the way from `s` down to its root. Returns
@@ -202,7 +202,7 @@ static int wait_round(ps_link *link, uint64_t round, int64_t timeout_ns) {
             ps_link_count_wait(link);
             deadline = ps_deadline(timeout_ns);
         }
-        int look = (turns == 0 && atomic_load_explicit(&s->root->stalled, memory_order_relaxed)) ||
+        int look = atomic_load_explicit(&s->root->stalled, memory_order_relaxed) ||
                    turns % TAKE_OVER_LOOK == TAKE_OVER_LOOK - 1 || ps_waitpoint_sleeps_next(spins);
         int stalled = look ? drive_stalled(s, ps_remaining(deadline)) : NOTHING_STALLED;
         if (stalled == PS_ETIMEDOUT) return PS_ETIMEDOUT;
