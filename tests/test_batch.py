@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from caller_threads import assert_each_callers_moves_once_in_order, run_callers
 from child_processes import ChildProcesses
 
 import paths
@@ -128,16 +129,8 @@ def test_many_callers_keep_order_and_lose_nothing(space, config):
                 seen_own.append(h.last() >= (seq + 1))
         paths.fence(h, timeout=PATIENCE_S)
 
-    threads = [threading.Thread(target=caller, args=(i,)) for i in range(callers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(PATIENCE_S)
-    assert not any(t.is_alive() for t in threads)
-    history = element.observe_range(0, callers * moves + 1)
-    assert len(history) == callers * moves
-    for i in range(callers):
-        assert [seq for who, seq in history if who == i] == list(range(moves))
+    run_callers(caller, callers, PATIENCE_S)
+    assert_each_callers_moves_once_in_order(element, callers, moves)
     assert all(seen_own) and len(seen_own) == callers * (moves // 301)
     counters = handles[0].stage.counters()
     assert counters["moves_sent"] == callers * moves and counters["dropped"] == 0
@@ -153,11 +146,7 @@ def test_processes_batching_into_one_remote_element_keep_order_and_lose_nothing(
         for peer in peers:
             assert int(peer.expect("DONE ", PATIENCE_S)) >= moves
             assert peer.wait(PATIENCE_S) == 0
-        element = server.pastset.enter("P", "qq")
-        history = element.observe_range(0, processes * moves + 1)
-    assert len(history) == processes * moves
-    for i in range(processes):
-        assert [seq for who, seq in history if who == i] == list(range(moves))
+        assert_each_callers_moves_once_in_order(server.pastset.enter("P", "qq"), processes, moves)
 
 
 def test_a_failed_send_is_reported_by_the_next_operation_with_what_took_effect():

@@ -8,6 +8,7 @@ import textwrap
 import time
 
 import pytest
+from caller_threads import assert_each_callers_moves_once_in_order, run_callers
 from child_processes import ChildProcesses
 
 import paths
@@ -113,3 +114,87 @@ def test_ctrl_c_interrupts_a_call_at_once(above):
         waited = float(child.expect("INTERRUPTED ", timeout=10))
         assert child.wait(10) == 130
     assert waited < 0.3 + 0.2 + SLACK_S
+
+
+# ---- pipelined: moves stream as on a wire ------------------------------------------------------
+
+PATIENCE_S = 30
+
+
+def pipelined(space, ms, name="W", format="q"):
+    return build_path(make_path(stage("delay", ms=ms, pipelined=1), stage("core", name=name, format=format)),
+                      pastset=space)
+
+
+def test_pipelined_moves_do_not_wait_for_the_crossing_and_arrive_after_it(space):
+    h = pipelined(space, 300)
+    element = space.enter("W", "q")
+    _, took = timed(lambda: [h.move(v) for v in range(5)])
+    assert took < 0.3  # five moves on the wire at once, not five crossings one after another
+    assert element.last() == 0  # still on their way
+    value, took = timed(h.observe)  # behind the moves on the same wire: it sees the first of them
+    assert value == (0,) and 0.3 <= took < 0.6 + SLACK_S  # (from Python the way back ends with a 0.1 s slice)
+    assert element.last() == 5
+    assert h.stage.counters()["streamed"] == 5
+
+
+def test_pipelined_moves_of_many_callers_keep_order_and_lose_nothing(space):
+    callers, moves = 8, 1500
+    element = space.enter("W", "qq")
+    path = make_path(stage("delay", ms=0.5, pipelined=1), stage("core", name="W", format="qq"))
+    handles = [build_path(path, pastset=space) for _ in range(callers)]
+    seen_own = []
+
+    def caller(i):
+        h, seq, calls = handles[i], 0, 0
+        while seq < moves:
+            if calls % 7 == 3:
+                h.move_many([(i, s) for s in range(seq, min(seq + 5, moves))])
+                seq = min(seq + 5, moves)
+            else:
+                h.move((i, seq))
+                seq += 1
+            calls += 1
+            if calls % 301 == 0:  # another operation: everything it moved is in
+                seen_own.append(h.last() >= seq)
+        paths.fence(h, timeout=PATIENCE_S)
+
+    run_callers(caller, callers, PATIENCE_S)
+    assert_each_callers_moves_once_in_order(element, callers, moves)
+    assert seen_own and all(seen_own)
+    assert handles[0].stage.counters()["dropped"] == 0
+
+
+def test_a_full_wire_times_a_move_out_and_loses_nothing(space):
+    h = pipelined(space, 1000)
+    element = space.enter("W", "q")
+    for v in range(64):  # the wire holds 64 messages
+        h.move(v, timeout=1)
+    with pytest.raises(TimeoutError):
+        h.move(64, timeout=0.05)  # no room: nothing sent
+    h.move(64, timeout=PATIENCE_S)  # room once the first arrived
+    paths.fence(h, timeout=PATIENCE_S)
+    assert element.observe_range(0, 100) == [(v,) for v in range(65)]
+
+
+def test_a_failed_delivery_is_reported_by_the_next_operation_with_what_took_effect():
+    from paths.runtime.server import PathServer
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
+        h = build_path(make_path(stage("delay", ms=20, pipelined=1),
+                                 stage("remote", host=server.endpoint, timeout_ms=2000),
+                                 stage("core", name="F", format="q")))
+        h.move(1)
+        paths.fence(h, timeout=PATIENCE_S)
+    for v in range(3):  # the server is gone: these cannot arrive
+        h.move(v)
+    with pytest.raises(ConnectionError, match=r"delay: 0 of 3 moves sent ahead took effect, then their delivery "
+                                              r"failed \(remote failure\): remote tcp://127\.0\.0\.1:\d+"):
+        h.last()
+    assert h.stage.counters()["dropped"] == 3
+
+
+def test_a_pipelined_link_of_no_delay_passes_moves_straight_on(space):
+    h = pipelined(space, 0)
+    h.move(1)
+    assert space.enter("W", "q").last() == 1  # applied before the move returned: no courier
+    assert "streamed" not in h.stage.counters()

@@ -293,7 +293,11 @@ def test_thousands_of_hostile_frames_at_a_direct_link(peer_server, zmq_context, 
     # may be presenting at once (all of these at the same time: each has 1 s).
     stalled = [Direct(link_endpoint) for _ in range(PENDING_MAX + 2)]
     for intruder in stalled:
-        intruder.send(encode(CONNECT, secret, handle_id=link_id)[:rng.randrange(1, HEADER.size + 32)])
+        part = encode(CONNECT, secret, handle_id=link_id)[:rng.randrange(1, HEADER.size + 32)]
+        try:
+            intruder.send(part)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # one beyond the 8 may be closed before it sends
     for intruder in stalled:
         assert intruder.closed_by_server()
         intruder.close()

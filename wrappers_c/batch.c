@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "deferred_failure.h"
 #include "stage_base.h"
 #include "stage_kinds.h"
 #include "waitpoint.h"
@@ -53,9 +54,7 @@ typedef struct caller {
     _Atomic int leaving;         /* the caller goes: the sender gives up a send it cannot finish */
     _Alignas(CACHE_LINE) _Atomic uint32_t sent; /* handed buffers the sender is done with */
     ps_waitpoint sent_wp;        /* the caller waits here for `sent` */
-    _Atomic int failed;          /* a failure of the sender's not reported yet: its status */
-    pthread_mutex_t failure_lock;/* guards the two counts below, written by the sender */
-    uint32_t failed_done, failed_of; /* moves that took effect, of those the failed sends held */
+    ps_deferred_failure failure; /* the sender's failures not reported yet */
 } caller;
 
 typedef struct batch_stage {
@@ -96,13 +95,9 @@ static void forget_explanation(batch_stage *b) {
 
 /* A failure of the sender's that the caller has not heard of: its status (explained), or PS_OK. */
 static int take_failure(batch_stage *b, caller *c) {
-    int status = atomic_load_explicit(&c->failed, memory_order_acquire);
+    uint32_t done, of;
+    int status = ps_deferred_failure_take(&c->failure, &done, &of);
     if (status == PS_OK) return PS_OK;
-    pthread_mutex_lock(&c->failure_lock);
-    status = atomic_exchange(&c->failed, PS_OK);
-    uint32_t done = c->failed_done, of = c->failed_of;
-    c->failed_done = c->failed_of = 0;
-    pthread_mutex_unlock(&c->failure_lock);
     explain(b, status, done, of);
     return status;
 }
@@ -257,12 +252,7 @@ static int batch_call(ps_link *link, ps_op *op) {
 /* Records a failed send for its caller's next operation. */
 static void record_failure(batch_stage *b, caller *c, int status, uint32_t done, uint32_t of) {
     atomic_fetch_add_explicit(&b->dropped, of - done, memory_order_relaxed);
-    pthread_mutex_lock(&c->failure_lock);
-    c->failed_done += done;
-    c->failed_of += of;
-    int none = PS_OK;
-    atomic_compare_exchange_strong(&c->failed, &none, status); /* the first failure's status */
-    pthread_mutex_unlock(&c->failure_lock);
+    ps_deferred_failure_record(&c->failure, status, done, of);
 }
 
 /* Sends every buffer the caller in `slot` handed over, in order: each in slices until it went,
@@ -408,7 +398,7 @@ static void batch_destroy(ps_stage *stage) {
     }
     for (uint32_t i = 0; b->callers && i < PS_PASS_THROUGH_CALLERS; i++) {
         free(b->callers[i].tuples);
-        pthread_mutex_destroy(&b->callers[i].failure_lock);
+        ps_deferred_failure_destroy(&b->callers[i].failure);
     }
     free(b->callers);
 }
@@ -450,7 +440,7 @@ static int batch_create(const ps_params *params, const ps_build_context *context
         memset(b->callers, 0, PS_PASS_THROUGH_CALLERS * sizeof *b->callers);
         for (uint32_t i = 0; i < PS_PASS_THROUGH_CALLERS; i++) {
             ps_waitpoint_init(&b->callers[i].sent_wp);
-            pthread_mutex_init(&b->callers[i].failure_lock, NULL);
+            ps_deferred_failure_init(&b->callers[i].failure);
         }
     }
     if (rc == PS_OK && (b->buffers > 1 || b->flush_ns)) {

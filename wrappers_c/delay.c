@@ -11,16 +11,33 @@
  *     so does one that timed out below, which does not cross again;
  *   - on the way back, the operation has taken effect, so its answer is returned, at the
  *     timeout if the crossing would take longer.
+ *
+ * Pipelined (pipelined=1), moves stream as on a wire, whose latency delays each message but does
+ * not hold back the next one: a move or move_many is queued with the time it arrives and the call
+ * returns at once, all its tuples sent; the stage's courier thread passes each on below, on its
+ * caller's link, when it arrives, in the order sent. Any other operation of the caller follows its
+ * moves on the same wire: it crosses as above, then waits (by its timeout) until the courier has
+ * applied them, so a caller observes its own moves. A move that failed below is reported by the
+ * caller's next operation, which does nothing else, with how many of its tuples took effect in
+ * the stage's error. A move waits (by its timeout) while QUEUE_MESSAGES are on their way.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
+#include "deferred_failure.h"
 #include "stage_base.h"
 #include "stage_kinds.h"
+#include "waitpoint.h"
 
-enum { REPEAT_WITHIN_NS = 10 * 1000 * 1000 };
+enum { REPEAT_WITHIN_NS = 10 * 1000 * 1000, QUEUE_MESSAGES = 64, CACHE_LINE = 64 };
+static const int64_t COURIER_SLICE_NS = 100000000LL;  /* the courier looks at `stopping` and `leaving` this often */
+static const int64_t RELEASE_WAIT_NS = 1000000000LL;  /* a caller that goes waits this long for its moves */
+static const int64_t EARLY_WAKE_NS = 150000;         /* a sleep's wake-up may come this late */
+static const int64_t UNTIMED_WAIT_NS = 10000000000LL; /* first, last, delta, axe wait this long for them */
 
 /* One caller's message on its way down (or arrived, its operation below not done yet). */
 typedef struct in_flight {
@@ -30,12 +47,42 @@ typedef struct in_flight {
     int64_t expires_ns;   /* a repeat after this is a new message */
 } in_flight;
 
+/* Pipelined: a move on the wire. Its caller fills it at the queue's tail; the courier reads it
+ * until it moves the head past it. */
+typedef struct queued {
+    uint32_t slot, count;  /* its caller; its tuples */
+    ps_op_kind kind;       /* move or move_many */
+    int64_t arrives_ns;
+    unsigned char *tuples; /* grown to the largest message so far, never shrunk */
+    size_t capacity;
+} queued;
+
+/* Pipelined: one caller's moves on the wire. */
+typedef struct wire_caller {
+    _Alignas(CACHE_LINE) uint64_t sent;  /* messages it queued: its own */
+    _Atomic uint64_t delivered;          /* of those, the ones the courier is done with */
+    _Atomic int leaving;                 /* it goes: the courier drops what it cannot deliver at once */
+    ps_deferred_failure failure;
+} wire_caller;
+
 typedef struct delay_stage {
     ps_stage base;
     int64_t delay_ns, jitter_ns;
     in_flight *messages;  /* one per caller slot; only that caller touches its own */
     _Atomic uint64_t random_state;
     _Atomic int64_t delayed_ns;  /* total time spent waiting here */
+    int pipelined;
+    /* pipelined only: */
+    wire_caller *callers;        /* one per slot */
+    pthread_mutex_t queue_lock;  /* guards head and tail */
+    uint64_t head, tail;         /* the next message to deliver, the next free one */
+    queued queue[QUEUE_MESSAGES];
+    ps_waitpoint queued_wp;      /* the courier waits here */
+    ps_waitpoint delivered_wp;   /* callers wait here: for room, or for their moves to be applied */
+    pthread_t courier;
+    int has_courier;
+    _Atomic int stopping;
+    _Atomic int64_t streamed, dropped;
 } delay_stage;
 
 static delay_stage *delay_of(ps_link *link) { return (delay_stage *)link->stage; }
@@ -55,18 +102,21 @@ static int64_t crossing_ns(delay_stage *d) {
     return wait > 0 ? wait : 0;
 }
 
-/* Sleeps until `until` or the deadline, whichever comes first; returns when it woke. */
+/* Sleeps until `until` or the deadline, whichever comes first; returns when it woke. The kernel
+ * wakes a sleeper late, by 100 us and more on a virtual machine (a 0.2 ms crossing took 0.3-0.45 ms),
+ * and a yield may hand the core away for a whole time slice: so the sleep ends EARLY_WAKE_NS
+ * before, and the rest is spun away. */
 static int64_t sleep_until(delay_stage *d, int64_t until, int64_t deadline) {
     if (deadline != PS_FOREVER && deadline < until) until = deadline;
-    int64_t now = ps_now_ns();
-    if (until > now) {
-        struct timespec at = {until / 1000000000LL, until % 1000000000LL};
+    int64_t start = ps_now_ns(), now = start;
+    if (until - EARLY_WAKE_NS > now) {
+        int64_t wake = until - EARLY_WAKE_NS;
+        struct timespec at = {wake / 1000000000LL, wake % 1000000000LL};
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR) {
         }
-        int64_t woke = ps_now_ns();
-        atomic_fetch_add_explicit(&d->delayed_ns, woke - now, memory_order_relaxed);
-        now = woke;
     }
+    while ((now = ps_now_ns()) < until) ps_wait_pause();
+    if (now > start) atomic_fetch_add_explicit(&d->delayed_ns, now - start, memory_order_relaxed);
     return now;
 }
 
@@ -99,36 +149,210 @@ static int come_back(ps_link *link, int rc, uint32_t moved, int64_t deadline) {
     return rc;
 }
 
+/* ---- pipelined: moves on the wire -------------------------------------------------------------- */
+
+static void explain(delay_stage *d, int status, uint32_t done, uint32_t of) {
+    const char *below = ps_stage_error(d->base.below);
+    pthread_mutex_lock(&d->base.links_lock);
+    snprintf(d->base.error, sizeof d->base.error, "delay: %u of %u moves sent ahead took effect, then their "
+             "delivery failed (%s)%s%s", done, of, ps_status_name(status), *below ? ": " : "", below);
+    pthread_mutex_unlock(&d->base.links_lock);
+}
+
+/* A failure of the courier's that the caller has not heard of: its status (explained), or PS_OK. */
+static int take_failure(delay_stage *d, wire_caller *c) {
+    uint32_t done, of;
+    int status = ps_deferred_failure_take(&c->failure, &done, &of);
+    if (status != PS_OK) explain(d, status, done, of);
+    return status;
+}
+
+/* Waits until the courier is done with every move the caller sent, by the deadline. */
+static int wait_delivered(delay_stage *d, wire_caller *c, int64_t deadline) {
+    uint32_t spins = 0;
+    for (;;) {
+        uint32_t seen = ps_waitpoint_sequence(&d->delivered_wp);
+        if (atomic_load_explicit(&c->delivered, memory_order_acquire) == c->sent) return PS_OK;
+        if (ps_waitpoint_wait(&d->delivered_wp, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+    }
+}
+
+/* Queues the caller's move (or move_many) to arrive one crossing from now; PS_ETIMEDOUT when the
+ * queue stays full until the deadline (nothing sent), PS_ENOMEM. */
+static int send_ahead(delay_stage *d, ps_link *link, ps_op *op, int64_t deadline) {
+    size_t bytes = (size_t)(op->kind == PS_OP_MOVE ? 1 : op->count) * d->base.tuple_size;
+    uint32_t spins = 0;
+    queued *q;
+    for (;;) {
+        uint32_t seen = ps_waitpoint_sequence(&d->delivered_wp);
+        pthread_mutex_lock(&d->queue_lock);
+        if (d->tail - d->head < QUEUE_MESSAGES) break;
+        pthread_mutex_unlock(&d->queue_lock);
+        if (ps_waitpoint_wait(&d->delivered_wp, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
+    }
+    q = &d->queue[d->tail % QUEUE_MESSAGES];
+    if (bytes > q->capacity) {
+        unsigned char *grown = realloc(q->tuples, bytes);
+        if (!grown) {
+            pthread_mutex_unlock(&d->queue_lock);
+            return PS_ENOMEM;
+        }
+        q->tuples = grown;
+        q->capacity = bytes;
+    }
+    memcpy(q->tuples, op->in, bytes);
+    q->slot = link->slot;
+    q->kind = op->kind;
+    q->count = (uint32_t)(bytes / d->base.tuple_size);
+    q->arrives_ns = ps_now_ns() + crossing_ns(d);
+    op->done = q->count; /* the entry is the courier's once the lock is given back */
+    d->callers[link->slot].sent++;
+    d->tail++;
+    pthread_mutex_unlock(&d->queue_lock);
+    ps_waitpoint_wake(&d->queued_wp);
+    return PS_OK;
+}
+
+/* Passes one message on below when it arrives, in slices until it went, failed, or its caller
+ * left or the stage stops (then what did not go is dropped, as a failure the caller hears of). */
+static void deliver(delay_stage *d, const queued *q) {
+    wire_caller *c = &d->callers[q->slot];
+    while (!atomic_load(&c->leaving) && !atomic_load(&d->stopping) &&
+           sleep_until(d, q->arrives_ns, ps_deadline(COURIER_SLICE_NS)) < q->arrives_ns) {
+    }
+    size_t size = d->base.tuple_size;
+    uint32_t done = 0;
+    int rc = PS_ETIMEDOUT;
+    while (rc == PS_ETIMEDOUT && ps_now_ns() >= q->arrives_ns && !atomic_load(&c->leaving) &&
+           !atomic_load(&d->stopping)) {
+        ps_op op = {.kind = q->kind, .in = q->tuples + (size_t)done * size, .count = q->count - done,
+                    .timeout_ns = COURIER_SLICE_NS};
+        if (op.count == 1) op.kind = PS_OP_MOVE;
+        rc = ps_link_call(&d->base.caller_links[q->slot], &op);
+        done += rc == PS_OK ? op.count : op.done;
+    }
+    atomic_fetch_add_explicit(&d->streamed, 1, memory_order_relaxed);
+    if (rc != PS_OK) {
+        atomic_fetch_add_explicit(&d->dropped, q->count - done, memory_order_relaxed);
+        ps_deferred_failure_record(&c->failure, rc, done, q->count);
+    }
+}
+
+static void *courier_loop(void *arg) {
+    delay_stage *d = arg;
+    while (!atomic_load(&d->stopping)) {
+        uint32_t seen = ps_waitpoint_sequence(&d->queued_wp);
+        pthread_mutex_lock(&d->queue_lock);
+        queued *q = d->head != d->tail ? &d->queue[d->head % QUEUE_MESSAGES] : NULL;
+        pthread_mutex_unlock(&d->queue_lock);
+        if (!q) {
+            uint32_t spins = 0;
+            ps_waitpoint_wait(&d->queued_wp, seen, ps_deadline(COURIER_SLICE_NS), &spins);
+            continue;
+        }
+        deliver(d, q);
+        wire_caller *c = &d->callers[q->slot];
+        pthread_mutex_lock(&d->queue_lock);
+        d->head++;
+        pthread_mutex_unlock(&d->queue_lock);
+        atomic_fetch_add_explicit(&c->delivered, 1, memory_order_release);
+        ps_waitpoint_wake(&d->delivered_wp);
+    }
+    return NULL;
+}
+
+/* Pipelined: another operation of the caller comes after its moves, on the same wire: once it
+ * has crossed, it waits (by the deadline) until they have been applied, and reports a failed
+ * delivery first instead of going on. */
+static int settle(delay_stage *d, ps_link *link, int64_t deadline) {
+    wire_caller *c = &d->callers[link->slot];
+    if (wait_delivered(d, c, deadline) != PS_OK) return PS_ETIMEDOUT;
+    return take_failure(d, c);
+}
+
+/* ---- the stage's call -------------------------------------------------------------------------- */
+
 /* An operation that may wait (move, observe, observe_at, exchange, move_many) crosses the link
- * both ways; the others pass at once. */
+ * both ways; the others pass at once (pipelined: behind the caller's moves). */
 static int delay_call(ps_link *link, ps_op *op) {
-    if (!(ps_op_kinds[op->kind].shape & PS_OP_WAITS)) return ps_stage_pass(link, op);
+    delay_stage *d = delay_of(link);
     int64_t deadline = ps_deadline(op->timeout_ns);
-    int64_t timeout_ns = op->timeout_ns;
-    int rc = go(link, op, deadline);
+    if (d->pipelined && (op->kind == PS_OP_MOVE || op->kind == PS_OP_MOVE_MANY)) {
+        int rc = take_failure(d, &d->callers[link->slot]);
+        return rc == PS_OK ? send_ahead(d, link, op, deadline) : rc;
+    }
+    int waits = (ps_op_kinds[op->kind].shape & PS_OP_WAITS) != 0;
+    int rc = waits ? go(link, op, deadline) : PS_OK;
+    if (rc == PS_OK && d->pipelined) rc = settle(d, link, waits ? deadline : ps_deadline(UNTIMED_WAIT_NS));
     if (rc == PS_OK) {
+        int64_t timeout_ns = op->timeout_ns;
         op->timeout_ns = ps_remaining(deadline);
         rc = ps_stage_pass(link, op);
         op->timeout_ns = timeout_ns;
     }
-    return come_back(link, rc, op->done, deadline);
+    return waits ? come_back(link, rc, op->done, deadline) : rc;
 }
 
-/* A caller gone leaves nothing on its way for the next caller of its slot. */
-static void delay_detach(ps_stage *stage, uint32_t slot) { ((delay_stage *)stage)->messages[slot].op = 0; }
+/* A caller gone leaves nothing on its way for the next caller of its slot. Pipelined, its moves
+ * are applied first, within RELEASE_WAIT_NS; what cannot be (a stage below that stays full, a
+ * failure nobody will hear of now) is said on stderr, never dropped silently. */
+static void delay_detach(ps_stage *stage, uint32_t slot) {
+    delay_stage *d = (delay_stage *)stage;
+    d->messages[slot].op = 0;
+    if (!d->pipelined) return;
+    wire_caller *c = &d->callers[slot];
+    if (wait_delivered(d, c, ps_deadline(RELEASE_WAIT_NS)) != PS_OK) {
+        atomic_store(&c->leaving, 1); /* the courier gives up within a slice */
+        wait_delivered(d, c, PS_FOREVER);
+    }
+    if (take_failure(d, c) != PS_OK) fprintf(stderr, "paths: a caller left stage 'delay' unaware: %s\n", d->base.error);
+    atomic_store(&c->leaving, 0);
+}
 
 static int delay_counters(ps_stage *stage, ps_counter *out, int max) {
-    if (max < 1) return 0;
-    out[0] = (ps_counter){"delayed_ns", atomic_load(&((delay_stage *)stage)->delayed_ns)};
-    return 1;
+    delay_stage *d = (delay_stage *)stage;
+    const ps_counter mine[] = {
+        {"delayed_ns", atomic_load(&d->delayed_ns)},
+        {"streamed", atomic_load(&d->streamed)},
+        {"dropped", atomic_load(&d->dropped)},
+    };
+    int n = 0;
+    for (size_t i = 0; i < (d->pipelined ? 3u : 1u) && n < max; i++) out[n++] = mine[i];
+    return n;
 }
 
-static void delay_destroy(ps_stage *stage) { free(((delay_stage *)stage)->messages); }
+static void delay_destroy(ps_stage *stage) {
+    delay_stage *d = (delay_stage *)stage;
+    if (d->has_courier) {
+        atomic_store(&d->stopping, 1);
+        ps_waitpoint_wake(&d->queued_wp);
+        pthread_join(d->courier, NULL);
+    }
+    if (d->pipelined) pthread_mutex_destroy(&d->queue_lock);
+    for (int i = 0; i < QUEUE_MESSAGES; i++) free(d->queue[i].tuples);
+    for (uint32_t i = 0; d->callers && i < PS_PASS_THROUGH_CALLERS; i++) ps_deferred_failure_destroy(&d->callers[i].failure);
+    free(d->callers);
+    free(d->messages);
+}
 
 static size_t delay_footprint(const ps_params *params, size_t tuple_size) {
-    (void)params;
     (void)tuple_size;
-    return sizeof(delay_stage) + PS_PASS_THROUGH_CALLERS * sizeof(in_flight);
+    size_t wire = ps_params_int(params, "pipelined") ? PS_PASS_THROUGH_CALLERS * sizeof(wire_caller) : 0;
+    return sizeof(delay_stage) + PS_PASS_THROUGH_CALLERS * sizeof(in_flight) + wire;
+}
+
+/* Pipelined: the callers' records, the queue and the courier. */
+static int start_wire(delay_stage *d) {
+    d->callers = aligned_alloc(CACHE_LINE, PS_PASS_THROUGH_CALLERS * sizeof *d->callers);
+    if (!d->callers) return PS_ENOMEM;
+    memset(d->callers, 0, PS_PASS_THROUGH_CALLERS * sizeof *d->callers);
+    for (uint32_t i = 0; i < PS_PASS_THROUGH_CALLERS; i++) ps_deferred_failure_init(&d->callers[i].failure);
+    pthread_mutex_init(&d->queue_lock, NULL);
+    ps_waitpoint_init(&d->queued_wp);
+    ps_waitpoint_init(&d->delivered_wp);
+    if (pthread_create(&d->courier, NULL, courier_loop, d) != 0) return PS_ENOMEM;
+    d->has_courier = 1;
+    return PS_OK;
 }
 
 static int delay_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
@@ -147,9 +371,11 @@ static int delay_create(const ps_params *params, const ps_build_context *context
     if (!d) return PS_ENOMEM;
     d->delay_ns = (int64_t)(ms * 1e6);
     d->jitter_ns = (int64_t)(jitter_ms * 1e6);
+    d->pipelined = ps_params_int(params, "pipelined") && d->delay_ns > 0; /* no latency: nothing to pipeline */
     atomic_init(&d->random_state, (uint64_t)ps_now_ns());
     int rc = ps_stage_init(&d->base, &ps_kind_delay, ps_stage_format(below), 0, below);
     if (rc == PS_OK && !(d->messages = calloc(PS_PASS_THROUGH_CALLERS, sizeof *d->messages))) rc = PS_ENOMEM;
+    if (rc == PS_OK && d->pipelined) rc = start_wire(d);
     if (rc != PS_OK) {
         delay_destroy(&d->base);
         ps_stage_abandon(&d->base);
@@ -164,13 +390,16 @@ static const ps_param_spec DELAY_PARAMS[] = {
      PS_PARAM_GIVEN},
     {"jitter_ms", PS_PARAM_FLOAT, 0, "0", 0, 60000, NULL, "uniform jitter, +/- milliseconds (at most ms)",
      PS_PARAM_GIVEN},
+    {"pipelined", PS_PARAM_INT, 0, "0", 0, 1, NULL,
+     "1: moves stream as on a wire, each arriving ms later without holding back the caller's next one",
+     PS_PARAM_GIVEN},
 };
 
 const ps_stage_kind ps_kind_delay = {
     .version = PS_STAGE_KIND_VERSION,
     .name = "delay",
     .doc = "Emulates a slow link: each operation that may wait crosses it in ms (+/- jitter_ms) going down "
-           "and again coming back, never past its timeout.",
+           "and again coming back, never past its timeout; pipelined=1: moves stream without waiting.",
     .params = DELAY_PARAMS,
     .param_count = sizeof DELAY_PARAMS / sizeof DELAY_PARAMS[0],
     .role = PS_PASS_THROUGH,

@@ -20,6 +20,9 @@
  *             (held back), then fence: every fence returns once all rounds are down, the totals exact.
  *   prefetch  readers through a cache that prefetches windows read every tuple a writer is still
  *             moving: every value right; then one reader alone fetches one range per window.
+ *   wire      the order scene's callers through a pipelined delay (moves streamed by its courier
+ *             thread), alone and below a batch: every move once, in order, none dropped, also
+ *             of the callers that leave without a fence.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -148,6 +151,30 @@ static void run_order(ps_space *space, int64_t moves) {
         ps_stage_release(batch);
         ps_element *element = enter_or_die(space, name, "qq");
         check_history(element, "order", CALLERS, moves);
+        ps_leave(element);
+        ps_stage_release(core);
+    }
+}
+
+/* ---- wire ----------------------------------------------------------------------------------- */
+
+static void run_wire(ps_space *space, int64_t moves) {
+    for (int batched = 0; batched < 2; batched++) {
+        char name[32];
+        snprintf(name, sizeof name, "WIRE%d", batched);
+        atomic_store(&scene_running, "wire");
+        ps_stage *core = create_core(space, name, "qq");
+        ps_param_value values[] = {float_param("ms", 0.05), int_param("pipelined", 1)};
+        ps_stage *delay = create_stage(space, "delay", values, 2, core);
+        ps_stage *top = batched ? create_batch(space, 7, 2, 0, delay) : delay;
+        run_callers(top, moves, WAIT);
+        CHECK(counter_of(delay, "dropped") == 0 && counter_of(delay, "streamed") > 0,
+              "wire %d: %" PRId64 " streamed, %" PRId64 " dropped", batched, counter_of(delay, "streamed"),
+              counter_of(delay, "dropped"));
+        if (batched) ps_stage_release(top);
+        ps_stage_release(delay);
+        ps_element *element = enter_or_die(space, name, "qq");
+        check_history(element, "wire", CALLERS, moves);
         ps_leave(element);
         ps_stage_release(core);
     }
@@ -402,6 +429,7 @@ int main(int argc, char **argv) {
     run_failing(space);
     run_fence(space, moves / 100 + 1);
     run_prefetch(space, moves * 2);
+    run_wire(space, moves / 4);
     int code = stress_end(&run);
     ps_space_free(space);
     return code;

@@ -1,0 +1,32 @@
+/* deferred_failure.c — see deferred_failure.h. */
+#include "deferred_failure.h"
+
+#include "pastset.h"
+
+void ps_deferred_failure_init(ps_deferred_failure *f) {
+    atomic_init(&f->status, PS_OK);
+    pthread_mutex_init(&f->lock, NULL);
+    f->done = f->of = 0;
+}
+
+void ps_deferred_failure_destroy(ps_deferred_failure *f) { pthread_mutex_destroy(&f->lock); }
+
+void ps_deferred_failure_record(ps_deferred_failure *f, int status, uint32_t done, uint32_t of) {
+    pthread_mutex_lock(&f->lock);
+    f->done += done;
+    f->of += of;
+    int none = PS_OK;
+    atomic_compare_exchange_strong(&f->status, &none, status);
+    pthread_mutex_unlock(&f->lock);
+}
+
+int ps_deferred_failure_take(ps_deferred_failure *f, uint32_t *done, uint32_t *of) {
+    if (atomic_load_explicit(&f->status, memory_order_acquire) == PS_OK) return PS_OK;
+    pthread_mutex_lock(&f->lock);
+    int status = atomic_exchange(&f->status, PS_OK);
+    *done = f->done;
+    *of = f->of;
+    f->done = f->of = 0;
+    pthread_mutex_unlock(&f->lock);
+    return status;
+}

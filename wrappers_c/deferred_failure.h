@@ -1,0 +1,26 @@
+/* deferred_failure.h — a failure of work a stage did on a caller's behalf after the caller's call
+ * had returned (a batch's sender, a pipelined delay's courier), kept for the caller's next
+ * operation to report: the first failure's status, and how many of the moves that the failed
+ * work held took effect. Written by the stage's thread, taken by the caller's.
+ */
+#ifndef WRAPPERS_DEFERRED_FAILURE_H
+#define WRAPPERS_DEFERRED_FAILURE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef struct ps_deferred_failure {
+    _Atomic int status;   /* PS_OK: nothing to report */
+    pthread_mutex_t lock; /* guards the counts */
+    uint32_t done, of;    /* moves that took effect, of those the failed work held */
+} ps_deferred_failure;
+
+void ps_deferred_failure_init(ps_deferred_failure *f);
+void ps_deferred_failure_destroy(ps_deferred_failure *f);
+/* Adds a failure: `done` of `of` moves took effect; the status kept is the first one's. */
+void ps_deferred_failure_record(ps_deferred_failure *f, int status, uint32_t done, uint32_t of);
+/* The failure not reported yet, cleared: its status (with its counts), or PS_OK. */
+int ps_deferred_failure_take(ps_deferred_failure *f, uint32_t *done, uint32_t *of);
+
+#endif
