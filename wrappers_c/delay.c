@@ -343,11 +343,11 @@ static size_t delay_footprint(const ps_params *params, size_t tuple_size) {
 
 /* Pipelined: the callers' records, the queue and the courier. */
 static int start_wire(delay_stage *d) {
+    pthread_mutex_init(&d->queue_lock, NULL);
     d->callers = aligned_alloc(CACHE_LINE, PS_PASS_THROUGH_CALLERS * sizeof *d->callers);
     if (!d->callers) return PS_ENOMEM;
     memset(d->callers, 0, PS_PASS_THROUGH_CALLERS * sizeof *d->callers);
     for (uint32_t i = 0; i < PS_PASS_THROUGH_CALLERS; i++) ps_deferred_failure_init(&d->callers[i].failure);
-    pthread_mutex_init(&d->queue_lock, NULL);
     ps_waitpoint_init(&d->queued_wp);
     ps_waitpoint_init(&d->delivered_wp);
     if (pthread_create(&d->courier, NULL, courier_loop, d) != 0) return PS_ENOMEM;

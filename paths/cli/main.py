@@ -18,6 +18,7 @@ Exit codes: 0 success, 1 a failed run (named in the message), 2 a usage error, 1
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import Callable
@@ -44,72 +45,42 @@ def _kinds(argv: list[str]) -> int:
     return 0
 
 
-def _trace(argv: list[str]) -> int:
-    from ..runtime.trace_file import trace_command
-
-    return trace_command(argv)
-
-
-def _serve(argv: list[str]) -> int:
-    from ..runtime.server import serve_command
-
-    return serve_command(argv)
-
-
-def _show(argv: list[str]) -> int:
-    from .run import show_command
-
-    return show_command(argv)
+# Where each other command lives, imported only when it runs (a start-up stays quick).
+LAZY_COMMANDS = {
+    "trace": ("..runtime.trace_file", "trace_command"),
+    "serve": ("..runtime.server", "serve_command"),
+    "show": (".run", "show_command"),
+    "run": (".run", "run_command"),
+    "launch": (".launch", "launch_command"),
+    "sbatch": (".sbatch", "sbatch_command"),
+    "config": ("..runtime.compile_flags", "config_command"),
+}
 
 
-def _run(argv: list[str]) -> int:
-    from .run import run_command
+def _lazy(module: str, function: str) -> Callable[[list[str]], int]:
+    def command(argv: list[str]) -> int:
+        return getattr(importlib.import_module(module, __package__), function)(argv)
 
-    return run_command(argv)
-
-
-def _launch(argv: list[str]) -> int:
-    from .launch import launch_command
-
-    return launch_command(argv)
-
-
-def _sbatch(argv: list[str]) -> int:
-    from .sbatch import sbatch_command
-
-    return sbatch_command(argv)
-
-
-def _config(argv: list[str]) -> int:
-    from ..runtime.compile_flags import config_command
-
-    return config_command(argv)
+    return command
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "kinds": _kinds,
-    "trace": _trace,
-    "serve": _serve,
-    "show": _show,
-    "run": _run,
-    "launch": _launch,
-    "sbatch": _sbatch,
-    "config": _config,
+    **{name: _lazy(*where) for name, where in LAZY_COMMANDS.items()},
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
-        return 0 if argv else 2
-    command = COMMANDS.get(argv[0])
-    if command is None:
+    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
         print(f"paths: unknown command {argv[0]!r} (expected one of {', '.join(COMMANDS)}); see paths --help",
               file=sys.stderr)
         return 2
     try:
-        return command(argv[1:])
+        if not argv or argv[0] in ("-h", "--help"):
+            print(__doc__.strip())
+            return 0 if argv else 2
+        return COMMANDS[argv[0]](argv[1:])
     except KeyboardInterrupt:
         print("paths: interrupted", file=sys.stderr)
         return 130
