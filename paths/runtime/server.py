@@ -169,6 +169,7 @@ class PathServer:
         """Serve from a background thread of this process (for processes that also run work)."""
         self._thread = threading.Thread(target=self.serve_forever, name="paths-server", daemon=True)
         self._thread.start()
+        _SERVING.add(self)
         return self
 
     def close(self) -> None:
@@ -188,19 +189,25 @@ class PathServer:
         self.close()
 
 
-# Every build thread of the process, so that none is still running when the interpreter ends.
+# Every build thread and every server serving from a thread of its own, so that none is still
+# running when the interpreter ends.
 _BUILD_THREADS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+_SERVING: "weakref.WeakSet[PathServer]" = weakref.WeakSet()
 
 
 @atexit.register
 def _end_builds() -> None:
-    """Builds still waiting for a server further down give up, and end before the interpreter
-    does: a thread that came back into it while it finalizes would abort the process."""
+    """Servers left serving stop, and builds still waiting for a server further down give up;
+    all end before the interpreter does: a thread that came back into it while it finalizes would
+    abort the process."""
+    serving = [server for server in _SERVING if server._thread is not None and server._thread.is_alive()]
+    for server in serving:
+        server.stop_serving()
     running = [thread for thread in _BUILD_THREADS if thread.is_alive()]
     if running:
         _native.abandon_remote_waits()
-        for thread in running:
-            thread.join(EXIT_JOIN_SECONDS)
+    for thread in running + [server._thread for server in serving]:
+        thread.join(EXIT_JOIN_SECONDS)
 
 
 Z85_DIGITS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#")
