@@ -22,6 +22,12 @@
                                                  1 .. MOVES (held back), prints MOVED; on `fence`
                                                  on stdin fences, prints FENCED, then observes
                                                  each round's total: TOTALS <json list>
+    remote_peer.py member GROUP RANK ROUNDS      an allreduce member with a server of its own:
+                                                 prints READY <endpoint>, reads the members'
+                                                 endpoints (a comma-separated line), moves RANK + 1
+                                                 per round for ROUNDS rounds (its element on the
+                                                 first member), prints TOTALS <json list>, then
+                                                 ends at once, with no release, on `die`
 
 PROTO is the remote stage's transport (tcp, ipc, zmq, inproc).
 
@@ -31,6 +37,7 @@ Every line is flushed: the tests wait for them.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import paths
@@ -119,8 +126,25 @@ def contributor(endpoint: str, element: str, moves: str) -> int:
     return 0
 
 
+def member(group: str, rank: str, rounds: str) -> int:
+    server = PathServer("tcp://127.0.0.1:*").start()
+    say("READY", server.endpoint)
+    nodes = sys.stdin.readline().strip()
+    path = make_path(stage("allreduce", group=group, nodes=nodes, rank=int(rank)),
+                     stage("remote", host=nodes.split(",")[0]), stage("core", name=group, format="q"))
+    handle = build_path(path, context=server.context)
+    totals = []
+    for _ in range(int(rounds)):
+        handle.move((int(rank) + 1,), timeout=ROUNDS_TIMEOUT_S)
+        totals.append(handle.observe(timeout=ROUNDS_TIMEOUT_S)[0])
+    say("TOTALS", json.dumps(totals))
+    if sys.stdin.readline().strip() == "die":
+        os._exit(0)  # the process goes as a crash would: its connections close, nothing is released
+    return 0
+
+
 PROGRAMS = {"serve": serve, "figure1": figure1, "worker": worker, "observe": observe, "batcher": batcher,
-            "contributor": contributor}
+            "contributor": contributor, "member": member}
 
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]

@@ -248,7 +248,13 @@ BROKEN = {
         BASE + "tree: {fanin: 4}\n",
         7,
         "tree.fanin",
-        "unknown field (valid: max_fanin)",
+        "unknown field (valid: max_fanin, form)",
+    ),
+    "unknown tree form": (
+        BASE + "tree:\n  form: exchange\n",
+        8,
+        "tree.form",
+        "expected one of sums, allreduce, allreduce-tree, got 'exchange'",
     ),
     "link to an unknown cluster": (
         BASE + "links:\n  - between: [4w, 9w]\n    delay_ms: 1\n",

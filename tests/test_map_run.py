@@ -172,7 +172,8 @@ def test_paths_run_prints_the_table_and_writes_csv_and_plot(probe, tmp_path):
     assert [(r["kernel"], r["map"], r["policy"], r["max_fanin"], r["threads"], r["nodes"], r["repeat"])
             for r in rows] == [("gsum", "paper-4w", "even", "4", str(n), str(k), str(r))
                                for n, k in ((1, 1), (5, 5)) for r in (0, 1)]
-    assert list(rows[0]) == ["kernel", "map", "policy", "max_fanin", "threads", "nodes", "repeat", "us_per_global_sum"]
+    assert list(rows[0]) == ["kernel", "map", "policy", "max_fanin", "tree_form", "threads", "nodes", "repeat",
+                            "us_per_global_sum"]
     assert all(float(r["us_per_global_sum"]) > 0 for r in rows)
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(probe.started().values()) == ["n0", "n1", "n2", "n3", "n4"]  # 5 threads dealt: 5 nodes

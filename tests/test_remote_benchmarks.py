@@ -56,7 +56,7 @@ def test_remote_benchmark_reports_both_transports_against_the_anchors(probe):
     assert many_target[1] == ("PASS" if float(many_target[2]) >= 5 else "MISS")
 
 
-def test_cluster_gsum_quick_compares_tcp_zmq_and_mpi_and_writes_csv(probe, tmp_path):
+def test_cluster_gsum_quick_compares_tcp_zmq_allreduce_and_mpi_and_writes_csv(probe, tmp_path):
     out_csv = tmp_path / "cluster.csv"
     done = run("benchmarks.cluster_gsum", "--quick", "--csv", str(out_csv))
     assert done.returncode == 0, done.stderr
@@ -64,16 +64,21 @@ def test_cluster_gsum_quick_compares_tcp_zmq_and_mpi_and_writes_csv(probe, tmp_p
     assert re.search(r"C ping-pong over TCP, 48 B, blocking reads [\d.]+ us; raw ZeroMQ round trip, 2 processes "
                      r"[\d.]+ us", out)
     rows = list(csv.DictReader(out_csv.open()))
-    assert [(r["nodes"], r["threads_per_node"], r["contributors"], r["tree"]) for r in rows] == [("2", "1", "2", "flat")]
-    assert sorted(probe.started().values()) == ["n0", "n0", "n1", "n1"]  # the map's two nodes, on tcp and zmq
-    row = rows[0]
-    tcp, zmq, mpi = float(row["tcp_us"]), float(row["zmq_us"]), float(row["mpi_us"])
-    assert tcp > 0 and zmq > 0 and mpi > 0
-    assert math.isclose(float(row["tcp_per_mpi"]), tcp / mpi) and math.isclose(float(row["zmq_per_mpi"]), zmq / mpi)
-    verdict = re.search(r"^  (PASS|MISS by [\d.]+%)\s+2 nodes x 1 thread\(s\): flat won, tcp ([\d.]+) us vs MPI "
+    assert [(r["nodes"], r["threads_per_node"], r["contributors"], r["tree"]) for r in rows] == \
+        [("2", "1", "2", "flat"), ("2", "1", "2", "allreduce")]
+    # the map's two nodes, for the sums on tcp and on zmq, and for the allreduce
+    assert sorted(probe.started().values()) == ["n0", "n0", "n0", "n1", "n1", "n1"]
+    flat, exchange = rows
+    tcp, zmq, mpi = float(flat["tcp_us"]), float(flat["zmq_us"]), float(flat["mpi_us"])
+    assert tcp > 0 and zmq > 0 and mpi > 0 and float(exchange["tcp_us"]) > 0
+    assert math.isclose(float(flat["tcp_per_mpi"]), tcp / mpi) and math.isclose(float(flat["zmq_per_mpi"]), zmq / mpi)
+    assert exchange["zmq_us"] == exchange["zmq_per_mpi"] == "", "allreduce's members connect directly: no zmq run"
+    best = min(rows, key=lambda r: float(r["tcp_us"]))
+    verdict = re.search(r"^  (PASS|MISS by [\d.]+%)\s+2 nodes x 1 thread\(s\): (\S+) won, tcp ([\d.]+) us vs MPI "
                         r"([\d.]+) us = ([\d.]+)x \(target <= 1.00x\)$", out, re.M)
     assert verdict, out
-    assert verdict[1].startswith("PASS") == (float(verdict[4]) <= 1.0)
+    assert verdict[2] == best["tree"]
+    assert verdict[1].startswith("PASS") == (float(verdict[5]) <= 1.0)
 
 
 @pytest.mark.parametrize("args, words", [(["--nodes", "1"], "at least 2 nodes"), (["--rounds", "0"], "--rounds")])

@@ -349,7 +349,7 @@ def test_a_server_builds_a_python_kind_only_when_told_to(children, tmp_path, use
 
 
 @pytest.mark.parametrize("kinds, problem", [
-    ("nosuch", "paths serve: --allow-kinds: 'nosuch': no stage kind 'nosuch' (known: batch, cache, core, "),
+    ("nosuch", "paths serve: --allow-kinds: 'nosuch': no stage kind 'nosuch' (known: allreduce, batch, cache, core, "),
     ("no_such_module:x", "paths serve: --allow-kinds: 'no_such_module:x': cannot import 'no_such_module': "
                          "ModuleNotFoundError: No module named 'no_such_module'"),
 ])

@@ -30,6 +30,7 @@ const char *param_role(ps_param_role role) {
     case PS_PARAM_BUILT: return "built";
     case PS_PARAM_WRITTEN_FILE: return "written file";
     case PS_PARAM_WAIT_MS: return "wait ms";
+    case PS_PARAM_NODES: return "nodes";
     default: return "given";
     }
 }

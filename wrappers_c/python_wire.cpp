@@ -18,6 +18,8 @@ py::dict wire_protocol() {
     control["release"] = static_cast<int>(PS_WIRE_RELEASE);
     control["ping"] = static_cast<int>(PS_WIRE_PING);
     control["connect"] = static_cast<int>(PS_WIRE_CONNECT);
+    control["peer"] = static_cast<int>(PS_WIRE_PEER);
+    control["part"] = static_cast<int>(PS_WIRE_PART);
     py::dict transports;
     transports["zmq"] = static_cast<int>(PS_TRANSPORT_ZMQ);
     transports["tcp"] = static_cast<int>(PS_TRANSPORT_TCP);
@@ -41,7 +43,7 @@ py::dict wire_protocol() {
 void bind_wire(py::module_ &m) {
     m.def("wire_protocol", &wire_protocol,
           "{version, header, max_payload, batch_payload, secret, spec_max, op_first, op_limit, control: {build,\n"
-          "release, ping, connect}, transports: {zmq, tcp, ipc}}: the wire protocol's constants (wire.md). A stage\n"
+          "release, ping, connect, peer, part}, transports: {zmq, tcp, ipc}}: the wire protocol's constants (wire.md). A stage\n"
           "operation's op code is its kind's (operations()); a well-formed frame's op is op_first <= op < op_limit.");
 }
 

@@ -11,6 +11,7 @@ static const ps_stage_kind *const KINDS[] = {
     &ps_kind_remote,
     &ps_kind_delay,
     &ps_kind_batch,
+    &ps_kind_allreduce,
 };
 
 size_t ps_stage_kind_count(void) { return sizeof KINDS / sizeof KINDS[0]; }

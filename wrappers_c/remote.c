@@ -13,13 +13,13 @@
  * With window > 1, moves are pipelined: up to `window` go out before their answers are read.
  */
 #include <errno.h>
-#include <fnmatch.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
 
+#include "control_plane.h"
 #include "direct_channel.h"
 #include "server.h"
 #include "stage_base.h"
@@ -27,7 +27,7 @@
 #include "wire.h"
 #include "zmq_context.h"
 
-enum { MAX_ENDPOINT = 256, RELEASE_WAIT_MS = 500 };
+enum { MAX_ENDPOINT = 256, RELEASE_WAIT_MS = 500, ANSWER_TEXT_MAX = 1024 };
 
 typedef struct connection {
     void *socket;           /* zmq: DEALER to the caller's own link socket on the server */
@@ -81,26 +81,8 @@ static void explain(remote_stage *r, const char *what, const char *detail) {
 }
 
 static void *open_socket(remote_stage *r, const char *endpoint) {
-    void *socket = zmq_socket(ps_zmq_context(), ZMQ_DEALER);
-    if (!socket) return NULL;
-    int zero = 0;
-    zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
-    if (r->server_key[0]) {
-        char public_key[41], secret_key[41];
-        int fresh = !r->client_public[0];
-        if ((fresh && zmq_curve_keypair(public_key, secret_key) != 0) ||
-            zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, r->server_key, 41) != 0 ||
-            zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, fresh ? public_key : r->client_public, 41) != 0 ||
-            zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, fresh ? secret_key : r->client_secret, 41) != 0) {
-            zmq_close(socket);
-            return NULL;
-        }
-    }
-    if (zmq_connect(socket, endpoint) != 0) {
-        zmq_close(socket);
-        return NULL;
-    }
-    return socket;
+    ps_curve_client keys = {r->server_key, r->client_public, r->client_secret};
+    return ps_control_socket(endpoint, &keys);
 }
 
 /* Sends an encoded request on the direct connection. A pipelined move is followed by more: it
@@ -129,51 +111,18 @@ static uint64_t send_request(remote_stage *r, connection *c, void *socket, uint8
     return request.request_id;
 }
 
-/* Receives the next frame on a ZeroMQ socket by the deadline, into c->message; the statuses of
- * ps_channel_receive. */
-static int receive_zmq(connection *c, void *socket, int64_t deadline, ps_frame *answer) {
-    for (;;) {
-        int64_t left_ms = (deadline - ps_now_ns() + 999999) / 1000000;
-        if (left_ms <= 0) return PS_ETIMEDOUT;
-        /* A receive that waits by itself: one call, where a poll then a receive would be two. */
-        int wait_ms = left_ms > INT_MAX ? INT_MAX : (int)left_ms;
-        zmq_setsockopt(socket, ZMQ_RCVTIMEO, &wait_ms, sizeof wait_ms);
-        zmq_msg_close(&c->message);
-        zmq_msg_init(&c->message);
-        if (zmq_msg_recv(&c->message, socket, 0) < 0) {
-            if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
-            return PS_EREMOTE;
-        }
-        return ps_wire_decode(zmq_msg_data(&c->message), zmq_msg_size(&c->message), answer) == 0 ? PS_OK : PS_EINVAL;
-    }
-}
-
 /* Waits up to wait_ns for the answer to request `id` on `socket` (NULL: the direct connection);
  * answers to older requests are skipped. On PS_OK, *answer is valid until the next receive on
  * the connection; else the status says why none came (ps_channel_receive's). */
 static int wait_answer(remote_stage *r, connection *c, void *socket, uint64_t id, int64_t wait_ns, ps_frame *answer) {
     int64_t deadline = ps_now_ns() + wait_ns;
     for (;;) {
-        int rc = socket ? receive_zmq(c, socket, deadline, answer) : ps_channel_receive(&c->channel, deadline, answer);
+        int rc = socket ? ps_zmq_receive_frame(socket, deadline, &c->message, answer)
+                        : ps_channel_receive(&c->channel, deadline, answer);
         if (rc != PS_OK) return rc;
         atomic_fetch_add_explicit(&r->answers, 1, memory_order_relaxed);
         if (answer->request_id == id) return PS_OK;
     }
-}
-
-/* Set once the process is exiting (ps_remote_abandon_waits): a link still being set up gives up. */
-static _Atomic int abandoning;
-static const int64_t SETUP_SLICE_NS = 100000000;
-
-void ps_remote_abandon_waits(void) { atomic_store(&abandoning, 1); }
-
-/* The end of the next slice of a wait, ending at `deadline`, for the answer that sets up a link
- * (to BUILD, to CONNECT): such waits go in slices, so that a process that is exiting does not
- * wait for one. 0 once it is exiting. */
-static int64_t setup_slice_end(int64_t deadline) {
-    if (atomic_load(&abandoning)) return 0;
-    int64_t end = ps_now_ns() + SETUP_SLICE_NS;
-    return end < deadline ? end : deadline;
 }
 
 /* Why no answer came, for a message. */
@@ -331,16 +280,6 @@ static const char *answer_text(const ps_frame *answer, char *text, size_t size) 
     return text;
 }
 
-/* A server bound to every interface names a link by 0.0.0.0: reach it by the host we used. */
-static void reachable(const remote_stage *r, char *link_endpoint, size_t size) {
-    if (!strstr(link_endpoint, "://0.0.0.0:")) return;
-    const char *port = strrchr(link_endpoint, ':');
-    const char *host_end = strrchr(r->endpoint, ':');
-    char rebuilt[MAX_ENDPOINT];
-    snprintf(rebuilt, sizeof rebuilt, "%.*s%s", (int)(host_end - r->endpoint), r->endpoint, port);
-    snprintf(link_endpoint, size, "%s", rebuilt);
-}
-
 /* BUILD at the main endpoint: on PS_OK, c->handle_id is the link, link_endpoint its way in and
  * secret (direct transports) what its connection presents. */
 static int build_link(remote_stage *r, connection *c, char *link_endpoint, unsigned char *secret) {
@@ -349,22 +288,20 @@ static int build_link(remote_stage *r, connection *c, char *link_endpoint, unsig
         explain(r, "the path remainder is too long", "more than a BUILD carries");
         return PS_EINVAL;
     }
-    void *main_socket = open_socket(r, r->endpoint);
-    if (!main_socket) {
-        explain(r, "cannot open a socket", zmq_strerror(zmq_errno()));
-        return PS_EREMOTE;
-    }
-    uint64_t id = send_request(r, c, main_socket, PS_WIRE_BUILD, r->transport, 0, spec, strlen(spec), 0);
-    ps_frame answer;
-    int rc = id ? PS_ETIMEDOUT : PS_EREMOTE;
-    for (int64_t deadline = ps_now_ns() + r->timeout_ns, end = 1; rc == PS_ETIMEDOUT && end < deadline;) {
-        end = setup_slice_end(deadline);
-        rc = end ? wait_answer(r, c, main_socket, id, end - ps_now_ns(), &answer) : PS_EINTR;
-    }
+    ps_curve_client keys = {r->server_key, r->client_public, r->client_secret};
+    ps_frame request = {PS_WIRE_BUILD, 0, ++c->next_request, 0, r->transport, 0, (const unsigned char *)spec,
+                        (uint32_t)strlen(spec)}, answer;
+    unsigned char payload[PS_WIRE_SECRET + MAX_ENDPOINT + ANSWER_TEXT_MAX];
+    atomic_fetch_add_explicit(&r->requests, 1, memory_order_relaxed);
+    int rc = ps_control_request(r->endpoint, &keys, &request, ps_now_ns() + r->timeout_ns, &answer, payload,
+                                sizeof payload);
+    if (rc == PS_OK) atomic_fetch_add_explicit(&r->answers, 1, memory_order_relaxed);
     size_t secret_length = r->transport == PS_TRANSPORT_ZMQ ? 0 : PS_WIRE_SECRET;
     if (rc == PS_EINTR) {
         explain(r, "no answer to BUILD", "this process is exiting");
         rc = PS_EREMOTE;
+    } else if (rc == PS_EREMOTE || rc == PS_ENOMEM) {
+        explain(r, "cannot send BUILD", zmq_strerror(zmq_errno()));
     } else if (rc != PS_OK) {
         char detail[96];
         snprintf(detail, sizeof detail, "within %lld ms (is the server up, and are the CURVE keys right?)",
@@ -382,10 +319,9 @@ static int build_link(remote_stage *r, connection *c, char *link_endpoint, unsig
         memcpy(secret, answer.payload, secret_length);
         snprintf(link_endpoint, MAX_ENDPOINT, "%.*s", (int)(answer.payload_length - secret_length),
                  (const char *)answer.payload + secret_length);
-        reachable(r, link_endpoint, MAX_ENDPOINT);
+        ps_reachable_endpoint(r->endpoint, link_endpoint, MAX_ENDPOINT);
         c->handle_id = answer.handle_id;
     }
-    zmq_close(main_socket);
     return rc;
 }
 
@@ -403,7 +339,7 @@ static int connect_direct(remote_stage *r, connection *c, const char *link_endpo
     size_t length = ps_wire_encode(&hello, c->request, c->capacity);
     int rc = ps_channel_send(&c->channel, c->request, length, 0) == PS_OK ? PS_ETIMEDOUT : PS_EREMOTE;
     for (int64_t end = 1; rc == PS_ETIMEDOUT && end < deadline;) {
-        end = setup_slice_end(deadline);
+        end = ps_setup_slice_end(deadline);
         rc = end ? ps_channel_receive(&c->channel, end, &answer) : PS_EINTR;
     }
     if (rc == PS_OK && answer.request_id == hello.request_id && answer.status == PS_OK) return PS_OK;
@@ -491,17 +427,6 @@ static size_t remote_footprint(const ps_params *params, size_t tuple_size) {
            PS_PASS_THROUGH_CALLERS * sizeof(connection);
 }
 
-/* Whether a build in `context` may reach `endpoint`: any, unless the context names the ones it
- * trusts; then it must match one of their patterns whole, and choose no source address of its
- * own ("tcp://SOURCE;DESTINATION"), which a pattern's '*' would otherwise let through. */
-static int trusted(const ps_build_context *context, const char *endpoint) {
-    if (!context->trusted_endpoints) return 1;
-    if (strchr(endpoint, ';')) return 0;
-    for (size_t i = 0; i < context->trusted_endpoint_count; i++)
-        if (fnmatch(context->trusted_endpoints[i], endpoint, 0) == 0) return 1;
-    return 0;
-}
-
 static int remote_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
                          ps_stage **out, char *error, size_t error_size) {
     if (below) {
@@ -532,7 +457,7 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
     const char *scheme = in_process ? "inproc" : r->transport == PS_TRANSPORT_IPC ? "ipc" : "tcp";
     if (strstr(host, "://")) snprintf(r->endpoint, sizeof r->endpoint, "%s", host);
     else snprintf(r->endpoint, sizeof r->endpoint, "%s://%s", scheme, host);
-    if (!trusted(context, r->endpoint)) {
+    if (!ps_endpoint_trusted(context, r->endpoint)) {
         snprintf(error, error_size, "stage 'remote': this server reaches only the endpoints it trusts (the nodes "
                  "of its map, paths serve --allow-remote PATTERN), and '%.200s' is not one", r->endpoint);
         free(r);

@@ -16,6 +16,7 @@
 
 #include "direct_channel.h"
 #include "pastset.h"
+#include "peer_directory.h"
 #include "wire.h"
 #include "zap_handler.h"
 #include "zmq_context.h"
@@ -530,6 +531,29 @@ static void answer_main(ps_server *s, const zmq_msg_t *routing_id, uint8_t op, i
                 s->main_answer, length);
 }
 
+/* Where a listed allreduce member of this process listens, and its secret (peer_directory.h):
+ * what its group's other members ask for before they connect to it. The server answers from the
+ * list and creates nothing; a member not listed (not made yet, or with its peers already in) is
+ * answered PS_ESTATE. */
+static void answer_peer(ps_server *s, const zmq_msg_t *routing_id, const ps_frame *request) {
+    char group[PS_GROUP_MAX + 1], endpoint[PS_PEER_ENDPOINT_MAX];
+    unsigned char found[PS_WIRE_SECRET + PS_PEER_ENDPOINT_MAX];
+    snprintf(group, sizeof group, "%.*s", (int)request->payload_length, (const char *)request->payload);
+    uint32_t rank = (uint32_t)request->argument;
+    if (ps_peer_find(group, rank, endpoint, found) != PS_OK) {
+        char text[PS_GROUP_MAX + 96];
+        snprintf(text, sizeof text, "no member %u of allreduce group '%s' is waiting for its peers here", rank, group);
+        answer_main(s, routing_id, PS_WIRE_PEER, PS_ESTATE, request->request_id, 0, text);
+        return;
+    }
+    size_t length = strnlen(endpoint, sizeof endpoint);
+    memcpy(found + PS_WIRE_SECRET, endpoint, length);
+    size_t size = encode_answer(s->main_answer, sizeof s->main_answer, PS_WIRE_PEER, PS_OK, request->request_id, 0, 0,
+                                found, PS_WIRE_SECRET + length);
+    send_answer(s->main_socket, zmq_msg_data((zmq_msg_t *)routing_id), zmq_msg_size((zmq_msg_t *)routing_id),
+                s->main_answer, size);
+}
+
 /* Who sent a request, for per-client limits: the name of its CURVE key where the server
  * authenticates its clients ("key NAME"), else its address (TCP), else "local". */
 static void name_client(zmq_msg_t *frame, char *out, size_t size) {
@@ -570,6 +594,9 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
             found = 1;
         } else if (valid && request.op == PS_WIRE_PING) {
             answer_main(s, &routing_id, PS_WIRE_PING, PS_OK, request.request_id, 0, NULL);
+        } else if (valid && request.op == PS_WIRE_PEER && request.payload_length > 0 &&
+                   request.payload_length <= PS_GROUP_MAX && request.argument >= 0 && request.argument <= UINT32_MAX) {
+            answer_peer(s, &routing_id, &request);
         } else if (whole) {
             atomic_fetch_add(&s->bad_frames, 1);
             answer_main(s, &routing_id, valid ? request.op : 0, PS_EINVAL, valid ? request.request_id : 0, 0,

@@ -64,6 +64,8 @@ typedef enum ps_param_role {
     PS_PARAM_WRITTEN_FILE,     /* a file the stage writes: a server keeps it in a folder of its own */
     PS_PARAM_WAIT_MS,          /* a wait, in ms, given by the path's author: a server caps it in the
                                   paths its clients send (a client may not make it wait for long) */
+    PS_PARAM_NODES,            /* nodes a stage reaches, comma-separated: the builder of a run turns
+                                  each into its server's endpoint, as it does a remote stage's host */
 } ps_param_role;
 
 typedef struct ps_param_spec {

@@ -15,14 +15,16 @@ extern const ps_stage_kind ps_kind_cache;       /* cache.c */
 extern const ps_stage_kind ps_kind_remote;      /* remote.c */
 extern const ps_stage_kind ps_kind_delay;       /* delay.c */
 extern const ps_stage_kind ps_kind_batch;       /* batch.c */
+extern const ps_stage_kind ps_kind_allreduce;   /* allreduce.c */
 
 /* Does one operation on an element, as the core stage does: what a bare Element from Python
  * does too. PS_ENOTSUP only for a kind an element does not know (core.c). */
 int ps_element_call(ps_element *e, ps_op *op);
 
-/* The process is exiting: every remote stage's wait to set up a link (for the answer to its
- * BUILD or CONNECT) ends at once, so that no thread is still in one when the process goes
- * (remote.c). Operations on links already set up are not touched. */
+/* The process is exiting: every wait to set up a link (a remote stage's for the answer to its
+ * BUILD or CONNECT, an allreduce member's for its peers) ends at once, so that no thread is still
+ * in one when the process goes (control_plane.c). Operations on links already set up are not
+ * touched. */
 void ps_remote_abandon_waits(void);
 
 /* The path spec that links the calling thread attaches to `remote` from now on send at BUILD,

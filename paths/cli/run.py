@@ -27,7 +27,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
-from ..model.cluster_map import ClusterMap, MapError, open_map
+from ..model.cluster_map import TREE_FORMS, ClusterMap, MapError, open_map
 from ..experiments.experiment import Measurement, RunSettings, checked_kernel, plans_for, run_experiment, trace_prefix
 from ..runtime.kernel import load_kernel, parse_kernel_args
 from ..experiments.launcher import LaunchError
@@ -237,7 +237,8 @@ def results_table(cluster_map: ClusterMap, settings: RunSettings, measurements: 
     kernel = load_kernel(settings.kernel)
     policy = settings.policy or cluster_map.policy
     fanin = settings.max_fanin or cluster_map.max_fanin
-    mapping = f"policy {policy}, max fan-in {fanin}" + (", threads pinned" if settings.pin else "")
+    form = "" if cluster_map.tree_form == TREE_FORMS[0] else f", tree form {cluster_map.tree_form}"
+    mapping = f"policy {policy}, max fan-in {fanin}{form}" + (", threads pinned" if settings.pin else "")
     given = [f"{getattr(settings, kernel.builtin.setting)} {kernel.builtin.setting}"] if kernel.builtin else []
     given += [f"{key}={value}" for key, value in settings.args.items()]
     repeats = f"{settings.repeat} run{'s' if settings.repeat != 1 else ''}"
@@ -279,12 +280,13 @@ def write_csv(path: str, runs: list[Run]) -> None:
     columns = columns_of(runs)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["kernel", "map", "policy", "max_fanin", "threads", "nodes", "repeat", *columns])
+        writer.writerow(["kernel", "map", "policy", "max_fanin", "tree_form", "threads", "nodes", "repeat", *columns])
         for run in runs:
             cluster_map, settings = run.cluster_map, run.settings
             for m in run.measurements:
                 writer.writerow([m.kernel, cluster_map.name, settings.policy or cluster_map.policy,
-                                 settings.max_fanin or cluster_map.max_fanin, m.threads, m.nodes, m.repeat,
+                                 settings.max_fanin or cluster_map.max_fanin, cluster_map.tree_form, m.threads,
+                                 m.nodes, m.repeat,
                                  *(f"{m.columns[c]:.10g}" if c in m.columns else "" for c in columns)])
 
 

@@ -30,6 +30,10 @@ from .placement import resolve_policy
 MAPS_DIR = Path(__file__).resolve().parents[2] / "maps"
 DEFAULT_POLICY = "bucket"
 DEFAULT_MAX_FANIN = 4
+# How the node partial sums of a run meet (docs/maps.md, "Reduction tree"): reduce-sum stages joined
+# by remote hops; or one allreduce stage whose members send their partials to each other directly,
+# by recursive doubling or up and down a tree of fan-in max_fanin.
+TREE_FORMS = ("sums", "allreduce", "allreduce-tree")
 DEFAULT_SSH = "ssh {host} {command}"
 LAUNCH_MODES = ("local", "ssh", "slurm")
 # How the hops between a map's nodes may travel (the remote stage's `proto`): `inproc` reaches
@@ -102,6 +106,7 @@ class ClusterMap:
     home: str  # node holding the element
     policy: str = DEFAULT_POLICY
     max_fanin: int = DEFAULT_MAX_FANIN
+    tree_form: str = TREE_FORMS[0]
     links: tuple[Link, ...] = ()
     launch: Launch = Launch()
     elements: tuple[Element, ...] = ()
@@ -200,6 +205,7 @@ def load_map_text(text: str, source: str = "<string>") -> ClusterMap:
     home, policy, tree, links, launch = (
         fields.get(key) for key in ("home", "policy", "tree", "links", "launch")
     )
+    fanin, form = _tree(tree) if tree else (DEFAULT_MAX_FANIN, TREE_FORMS[0])
     return ClusterMap(
         name=fields["name"].string("a map name"),
         source=source,
@@ -207,7 +213,8 @@ def load_map_text(text: str, source: str = "<string>") -> ClusterMap:
         root=root,
         home=home.member(node_names, "a node listed under clusters") if home else root,
         policy=_policy(policy) if policy else DEFAULT_POLICY,
-        max_fanin=_max_fanin(tree) if tree else DEFAULT_MAX_FANIN,
+        max_fanin=fanin,
+        tree_form=form,
         links=_links(links, [cluster.name for cluster in clusters]) if links else (),
         launch=_launch(launch) if launch else Launch(),
         elements=_elements(fields["elements"], node_names) if "elements" in fields else (),
@@ -424,13 +431,13 @@ def _policy(field: _Field) -> str:
     return name
 
 
-def _max_fanin(field: _Field) -> int:
-    fields = field.fields(required=(), optional=("max_fanin",))
-    return (
-        fields["max_fanin"].integer(2, "an integer >= 2")
-        if "max_fanin" in fields
-        else DEFAULT_MAX_FANIN
-    )
+def _tree(field: _Field) -> tuple[int, str]:
+    """The tree's max_fanin and form."""
+    fields = field.fields(required=(), optional=("max_fanin", "form"))
+    fanin = fields["max_fanin"].integer(2, "an integer >= 2") if "max_fanin" in fields else DEFAULT_MAX_FANIN
+    form = fields["form"].member(list(TREE_FORMS), f"one of {', '.join(TREE_FORMS)}") if "form" in fields \
+        else TREE_FORMS[0]
+    return fanin, form
 
 
 def _proto(field: _Field) -> str:

@@ -12,6 +12,12 @@ Bottom up (a level with a single contributor adds no sum: there are no fan-in-1 
            clusters with threads (max_fanin does not split it), so each cluster crosses to the
            root exactly once.
   element  the core element on the home node.
+With the map's tree form `allreduce` (or `allreduce-tree`) the node partial sums meet instead in
+one `allreduce` stage, a member on each node with threads (the home's node first, then map order),
+whose members send their partials to each other directly, by recursive doubling (or up and down a
+tree of fan-in max_fanin); its group is the element's name. Every member's path then goes on to
+the element (rank 0 moves the totals there). No cluster sums, no root sum: the hops between the
+members must be direct (no delay or batch on their links, no zmq).
 Between two stages on different nodes the path has `remote(host=<next node>)`, with the map's
 `proto` for the hop when it sets one (ClusterMap.proto_between), preceded by `delay(ms,
 jitter_ms)` when the hop crosses a link with a delay, and before that by `batch(max_moves,
@@ -27,7 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterator, Optional, Union
 
-from .cluster_map import ClusterMap
+from .cluster_map import TREE_FORMS, ClusterMap
 from .path_spec import PathSpec, StageSpec, make_path, stage
 from .placement import Policy, place, policy_name
 from .stage_kinds import kinds
@@ -58,6 +64,7 @@ class ReductionPlan:
     max_fanin: int
     placements: tuple[str, ...]  # node of each thread
     paths: tuple[PathSpec, ...]  # path spec of each thread
+    form: str = TREE_FORMS[0]  # how the node partial sums meet (cluster_map.TREE_FORMS)
 
     def stages_by_node(self) -> dict[str, list[tuple[StageSpec, ...]]]:
         """The distinct stage instances on each node (in map order), as specs to the element."""
@@ -82,7 +89,8 @@ class ReductionPlan:
         element = keys[-1]
         lines = [
             f"map {self.cluster_map.name}: {len(self.paths)} threads on "
-            f"{len(set(self.placements))} nodes, policy {self.policy}, max_fanin {self.max_fanin}",
+            f"{len(set(self.placements))} nodes, policy {self.policy}, max_fanin {self.max_fanin}"
+            + ("" if self.form == TREE_FORMS[0] else f", form {self.form}"),
             _label(element),
         ]
 
@@ -142,32 +150,24 @@ def plan_reduction(
     *,
     policy: Union[str, Policy, None] = None,
     max_fanin: Optional[int] = None,
+    form: Optional[str] = None,
 ) -> ReductionPlan:
-    """Place the threads and give each its path of the reduction to `element` = (name, format)."""
+    """Place the threads and give each its path of the reduction to `element` = (name, format).
+    `max_fanin` and `form` (one of cluster_map.TREE_FORMS) override the map's."""
     if max_fanin is None:
         max_fanin = cluster_map.max_fanin
     elif isinstance(max_fanin, bool) or not isinstance(max_fanin, int) or max_fanin < 2:
         raise ValueError(f"max_fanin: expected an integer >= 2, got {max_fanin!r}")
+    form = cluster_map.tree_form if form is None else form
+    if form not in TREE_FORMS:
+        raise ValueError(f"tree form: expected one of {', '.join(TREE_FORMS)}, got {form!r}")
     placements = place(cluster_map, n_threads, policy)
     threads_on: dict[str, list[_Thread]] = defaultdict(list)
     for index, node in enumerate(placements):
         threads_on[node].append(_Thread(index, node))
 
-    cluster_sums = []
-    for cluster in cluster_map.clusters:
-        node_sums = [
-            _combine(threads_on[node.name], max_fanin, f"node:{node.name}")
-            for node in cluster.nodes
-            if threads_on[node.name]
-        ]
-        if node_sums:
-            head = cluster.head or node_sums[0].node
-            node_sums.sort(key=lambda part: part.node != head)  # the head's own part leads
-            cluster_sums.append(_combine(node_sums, max_fanin, f"cluster:{cluster.name}", head))
-    # One root sum takes every cluster sum, whatever max_fanin: one crossing per cluster.
-    top = _combine(cluster_sums, max(len(cluster_sums), 2), "root", cluster_map.root)
-
     name, format_ = element
+    element_stage = (stage("core", name=name, format=format_),)
     paths: dict[int, PathSpec] = {}
 
     def assign(part: Union[_Sum, _Thread], next_node: str, rest: tuple[StageSpec, ...]) -> None:
@@ -180,14 +180,68 @@ def plan_reduction(
         for child in part.inputs:
             assign(child, part.node, own)
 
-    assign(top, cluster_map.home, (stage("core", name=name, format=format_),))
+    if form == TREE_FORMS[0]:
+        assign(_sum_tree(cluster_map, threads_on, max_fanin), cluster_map.home, element_stage)
+    else:
+        members = [_combine(threads_on[node.name], max_fanin, f"node:{node.name}")
+                   for node in cluster_map.nodes if threads_on[node.name]]
+        members.sort(key=lambda part: part.node != cluster_map.home)  # rank 0 next to the element
+        for rank, part in enumerate(members):
+            group = _allreduce(cluster_map, name, [m.node for m in members], rank, form, max_fanin)
+            assign(part, part.node, group + hop(cluster_map, part.node, cluster_map.home) + element_stage)
     return ReductionPlan(
         cluster_map,
         policy_name(cluster_map, policy),
         max_fanin,
         tuple(placements),
         tuple(paths[thread] for thread in range(n_threads)),
+        form,
     )
+
+
+def _sum_tree(cluster_map: ClusterMap, threads_on: dict[str, list[_Thread]], max_fanin: int) -> Union[_Sum, _Thread]:
+    """The tree of sums of the form `sums`: nodes, clusters, root (see the module docstring)."""
+    cluster_sums = []
+    for cluster in cluster_map.clusters:
+        node_sums = [
+            _combine(threads_on[node.name], max_fanin, f"node:{node.name}")
+            for node in cluster.nodes
+            if threads_on[node.name]
+        ]
+        if node_sums:
+            head = cluster.head or node_sums[0].node
+            node_sums.sort(key=lambda part: part.node != head)  # the head's own part leads
+            cluster_sums.append(_combine(node_sums, max_fanin, f"cluster:{cluster.name}", head))
+    # One root sum takes every cluster sum, whatever max_fanin: one crossing per cluster.
+    return _combine(cluster_sums, max(len(cluster_sums), 2), "root", cluster_map.root)
+
+
+def _allreduce(cluster_map: ClusterMap, group: str, nodes: list[str], rank: int, form: str,
+               max_fanin: int) -> tuple[StageSpec, ...]:
+    """The allreduce stage of member `rank` of `nodes` (none for a group of one node), over
+    direct hops: ipc where every hop between the members says ipc, else tcp. A hop that a link
+    delays or batches, or that goes over zmq, cannot carry it: ValueError naming the link."""
+    if len(nodes) == 1:
+        return ()
+    clusters = sorted({cluster_map.node(node).cluster for node in nodes})
+    protos = set()
+    for i, a in enumerate(clusters):
+        for b in clusters[i:]:
+            link = cluster_map.link_between(a, b)
+            if link is not None and (link.delay_ms is not None or link.batch is not None):
+                raise ValueError(f"map {cluster_map.name!r}: tree form {form}: the link between clusters {a!r} and "
+                                 f"{b!r} has a delay or a batch, which allreduce's direct connections do not "
+                                 f"carry: use tree form sums on this map")
+            protos.add(cluster_map.proto_between(a, b))
+    if "zmq" in protos:
+        raise ValueError(f"map {cluster_map.name!r}: tree form {form}: a hop between its nodes is on zmq, and "
+                         f"allreduce's members connect directly (tcp or ipc): use tree form sums on this map")
+    params = {"group": group, "nodes": ",".join(nodes), "rank": rank}
+    if form == "allreduce-tree":
+        params.update(algorithm="tree", fanin=max_fanin)
+    if protos == {"ipc"}:
+        params["proto"] = "ipc"
+    return (stage("allreduce", **params),)
 
 
 def _combine(

@@ -32,7 +32,8 @@ class ParamInfo:
     choices: tuple[str, ...] | None = None
     doc: str = ""
     role: str = "given"  # "given"; "built": filled in by the builder; "written file": a file the stage
-    # writes; "wait ms": a wait in ms a server caps in its clients' paths
+    # writes; "wait ms": a wait in ms a server caps in its clients' paths; "nodes": nodes it reaches,
+    # comma-separated, which a run's builder turns into their servers' endpoints
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,11 @@ class KindInfo:
     def ends_path(self) -> bool:
         """The last stage of a path: the element itself (core)."""
         return not self.needs_below and self.rest_at is None
+
+    @property
+    def node_params(self) -> tuple[str, ...]:
+        """The parameters that name nodes the stage reaches (an allreduce stage's members)."""
+        return tuple(p.name for p in self.params.values() if p.role == "nodes")
 
     @property
     def written_files(self) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from .. import _native
 from ..model.path_spec import PathSpec, StageSpec, make_path, path_to_json
-from ..model.stage_kinds import check_spec, kinds, native_params
+from ..model.stage_kinds import KindInfo, check_spec, kinds, native_params
 
 if TYPE_CHECKING:
     from .client_ledger import ClientBuild
@@ -45,15 +45,16 @@ class BuiltStage:
         return self.key[0]
 
 
-def _unchanged(params: dict) -> dict:
+def _unchanged(params: dict, info) -> dict:
     return params
 
 
 class BuildContext:
     """What building needs besides the path: the PastSet, the table of the stages built over it
-    (where the paths of many callers merge), and `resolve(params)`, which completes the
-    parameters of a stage whose rest is built elsewhere (a node's name becomes the endpoint of
-    its server, a run's CURVE key is added); by default they stay as given. A process of a run
+    (where the paths of many callers merge), and `resolve(params, info)`, which completes the
+    parameters of a stage that reaches other nodes (`info`, its kind, says which parameters name
+    them: where its rest is built, the nodes it reaches): a node's name becomes the endpoint of
+    its server, a run's CURVE key is added; by default they stay as given. A process of a run
     sets `resolve` once it knows the run's servers (paths/runtime/node_servers.py), and with it
     `trusted_endpoints`, theirs, which builds for a server's clients may reach besides what the
     server allows. `curve_client` is the (public, secret) CURVE key pair its remote stages
@@ -62,7 +63,7 @@ class BuildContext:
     from here says it crossed."""
 
     def __init__(self, pastset: Optional[_native.PastSet] = None,
-                 resolve: Optional[Callable[[dict], dict]] = None,
+                 resolve: Optional[Callable[[dict, KindInfo], dict]] = None,
                  curve_client: Optional[tuple[str, str]] = None):
         self.pastset = pastset if pastset is not None else _native.PastSet()
         self.resolve = resolve or _unchanged
@@ -156,8 +157,8 @@ class BuildContext:
         spec = key[0]
         info = check_spec(spec)
         params = native_params(spec)
-        if info.rest_at is not None:
-            params = self.resolve(params)
+        if info.rest_at is not None or info.node_params:
+            params = self.resolve(params, info)
         crossed = self._crossed(guard)
         params.update({name: _BUILT_PARAMS[name](key, crossed) for name in info.built_params})
         below_native = below.native if below is not None else None

@@ -4,13 +4,15 @@ presents to them (its node's: the node servers of a CURVE run admit only the run
 
 A process of a run (a node of `paths run`, a rank of `paths launch`, srun or mpirun) gives its
 resolve to the build contexts it builds in: a `remote(host=NODE)` stage in their paths then
-reaches NODE's server.
+reaches NODE's server, and an `allreduce(nodes="N0,N1,...")` stage the servers of its members.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Mapping
+
+from ..model.stage_kinds import KindInfo
 
 
 class NodeServers:
@@ -20,13 +22,21 @@ class NodeServers:
         self.keys = dict(keys or {})  # node -> its server's CURVE public key
         self.client = tuple(client) if client else None  # (public, secret) presented to them, or None
 
-    def resolve(self, params: dict) -> dict:
-        """A remote stage's parameters with its node name turned into that node's endpoint and key
-        (a host that names no node is left as it is: an endpoint of the user's own)."""
-        node = params["host"]
-        params = dict(params, host=self.endpoints.get(node, node))
-        if self.keys.get(node) and not params.get("curve_server_key"):
-            params["curve_server_key"] = self.keys[node]
+    def resolve(self, params: dict, info: KindInfo) -> dict:
+        """A stage's parameters with the nodes it reaches turned into their servers' endpoints and
+        keys: where its rest is built (a remote stage's host), the nodes it names (an allreduce
+        stage's members). A name that is no node is left as it is: an endpoint of the user's own."""
+        params = dict(params)
+        if info.rest_at is not None:
+            node = params[info.rest_at]
+            params[info.rest_at] = self.endpoints.get(node, node)
+            if self.keys.get(node) and not params.get("curve_server_key"):
+                params["curve_server_key"] = self.keys[node]
+        for name in info.node_params:
+            nodes = params.get(name, "").split(",") if params.get(name) else []
+            params[name] = ",".join(self.endpoints.get(node, node) for node in nodes)
+            if any(self.keys.get(node) for node in nodes) and not params.get("curve_server_keys"):
+                params["curve_server_keys"] = ",".join(self.keys.get(node, "") for node in nodes)
         return params
 
     def to_dict(self) -> dict:

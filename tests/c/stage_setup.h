@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -122,6 +123,15 @@ static void attach_or_die(ps_stage *stage, ps_link *link) {
                 ps_stage_error(stage));
         exit(1);
     }
+}
+
+/* A stage's counter by name, -1 if it has none. */
+static int64_t counter_of(ps_stage *stage, const char *name) {
+    ps_counter values[32];
+    int n = ps_stage_counters(stage, values, 32);
+    for (int i = 0; i < n; i++)
+        if (strcmp(values[i].name, name) == 0) return values[i].value;
+    return -1;
 }
 
 /* ---- operations through a link ------------------------------------------------------------- */

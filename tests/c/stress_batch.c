@@ -60,14 +60,6 @@ static int link_simple(ps_link *link, ps_op_kind kind, int64_t timeout_ns) {
     return ps_link_call(link, &op);
 }
 
-static int64_t counter_of(ps_stage *stage, const char *name) {
-    ps_counter values[32];
-    int n = ps_stage_counters(stage, values, 32);
-    for (int i = 0; i < n; i++)
-        if (strcmp(values[i].name, name) == 0) return values[i].value;
-    return -1;
-}
-
 /* Every caller's moves once, in order, in the history of `element` (pairs). */
 static void check_history(ps_element *element, const char *scene, int callers, int64_t moves) {
     int64_t last = ps_last(element), next[CALLERS] = {0};

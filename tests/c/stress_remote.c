@@ -22,6 +22,14 @@
  *           every value once, each thread's in order. Then readers through caches that prefetch
  *           windows over remote read it all back right, one request per window; and a range
  *           beyond the bound is refused by the remote stage before it is sent, naming the bound.
+ *   allreduce  groups of allreduce members, each in a thread of its own, all finding each other
+ *           through this process's server (PEER): 6 by recursive doubling over tcp (two past the
+ *           largest power of two), 7 up and down a tree of fan-in 3 over ipc, 4 whose every call
+ *           has a timeout of 1 us and is retried until it goes through (joining and rounds left
+ *           half done and taken up again). Every round's total exact at every member, its double
+ *           field the same bits at every member, and rank 0's element one total per round, in
+ *           order. Before the first group starts, connections that present garbage, a wrong
+ *           secret or no partner's rank are made to its rank 0: each refused and counted.
  *   auth    a second server, over CURVE, admits only the client keys it lists (zap_handler.c),
  *           while a thread replaces its list over and over: every PING of a client with a listed
  *           key is answered, no PING of a client with another key is.
@@ -36,7 +44,9 @@
 
 #include <zmq.h>
 
+#include "direct_channel.h"
 #include "pastset.h"
+#include "peer_directory.h"
 #include "server.h"
 #include "stage.h"
 #include "wire.h"
@@ -417,6 +427,132 @@ static void run_batched(const char *endpoint, int64_t values) {
     for (int i = 0; i < 2; i++) ps_stage_release(remotes[i]);
 }
 
+/* ---- allreduce ------------------------------------------------------------------------------------ */
+
+enum { GROUP_MOST = 8 };
+
+typedef struct partial {
+    int64_t count;
+    double share; /* not exact in binary: the order of its additions shows in its bits */
+} partial;
+
+typedef struct member_job {
+    ps_stage *member;
+    int rank, size;
+    int64_t rounds;
+    bool impatient;  /* every call with a timeout of 1 us, retried until it goes through */
+    double *shares;  /* the share field of every round's total, as this member got it */
+} member_job;
+
+static void *member_thread(void *arg) {
+    member_job *job = arg;
+    ps_link link;
+    attach_or_die(job->member, &link);
+    int64_t timeout = job->impatient ? 1000 : WAIT;
+    for (int64_t r = 0; r < job->rounds; r++) {
+        partial mine = {r * 100 + job->rank, 1.0 / (3 + job->rank + r % 7)}, total = {-1, 0.0};
+        int rc;
+        do rc = link_move(&link, &mine, timeout);
+        while (rc == PS_ETIMEDOUT && job->impatient);
+        if (rc == PS_OK) {
+            do rc = link_observe(&link, &total, timeout);
+            while (rc == PS_ETIMEDOUT && job->impatient);
+        }
+        int64_t expected = r * 100 * job->size + job->size * (job->size - 1) / 2;
+        CHECK(rc == PS_OK && total.count == expected, "allreduce member %d of %d round %" PRId64 ": %s, total %"
+              PRId64 " (expected %" PRId64 "): %s", job->rank, job->size, r, ps_status_name(rc), total.count, expected,
+              ps_stage_error(job->member));
+        if (rc != PS_OK) break;
+        job->shares[r] = total.share;
+    }
+    ps_link_detach(&link);
+    return NULL;
+}
+
+/* Connects to rank 0 of `group` as hostile peers would: garbage, a wrong secret, the right
+ * secret from no partner's rank. Returns how many connections it made. */
+static int hostile_peers(const char *group) {
+    char endpoint[PS_PEER_ENDPOINT_MAX], error[256];
+    unsigned char secret[PS_WIRE_SECRET], wrong[PS_WIRE_SECRET], garbage[PS_WIRE_HEADER];
+    unsigned char frame[PS_WIRE_HEADER + PS_WIRE_SECRET];
+    if (ps_peer_find(group, 0, endpoint, secret) != PS_OK) {
+        fail("allreduce: group '%s' rank 0 is not listed", group);
+        return 0;
+    }
+    memset(garbage, 0xff, sizeof garbage);
+    memcpy(wrong, secret, sizeof wrong);
+    wrong[7] ^= 1;
+    ps_frame hellos[] = {{PS_WIRE_CONNECT, 0, 0, 1, 0, 0, wrong, PS_WIRE_SECRET},
+                         {PS_WIRE_CONNECT, 0, 0, 0, 0, 0, secret, PS_WIRE_SECRET}};
+    int made = 0;
+    for (int i = 0; i < 3; i++) {
+        ps_channel c;
+        if (ps_channel_connect(endpoint, sizeof frame, WAIT, ps_now_ns() + WAIT, &c, error, sizeof error) != PS_OK) {
+            fail("allreduce: cannot connect to '%s': %s", endpoint, error);
+            continue;
+        }
+        if (i == 0) ps_channel_send(&c, garbage, sizeof garbage, 0);
+        else ps_channel_send(&c, frame, ps_wire_encode(&hellos[i - 1], frame, sizeof frame), 0);
+        ps_channel_close(&c);
+        made++;
+    }
+    return made;
+}
+
+/* One group of `size` members, all finding each other through the server at `endpoint`. */
+static void run_group(ps_space *space, const char *endpoint, const char *group, int size, const char *algorithm,
+                      int fanin, const char *proto, bool impatient, bool hostile, int64_t rounds) {
+    char nodes[GROUP_MOST * 64] = "", name[64];
+    for (int k = 0; k < size; k++)
+        snprintf(nodes + strlen(nodes), sizeof nodes - strlen(nodes), "%s%s", k ? "," : "", endpoint);
+    ps_stage *elements[GROUP_MOST], *members[GROUP_MOST];
+    member_job jobs[GROUP_MOST];
+    pthread_t threads[GROUP_MOST];
+    for (int k = 0; k < size; k++) {
+        snprintf(name, sizeof name, "AR-%s-%d", group, k);
+        elements[k] = create_core(space, name, "qd");
+        ps_param_value values[] = {str_param("group", group), str_param("nodes", nodes), int_param("rank", k),
+                                   str_param("algorithm", algorithm), int_param("fanin", fanin),
+                                   str_param("proto", proto), int_param("timeout_ms", 10000)};
+        members[k] = create_stage(space, "allreduce", values, sizeof values / sizeof values[0], elements[k]);
+        jobs[k] = (member_job){members[k], k, size, rounds, impatient, calloc((size_t)rounds, sizeof(double))};
+    }
+    int refused = hostile ? hostile_peers(group) : 0;
+    for (int k = 0; k < size; k++) start_thread(&threads[k], member_thread, &jobs[k]);
+    for (int k = 0; k < size; k++) pthread_join(threads[k], NULL);
+    for (int k = 1; k < size; k++)
+        CHECK(memcmp(jobs[k].shares, jobs[0].shares, (size_t)rounds * sizeof(double)) == 0,
+              "allreduce '%s': member %d's totals are not the same bits as member 0's", group, k);
+    CHECK(counter_of(members[0], "refused") == refused, "allreduce '%s': %" PRId64 " connections refused, %d hostile",
+          group, counter_of(members[0], "refused"), refused);
+    ps_link history;
+    attach_or_die(elements[0], &history);
+    int64_t last = -1;
+    link_value(&history, PS_OP_LAST, &last);
+    CHECK(last == rounds, "allreduce '%s': rank 0's element holds %" PRId64 " totals, expected %" PRId64, group, last,
+          rounds);
+    for (int64_t r = 0; r < last && r < rounds; r++) {
+        partial total = {-1, 0.0};
+        link_observe_at(&history, r, &total, WAIT);
+        CHECK(total.count == r * 100 * size + size * (size - 1) / 2 && total.share == jobs[0].shares[r],
+              "allreduce '%s': total %" PRId64 " in place %" PRId64, group, total.count, r);
+    }
+    ps_link_detach(&history);
+    for (int k = 0; k < size; k++) {
+        ps_stage_release(members[k]);
+        ps_stage_release(elements[k]);
+        free(jobs[k].shares);
+    }
+}
+
+static void run_allreduce(ps_space *space, const char *endpoint, int64_t rounds) {
+    atomic_store(&scene_running, "allreduce");
+    run_group(space, endpoint, "doubling-6", 6, "doubling", 2, "tcp", false, true, rounds);
+    run_group(space, endpoint, "tree-7", 7, "tree", 3, "ipc", false, false, rounds);
+    atomic_store(&scene_running, "allreduce, impatient");
+    run_group(space, endpoint, "impatient-4", 4, "doubling", 2, "tcp", true, false, rounds / 4);
+}
+
 /* ---- auth ----------------------------------------------------------------------------------------- */
 
 enum { AUTH_CLIENTS = 4 };
@@ -536,6 +672,7 @@ int main(int argc, char **argv) {
     run_queue(endpoint, rounds * 4);
     run_churn(&s, endpoint, rounds / 8);
     run_batched(endpoint, rounds);
+    run_allreduce(space, endpoint, rounds);
     run_auth(rounds / 50 + 1);
     CHECK(server_counter(&s, "direct") == server_counter(&s, "builds"), "not every link was direct");
     CHECK(server_counter(&s, "bad_frames") == 0, "%" PRId64 " frames refused", server_counter(&s, "bad_frames"));

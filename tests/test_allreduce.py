@@ -1,0 +1,348 @@
+"""The allreduce stage (wrappers_c/allreduce.c, docs/semantics.md "allreduce"): members, one per
+node, that send their partial sums to each other directly. Members in threads of this process
+(each with a server and a PastSet of its own) and in processes of their own: every round's total
+exact at every member and the same bits, one total per round in rank 0's element, rounds up to
+four ahead, waits that time out and are taken up again, a member that never joins or dies named,
+PEER answers and hostile connections, the checks on a misplaced or duplicated member; and the
+maps and plans that put the node partial sums of a run into one allreduce group, run for real.
+"""
+
+from __future__ import annotations
+
+import gc
+import socket
+import struct
+import threading
+import time
+
+import pytest
+import wire_frames
+from child_processes import ChildProcesses
+
+import paths
+from paths import build_path, make_path, stage
+from paths.experiments.experiment import RunSettings, run_experiment
+from paths.model.cluster_map import builtin_map, load_map_text
+from paths.model.reduction_tree import plan_reduction
+from paths.runtime.build import BuildContext
+from paths.runtime.server import PathServer
+
+TIMEOUT_S = 10.0   # no call below comes near it unless it is meant to
+SHORT_S = 0.05     # a call meant to time out
+
+
+class Group:
+    """`size` members, each with a server and a PastSet of its own in this process; the element
+    (name, format) on member 0's, reached from the others through a remote stage."""
+
+    def __init__(self, size: int, name: str = "G", format: str = "qd", **params):
+        self.name, self.format = name, format
+        self.servers = [PathServer("tcp://127.0.0.1:*", context=BuildContext(paths.PastSet())).start()
+                        for _ in range(size)]
+        self.nodes = ",".join(server.endpoint for server in self.servers)
+        self.params = params
+        self.handles = []
+
+    def path(self, rank: int):
+        below = [] if rank == 0 else [stage("remote", host=self.servers[0].endpoint)]
+        return make_path(stage("allreduce", group=self.name, nodes=self.nodes, rank=rank, **self.params), *below,
+                         stage("core", name=self.name, format=self.format))
+
+    def build(self, ranks=None):
+        ranks = range(len(self.servers)) if ranks is None else ranks
+        self.handles = [build_path(self.path(rank), context=self.servers[rank].context) for rank in ranks]
+        return self.handles
+
+    def element(self):
+        return self.servers[0].pastset.enter(self.name, self.format)
+
+    def each(self, work):
+        """work(rank, handle) in a thread per member; its results, or the first exception raised."""
+        results, errors = [None] * len(self.handles), []
+
+        def run(rank):
+            try:
+                results[rank] = work(rank, self.handles[rank])
+            except Exception as e:  # noqa: BLE001 - handed to the test
+                errors.append(e)
+
+        threads = [threading.Thread(target=run, args=(rank,)) for rank in range(len(self.handles))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not any(thread.is_alive() for thread in threads), "a member hung"
+        if errors:
+            raise errors[0]
+        return results
+
+    def close(self):
+        self.handles.clear()
+        gc.collect()
+        for server in self.servers:
+            server.close()
+
+
+@pytest.fixture
+def group():
+    made = []
+
+    def make(size, **kwargs):
+        made.append(Group(size, **kwargs))
+        return made[-1]
+
+    yield make
+    for g in made:
+        g.close()
+
+
+def partial(rank: int, r: int) -> tuple:
+    return (1000 * r + rank, 1.0 / (3 + rank + r % 7))  # a share whose sum's bits show the order of its additions
+
+
+@pytest.mark.parametrize("size, params", [
+    (2, {}), (3, {}), (4, {}), (6, {}),
+    (5, {"algorithm": "tree", "fanin": 2}), (7, {"algorithm": "tree", "fanin": 3}), (4, {"proto": "ipc"}),
+], ids=["doubling-2", "doubling-3", "doubling-4", "doubling-6", "tree2-5", "tree3-7", "ipc-4"])
+def test_every_member_gets_every_rounds_total_with_the_same_bits(group, size, params):
+    g = group(size, **params)
+    g.build()
+    rounds = 200
+
+    def run(rank, handle):
+        totals = []
+        for r in range(rounds):
+            handle.move(partial(rank, r), timeout=TIMEOUT_S)
+            totals.append(handle.observe(timeout=TIMEOUT_S))
+        return totals
+
+    results = g.each(run)
+    for r in range(rounds):
+        assert results[0][r][0] == sum(partial(k, r)[0] for k in range(size))
+    assert all(totals == results[0] for totals in results), "every member gets the same bits"
+    element = g.element()
+    assert element.last() == rounds and [element.observe(i) for i in range(rounds)] == results[0]
+    assert g.handles[0].stage.counters()["rounds"] == rounds
+
+
+def test_a_member_moves_up_to_four_rounds_ahead_and_no_further(group):
+    g = group(2)
+    g.build()
+
+    def run(rank, handle):
+        for r in range(4):
+            handle.move(partial(rank, r), timeout=TIMEOUT_S)
+        with pytest.raises(RuntimeError, match="more than 4 rounds ahead"):
+            handle.move(partial(rank, 4), timeout=TIMEOUT_S)
+        first = [handle.observe(timeout=TIMEOUT_S) for _ in range(2)]
+        handle.move_many([partial(rank, 4), partial(rank, 5)], timeout=TIMEOUT_S)
+        with pytest.raises(RuntimeError, match="further than 4 rounds ahead"):
+            handle.move_many([partial(rank, 6)] * 3, timeout=TIMEOUT_S)
+        paths.fence(handle, timeout=TIMEOUT_S)  # every round moved is complete: the observes answer at once
+        rest = [handle.observe(timeout=0) for _ in range(4)]
+        with pytest.raises(RuntimeError, match="each observe answers one"):
+            handle.observe(timeout=TIMEOUT_S)
+        return [t[0] for t in first + rest]
+
+    assert g.each(run) == [[sum(partial(k, r)[0] for k in range(2)) for r in range(6)]] * 2
+
+
+def test_an_observe_that_times_out_is_taken_up_again(group):
+    g = group(2, format="q")
+    first, second = g.build()
+    first.move((1,), timeout=TIMEOUT_S)  # a move never waits: the partial waits for the group
+    with pytest.raises(TimeoutError):
+        first.observe(timeout=SHORT_S)  # the other member has not come yet
+    assert g.element().last() == 0
+    other = threading.Thread(target=lambda: (second.move((2,), timeout=TIMEOUT_S), second.observe(timeout=TIMEOUT_S)))
+    other.start()
+    assert first.observe(timeout=TIMEOUT_S) == (3,)
+    other.join(TIMEOUT_S)
+    assert g.element().last() == 1
+
+
+def test_a_member_that_never_joins_is_named_and_its_partners_learn_it(group):
+    g = group(3, format="q", timeout_ms=300)
+    g.build(ranks=[0, 1])  # member 2 (rank 0's partner past the largest power of two) never comes
+    begun = time.monotonic()
+
+    def run(rank, handle):
+        handle.move((rank + 1,), timeout=TIMEOUT_S)
+        with pytest.raises(ConnectionError) as failed:
+            handle.observe(timeout=TIMEOUT_S)
+        with pytest.raises(ConnectionError):
+            handle.move((rank + 1,), timeout=TIMEOUT_S)  # broken for good
+        return str(failed.value)
+
+    zero, one = g.each(run)
+    assert time.monotonic() - begun < 3
+    assert "1 member(s) did not join within 300 ms, among them member 2 (its server " in zero
+    assert g.servers[2].endpoint in zero
+    assert f"lost member 0 (its server {g.servers[0].endpoint})" in one, "member 0's partners learn it at once"
+
+
+def test_a_member_process_that_dies_is_named_at_once():
+    rounds = 50
+    with ChildProcesses() as children:
+        other = children.peer("member", "G-dies", 1, rounds)
+        endpoint = other.expect("READY ")
+        server = PathServer("tcp://127.0.0.1:*", context=BuildContext(paths.PastSet())).start()
+        try:
+            nodes = f"{server.endpoint},{endpoint}"
+            other.send(nodes)
+            handle = build_path(make_path(stage("allreduce", group="G-dies", nodes=nodes, rank=0),
+                                          stage("core", name="G-dies", format="q")), context=server.context)
+            for _ in range(rounds):
+                handle.move((1,), timeout=TIMEOUT_S)
+                assert handle.observe(timeout=TIMEOUT_S) == (3,)
+            assert other.expect("TOTALS ") == str([3] * rounds)
+            handle.move((1,), timeout=TIMEOUT_S)
+            other.send("die")
+            assert other.wait(TIMEOUT_S) == 0
+            begun = time.monotonic()
+            with pytest.raises(ConnectionError) as lost:
+                handle.observe(timeout=TIMEOUT_S)
+            assert time.monotonic() - begun < 2
+            assert f"lost member 1 (its server {endpoint})" in str(lost.value)
+            del handle
+        finally:
+            server.close()
+
+
+def peer_request(endpoint: str, group: str, rank: int) -> dict:
+    context = wire_frames.zmq.Context.instance()
+    dealer = wire_frames.dealer(context, endpoint)
+    try:
+        dealer.send(wire_frames.encode(wire_frames.PEER, group.encode(), request_id=7, argument=rank))
+        return wire_frames.decode(wire_frames.zmq_answer(dealer), answer=True)
+    finally:
+        dealer.close()
+
+
+def test_peer_tells_a_listed_member_only_and_hostile_connections_are_refused(group):
+    g = group(2, name="G-hostile", format="q")
+    zero, one = g.build()  # listed; neither has moved yet
+    endpoint = g.servers[0].endpoint
+    found = peer_request(endpoint, "G-hostile", 0)
+    assert found["status"] == 0 and found["request_id"] == 7
+    secret, listens = found["payload"][:32], found["payload"][32:].decode()
+    assert listens.startswith("tcp://127.0.0.1:")
+    unknown = peer_request(endpoint, "no-such-group", 0)
+    assert unknown["status"] == 9 and b"no member 0 of allreduce group 'no-such-group'" in unknown["payload"]
+    assert peer_request(endpoint, "G-hostile", 1)["status"] == 9, "member 1 waits for no partner: not listed"
+    bad_before = g.servers[0].native.counters()["bad_frames"]
+    assert peer_request(endpoint, "", 0)["status"] == 7
+    assert g.servers[0].native.counters()["bad_frames"] == bad_before + 1
+
+    host, port = listens[len("tcp://"):].rsplit(":", 1)
+    wrong = bytes([secret[0] ^ 1]) + secret[1:]
+    attempts = [b"\xff" * 40,  # garbage
+                wire_frames.encode(wire_frames.CONNECT, wrong, handle_id=1),  # a wrong secret
+                wire_frames.encode(wire_frames.CONNECT, secret, handle_id=0),  # no partner's rank
+                wire_frames.encode(wire_frames.CONNECT, secret, handle_id=5)]
+    for frame in attempts:
+        with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as hostile:
+            hostile.sendall(frame)
+
+    def run(rank, handle):
+        handle.move((rank + 1,), timeout=TIMEOUT_S)
+        return handle.observe(timeout=TIMEOUT_S)
+
+    assert g.each(run) == [(3,), (3,)]
+    assert zero.stage.counters()["refused"] == len(attempts)
+    assert peer_request(endpoint, "G-hostile", 0)["status"] == 9, "with its partners in, it is no longer listed"
+
+
+def test_a_total_that_comes_back_changed_fails_the_round(group):
+    g = group(2, format="q")
+    g.build()
+    g.element().move((99,))  # an unread tuple: what rank 0 observes back is not the total it moved
+
+    def run(rank, handle):
+        handle.move((rank + 1,), timeout=TIMEOUT_S)
+        try:
+            return handle.observe(timeout=TIMEOUT_S)
+        except RuntimeError as e:
+            return str(e)
+
+    zero, one = g.each(run)
+    assert "allreduce must be the last sum on its path" in zero and one == (3,)
+
+
+def test_a_group_member_is_made_once_per_process(group):
+    g = group(2, format="q")
+    g.build()
+    twin = make_path(stage("allreduce", group=g.name, nodes=g.nodes, rank=0),
+                     stage("core", name="OTHER", format="q"))
+    with pytest.raises(ValueError, match="give each group a name of its own"):
+        build_path(twin, context=g.servers[0].context)
+
+
+def test_a_server_makes_a_clients_member_only_toward_endpoints_it_trusts():
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()) as server:
+        server.start()
+        path = make_path(stage("remote", host=server.endpoint),
+                         stage("allreduce", group="G-far", nodes=f"{server.endpoint},tcp://127.0.0.2:9", rank=0),
+                         stage("core", name="G-far", format="q"))
+        with pytest.raises(ValueError, match="member 1's 'tcp://127.0.0.2:9' is not one"):
+            build_path(path, pastset=paths.PastSet())
+
+
+def test_a_group_of_one_passes_every_operation_down():
+    handle = build_path(make_path(stage("allreduce"), stage("core", name="ONE", format="q")), pastset=paths.PastSet())
+    with pytest.raises(TimeoutError):
+        handle.observe(timeout=SHORT_S)  # as the element itself: nothing to read yet
+    handle.move((5,))
+    assert handle.observe(timeout=TIMEOUT_S) == (5,) and handle.last() == 1
+
+
+# ---- maps and plans --------------------------------------------------------------------------
+
+def emulated(nodes: int, cpus: int, form: str, extra: str = "") -> str:
+    return (f"name: allreduce-{nodes}x{cpus}\nclusters:\n  c:\n    nodes: \"n[0-{nodes - 1}]\"\n    cpus: {cpus}\n"
+            f"{extra}root: n0\ntree:\n  form: {form}\n  max_fanin: 2\n")
+
+
+def test_the_plan_puts_the_node_sums_into_one_group_home_first():
+    cluster_map = load_map_text(emulated(3, 2, "allreduce-tree").replace("root: n0", "root: n1"))
+    plan = plan_reduction(cluster_map, 6, ("GSUM", "q"))
+    group = dict(group="GSUM", nodes="n1,n0,n2", algorithm="tree", fanin=2)
+    assert plan.paths[2] == make_path(stage("reduce-sum", num_threads=2, id="node:n1"),
+                                      stage("allreduce", rank=0, **group), stage("core", name="GSUM", format="q"))
+    assert plan.paths[0] == make_path(stage("reduce-sum", num_threads=2, id="node:n0"),
+                                      stage("allreduce", rank=1, **group), stage("remote", host="n1"),
+                                      stage("core", name="GSUM", format="q"))
+    assert "form allreduce-tree" in plan.render()
+    alone = plan_reduction(cluster_map, 2, ("GSUM", "q"))  # one node with threads: no group
+    assert [s.kind for s in alone.paths[0].stages] == ["reduce-sum", "remote", "core"]
+    doubling = plan_reduction(cluster_map, 3, ("GSUM", "q"), form="allreduce", policy="cyclic")
+    assert doubling.paths[1].stages[0] == stage("allreduce", group="GSUM", nodes="n1,n0,n2", rank=0)
+
+
+def test_the_group_goes_over_ipc_where_every_hop_does_and_refuses_links_it_cannot_carry():
+    ipc = load_map_text(emulated(2, 1, "allreduce", extra="    proto: ipc\n"))
+    assert plan_reduction(ipc, 2, ("G", "q")).paths[0].stages[0].param("proto") == "ipc"
+    linked = load_map_text("name: linked\nclusters:\n  a: {nodes: \"a[0-1]\", cpus: 1}\n  b: {nodes: \"b[0-1]\", cpus: 1}\n"
+                           "root: a0\nlinks:\n  - {between: [a, b], delay_ms: 1}\ntree: {form: allreduce}\n")
+    with pytest.raises(ValueError, match="clusters 'a' and 'b' has a delay or a batch"):
+        plan_reduction(linked, 4, ("G", "q"))
+    assert plan_reduction(linked, 2, ("G", "q")).paths[1].stages[0].kind == "allreduce", "inside one cluster"
+    spread = plan_reduction(builtin_map("multicluster"), 48, ("G", "q"), form="allreduce")  # no link joins 2w and 4w
+    assert {next(s for s in path.stages if s.kind == "allreduce").param("nodes") for path in spread.paths} == \
+        {",".join([f"w2n{i:02d}" for i in range(16)] + [f"w4n{i}" for i in range(4)])}
+    zmq = load_map_text(emulated(2, 1, "allreduce", extra="    proto: zmq\n"))
+    with pytest.raises(ValueError, match="on zmq"):
+        plan_reduction(zmq, 2, ("G", "q"))
+
+
+@pytest.mark.parametrize("nodes, cpus, form", [(3, 1, "allreduce"), (4, 2, "allreduce-tree"), (2, 2, "allreduce")])
+def test_gsum_on_an_emulated_map_with_its_node_sums_in_one_group(probe, nodes, cpus, form):
+    cluster_map = load_map_text(emulated(nodes, cpus, form))
+    settings = RunSettings("gsum", [nodes * cpus], repeat=2, rounds=300, timeout=60.0, collect_counters=True)
+    report = run_experiment(cluster_map, settings)  # the kernel checks every total
+    assert [m.threads for m in report.measurements] == [nodes * cpus] * 2
+    counters = report.counters[nodes * cpus]
+    members = [entry for stages in counters.values() for entry in stages
+               if entry["stage"].startswith("allreduce(") and "name='GSUM." in entry["stage"]]
+    assert len(members) == 2 * nodes, "a member per node and run"
+    assert {entry["counters"]["rounds"] for entry in members} == {300}

@@ -1,0 +1,131 @@
+/* control_plane.c — requests at a server's main endpoint, and the end of set-up waits at exit. */
+#include "control_plane.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include "pastset.h"
+#include "stage_kinds.h"
+#include "zmq_context.h"
+
+/* Set once the process is exiting: a wait to set something up gives up. */
+static _Atomic int abandoning;
+static const int64_t SETUP_SLICE_NS = 100000000;
+
+void ps_remote_abandon_waits(void) { atomic_store(&abandoning, 1); }
+
+int64_t ps_setup_slice_end(int64_t deadline) {
+    if (atomic_load(&abandoning)) return 0;
+    int64_t end = ps_now_ns() + SETUP_SLICE_NS;
+    return end < deadline ? end : deadline > 0 ? deadline : 1; /* 0 says only "exiting" */
+}
+
+static int given(const char *key) { return key && *key; }
+
+void *ps_control_socket(const char *endpoint, const ps_curve_client *keys) {
+    void *socket = zmq_socket(ps_zmq_context(), ZMQ_DEALER);
+    if (!socket) return NULL;
+    int zero = 0;
+    zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
+    if (keys && given(keys->server_key)) {
+        char public_key[41], secret_key[41];
+        int fresh = !given(keys->public_key);
+        if ((fresh && zmq_curve_keypair(public_key, secret_key) != 0) ||
+            zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, keys->server_key, 41) != 0 ||
+            zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, fresh ? public_key : keys->public_key, 41) != 0 ||
+            zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, fresh ? secret_key : keys->secret_key, 41) != 0) {
+            zmq_close(socket);
+            return NULL;
+        }
+    }
+    if (zmq_connect(socket, endpoint) != 0) {
+        zmq_close(socket);
+        return NULL;
+    }
+    return socket;
+}
+
+int ps_zmq_receive_frame(void *socket, int64_t deadline, zmq_msg_t *message, ps_frame *out) {
+    for (;;) {
+        int64_t left_ms = (deadline - ps_now_ns() + 999999) / 1000000;
+        /* A receive that waits by itself: one call, where a poll then a receive would be two. A
+         * deadline passed still looks once, without waiting. */
+        int wait_ms = left_ms <= 0 ? 0 : left_ms > INT_MAX ? INT_MAX : (int)left_ms;
+        zmq_setsockopt(socket, ZMQ_RCVTIMEO, &wait_ms, sizeof wait_ms);
+        zmq_msg_close(message);
+        zmq_msg_init(message);
+        if (zmq_msg_recv(message, socket, 0) < 0) {
+            if (zmq_errno() == EAGAIN && wait_ms == 0) return PS_ETIMEDOUT;
+            if (zmq_errno() == EAGAIN || zmq_errno() == EINTR) continue;
+            return PS_EREMOTE;
+        }
+        return ps_wire_decode(zmq_msg_data(message), zmq_msg_size(message), out) == 0 ? PS_OK : PS_EINVAL;
+    }
+}
+
+int ps_control_send(ps_control_call *call, const char *endpoint, const ps_curve_client *keys, const ps_frame *request) {
+    size_t size = PS_WIRE_HEADER + request->payload_length;
+    unsigned char *encoded = malloc(size);
+    if (!encoded) return PS_ENOMEM;
+    size_t length = ps_wire_encode(request, encoded, size);
+    call->socket = length ? ps_control_socket(endpoint, keys) : NULL;
+    call->id = request->request_id;
+    zmq_msg_init(&call->message);
+    int sent = call->socket && zmq_send(call->socket, encoded, length, 0) == (int)length;
+    free(encoded);
+    if (!sent) ps_control_close(call);
+    return sent ? PS_OK : PS_EREMOTE;
+}
+
+int ps_control_answer(ps_control_call *call, int64_t deadline, ps_frame *answer) {
+    for (;;) {
+        int64_t end = ps_setup_slice_end(deadline);
+        if (!end) return PS_EINTR;
+        int rc = ps_zmq_receive_frame(call->socket, end, &call->message, answer);
+        if (rc == PS_OK && answer->request_id != call->id) continue; /* not its answer */
+        if (rc != PS_ETIMEDOUT || end >= deadline) return rc;
+    }
+}
+
+void ps_control_close(ps_control_call *call) {
+    if (!call->socket) return;
+    zmq_msg_close(&call->message);
+    zmq_close(call->socket);
+    call->socket = NULL;
+}
+
+int ps_control_request(const char *endpoint, const ps_curve_client *keys, const ps_frame *request, int64_t deadline,
+                       ps_frame *answer, unsigned char *payload, size_t capacity) {
+    ps_control_call call;
+    int rc = ps_control_send(&call, endpoint, keys, request);
+    if (rc == PS_OK) rc = ps_control_answer(&call, deadline, answer);
+    if (rc == PS_OK && answer->payload_length > capacity) rc = PS_EINVAL;
+    if (rc == PS_OK) {
+        if (answer->payload_length) memcpy(payload, answer->payload, answer->payload_length);
+        answer->payload = payload;
+    }
+    ps_control_close(&call);
+    return rc;
+}
+
+int ps_endpoint_trusted(const ps_build_context *context, const char *endpoint) {
+    if (!context->trusted_endpoints) return 1;
+    if (strchr(endpoint, ';')) return 0; /* a pattern's '*' would let a source address through */
+    for (size_t i = 0; i < context->trusted_endpoint_count; i++)
+        if (fnmatch(context->trusted_endpoints[i], endpoint, 0) == 0) return 1;
+    return 0;
+}
+
+void ps_reachable_endpoint(const char *server, char *endpoint, size_t size) {
+    if (!strstr(endpoint, "://0.0.0.0:")) return;
+    const char *port = strrchr(endpoint, ':');
+    const char *host_end = strrchr(server, ':');
+    if (!host_end) return;
+    char rebuilt[512];
+    snprintf(rebuilt, sizeof rebuilt, "%.*s%s", (int)(host_end - server), server, port);
+    snprintf(endpoint, size, "%s", rebuilt);
+}
