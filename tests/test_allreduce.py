@@ -9,9 +9,11 @@ maps and plans that put the node partial sums of a run into one allreduce group,
 
 from __future__ import annotations
 
+import csv
 import gc
 import socket
-import struct
+import subprocess
+import sys
 import threading
 import time
 
@@ -346,3 +348,27 @@ def test_gsum_on_an_emulated_map_with_its_node_sums_in_one_group(probe, nodes, c
                if entry["stage"].startswith("allreduce(") and "name='GSUM." in entry["stage"]]
     assert len(members) == 2 * nodes, "a member per node and run"
     assert {entry["counters"]["rounds"] for entry in members} == {300}
+
+
+def paths_command(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "paths", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_paths_run_and_show_take_the_tree_form_from_the_command_line(tmp_path):
+    out = tmp_path / "run.csv"
+    done = paths_command("run", "gsum", "--map", "paper-4w", "--threads", "8", "--tree-form", "allreduce-tree",
+                         "--max-fanin", "2", "--repeat", "1", "--rounds", "200", "--csv", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "(policy bucket, max fan-in 2, tree form allreduce-tree)" in done.stdout
+    assert [row["tree_form"] for row in csv.DictReader(out.open())] == ["allreduce-tree"]
+    shown = paths_command("show", "--map", "paper-4w", "--threads", "8", "--tree-form", "allreduce")
+    assert shown.returncode == 0 and "form allreduce" in shown.stdout
+    assert "allreduce(group='GSUM', nodes='n0,n1', rank=1)  on n1" in shown.stdout
+    linked = tmp_path / "linked.yaml"
+    linked.write_text("name: linked\nclusters:\n  a: {nodes: \"a[0-1]\", cpus: 1}\n  b: {nodes: \"b[0-1]\", cpus: 1}\n"
+                      "root: a0\nlinks:\n  - {between: [a, b], delay_ms: 1}\n")
+    refused = paths_command("run", "gsum", "--map", str(linked), "--threads", "4", "--tree-form", "allreduce")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert "tree form allreduce: the link between clusters 'a' and 'b' has a delay or a batch" in refused.stderr
+    unknown = paths_command("show", "--map", "paper-4w", "--threads", "8", "--tree-form", "exchange")
+    assert unknown.returncode == 2 and "invalid choice: 'exchange'" in unknown.stderr

@@ -366,7 +366,7 @@ def test_a_node_exits_when_its_standard_input_closes(probe, holding):
             local = builtin_map("local")
             for request in ({"op": "context", "map": local.text, "source": local.source, "kernel": "gsum",
                              "kernel_name": "gsum", "sums": ["GSUM"], "policy": None, "max_fanin": None,
-                             "acquire": None, "release": None, "tracing": None},
+                             "tree_form": None, "acquire": None, "release": None, "tracing": None},
                             {"op": "run", "threads": [0] if busy else [0, 1], "placements": ["alone", "alone"],
                              "tag": "2.0", "args": {"rounds": "10", "timeout": "600"}, "pin": False,
                              "spans_processes": busy}):

@@ -89,6 +89,10 @@ def _map_options(parser: argparse.ArgumentParser) -> None:
                                          "default: the map's")
     parser.add_argument("--max-fanin", type=positive("--max-fanin"), help="most contributors per sum stage "
                                                                           "(default: the map's)")
+    parser.add_argument("--tree-form", choices=TREE_FORMS,
+                        help="how the nodes' partial sums meet: sums (reduce-sum stages joined by remote hops), "
+                             "allreduce (one allreduce group, recursive doubling) or allreduce-tree (one group, "
+                             "a tree of fan-in --max-fanin); default: the map's")
 
 
 def run_command(argv: list[str]) -> int:
@@ -132,7 +136,7 @@ def run_command(argv: list[str]) -> int:
                     args.kernel, args.threads, policy, args.max_fanin, args.repeat, args.rounds, args.darts,
                     args.launch, args.timeout, collect_counters=args.counters, trace_dir=args.trace,
                     pin=args.pin, args=kernel_args, sums=tuple(args.sum), acquire=args.acquire,
-                    release=args.release))
+                    release=args.release, tree_form=args.tree_form))
                 for map_name in _listed(args.map) for policy in _listed(args.policy)]
         if args.trace and len(runs) > 1:
             raise ValueError("--trace: trace one map and policy at a time (their trace files would mix)")
@@ -237,7 +241,8 @@ def results_table(cluster_map: ClusterMap, settings: RunSettings, measurements: 
     kernel = load_kernel(settings.kernel)
     policy = settings.policy or cluster_map.policy
     fanin = settings.max_fanin or cluster_map.max_fanin
-    form = "" if cluster_map.tree_form == TREE_FORMS[0] else f", tree form {cluster_map.tree_form}"
+    tree_form = settings.tree_form or cluster_map.tree_form
+    form = "" if tree_form == TREE_FORMS[0] else f", tree form {tree_form}"
     mapping = f"policy {policy}, max fan-in {fanin}{form}" + (", threads pinned" if settings.pin else "")
     given = [f"{getattr(settings, kernel.builtin.setting)} {kernel.builtin.setting}"] if kernel.builtin else []
     given += [f"{key}={value}" for key, value in settings.args.items()]
@@ -285,8 +290,8 @@ def write_csv(path: str, runs: list[Run]) -> None:
             cluster_map, settings = run.cluster_map, run.settings
             for m in run.measurements:
                 writer.writerow([m.kernel, cluster_map.name, settings.policy or cluster_map.policy,
-                                 settings.max_fanin or cluster_map.max_fanin, cluster_map.tree_form, m.threads,
-                                 m.nodes, m.repeat,
+                                 settings.max_fanin or cluster_map.max_fanin,
+                                 settings.tree_form or cluster_map.tree_form, m.threads, m.nodes, m.repeat,
                                  *(f"{m.columns[c]:.10g}" if c in m.columns else "" for c in columns)])
 
 
@@ -334,7 +339,7 @@ def show_command(argv: list[str]) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PlacementWarning)
             plan = plan_reduction(cluster_map, args.threads, ("GSUM", "q"), policy=args.policy,
-                                  max_fanin=args.max_fanin)
+                                  max_fanin=args.max_fanin, form=args.tree_form)
     except (MapError, ValueError, OSError) as e:
         print(f"paths show: {e}", file=sys.stderr)
         return 2

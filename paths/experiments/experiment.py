@@ -66,13 +66,14 @@ class RunSettings:
     sums: tuple[str, ...] = ()  # elements to reduce as sums, besides the map's and the kernel's own
     acquire: Optional[str] = None  # the acquire hook, pkg.mod:func (default: the map's)
     release: Optional[str] = None  # the release hook
+    tree_form: Optional[str] = None  # how the nodes' partial sums meet (cluster_map.TREE_FORMS; default: the map's)
 
 
 def plans_for(cluster_map: ClusterMap, settings: RunSettings) -> dict[int, ReductionPlan]:
     """Every thread count's placement and sum tree (the barrier's: the shape of every sum of the
     run), made (and so checked) before any process starts."""
     return {n: plan_reduction(cluster_map, n, (BARRIER_ELEMENT, "q"), policy=settings.policy,
-                              max_fanin=settings.max_fanin)
+                              max_fanin=settings.max_fanin, form=settings.tree_form)
             for n in settings.thread_counts}
 
 
@@ -118,7 +119,8 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
     context = {"op": "context", "map": cluster_map.text, "source": cluster_map.source,
                "kernel": kernel.location, "kernel_name": kernel.name,
                "sums": sorted(set(settings.sums) | set(kernel.sums)), "policy": settings.policy,
-               "max_fanin": settings.max_fanin, "acquire": settings.acquire, "release": settings.release,
+               "max_fanin": settings.max_fanin, "tree_form": settings.tree_form, "acquire": settings.acquire,
+               "release": settings.release,
                "tracing": tracing(kernel, settings)}
     with NodeProcesses(cluster_map, nodes, settings.launch, node_options, pin=settings.pin) as processes:
         processes.request_all({node: context for node in nodes}, settings.timeout)

@@ -6,7 +6,7 @@ standard input and output, one JSON object per line. The node first prints `READ
 
     {"op": "addresses", "addresses": {node: endpoint}}   how remote stages reach other nodes
     {"op": "context", "map": YAML, "source": S, "kernel": K, "kernel_name": N,
-     "sums": [...], "policy": P, "max_fanin": F, "acquire": H, "release": H,
+     "sums": [...], "policy": P, "max_fanin": F, "tree_form": T, "acquire": H, "release": H,
      "tracing": [DIR, PREFIX, CAPACITY] or null}         the run: its map, kernel (K loads it, N
                                                          names it), hooks, traces
     {"op": "run", "threads": [t, ...], "placements": [node, ...], "tag": T, "args": {...},
@@ -83,7 +83,8 @@ class Node:
         cluster_map = load_map_text(request["map"], source=request["source"])
         self.kernel = kernel.load_kernel(request["kernel"], request["kernel_name"])
         self.runtime = make_runtime(cluster_map, 1, sums=request["sums"], policy=request["policy"],
-                                    max_fanin=request["max_fanin"], acquire=request["acquire"],
+                                    max_fanin=request["max_fanin"], tree_form=request["tree_form"],
+                                    acquire=request["acquire"],
                                     release=request["release"],
                                     tracing=Tracing(*request["tracing"]) if request["tracing"] else None,
                                     context=self.context)

@@ -52,8 +52,9 @@ class AcquireRequest:
     map: ClusterMap
     sum: bool  # the element is a sum: its paths form a reduction tree
     home: str  # the node the element lives on
-    policy: Optional[str] = None  # the run's placement policy and fan-in (None: the map's)
+    policy: Optional[str] = None  # the run's placement policy, fan-in and tree form (None: the map's)
     max_fanin: Optional[int] = None
+    tree_form: Optional[str] = None
 
     def default(self) -> PathSpec:
         """The path the default hook gives."""
@@ -67,7 +68,7 @@ def default_acquire(request: AcquireRequest) -> PathSpec:
     if request.sum:
         at_home = dataclasses.replace(request.map, home=request.home)
         plan = plan_reduction(at_home, request.threads, element, policy=request.policy,
-                              max_fanin=request.max_fanin)
+                              max_fanin=request.max_fanin, form=request.tree_form)
         return plan.paths[request.thread]
     return make_path(*hop(request.map, request.node, request.home),
                      stage("core", name=request.element, format=request.format))

@@ -58,6 +58,7 @@ class Runtime:
     hook_names: tuple[Optional[str], Optional[str]] = (None, None)  # as named, for messages
     tag: Optional[str] = None  # element NAME is NAME.tag (None: NAME)
     tracing: Optional[Tracing] = None
+    tree_form: Optional[str] = None  # how the nodes' partial sums meet (None: the map's)
     via: Optional[str] = None  # a rank's node whose server holds the node's stages (paths/runtime/rank_wiring.py)
     context: BuildContext = field(default_factory=default_context)  # where its paths are built
     _requests: dict = field(default_factory=dict, repr=False)  # handle -> its AcquireRequest
@@ -78,7 +79,7 @@ class Runtime:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PlacementWarning)  # make_runtime's placement said so
             plan = plan_reduction(self.cluster_map, self.threads, (BARRIER_ELEMENT, "q"), policy=self.policy,
-                                  max_fanin=self.max_fanin)
+                                  max_fanin=self.max_fanin, form=self.tree_form)
         return reachable_nodes(self.cluster_map, [plan])
 
     def request(self, element: str, format: str, thread: int) -> AcquireRequest:
@@ -88,7 +89,7 @@ class Runtime:
         declared = self.cluster_map.element(element)
         is_sum = element in self.sums or element == BARRIER_ELEMENT or bool(declared and declared.reduce == "sum")
         return AcquireRequest(element, format, thread, self.threads, self.placements[thread], self.cluster_map,
-                              is_sum, self._home(element, declared), self.policy, self.max_fanin)
+                              is_sum, self._home(element, declared), self.policy, self.max_fanin, self.tree_form)
 
     def _home(self, element: str, declared) -> str:
         if declared is not None and declared.home:
@@ -152,7 +153,7 @@ class Runtime:
 
 
 def make_runtime(cluster_map: ClusterMap, threads: int, *, sums=(), policy: Optional[str] = None,
-                 max_fanin: Optional[int] = None, acquire: Optional[str] = None,
+                 max_fanin: Optional[int] = None, tree_form: Optional[str] = None, acquire: Optional[str] = None,
                  release: Optional[str] = None, tracing: Optional[Tracing] = None,
                  context: Optional[BuildContext] = None) -> Runtime:
     """A runtime for `threads` threads placed by the map (or `policy`), with the hooks named
@@ -163,7 +164,7 @@ def make_runtime(cluster_map: ClusterMap, threads: int, *, sums=(), policy: Opti
         placements = tuple(place(cluster_map, threads, policy))
     return Runtime(cluster_map, placements, frozenset(sums), policy, max_fanin, named_hook(acquire, "acquire"),
                    named_hook(release, "release"), (acquire or "(default)", release or "(default)"),
-                   tracing=tracing, context=context or default_context())
+                   tracing=tracing, tree_form=tree_form, context=context or default_context())
 
 
 # ---- a program of its own ------------------------------------------------------------------------
