@@ -8,20 +8,25 @@ node), every node a process of its own with its own server on loopback, as `path
 a cluster, nodes on their share of this machine's CPUs and threads pinned (RunSettings(pin=True)).
 GSum runs on it with every hop between nodes on `proto: tcp` (the direct transport: the new path)
 and on `proto: zmq` (ZeroMQ: the old path, for the before/after column), for the reduction trees
-fan-in 2, fan-in 4 and flat (one sum of all node partials; a fan-in not below the node count is
-that same tree, shown once). Beside them: MPI_Allreduce over TCP (`--mca btl tcp,self`, loopback)
-with the same processes and the same contributors, each rank on its node's CPUs: N ranks for one
-thread per node; for two, N hybrid ranks of 2 OpenMP threads each (the anchor of the ratio), and
-also 2N plain ranks (ranks = contributors, each on its thread's CPU). The TCP ping-pong and raw
+of sums (`tree: {form: sums}`) fan-in 2, fan-in 4 and flat (one sum of all node partials; a fan-in
+not below the node count is that same tree, shown once); and with the node partials meeting in one
+`allreduce` stage instead, its members sending to each other directly (tcp only): by recursive
+doubling (`form: allreduce`) and up and down a tree of fan-in 2 and 4 (`form: allreduce-tree`,
+shown as allreduce-tree2 and allreduce-tree4, the latter from 8 nodes). Beside them:
+MPI_Allreduce over TCP (`--mca btl tcp,self`, loopback) with the same processes and the same
+contributors, each rank on its node's CPUs: N ranks for one thread per node; for two, N hybrid
+ranks of 2 OpenMP threads each (the anchor of the ratio), and also 2N plain ranks (ranks =
+contributors, each on its thread's CPU). The TCP ping-pong and raw
 ZeroMQ anchors are measured in the same run. The runs of all columns take turns, so a drifting
 machine shifts them alike; each cell is the median over --repeat runs of the median round
 (thread 0 times each round).
 
-Targets (the issue's): at 2 processes, PATHS at most 1.0x MPI (one round trip against one
-exchange: the wire's limit); from 4 processes up, at most 0.55x MPI (the paper's claim). The best
-tree counts. More threads than this machine's cores measure context switches as well: the
-output says so. A MISS is a finding, not an error: the exit code is 0 after any report, 1 when a
-measurement could not run, 2 on bad arguments, 130 on Ctrl-C.
+Targets (the issue's): at 2 processes, PATHS at most 1.0x MPI (a tree of sums makes one round
+trip where MPI makes one exchange; an allreduce group makes one exchange too); from 4 processes
+up, at most 0.55x MPI (the paper's claim). The best tree counts. More threads than this machine's
+cores measure context switches as well: the output says so. A MISS is a finding, not an error:
+the exit code is 0 after any report, 1 when a measurement could not run, 2 on bad arguments, 130
+on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -64,26 +69,31 @@ class Config:
     def contributors(self) -> int:
         return self.nodes * self.threads
 
-    def trees(self) -> dict[str, int]:
-        """The distinct trees: name -> max_fanin (a fan-in not below the node count is flat)."""
-        found = {f"fanin{k}": k for k in FANINS if k < self.nodes}
-        found["flat"] = max(self.nodes, 2)
+    def trees(self) -> dict[str, tuple[str, int]]:
+        """The distinct trees: name -> (the map's tree form, max_fanin); a fan-in not below the node
+        count is flat."""
+        found = {f"fanin{k}": ("sums", k) for k in FANINS if k < self.nodes}
+        found["flat"] = ("sums", max(self.nodes, 2))
+        found["allreduce"] = ("allreduce", 2)
+        found.update({f"allreduce-tree{k}": ("allreduce-tree", k) for k in FANINS if k < self.nodes})
         return found
 
 
-def emulated_map(config: Config, proto: str):
-    """One cluster of `config.nodes` nodes of `config.threads` CPUs, every hop on `proto`."""
+def emulated_map(config: Config, proto: str, form: str):
+    """One cluster of `config.nodes` nodes of `config.threads` CPUs, every hop on `proto`, the node
+    partial sums meeting in the tree `form`."""
     text = (f"name: emulated-{config.nodes}x{config.threads}-{proto}\n"
             f"clusters:\n  c:\n    nodes: \"n[0-{config.nodes - 1}]\"\n    cpus: {config.threads}\n"
-            f"    proto: {proto}\nroot: n0\n")
-    return load_map_text(text, source=f"<benchmarks.cluster_gsum {config.nodes}x{config.threads} {proto}>")
+            f"    proto: {proto}\nroot: n0\ntree:\n  form: {form}\n")
+    return load_map_text(text, source=f"<benchmarks.cluster_gsum {config.nodes}x{config.threads} {proto} {form}>")
 
 
-def gsum_us(config: Config, proto: str, fanin: int, rounds: int) -> float:
+def gsum_us(config: Config, proto: str, tree: tuple[str, int], rounds: int) -> float:
     """Microseconds per global sum (thread 0's median round) on the emulated map."""
+    form, fanin = tree
     settings = RunSettings(kernel="gsum", thread_counts=[config.contributors], max_fanin=fanin, repeat=1,
                            rounds=rounds, pin=True, timeout=RUN_TIMEOUT_S)
-    return run_experiment(emulated_map(config, proto), settings).measurements[0].value
+    return run_experiment(emulated_map(config, proto, form), settings).measurements[0].value
 
 
 def rank_cpus(config: Config, per_thread: bool) -> list[list[int]]:
@@ -113,8 +123,9 @@ def measure(configs: list[Config], rounds: int, repeat: int, progress) -> tuple[
         anchor_runs["ping_pong"].append(anchors.tcp_ping_pong_us(ANCHOR_ROUNDS))
         anchor_runs["zmq_raw"].append(anchors.zmq_round_trip_us(ANCHOR_ROUNDS))
         for config in configs:
-            columns = {(tree, proto): (lambda f=fanin, p=proto: gsum_us(config, p, f, rounds))
-                       for tree, fanin in config.trees().items() for proto in PROTOS}
+            columns = {(name, proto): (lambda t=tree, p=proto: gsum_us(config, p, t, rounds))
+                       for name, tree in config.trees().items() for proto in PROTOS
+                       if tree[0] == "sums" or proto == "tcp"}  # allreduce's members connect directly
             if anchors.mpi_available():
                 columns["mpi"] = lambda: mpi_us(config, rounds, plain_ranks=False)
                 if config.threads > 1:
@@ -144,7 +155,7 @@ def report(configs: list[Config], runs: dict, anchor_runs: dict, args) -> tuple[
         lines.append("MPI is not installed (apt-get install openmpi-bin libopenmpi-dev): no MPI columns, no targets")
     header = ["nodes", "thr/node", "contrib", "tree", "tcp_us", "zmq_us", "mpi_us", "mpi_ranks_us", "tcp/mpi",
               "zmq/mpi"]
-    lines.append("".join(f"{h:>13}" for h in header))
+    lines.append("".join(f"{h:>16}" for h in header))
     rows, verdicts = [], []
     for config in configs:
         mpi, mpi_ranks = cell(config, "mpi"), cell(config, "mpi_ranks")
@@ -153,11 +164,11 @@ def report(configs: list[Config], runs: dict, anchor_runs: dict, args) -> tuple[
             tcp, zmq = cell(config, (tree, "tcp")), cell(config, (tree, "zmq"))
             row = {"nodes": config.nodes, "threads_per_node": config.threads, "contributors": config.contributors,
                    "tree": tree, "tcp_us": tcp, "zmq_us": zmq, "mpi_us": mpi, "mpi_ranks_us": mpi_ranks,
-                   "tcp_per_mpi": tcp / mpi if mpi else None, "zmq_per_mpi": zmq / mpi if mpi else None}
+                   "tcp_per_mpi": tcp / mpi if mpi else None, "zmq_per_mpi": zmq / mpi if mpi and zmq else None}
             rows.append(row)
             shown = [config.nodes, config.threads, config.contributors, tree, tcp, zmq, mpi, mpi_ranks,
                      row["tcp_per_mpi"], row["zmq_per_mpi"]]
-            lines.append("".join(f"{_fmt(v):>13}" for v in shown))
+            lines.append("".join(f"{_fmt(v):>16}" for v in shown))
             if best is None or tcp < best[1]:
                 best = (tree, tcp)
         if mpi:
