@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import gc
+import random
 import socket
 import subprocess
 import sys
@@ -372,3 +373,43 @@ def test_paths_run_and_show_take_the_tree_form_from_the_command_line(tmp_path):
     assert "tree form allreduce: the link between clusters 'a' and 'b' has a delay or a batch" in refused.stderr
     unknown = paths_command("show", "--map", "paper-4w", "--threads", "8", "--tree-form", "exchange")
     assert unknown.returncode == 2 and "invalid choice: 'exchange'" in unknown.stderr
+
+
+def test_a_hundred_hostile_connections_while_a_member_joins_change_nothing(group):
+    g = group(2, name="G-flood", format="q")
+    zero, one = g.build()
+    found = peer_request(g.servers[0].endpoint, "G-flood", 0)
+    secret, listens = found["payload"][:32], found["payload"][32:].decode()
+    host, port = listens[len("tcp://"):].rsplit(":", 1)
+    rng = random.Random(20261126)
+    zero.move((1,), timeout=TIMEOUT_S)
+    waiting = threading.Thread(target=lambda: results.append(zero.observe(timeout=60)))
+    results = []
+    waiting.start()  # member 0 joins: it admits or refuses every connection that comes
+
+    def hostile(i: int) -> bytes:
+        good = wire_frames.encode(wire_frames.CONNECT, secret, handle_id=1)
+        kinds = [lambda: rng.randbytes(rng.randrange(1, 200)),  # garbage
+                 lambda: b"",  # silent: refused after 1 s, or when the member stops listening
+                 lambda: wire_frames.encode(wire_frames.CONNECT, rng.randbytes(32), handle_id=1),  # a wrong secret
+                 lambda: wire_frames.encode(wire_frames.CONNECT, secret, handle_id=rng.choice([0, 2, 1 << 40])),
+                 lambda: good[:rng.randrange(1, len(good))],  # cut short, then closed
+                 lambda: wire_frames.encode(wire_frames.PART, b"\0" * 8, handle_id=1),  # no CONNECT first
+                 lambda: wire_frames.encode(wire_frames.CONNECT, secret, handle_id=1, length=1 << 30)]  # a lie
+        return kinds[i % len(kinds)]()
+
+    made = 140
+    for i in range(made):
+        with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as connection:
+            connection.sendall(hostile(i))
+    deadline = time.monotonic() + 20
+    while zero.stage.counters()["refused"] < made and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert zero.stage.counters()["refused"] == made, "every hostile connection refused and counted"
+    one.move((2,), timeout=TIMEOUT_S)
+    assert one.observe(timeout=TIMEOUT_S) == (3,)
+    waiting.join(TIMEOUT_S)
+    assert results == [(3,)]
+    for r in range(1, 50):  # and the group goes on
+        g.each(lambda rank, h: h.move((rank + r,), timeout=TIMEOUT_S))
+        assert g.each(lambda rank, h: h.observe(timeout=TIMEOUT_S)) == [(2 * r + 1,)] * 2

@@ -93,9 +93,9 @@ def test_the_tests_frame_codec_agrees_with_the_c_protocol():
     by_name.update({name.upper(): code for name, code in WIRE["control"].items()})
     assert {name: getattr(wire_frames, name) for name in by_name} == by_name
     assert (wire_frames.VERSION, wire_frames.HEADER.size, wire_frames.MAX_PAYLOAD, wire_frames.BATCH_PAYLOAD,
-            wire_frames.SPEC_MAX, wire_frames.SECRET_BYTES, wire_frames.OP_LIMIT) == \
+            wire_frames.SPEC_MAX, wire_frames.SECRET_BYTES, wire_frames.OP_LIMIT, wire_frames.GROUP_MAX) == \
         (WIRE["version"], WIRE["header"], WIRE["max_payload"], WIRE["batch_payload"], WIRE["spec_max"],
-         WIRE["secret"], WIRE["op_limit"])
+         WIRE["secret"], WIRE["op_limit"], WIRE["group_max"])
     assert dict(zip(("zmq", "tcp", "ipc"), wire_frames.TRANSPORTS)) == WIRE["transports"]
 
 

@@ -18,9 +18,9 @@ import time
 
 import pytest
 from child_processes import counters
-from wire_frames import (BATCH_PAYLOAD, BUILD, CONNECT, EXCHANGE, FIRST, HEADER, IPC, LAST, MAX_PAYLOAD, MOVE,
-                         MOVE_MANY, OBSERVE, OBSERVE_AT, OP_LIMIT, PING, PS_EINVAL, PS_OK, RELEASE, SPEC_MAX, TCP,
-                         TRANSPORTS,
+from wire_frames import (BATCH_PAYLOAD, BUILD, CONNECT, EXCHANGE, FIRST, GROUP_MAX, HEADER, IPC, LAST, MAX_PAYLOAD,
+                         MOVE, MOVE_MANY, OBSERVE, OBSERVE_AT, OP_LIMIT, PART, PEER, PING, PS_EINVAL, PS_OK, RELEASE,
+                         SPEC_MAX, TCP, TRANSPORTS,
                          VERSION, AXE, DELTA, Direct, dealer, decode, encode, open_link, zmq_answer)
 
 import paths
@@ -45,13 +45,14 @@ def refused_by_server(parts: list[bytes], at_link: bool, link_id: int) -> bool:
         return True
     if not at_link:
         build = request["op"] == BUILD and 0 < request["length"] <= SPEC_MAX and request["argument"] in TRANSPORTS
-        return not (request["op"] == PING or build)
+        peer = request["op"] == PEER and 0 < request["length"] <= GROUP_MAX and 0 <= request["argument"] < 1 << 32
+        return not (request["op"] == PING or build or peer)
     length = request["length"]
     if request["op"] == MOVE_MANY:
         payload_ok = length % TUPLE_SIZE == 0 and 0 < length <= BATCH_PAYLOAD
     else:
         payload_ok = length == (TUPLE_SIZE if request["op"] in (MOVE, EXCHANGE) else 0)
-    return request["handle_id"] != link_id or not payload_ok or request["op"] in (BUILD, CONNECT)
+    return request["handle_id"] != link_id or not payload_ok or request["op"] in (BUILD, CONNECT, PEER, PART)
 
 
 def safe_at_link(parts, link_id) -> bool:

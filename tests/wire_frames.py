@@ -23,6 +23,7 @@ BATCH_PAYLOAD = 16384  # a MOVE_MANY carries at most this many bytes of tuples (
 ZMQ, TCP, IPC = TRANSPORTS = (0, 1, 2)  # a BUILD's argument
 MAX_PAYLOAD = (1 << 20) + 4096
 SPEC_MAX = 65536
+GROUP_MAX = 255  # a PEER names an allreduce group of 1 to this many bytes
 SECRET_BYTES = 32
 PS_OK, PS_ETIMEDOUT, PS_EINVAL = 0, 1, 7
 ANSWER_WAIT_S = 10.0  # the longest one answer may take before a test fails

@@ -4,6 +4,7 @@
 #include "python_module.hpp"
 
 extern "C" {
+#include "peer_directory.h"
 #include "server.h"
 #include "wire.h"
 }
@@ -31,6 +32,7 @@ py::dict wire_protocol() {
     out["batch_payload"] = static_cast<int>(PS_WIRE_BATCH_PAYLOAD);
     out["secret"] = static_cast<int>(PS_WIRE_SECRET);
     out["spec_max"] = static_cast<int>(PS_SPEC_MAX);
+    out["group_max"] = static_cast<int>(PS_GROUP_MAX);
     out["op_first"] = static_cast<int>(PS_WIRE_OP_FIRST);
     out["op_limit"] = static_cast<int>(PS_WIRE_OP_LIMIT);
     out["control"] = control;
@@ -42,9 +44,10 @@ py::dict wire_protocol() {
 
 void bind_wire(py::module_ &m) {
     m.def("wire_protocol", &wire_protocol,
-          "{version, header, max_payload, batch_payload, secret, spec_max, op_first, op_limit, control: {build,\n"
-          "release, ping, connect, peer, part}, transports: {zmq, tcp, ipc}}: the wire protocol's constants (wire.md). A stage\n"
-          "operation's op code is its kind's (operations()); a well-formed frame's op is op_first <= op < op_limit.");
+          "{version, header, max_payload, batch_payload, secret, spec_max, group_max, op_first, op_limit, control:\n"
+          "{build, release, ping, connect, peer, part}, transports: {zmq, tcp, ipc}}: the wire protocol's constants\n"
+          "(wire.md). A stage operation's op code is its kind's (operations()); a well-formed frame's op is\n"
+          "op_first <= op < op_limit.");
 }
 
 }  // namespace paths_native
