@@ -11,6 +11,19 @@ is a pipelined wire (`delay(pipelined=1)`): each message arrives 0.2 ms after it
 holding back the next, and the observe follows the moves on it. (On a link that carries one
 message of a caller at a time, every batch crosses alone and the largest factor always wins.) The speed-up per k and factor is printed
 and plotted (--plot). Beside it, batch's double buffering: buffers=1 against 2 at k = 10,000.
+A run measures each cell in 5 turns, the cells of a k taking turns in alternate order, each turn on
+a fresh handle warmed up by one untimed round; a cell's rounds in a run are 50,000 moves' worth or
+30 ms' worth (60 ms with the delay), whichever is more (at most 2,000, with the delay 1,000
+rounds). A cell's time per round is the median of its turns over the runs: on 2 cores, where the
+scheduler puts a handle's threads (the caller's, batch's sender's, the delay's courier's, the
+server's link's) changes a round by up to half, for as long as the handle lives.
+At k = 10,000 the top of the curve is flat. Nothing goes down before the caller has filled a
+first buffer (about 33 ns a move on 2 cores); then the messages are delivered one after another,
+each a remote round trip of about 6 us besides about 40 ns a tuple. So the largest factors trade
+factor x 33 ns against ceil(k / factor) x 6 us, least near factor sqrt(k x 6 us / 33 ns), about
+1,400: without the delay 1024 and 2048 come within about 1% of each other. With the delay each
+message also costs a hand-off to batch's sender thread, which competes with the delay's courier
+and the server for the 2 cores; the least time per round is then near 2048.
 
 Aurora's Figure 6 method (a read cache loaded in bulk). A 704 x 704 matrix of 'i' (one row per
 tuple) lives on a node that runs no threads; on 2 and 4 emulated node processes (one thread
@@ -35,6 +48,7 @@ measure context switches: the output says so.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -55,8 +69,10 @@ KS = (1, 10, 100, 1_000, 10_000)
 FACTORS = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 DELAYS_MS = (0.0, 0.2)
 TUPLE_BYTES = 8                    # the pings are 'q' tuples
-MOVES_PER_CELL = {0.0: 50_000, 0.2: 50_000}  # moves a cell makes (at least one round) ...
-MAX_ROUNDS = {0.0: 2_000, 0.2: 1_000}       # ... in at most this many rounds
+MOVES_PER_CELL = {0.0: 50_000, 0.2: 50_000}  # a cell's rounds in a run: this many moves (at least one round) ...
+CELL_MS = {0.0: 30.0, 0.2: 60.0}            # ... or this long, whichever takes more rounds ...
+MAX_ROUNDS = {0.0: 2_000, 0.2: 1_000}       # ... but at most this many
+TURNS = 5                          # ... shared by this many fresh handles, the cells taking turns
 BUFFERS_FACTOR = 256               # where buffers=1 and 2 are compared, at the largest k
 AURORA_NODES = (2, 4)
 MATRIX = 704                       # rows and columns of Aurora's matrix
@@ -65,8 +81,9 @@ MM2_THREADS = 4
 TIMEOUT_MS = 10_000                # the remote stages'
 RUN_TIMEOUT_S = 120.0
 KERNELS = str(BUILTIN_LIBRARY)
-QUICK = {"ks": (1, 10, 100), "factors": (4, 16, 64), "moves_per_cell": {0.0: 2_000, 0.2: 200}, "max_rounds": {0.0: 200, 0.2: 20},
-         "nodes": (2,), "matrix": 64, "mm2_n": 32}
+QUICK = {"ks": (1, 10, 100), "factors": (4, 16, 64), "moves_per_cell": {0.0: 2_000, 0.2: 200},
+         "cell_ms": {0.0: 0.0, 0.2: 0.0}, "max_rounds": {0.0: 200, 0.2: 20}, "turns": 1, "nodes": (2,), "matrix": 64,
+         "mm2_n": 32}
 
 CSV_COLUMNS = ["experiment", "delay_ms", "k", "factor", "buffers", "nodes", "variant", "ms", "speedup", "checksum"]
 
@@ -76,14 +93,22 @@ class Sizes:
     ks: tuple = KS
     factors: tuple = FACTORS
     moves_per_cell: dict = None
+    cell_ms: dict = None
     max_rounds: dict = None
+    turns: int = TURNS
     nodes: tuple = AURORA_NODES
     matrix: int = MATRIX
     mm2_n: int = MM2_N
 
     def __post_init__(self):
         self.moves_per_cell = self.moves_per_cell or dict(MOVES_PER_CELL)
+        self.cell_ms = self.cell_ms or dict(CELL_MS)
         self.max_rounds = self.max_rounds or dict(MAX_ROUNDS)
+
+    def rounds_per_turn(self, delay_ms: float, k: int, round_ms: float) -> int:
+        """A turn's share of a cell's rounds in a run, for rounds of about round_ms."""
+        rounds = max(self.moves_per_cell[delay_ms] // k, math.ceil(self.cell_ms[delay_ms] / round_ms))
+        return max(1, math.ceil(min(self.max_rounds[delay_ms], rounds) / self.turns))
 
 
 # ---- ARMI's sweep ---------------------------------------------------------------------------
@@ -103,13 +128,18 @@ class Sweep:
                                     stage("core", name=f"PINGS-{self.made}", format="q")))
 
     def ms_per_round(self, delay_ms: float, k: int, factor: int | None, sizes: Sizes, buffers: int = 2) -> float:
-        rounds = max(1, min(sizes.max_rounds[delay_ms], sizes.moves_per_cell[delay_ms] // k))
+        """One turn of a cell: a fresh handle, one round that warms it up (its threads started, its
+        buffers and connection in use; untimed), then the turn's rounds, timed."""
         handle = self.handle(delay_ms, factor, buffers)
+        warm_ms = bench.moves_then_observe_ns(handle, k, 1, timeout=RUN_TIMEOUT_S) / 1e6
+        rounds = sizes.rounds_per_turn(delay_ms, k, warm_ms)
         return bench.moves_then_observe_ns(handle, k, rounds, timeout=RUN_TIMEOUT_S) / 1e6
 
 
 def measure_sweep(sizes: Sizes, repeat: int, progress) -> dict:
-    """{(delay, k, factor or None, buffers): [ms per round, ...]}, the cells taking turns."""
+    """{(delay, k, factor or None, buffers): [ms per round, one per turn of each run]}. The cells of a
+    k take turns, in alternate order, each turn on fresh handles: so drift and where the scheduler
+    happens to put a handle's threads (on 2 cores, up to half a round's time) hit every cell alike."""
     runs: dict = {}
     with ReadyChild([sys.executable, "-m", "paths", "serve", "--bind", "tcp://127.0.0.1:*"], "paths serve") as server:
         sweep = Sweep(server.ready())
@@ -119,9 +149,10 @@ def measure_sweep(sizes: Sizes, repeat: int, progress) -> dict:
                     cells = [(None, 2)] + [(f, 2) for f in sizes.factors]
                     if k == max(sizes.ks) and BUFFERS_FACTOR in sizes.factors:
                         cells.append((BUFFERS_FACTOR, 1))
-                    for factor, buffers in cells:
-                        ms = sweep.ms_per_round(delay, k, factor, sizes, buffers)
-                        runs.setdefault((delay, k, factor, buffers), []).append(ms)
+                    for turn in range(sizes.turns):
+                        for factor, buffers in cells if turn % 2 == 0 else cells[::-1]:
+                            ms = sweep.ms_per_round(delay, k, factor, sizes, buffers)
+                            runs.setdefault((delay, k, factor, buffers), []).append(ms)
                     progress(f"ARMI run {r + 1}/{repeat}: delay {delay} ms, k = {k}")
     return runs
 
@@ -207,7 +238,8 @@ def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict) -> t
     lines = [f"Aggregation and bulk transfer, loopback, median of {repeat} run(s); this machine has {cores} cores "
              "(runs with more threads or processes also measure context switches)", "",
              "ARMI Figure 6: k moves, then one observe of the round's last move, through delay (pipelined) -> remote (tcp) -> "
-             "a `paths serve` child; 'q' tuples. Speed-up of batch(max_moves=factor) over no batching"]
+             f"a `paths serve` child; 'q' tuples; each cell the median of its {repeat} x {sizes.turns} turns (a fresh handle "
+             "each). Speed-up of batch(max_moves=factor) over no batching"]
     best: dict = {}
     for delay in DELAYS_MS:
         lines.append(f"delay {delay:g} ms each way")
@@ -276,8 +308,11 @@ def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict) -> t
             lines.append(not_measured(name, f"k up to {top}"))
     for delay in DELAYS_MS:
         inside = sizes.factors[0] < best[delay, top] < sizes.factors[-1]
+        first, second = sorted(sizes.factors, key=lambda f: med[delay, top, f, 2])[:2]
         lines.append(target(f"best factor at k = {top} strictly inside {sizes.factors[0]}..{sizes.factors[-1]} "
-                            f"(delay {delay:g} ms)", inside, f"{best[delay, top]}"))
+                            f"(delay {delay:g} ms)", inside,
+                            f"{first} (next {second}, {med[delay, top, second, 2] / med[delay, top, first, 2] - 1:.1%} "
+                            "slower a round)"))
     for delay, bound in ((0.0, 0.5), (0.2, 0.15)):
         worst = max(ratios[n, delay] for n in sizes.nodes)
         lines.append(target(f"prefetch <= {bound}x the per-row load, delay {delay:g} ms ({', '.join(map(str, sizes.nodes))} "

@@ -65,3 +65,13 @@ def test_quick_run_reports_every_experiment_and_target(probe, tmp_path):
 def test_bad_options_exit_2(args, words):
     done = run(*args)
     assert done.returncode == 2 and words in done.stderr, done.stderr
+
+
+def test_a_cell_gets_the_moves_or_the_time_it_asks_for_shared_by_its_turns():
+    from benchmarks.aggregation import Sizes
+
+    sizes = Sizes()  # 50,000 moves or 30 ms (60 ms with the delay) a run, at most 2,000 (1,000) rounds, 5 turns
+    assert sizes.rounds_per_turn(0.0, 1, 0.01) == 400  # the moves ask for more rounds than the bound: the bound
+    assert sizes.rounds_per_turn(0.2, 100, 1.0) == 100  # 500 rounds of moves, more than 60 ms of them
+    assert sizes.rounds_per_turn(0.2, 10_000, 1.0) == 12  # 5 rounds of moves, 60 ms of 1 ms rounds: 60
+    assert sizes.rounds_per_turn(0.2, 10_000, 70.0) == 1  # each turn makes one round at least

@@ -59,7 +59,7 @@ typedef struct queued {
 
 /* Pipelined: one caller's moves on the wire. */
 typedef struct wire_caller {
-    _Alignas(CACHE_LINE) uint64_t sent;  /* messages it queued: its own */
+    _Alignas(CACHE_LINE) uint64_t sent;  /* messages it queued: its own, written under queue_lock */
     _Atomic uint64_t delivered;          /* of those, the ones the courier is done with */
     _Atomic int leaving;                 /* it goes: the courier drops what it cannot deliver at once */
     ps_deferred_failure failure;
@@ -253,10 +253,15 @@ static void *courier_loop(void *arg) {
         deliver(d, q);
         wire_caller *c = &d->callers[q->slot];
         pthread_mutex_lock(&d->queue_lock);
+        /* A waiter is woken by what it waits for: room on a full wire, or the last move its caller
+         * sent applied. Not by every message: a caller settling behind many would wake, look and
+         * sleep again on each, taking the core the deliveries need. */
+        int wanted = d->tail - d->head == QUEUE_MESSAGES ||
+                     c->sent == atomic_load_explicit(&c->delivered, memory_order_relaxed) + 1;
         d->head++;
         pthread_mutex_unlock(&d->queue_lock);
         atomic_fetch_add_explicit(&c->delivered, 1, memory_order_release);
-        ps_waitpoint_wake(&d->delivered_wp);
+        if (wanted) ps_waitpoint_wake(&d->delivered_wp);
     }
     return NULL;
 }
