@@ -661,16 +661,9 @@ static int start_listening(allreduce_stage *a, char *error, size_t error_size) {
 
 static int allreduce_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
                             ps_stage **out, char *error, size_t error_size) {
-    if (!below) {
-        snprintf(error, error_size, "stage 'allreduce': needs a stage below it (a path ends with 'core')");
-        return PS_EINVAL;
-    }
-    const ps_tuple_format *format = ps_stage_format(below);
-    if (!ps_tuple_format_summable(format)) {
-        snprintf(error, error_size, "stage 'allreduce': format '%s' has fields that cannot be added (expected "
-                 "native-order integers and floats, e.g. 'q' or 'qd')", format->text);
-        return PS_EFORMAT;
-    }
+    const ps_tuple_format *format;
+    int checked = ps_summed_format("allreduce", below, &format, error, error_size);
+    if (checked != PS_OK) return checked;
     allreduce_stage *a = calloc(1, sizeof *a);
     if (!a) return PS_ENOMEM;
     a->listener = -1;

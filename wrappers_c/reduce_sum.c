@@ -354,17 +354,9 @@ static size_t sum_footprint(const ps_params *params, size_t tuple_size) {
 static int sum_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
                       ps_stage **out, char *error, size_t error_size) {
     (void)context;
-    if (!below) {
-        snprintf(error, error_size, "stage 'reduce-sum': needs a stage below it (a path ends with 'core')");
-        return PS_EINVAL;
-    }
-    const ps_tuple_format *format = ps_stage_format(below);
-    if (!ps_tuple_format_summable(format)) {
-        snprintf(error, error_size,
-                 "stage 'reduce-sum': format '%s' has fields that cannot be added (expected native-order integers "
-                 "and floats, e.g. 'q' or 'qd')", format->text);
-        return PS_EFORMAT;
-    }
+    const ps_tuple_format *format;
+    int checked = ps_summed_format("reduce-sum", below, &format, error, error_size);
+    if (checked != PS_OK) return checked;
     reduce_sum_stage *s = aligned_alloc(CACHE_LINE, stage_bytes());
     if (!s) return PS_ENOMEM;
     memset(s, 0, sizeof *s);

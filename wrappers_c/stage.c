@@ -236,6 +236,18 @@ int ps_stage_counters(ps_stage *stage, ps_counter *out, int max) {
     return n;
 }
 
+int ps_summed_format(const char *kind, ps_stage *below, const ps_tuple_format **out, char *error, size_t error_size) {
+    if (!below) {
+        snprintf(error, error_size, "stage '%s': needs a stage below it (a path ends with 'core')", kind);
+        return PS_EINVAL;
+    }
+    *out = ps_stage_format(below);
+    if (ps_tuple_format_summable(*out)) return PS_OK;
+    snprintf(error, error_size, "stage '%s': format '%s' has fields that cannot be added (expected native-order "
+             "integers and floats, e.g. 'q' or 'qd')", kind, (*out)->text);
+    return PS_EFORMAT;
+}
+
 size_t ps_stage_base_footprint(const ps_stage_kind *kind) {
     if (kind->role == PS_JOINING) return 0;
     return PS_PASS_THROUGH_CALLERS * (sizeof(uint32_t) + (kind->needs_below ? sizeof(ps_link) : 0));

@@ -66,6 +66,11 @@ static inline int ps_stage_pass(ps_link *link, ps_op *op) { return ps_link_call(
  * call; any other kind is refused with PS_ENOTSUP, and the stage's error says which. */
 int ps_op_fallback(ps_link *link, ps_op *op);
 
+/* What a stage that adds tuples (reduce-sum, allreduce) sums: the format of the stage below it,
+ * which it needs and whose fields must all add. PS_OK with *out, or a status with a reason naming
+ * the kind in `error`. */
+int ps_summed_format(const char *kind, ps_stage *below, const ps_tuple_format **out, char *error, size_t error_size);
+
 /* The generic part of ps_stage_footprint for a kind (its links and slots), in bytes. */
 size_t ps_stage_base_footprint(const ps_stage_kind *kind);
 
