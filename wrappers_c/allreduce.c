@@ -267,11 +267,8 @@ static partner *missing_partner(allreduce_stage *a, uint64_t rank) {
 /* Whether a frame is the CONNECT of a partner of higher rank still missing, with our secret
  * (compared in constant time). */
 static partner *presented(allreduce_stage *a, const ps_frame *frame) {
-    if (frame->op != PS_WIRE_CONNECT || frame->payload_length != PS_WIRE_SECRET || frame->handle_id <= a->rank)
-        return NULL;
-    unsigned char differ = 0;
-    for (int i = 0; i < PS_WIRE_SECRET; i++) differ |= frame->payload[i] ^ a->secret[i];
-    return differ ? NULL : missing_partner(a, frame->handle_id);
+    if (frame->op != PS_WIRE_CONNECT || frame->handle_id <= a->rank || !ps_wire_presents(frame, a->secret)) return NULL;
+    return missing_partner(a, frame->handle_id);
 }
 
 static void refuse(allreduce_stage *a, pending *p) {

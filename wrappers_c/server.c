@@ -354,10 +354,7 @@ static int serve_zmq(link_worker *w) {
 
 /* Whether a frame is the link's CONNECT with the link's secret (compared in constant time). */
 static int presents_secret(const link_worker *w, const ps_frame *frame) {
-    if (frame->op != PS_WIRE_CONNECT || frame->handle_id != w->id || frame->payload_length != PS_WIRE_SECRET) return 0;
-    unsigned char differ = 0;
-    for (int i = 0; i < PS_WIRE_SECRET; i++) differ |= frame->payload[i] ^ w->secret[i];
-    return differ == 0;
+    return frame->op == PS_WIRE_CONNECT && frame->handle_id == w->id && ps_wire_presents(frame, w->secret);
 }
 
 /* Answers a frame of a connection not admitted yet (a short wait: it may not be reading). */

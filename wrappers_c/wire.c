@@ -74,3 +74,10 @@ int ps_wire_decode(const unsigned char *buf, size_t length, ps_frame *out) {
 
 void ps_wire_put_count(uint32_t count, unsigned char *out) { put32(out, count); }
 uint32_t ps_wire_get_count(const unsigned char *in) { return get32(in); }
+
+int ps_wire_presents(const ps_frame *frame, const unsigned char *secret) {
+    if (frame->payload_length != PS_WIRE_SECRET) return 0;
+    unsigned char differ = 0;
+    for (int i = 0; i < PS_WIRE_SECRET; i++) differ |= frame->payload[i] ^ secret[i];
+    return differ == 0;
+}

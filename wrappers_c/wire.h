@@ -85,6 +85,10 @@ size_t ps_wire_encode(const ps_frame *frame, unsigned char *buf, size_t capacity
  * lies); payload_length must be at most PS_WIRE_MAX_PAYLOAD. */
 void ps_wire_encode_header(const ps_frame *frame, unsigned char *buf);
 
+/* Whether a frame's payload is `secret` (PS_WIRE_SECRET bytes), compared in constant time: what a
+ * direct connection presents in its CONNECT. */
+int ps_wire_presents(const ps_frame *frame, const unsigned char *secret);
+
 /* Checks and decodes a received frame: version, op, lengths. payload points into buf.
  * Returns 0, or -1 for a malformed frame (nothing in out is to be trusted then). */
 int ps_wire_decode(const unsigned char *buf, size_t length, ps_frame *out);
