@@ -117,6 +117,56 @@ def test_the_wire_answer_counts_down_its_frames_and_bad_counts_are_refused(space
             sock.close()
 
 
+SLICE = 4 * 2048  # 'q' tuples the server reads and sends at a time (4 frames of 16 KiB)
+
+
+def read_range(connection, request_id):
+    """The frames of one range's answer: (tuples, each frame's value)."""
+    got, values = [], []
+    while not values or values[-1] != 0:
+        reply = connection.answer()
+        assert (reply["op"], reply["status"], reply["request_id"]) == (OBSERVE_RANGE, PS_OK, request_id)
+        got += [v for (v,) in struct.iter_unpack("<q", reply["payload"])]
+        values.append(reply["value"])
+    return got, values
+
+
+@pytest.mark.parametrize("exist", [SLICE, 2 * SLICE + 5, 3 * SLICE])
+def test_a_range_of_several_slices_counts_only_what_follows(space, zmq_context, exist):
+    """The server reads a long range a slice at a time: a frame's value never promises more than
+    follows it, only the last says 0, and a history that ends at a slice's end ends the answer."""
+    space.enter("W", "q").move_many([(i,) for i in range(exist)])
+    with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
+        link_id, endpoint, secret = open_link(zmq_context, server.endpoint, "W", TCP)
+        connection = Direct(endpoint)
+        connection.send(encode(CONNECT, secret, request_id=1, handle_id=link_id))
+        assert connection.answer()["status"] == PS_OK
+        asked = 3 * SLICE + 100
+        connection.send(encode(OBSERVE_RANGE, struct.pack("<I", asked), request_id=2, handle_id=link_id, value=-1))
+        got, values = read_range(connection, 2)
+        assert got == list(range(exist))
+        sizes = [2048] * (exist // 2048) + ([exist % 2048] if exist % 2048 else [])
+        assert values[-1] == 0 and all(v > 0 for v in values[:-1])
+        assert all(v <= sum(sizes[i + 1:]) for i, v in enumerate(values))
+        connection.close()
+
+
+def test_a_range_read_while_moves_arrive_is_consecutive(space):
+    """Moves land while a long range streams: the answer is the tuples from its index on, in order,
+    none missing, as many as existed when each slice was read."""
+    element = space.enter("W", "q")
+    element.move_many([(i,) for i in range(SLICE)])
+    with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
+        h = build_path(make_path(stage("remote", host=server.endpoint, timeout_ms=5000), stage("core", name="W", format="q")))
+        mover = build_path(make_path(stage("core", name="W", format="q")), pastset=space)
+        moved = SLICE
+        for _ in range(20):
+            mover.move_many([(i,) for i in range(moved, moved + 3000)])
+            moved += 3000
+            got = h.observe_range(0, 12 * SLICE)
+            assert got == [(i,) for i in range(len(got))] and SLICE <= len(got) <= moved
+
+
 def test_a_python_stage_may_answer_a_range(space):
     filled(space, n=10)
 

@@ -162,7 +162,8 @@ static int drain(remote_stage *r, connection *c, uint32_t keep) {
 }
 
 /* The tuples of a range's answer, frame after frame (`answer` is its first), into op->out; each
- * frame's value is the tuples still to come after it. PS_OK with op->value set, or broken. */
+ * frame's value is 0 in the last and else at most the tuples still to come. PS_OK with op->value
+ * set, or broken. */
 static int take_range(remote_stage *r, connection *c, uint64_t id, ps_frame *answer, ps_op *op) {
     size_t tuple_size = r->base.tuple_size;
     uint32_t got = 0;

@@ -47,8 +47,8 @@ typedef struct link_worker {
     _Atomic int finished;
     size_t tuple_size;
     unsigned char *tuple;   /* observe results */
-    unsigned char *range;   /* observe_range results: room for the largest range asked so far */
-    size_t range_capacity;  /* its bytes (at most PS_OP_RANGE_MAX_BYTES) */
+    unsigned char *slices[2]; /* a range's answer: the slice going out and the next one (send_range);
+                                 made at the link's first range */
     unsigned char *answer;  /* the encoded answer (one frame of a range at most) */
     struct link_worker *next;
 } link_worker;
@@ -120,14 +120,17 @@ static int64_t bounded_timeout(int64_t requested) {
     return requested < 0 || requested > OP_SLICE_NS ? OP_SLICE_NS : requested;
 }
 
-/* Room for a range of `count` tuples (grown to the largest asked, never past the bound). */
-static int range_room(link_worker *w, uint32_t count) {
-    size_t bytes = (size_t)count * w->tuple_size;
-    if (bytes <= w->range_capacity) return PS_OK;
-    unsigned char *grown = realloc(w->range, bytes);
-    if (!grown) return PS_ENOMEM;
-    w->range = grown;
-    w->range_capacity = bytes;
+/* A range's answer is read and sent a slice at a time: this many frames' tuples. */
+enum { RANGE_SLICE_FRAMES = 4 };
+
+static uint32_t slice_tuples(const link_worker *w) {
+    return RANGE_SLICE_FRAMES * (uint32_t)ps_wire_batch_tuples(w->tuple_size);
+}
+
+/* The two slices of a range's answer, made once per link. */
+static int slices_room(link_worker *w) {
+    for (int i = 0; i < 2; i++)
+        if (!w->slices[i] && !(w->slices[i] = malloc((size_t)slice_tuples(w) * w->tuple_size))) return PS_ENOMEM;
     return PS_OK;
 }
 
@@ -147,9 +150,10 @@ static int operation_of(link_worker *w, const ps_frame *request, ps_op *op) {
         if (request->payload_length != PS_WIRE_COUNT) return PS_EINVAL;
         op->count = ps_wire_get_count(request->payload);
         if (op->count == 0 || op->count > ps_op_range_max(w->tuple_size)) return PS_EINVAL;
+        if (op->count > slice_tuples(w)) op->count = slice_tuples(w); /* the first slice (send_range) */
         op->in = NULL;
-        int rc = range_room(w, op->count);
-        op->out = w->range;
+        int rc = slices_room(w);
+        op->out = w->slices[0];
         return rc;
     }
     size_t tuples = request->payload_length / w->tuple_size;
@@ -229,25 +233,47 @@ typedef struct answer_sink {
     void *to;
 } answer_sink;
 
-enum { RANGE_FRAMES_MAX = PS_OP_RANGE_MAX_BYTES / PS_WIRE_BATCH_PAYLOAD + 1 }; /* frames of one range's answer */
-
-/* The tuples a range gave, as frames of at most ps_wire_batch_tuples each, sent from where they
- * lie; each frame's value is the tuples still to come after it. */
-static int send_range(link_worker *w, const ps_frame *request, const ps_op *op, const answer_sink *sink) {
-    unsigned char headers[RANGE_FRAMES_MAX][PS_WIRE_HEADER];
-    struct iovec parts[2 * RANGE_FRAMES_MAX];
-    uint32_t total = (uint32_t)op->value, per_frame = (uint32_t)ps_wire_batch_tuples(w->tuple_size);
+/* A slice's tuples as frames of at most ps_wire_batch_tuples each, sent from where they lie; each
+ * frame's value counts the tuples known to follow it (`then` of them after the slice's). */
+static int send_slice(link_worker *w, const ps_frame *request, const unsigned char *tuples, uint32_t n, uint32_t then,
+                      const answer_sink *sink) {
+    unsigned char headers[RANGE_SLICE_FRAMES][PS_WIRE_HEADER];
+    struct iovec parts[2 * RANGE_SLICE_FRAMES];
+    uint32_t per_frame = (uint32_t)ps_wire_batch_tuples(w->tuple_size);
     int count = 0;
-    for (uint32_t sent = 0; sent < total; count += 2) {
-        uint32_t n = total - sent < per_frame ? total - sent : per_frame;
-        ps_frame answer = {request->op, PS_OK, request->request_id, w->id, 0, total - sent - n, NULL,
-                           n * (uint32_t)w->tuple_size};
+    for (uint32_t sent = 0; sent < n; count += 2) {
+        uint32_t k = n - sent < per_frame ? n - sent : per_frame;
+        ps_frame answer = {request->op, PS_OK, request->request_id, w->id, 0, n - sent - k + then, NULL,
+                           k * (uint32_t)w->tuple_size};
         ps_wire_encode_header(&answer, headers[count / 2]);
         parts[count] = (struct iovec){headers[count / 2], PS_WIRE_HEADER};
-        parts[count + 1] = (struct iovec){w->range + (size_t)sent * w->tuple_size, answer.payload_length};
-        sent += n;
+        parts[count + 1] = (struct iovec){(void *)(tuples + (size_t)sent * w->tuple_size), answer.payload_length};
+        sent += k;
     }
     return sink->frames(sink->to, parts, count);
+}
+
+/* A range's answer, a slice at a time: the request's operation read the first slice (waiting for
+ * its first tuple); each next slice is read, without waiting, before the last frame of the one
+ * before goes out, so that a frame's value is never more than what follows, and 0 only in the
+ * last. A next slice that finds nothing (the history ends, or was axed meanwhile) ends the answer
+ * there: the range is the tuples that existed when read. */
+static int send_range(link_worker *w, const ps_frame *request, const ps_op *first, const answer_sink *sink) {
+    uint32_t asked = ps_wire_get_count(request->payload), wanted = first->count, got = (uint32_t)first->value;
+    for (uint32_t done = 0, current = 0;; current = !current) {
+        ps_op next = {.kind = first->kind, .argument = first->argument + done + got, .out = w->slices[!current]};
+        uint32_t more = 0;
+        if (got == wanted && done + got < asked) {
+            next.count = asked - done - got < wanted ? asked - done - got : wanted;
+            if (ps_link_call(w->link, &next) == PS_OK && next.value > 0 && next.value <= next.count)
+                more = (uint32_t)next.value;
+        }
+        int rc = send_slice(w, request, w->slices[current], got, more, sink);
+        if (rc != PS_OK || more == 0) return rc;
+        done += got;
+        got = more;
+        wanted = next.count;
+    }
 }
 
 /* Counts a received frame, runs it when well formed (request NULL: it was not) and sends its
@@ -699,7 +725,8 @@ int ps_server_answer_build(ps_server *s, const ps_build_request *request, ps_lin
 
 static void free_worker(link_worker *w) {
     pthread_join(w->thread, NULL);
-    free(w->range);
+    free(w->slices[0]);
+    free(w->slices[1]);
     free(w->tuple);
     free(w->answer);
     free(w);

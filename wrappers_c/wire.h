@@ -42,7 +42,7 @@ enum { PS_WIRE_OP_FIRST = 1, PS_WIRE_OP_LIMIT = 19 };
 
 /* A request for tuples out (observe_range) carries how many it asks for: PS_WIRE_COUNT bytes,
  * u32 little-endian. Its answer comes in frames of at most ps_wire_batch_tuples each, whose
- * `value` is the tuples still to come in later frames (wire.md, "Ranges"). */
+ * `value` is 0 in the last and else at most the tuples still to come (wire.md, "Ranges"). */
 enum { PS_WIRE_COUNT = 4 };
 void ps_wire_put_count(uint32_t count, unsigned char *out);
 uint32_t ps_wire_get_count(const unsigned char *in);

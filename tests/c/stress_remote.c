@@ -22,6 +22,10 @@
  *           every value once, each thread's in order. Then readers through caches that prefetch
  *           windows over remote read it all back right, one request per window; and a range
  *           beyond the bound is refused by the remote stage before it is sent, naming the bound.
+ *   ranges  a writer moves tuples (each its own index) in move_many's of 1 to 3000, while readers
+ *           over tcp and ipc ask for ranges of three slices and more (observe_range) from anywhere
+ *           in what exists: every answer consecutive from where it was asked, none missing, as
+ *           long as what existed (the server reads a range a slice at a time, beside the moves).
  *   allreduce  groups of allreduce members, each in a thread of its own, all finding each other
  *           through this process's server (PEER): 6 by recursive doubling over tcp (two past the
  *           largest power of two), 7 up and down a tree of fan-in 3 over ipc, 4 whose every call
@@ -67,12 +71,13 @@ static const char *const JOBS_SPEC = "{\"version\":1,\"path\":[[\"core\",{\"name
 static const char *const CHURN_SPEC = "{\"version\":1,\"path\":[[\"core\",{\"name\":\"CHURN\",\"format\":\"q\"}]]}";
 static const char *const BATCHED_SPEC =
     "{\"version\":1,\"path\":[[\"core\",{\"name\":\"BATCHED\",\"format\":\"q\"}]]}";
+static const char *const RANGES_SPEC = "{\"version\":1,\"path\":[[\"core\",{\"name\":\"RANGES\",\"format\":\"q\"}]]}";
 
 /* ---- the server: BUILDs answered here by attaching to stages made in advance ---------------------- */
 
 typedef struct served {
     ps_server *server;
-    ps_stage *sum, *jobs, *churn, *batched; /* what each spec names, built once */
+    ps_stage *sum, *jobs, *churn, *batched, *ranges; /* what each spec names, built once */
     ps_stage *sum_element;          /* the element below the sum */
     ps_link *links[MAX_LINKS];      /* the links handed over, by id, until reaped */
     atomic_bool stop;
@@ -94,6 +99,7 @@ static void *serve(void *arg) {
                            : strcmp(request->spec, JOBS_SPEC) == 0 ? s->jobs
                            : strcmp(request->spec, CHURN_SPEC) == 0 ? s->churn
                            : strcmp(request->spec, BATCHED_SPEC) == 0 ? s->batched
+                           : strcmp(request->spec, RANGES_SPEC) == 0 ? s->ranges
                                                                       : NULL;
         ps_link *link = target ? malloc(sizeof *link) : NULL;
         if (link && ps_stage_attach(target, link) != PS_OK) {
@@ -427,6 +433,80 @@ static void run_batched(const char *endpoint, int64_t values) {
     for (int i = 0; i < 2; i++) ps_stage_release(remotes[i]);
 }
 
+/* ---- ranges --------------------------------------------------------------------------------------- */
+
+enum { RANGE_ASKED = 3 * 8192 + 7, RANGE_READERS = 2 }; /* 'q' tuples: the server reads 8192 at a time */
+
+typedef struct ranges_job {
+    ps_stage *stage;
+    int64_t tuples;
+    _Atomic int64_t *moved; /* the writer's progress */
+} ranges_job;
+
+static void *range_writer(void *arg) {
+    ranges_job *job = arg;
+    ps_link link;
+    attach_or_die(job->stage, &link);
+    int64_t *values = malloc(3000 * sizeof *values);
+    for (int64_t next = 0, n = 1; values && next < job->tuples; n = (n * 7 + 977) % 3000 + 1) {
+        if (n > job->tuples - next) n = job->tuples - next;
+        for (int64_t i = 0; i < n; i++) values[i] = next + i;
+        uint32_t done = 0;
+        int rc = link_move_many(&link, values, (uint32_t)n, WAIT, &done);
+        CHECK(rc == PS_OK && done == n, "ranges: moving %" PRId64 " at %" PRId64 ": %s", n, next, ps_status_name(rc));
+        if (rc != PS_OK) break;
+        next += n;
+        atomic_store(job->moved, next);
+    }
+    free(values);
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static void *range_reader(void *arg) {
+    ranges_job *job = arg;
+    ps_link link;
+    attach_or_die(job->stage, &link);
+    int64_t *got = malloc(RANGE_ASKED * sizeof *got);
+    uint64_t seed = (uint64_t)(uintptr_t)job * 2654435761u;
+    for (int done = 0; got && !done;) {
+        done = atomic_load(job->moved) == job->tuples;
+        int64_t moved = atomic_load(job->moved);
+        seed = seed * 6364136223846793005u + 1442695040888963407u;
+        int64_t start = moved ? (int64_t)((seed >> 33) % (uint64_t)moved) : 0;
+        if (done) start = moved > RANGE_ASKED ? moved - RANGE_ASKED + 1 : 0; /* the tail, now complete */
+        ps_op range = {.kind = PS_OP_OBSERVE_RANGE, .argument = start, .count = RANGE_ASKED, .out = got,
+                       .timeout_ns = WAIT};
+        int rc = ps_link_call(&link, &range);
+        bool right = rc == PS_OK && range.value >= 1 && range.value <= RANGE_ASKED;
+        for (int64_t i = 0; right && i < range.value; i++) right = got[i] == start + i;
+        CHECK(right, "ranges: observe_range(%" PRId64 ", %d): %s, %" PRId64 " tuples", start, RANGE_ASKED,
+              ps_status_name(rc), range.value);
+        if (done) CHECK(!right || range.value == job->tuples - start, "ranges: the tail from %" PRId64 " gave %" PRId64
+                        " tuples, expected %" PRId64, start, range.value, job->tuples - start);
+        if (!right) break;
+    }
+    free(got);
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static void run_ranges(ps_stage *element, const char *endpoint, int64_t tuples) {
+    atomic_store(&scene_running, "ranges");
+    _Atomic int64_t moved = 0;
+    ps_stage *remotes[RANGE_READERS] = {remote_stage(endpoint, "tcp", RANGES_SPEC, 1, 1),
+                                        remote_stage(endpoint, "ipc", RANGES_SPEC, 1, 1)};
+    ranges_job writer = {element, tuples, &moved}, readers[RANGE_READERS];
+    pthread_t threads[RANGE_READERS + 1];
+    start_thread(&threads[0], range_writer, &writer);
+    for (int r = 0; r < RANGE_READERS; r++) {
+        readers[r] = (ranges_job){remotes[r], tuples, &moved};
+        start_thread(&threads[r + 1], range_reader, &readers[r]);
+    }
+    for (int t = 0; t <= RANGE_READERS; t++) pthread_join(threads[t], NULL);
+    for (int r = 0; r < RANGE_READERS; r++) ps_stage_release(remotes[r]);
+}
+
 /* ---- allreduce ------------------------------------------------------------------------------------ */
 
 enum { GROUP_MOST = 8 };
@@ -663,6 +743,7 @@ int main(int argc, char **argv) {
     s.jobs = create_core(space, "JOBS", "q");
     s.churn = create_core(space, "CHURN", "q");
     s.batched = create_core(space, "BATCHED", "q");
+    s.ranges = create_core(space, "RANGES", "q");
     pthread_t server_thread;
     start_thread(&server_thread, serve, &s);
     const char *endpoint = ps_server_endpoint(s.server);
@@ -672,6 +753,7 @@ int main(int argc, char **argv) {
     run_queue(endpoint, rounds * 4);
     run_churn(&s, endpoint, rounds / 8);
     run_batched(endpoint, rounds);
+    run_ranges(s.ranges, endpoint, rounds * 40);
     run_allreduce(space, endpoint, rounds);
     run_auth(rounds / 50 + 1);
     CHECK(server_counter(&s, "direct") == server_counter(&s, "builds"), "not every link was direct");
@@ -690,6 +772,7 @@ int main(int argc, char **argv) {
     ps_stage_release(s.jobs);
     ps_stage_release(s.churn);
     ps_stage_release(s.batched);
+    ps_stage_release(s.ranges);
     int code = stress_end(&run);
     ps_space_free(space);
     return code;
