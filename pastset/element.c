@@ -182,6 +182,50 @@ int ps_move(ps_element *e, const void *tuple, int64_t timeout_ns) {
     }
 }
 
+/* With the lock held and room: appends up to n tuples, as many as the delta bound lets in, a
+ * chunk's run at a time; returns how many, with the status in *rc. */
+static uint32_t append_runs(ps_element *e, const unsigned char *tuples, uint32_t n, int *rc) {
+    int64_t room = e->delta == 0 ? n : e->delta - (e->last - e->first);
+    if (room < n) n = (uint32_t)room;
+    int64_t per_chunk = (int64_t)1 << e->chunk_shift;
+    uint32_t done = 0;
+    *rc = PS_OK;
+    while (done < n && (*rc = ensure_chunk_for_last(e)) == PS_OK) {
+        int64_t run = per_chunk - (e->last & (per_chunk - 1));
+        if (run > n - done) run = n - done;
+        memcpy(tuple_address(e, e->last), tuples + (size_t)done * e->tuple_size, (size_t)run * e->tuple_size);
+        e->last += run;
+        done += (uint32_t)run;
+    }
+    return done;
+}
+
+int ps_move_many(ps_element *e, const void *tuples, uint32_t count, uint32_t *done, int64_t timeout_ns) {
+    const unsigned char *in = tuples;
+    int64_t deadline = 0, waited_until = 0; /* deadline: set at the first wait, for all of them */
+    *done = 0;
+    while (*done < count) {
+        uint32_t seen = ps_waitpoint_sequence(&e->departed), spins = 0;
+        for (;;) { /* one wait for room, like ps_move's */
+            pthread_mutex_lock(&e->lock);
+            if (has_room(e)) break;
+            if (!deadline) deadline = ps_deadline(timeout_ns);
+            if (wait_unlocked(e, &e->departed, &e->movers_waiting, seen, ps_remaining(deadline), &waited_until,
+                              &spins) == PS_ETIMEDOUT)
+                return PS_ETIMEDOUT;
+            seen = ps_waitpoint_sequence(&e->departed);
+        }
+        int rc;
+        *done += append_runs(e, in + (size_t)*done * e->tuple_size, count - *done, &rc);
+        done_waiting(&e->movers_waiting, spins);
+        int64_t observers = e->observers_waiting;
+        pthread_mutex_unlock(&e->lock);
+        wake_waiting(e, observers, 0);
+        if (rc != PS_OK) return rc;
+    }
+    return PS_OK;
+}
+
 int ps_observe(ps_element *e, void *out, int64_t *index_out, int64_t timeout_ns) {
     int64_t deadline = 0;
     uint32_t spins = 0;

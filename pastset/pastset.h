@@ -88,6 +88,10 @@ size_t ps_element_tuple_size(const ps_element *e);
 
 /* Appends one tuple (tuple_size bytes). Blocks while the unread tuples reach the delta bound. */
 int ps_move(ps_element *e, const void *tuple, int64_t timeout_ns);
+/* Appends `count` tuples in order, as many at a time as the delta bound lets in (under one hold
+ * of the lock, copied a chunk's run at a time), blocking for room as ps_move does; *done tells how
+ * many took effect, also when it fails or times out. */
+int ps_move_many(ps_element *e, const void *tuples, uint32_t count, uint32_t *done, int64_t timeout_ns);
 /* Reads the next unread tuple into out and advances the shared cursor; blocks until one exists.
  * index_out (may be NULL) receives the tuple's index. */
 int ps_observe(ps_element *e, void *out, int64_t *index_out, int64_t timeout_ns);

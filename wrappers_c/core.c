@@ -28,16 +28,7 @@ int ps_element_call(ps_element *e, ps_op *op) {
         op->done = (uint32_t)moved;
         return rc;
     }
-    case PS_OP_MOVE_MANY: {
-        int64_t deadline = ps_deadline(op->timeout_ns);
-        const unsigned char *tuples = op->in;
-        size_t size = ps_element_tuple_size(e);
-        for (op->done = 0; op->done < op->count; op->done++) {
-            int rc = ps_move(e, tuples + (size_t)op->done * size, ps_remaining(deadline));
-            if (rc != PS_OK) return rc;
-        }
-        return PS_OK;
-    }
+    case PS_OP_MOVE_MANY: return ps_move_many(e, op->in, op->count, &op->done, op->timeout_ns);
     case PS_OP_OBSERVE_RANGE:
         if (op->count == 0 || op->count > ps_op_range_max(ps_element_tuple_size(e))) return PS_EINVAL;
         return ps_observe_range(e, op->argument, op->count, op->out, &op->value, op->timeout_ns);

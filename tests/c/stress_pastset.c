@@ -6,15 +6,16 @@
  * Two scenes run at the same time on one space, then a scene of names, then two checks of one call
  * at a time:
  *   flow     producers move under a delta bound that a keeper thread keeps changing (and checks),
- *            next-observers consume, an axer axes everything moved so far, read or not, and
- *            what was consumed, in turns; a chaser reads random indexes meanwhile. Every move
- *            and observe uses a short timeout and retries, so a timed-out call that appended or
- *            consumed anything shows up as a duplicate, a loss or a wrong counter; an axe that
- *            dropped an unread tuple shows up as a loss.
- *   history  producers move freely, indexed readers read every index in order, an axer frees
- *            what every reader has passed, a chaser reads random old indexes that may be axed.
- *            No one moves the cursor, so nothing is freed until the end, when a next-observer
- *            reads the whole axed history and so frees it.
+ *            half of them in runs of up to 300 with one move_many each; next-observers consume,
+ *            an axer axes everything moved so far, read or not, and what was consumed, in turns;
+ *            a chaser reads random indexes meanwhile. Every move and observe uses a short timeout
+ *            and retries, so a timed-out call that appended or consumed anything and did not say
+ *            so shows up as a duplicate, a loss or a wrong counter; an axe that dropped an unread
+ *            tuple shows up as a loss.
+ *   history  producers move freely (half of them in runs, with move_many), indexed readers read
+ *            every index in order, an axer frees what every reader has passed, a chaser reads
+ *            random old indexes that may be axed. No one moves the cursor, so nothing is freed
+ *            until the end, when a next-observer reads the whole axed history and so frees it.
  *   timeouts observe, observe_at and move at the bound expire on time and change nothing.
  *   names    threads enter, use and leave elements of a few names while a remover keeps removing
  *            them: a held element is never removed (the holder's own remove is refused), one
@@ -35,7 +36,7 @@
 
 #include "pastset.h"
 
-enum { PRODUCERS = 6, OBSERVERS = 4, READERS = 3, CHASER_SAMPLES = 4096, MAX_REPORTS = 20 };
+enum { PRODUCERS = 6, OBSERVERS = 4, READERS = 3, CHASER_SAMPLES = 4096, MAX_REPORTS = 20, MOVE_RUN_MAX = 300 };
 _Static_assert(PRODUCERS >= OBSERVERS && PRODUCERS >= READERS, "workers are indexed by producer id");
 
 #define TUPLE_FORMAT "qqq"
@@ -110,15 +111,46 @@ typedef struct flow_worker {
     int id;
 } flow_worker;
 
+/* Moves the producer's tuples seq .. seq + n - 1 with one ps_move_many, retried from where a
+ * timeout left it (its `done` must be exact: a miscount shows up as a duplicate or a loss). */
+static int move_run(ps_element *e, int id, int64_t seq, uint32_t n, const int64_t *timeouts, _Atomic int64_t *timed_out) {
+    stress_tuple run[MOVE_RUN_MAX];
+    for (uint32_t i = 0; i < n; i++) run[i] = make_tuple(id, seq + i);
+    uint32_t moved = 0;
+    int rc, attempt = 0;
+    for (;;) {
+        uint32_t done = UINT32_MAX;
+        rc = ps_move_many(e, run + moved, n - moved, &done, timeouts ? timeouts[(id + attempt++) % 3] : PS_FOREVER);
+        CHECK(done <= n - moved, "move_many: done %u of %u", done, n - moved);
+        moved += done <= n - moved ? done : 0;
+        if (rc != PS_ETIMEDOUT) break;
+        atomic_fetch_add(timed_out, 1);
+    }
+    return rc;
+}
+
+/* Producers of odd id move runs of 1 to MOVE_RUN_MAX tuples with ps_move_many, the others one at a time. */
+static uint32_t run_length(int id, int64_t seq, int64_t left) {
+    int64_t n = id % 2 ? 1 + (seq * 7 + id) % MOVE_RUN_MAX : 1;
+    return (uint32_t)(n < left ? n : left);
+}
+
 static void *flow_produce(void *arg) {
     flow_worker *w = arg;
     flow_scene *s = w->scene;
-    for (int64_t seq = 0; seq < s->per_producer; seq++) {
-        stress_tuple t = make_tuple(w->id, seq);
-        int rc, attempt = 0;
-        while ((rc = ps_move(s->e, &t, SHORT_TIMEOUTS[(w->id + attempt++) % 3])) == PS_ETIMEDOUT)
-            atomic_fetch_add(&s->timed_out, 1);
+    for (int64_t seq = 0; seq < s->per_producer;) {
+        uint32_t n = run_length(w->id, seq, s->per_producer - seq);
+        int rc;
+        if (w->id % 2) {
+            rc = move_run(s->e, w->id, seq, n, SHORT_TIMEOUTS, &s->timed_out);
+        } else {
+            stress_tuple t = make_tuple(w->id, seq);
+            int attempt = 0;
+            while ((rc = ps_move(s->e, &t, SHORT_TIMEOUTS[(w->id + attempt++) % 3])) == PS_ETIMEDOUT)
+                atomic_fetch_add(&s->timed_out, 1);
+        }
         CHECK(rc == PS_OK, "flow move: %s", ps_status_name(rc));
+        seq += n;
     }
     atomic_fetch_sub(&s->producers_running, 1);
     return NULL;
@@ -267,10 +299,13 @@ typedef struct history_worker {
 static void *history_produce(void *arg) {
     history_worker *w = arg;
     history_scene *s = w->scene;
-    for (int64_t seq = 0; seq < s->per_producer; seq++) {
+    _Atomic int64_t never = 0;
+    for (int64_t seq = 0; seq < s->per_producer;) {
+        uint32_t n = run_length(w->id, seq, s->per_producer - seq);
         stress_tuple t = make_tuple(w->id, seq);
-        int rc = ps_move(s->e, &t, PS_FOREVER);
+        int rc = w->id % 2 ? move_run(s->e, w->id, seq, n, NULL, &never) : ps_move(s->e, &t, PS_FOREVER);
         CHECK(rc == PS_OK, "history move: %s", ps_status_name(rc));
+        seq += n;
     }
     return NULL;
 }
