@@ -136,6 +136,31 @@ def test_many_callers_keep_order_and_lose_nothing(space, config):
     assert counters["moves_sent"] == callers * moves and counters["dropped"] == 0
 
 
+@pytest.mark.parametrize("pipelined", [1, 0])
+def test_above_a_pipelined_delay_callers_send_their_buffers_themselves(space, pipelined):
+    """A pipelined delay takes moves without making them wait: buffers=2 then adds no sender
+    thread's hand-off per buffer (only the timer hands one over), and nothing is lost or reordered."""
+    callers, moves = 6, 600
+    element = space.enter("B", "qq")
+    path = make_path(stage("batch", max_moves=16, buffers=2, flush_us=300),
+                     stage("delay", ms=0.2, pipelined=pipelined), stage("core", name="B", format="qq"))
+    handles = [build_path(path, pastset=space) for _ in range(callers)]
+
+    def caller(i):
+        for seq in range(moves):
+            handles[i].move((i, seq))
+        paths.fence(handles[i], timeout=PATIENCE_S)
+
+    run_callers(caller, callers, PATIENCE_S)
+    assert_each_callers_moves_once_in_order(element, callers, moves)
+    counters = handles[0].stage.counters()
+    assert counters["moves_sent"] == callers * moves and counters["dropped"] == 0
+    if pipelined:
+        assert counters["handoffs"] == counters["timed_sends"]
+    else:
+        assert counters["handoffs"] >= callers * moves // 16 - callers
+
+
 @pytest.mark.parametrize("proto", ["tcp", "zmq"])
 def test_processes_batching_into_one_remote_element_keep_order_and_lose_nothing(proto):
     processes, moves = 4, 3000

@@ -8,7 +8,9 @@
  * caller never waits on its own unsent move and always observes its own moves), and when the
  * caller goes. A caller's moves go down in the order it made them, each once.
  *
- * Who sends. With buffers = 1 a caller sends its full buffer itself. With buffers >= 2 it hands
+ * Who sends. With buffers = 1 a caller sends its full buffer itself, and so it does above a stage
+ * whose moves return once on their way (moves_queued: a pipelined delay), where a send costs the
+ * caller no wait and a sender thread would only add a hand-off. Else, with buffers >= 2, it hands
  * the full buffer to the stage's sender thread and fills the next one meanwhile; the sender sends
  * the buffers handed to it, each caller's in order, and a caller waits only when all its buffers
  * are still on their way. With flush_us > 0 the sender also sends a buffer whose oldest move has
@@ -427,7 +429,7 @@ static int batch_create(const ps_params *params, const ps_build_context *context
     if (!b) return PS_ENOMEM;
     memset(b, 0, sizeof *b);
     b->capacity = capacity_of(params, ps_stage_format(below)->size);
-    b->buffers = (uint32_t)ps_params_int(params, "buffers");
+    b->buffers = below->moves_queued ? 1 : (uint32_t)ps_params_int(params, "buffers"); /* the caller sends */
     b->flush_ns = ps_params_int(params, "flush_us") * 1000;
     ps_waitpoint_init(&b->work_wp);
     atomic_init(&b->timer_due, INT64_MAX);
@@ -464,7 +466,8 @@ static const ps_param_spec BATCH_PARAMS[] = {
     {"flush_us", PS_PARAM_INT, 0, "0", 0, 60000000, NULL,
      "... or when its oldest move has waited this many microseconds (0: no timer)", PS_PARAM_GIVEN},
     {"buffers", PS_PARAM_INT, 0, "2", 1, MAX_BUFFERS, NULL,
-     "buffers per caller: with 2 or more, a sender thread sends a full one while the caller fills the next",
+     "buffers per caller: with 2 or more, a sender thread sends a full one while the caller fills the next "
+     "(above a pipelined delay, whose moves return at once, the caller sends its one buffer itself)",
      PS_PARAM_GIVEN},
 };
 

@@ -381,6 +381,7 @@ static int delay_create(const ps_params *params, const ps_build_context *context
     int rc = ps_stage_init(&d->base, &ps_kind_delay, ps_stage_format(below), 0, below);
     if (rc == PS_OK && !(d->messages = calloc(PS_PASS_THROUGH_CALLERS, sizeof *d->messages))) rc = PS_ENOMEM;
     if (rc == PS_OK && d->pipelined) rc = start_wire(d);
+    d->base.moves_queued = d->pipelined;
     if (rc != PS_OK) {
         delay_destroy(&d->base);
         ps_stage_abandon(&d->base);

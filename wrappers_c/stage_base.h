@@ -32,6 +32,8 @@ struct ps_stage {
     int64_t retired_operations;    /* counters of links already detached */
     int64_t retired_bytes, retired_waits;
     char error[PS_STAGE_ERROR_MAX]; /* the last failure worth explaining, for messages (a server's refusal) */
+    int moves_queued;              /* its moves return once on their way, before they take effect (a
+                                      pipelined delay): a stage above need not send them from a thread */
 };
 
 /* A pass-through stage serves at most this many callers at once (a slot freed by a caller that
