@@ -197,19 +197,26 @@ static int send_full(batch_stage *b, caller *c, ps_link *link, int64_t deadline)
     return PS_OK;
 }
 
+/* The operation's deadline, read from the clock when first needed (0: not yet): a move that only
+ * goes into a buffer reads no clock. */
+static int64_t deadline_of(int64_t *deadline, const ps_op *op) {
+    if (*deadline == 0) *deadline = ps_deadline(op->timeout_ns);
+    return *deadline;
+}
+
 /* Moves (one, or a move_many's): copied into the caller's buffers, which go down as they fill. A
  * timeout with the buffers full and still on their way returns with op->done of them taken. */
 static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
     int rc = take_failure(b, c);
     if (rc != PS_OK) return rc;
-    int64_t deadline = ps_deadline(op->timeout_ns);
+    int64_t deadline = 0;
     uint32_t n = ps_op_tuples_in(op);
     size_t size = b->base.tuple_size;
     const unsigned char *in = op->in;
     while (op->done < n) {
-        if (c->count == b->capacity && (rc = send_full(b, c, link, deadline)) != PS_OK) return rc;
+        if (c->count == b->capacity && (rc = send_full(b, c, link, deadline_of(&deadline, op))) != PS_OK) return rc;
         if (c->count == 0) { /* the buffer to fill next may still be on its way */
-            if ((rc = wait_sent(c, b->buffers - 1, deadline)) != PS_OK) return rc;
+            if ((rc = wait_sent(c, b->buffers - 1, deadline_of(&deadline, op))) != PS_OK) return rc;
             if ((rc = take_failure(b, c)) != PS_OK) return rc;
         }
         uint32_t k = n - op->done < b->capacity - c->count ? n - op->done : b->capacity - c->count;
@@ -220,7 +227,7 @@ static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
         op->done += k;
     }
     /* Full: it goes now. The moves are taken either way: a timeout leaves them for the next try. */
-    rc = c->count == b->capacity ? send_full(b, c, link, deadline) : PS_OK;
+    rc = c->count == b->capacity ? send_full(b, c, link, deadline_of(&deadline, op)) : PS_OK;
     return rc == PS_ETIMEDOUT ? PS_OK : rc;
 }
 
