@@ -143,6 +143,15 @@ size_t ps_channel_buffer_bytes(size_t frame_max) {
     return frame_max > PS_CHANNEL_BUFFER_BYTES ? frame_max : PS_CHANNEL_BUFFER_BYTES;
 }
 
+int ps_channel_widen(ps_channel *c, size_t bytes) {
+    if (bytes <= c->in_capacity) return PS_OK;
+    unsigned char *grown = realloc(c->in, bytes);
+    if (!grown) return PS_ENOMEM;
+    c->in = grown;
+    c->in_capacity = bytes;
+    return PS_OK;
+}
+
 static int open_channel(int fd, int family, size_t frame_max, int64_t send_wait_ns, ps_channel *out) {
     size_t capacity = ps_channel_buffer_bytes(frame_max);
     *out = (ps_channel){.fd = -1};

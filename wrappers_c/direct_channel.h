@@ -48,6 +48,9 @@ typedef struct ps_channel {
 
 /* The bytes of each of a channel's two buffers, for frames of up to frame_max bytes. */
 size_t ps_channel_buffer_bytes(size_t frame_max);
+/* Lets the receive buffer hold at least `bytes`, so that frames that come together (a range's
+ * answer) cost fewer reads; it never shrinks. PS_OK, or PS_ENOMEM with the buffer as it was. */
+int ps_channel_widen(ps_channel *c, size_t bytes);
 
 /* Binds a listening socket for `transport` (PS_TRANSPORT_TCP on `host`, a free port;
  * PS_TRANSPORT_IPC: a fresh abstract name) and writes its endpoint. PS_OK, or PS_EREMOTE with
