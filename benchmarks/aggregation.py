@@ -6,24 +6,29 @@ the way their seed systems measured them, each against the same path without it.
 ARMI's Figure 6 (aggregated asynchronous calls). Per round, k moves then one observe of the
 round's last move by its index, through `delay` (0 and 0.2 ms each way) and `remote` (direct
 tcp) to a `paths serve` child: no batching, against `batch(max_moves=F, max_bytes=F x 8)` first
-on the path, for F = 4 ... 2048 (ARMI: 256 was best). ARMI's calls are asynchronous, so the delay
-is a pipelined wire (`delay(pipelined=1)`): each message arrives 0.2 ms after it was sent without
+on the path, for F = 4 ... 2048 (ARMI: 256 was best), and at k = 10,000 also F = 4096 and 8192,
+past that range, to show where the curve turns. ARMI's calls are asynchronous, so the delay is a
+pipelined wire (`delay(pipelined=1)`): each message arrives 0.2 ms after it was sent without
 holding back the next, and the observe follows the moves on it. (On a link that carries one
-message of a caller at a time, every batch crosses alone and the largest factor always wins.) The speed-up per k and factor is printed
-and plotted (--plot). Beside it, batch's double buffering: buffers=1 against 2 at k = 10,000.
-A run measures each cell in 5 turns, the cells of a k taking turns in alternate order, each turn on
-a fresh handle warmed up by one untimed round; a cell's rounds in a run are 50,000 moves' worth or
+message of a caller at a time, every batch crosses alone and the largest factor always wins.) The
+speed-up per k and factor is printed and plotted (--plot). Beside it, batch's double buffering:
+buffers=1 against 2 at k = 10,000 (above the pipelined delay the caller sends its buffers itself
+either way). A run measures each cell in 5 turns, the cells of a k taking turns in alternate
+order, each turn on a fresh handle warmed up by one untimed round; a cell's rounds in a run are 50,000 moves' worth or
 30 ms' worth (60 ms with the delay), whichever is more (at most 2,000, with the delay 1,000
 rounds). A cell's time per round is the median of its turns over the runs: on 2 cores, where the
 scheduler puts a handle's threads (the caller's, batch's sender's, the delay's courier's, the
 server's link's) changes a round by up to half, for as long as the handle lives.
-At k = 10,000 the top of the curve is flat. Nothing goes down before the caller has filled a
-first buffer (about 33 ns a move on 2 cores); then the messages are delivered one after another,
-each a remote round trip of about 6 us besides about 40 ns a tuple. So the largest factors trade
-factor x 33 ns against ceil(k / factor) x 6 us, least near factor sqrt(k x 6 us / 33 ns), about
-1,400: without the delay 1024 and 2048 come within about 1% of each other. With the delay each
-message also costs a hand-off to batch's sender thread, which competes with the delay's courier
-and the server for the 2 cores; the least time per round is then near 2048.
+At k = 10,000 the best factor lies at the edge of the range 4 ... 2048, or past it. A caller puts
+a move into its buffer in about 15 ns and the server appends a frame's tuples in bulk, so a message
+costs far more than its tuples: a hand-off to batch's sender thread and a remote round trip of
+about 6 us each (with the delay, the caller sends its buffers into the delay's wire itself, and
+the delay's courier delivers them one round trip at a time). Larger factors make messages fewer
+until the last buffer, whose tuples still travel and are appended after the caller is done,
+grows: on 2 cores the least time per round came at 4096 without the delay (2048 12% and 8192 23%
+slower) and at 2048 with it (4096 and 8192 3-5% slower). The `info` lines give 4096 and 8192
+against the best factor of the range: where the curve turns. (ARMI's optimum at 256 came from the
+work each call costs its receiver, an RMI's dispatch, which a PastSet move barely has.)
 
 Aurora's Figure 6 method (a read cache loaded in bulk). A 704 x 704 matrix of 'i' (one row per
 tuple) lives on a node that runs no threads; on 2 and 4 emulated node processes (one thread
@@ -67,6 +72,7 @@ from .csv_rows import write_rows
 
 KS = (1, 10, 100, 1_000, 10_000)
 FACTORS = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+BEYOND = (4096, 8192)              # factors past the issue's range, at the largest k only: where the curve turns
 DELAYS_MS = (0.0, 0.2)
 TUPLE_BYTES = 8                    # the pings are 'q' tuples
 MOVES_PER_CELL = {0.0: 50_000, 0.2: 50_000}  # a cell's rounds in a run: this many moves (at least one round) ...
@@ -81,7 +87,7 @@ MM2_THREADS = 4
 TIMEOUT_MS = 10_000                # the remote stages'
 RUN_TIMEOUT_S = 120.0
 KERNELS = str(BUILTIN_LIBRARY)
-QUICK = {"ks": (1, 10, 100), "factors": (4, 16, 64), "moves_per_cell": {0.0: 2_000, 0.2: 200},
+QUICK = {"ks": (1, 10, 100), "factors": (4, 16, 64), "beyond": (), "moves_per_cell": {0.0: 2_000, 0.2: 200},
          "cell_ms": {0.0: 0.0, 0.2: 0.0}, "max_rounds": {0.0: 200, 0.2: 20}, "turns": 1, "nodes": (2,), "matrix": 64,
          "mm2_n": 32}
 
@@ -92,6 +98,7 @@ CSV_COLUMNS = ["experiment", "delay_ms", "k", "factor", "buffers", "nodes", "var
 class Sizes:
     ks: tuple = KS
     factors: tuple = FACTORS
+    beyond: tuple = BEYOND
     moves_per_cell: dict = None
     cell_ms: dict = None
     max_rounds: dict = None
@@ -147,8 +154,10 @@ def measure_sweep(sizes: Sizes, repeat: int, progress) -> dict:
             for delay in DELAYS_MS:
                 for k in sizes.ks:
                     cells = [(None, 2)] + [(f, 2) for f in sizes.factors]
-                    if k == max(sizes.ks) and BUFFERS_FACTOR in sizes.factors:
-                        cells.append((BUFFERS_FACTOR, 1))
+                    if k == max(sizes.ks):
+                        cells += [(f, 2) for f in sizes.beyond]
+                        if BUFFERS_FACTOR in sizes.factors:
+                            cells.append((BUFFERS_FACTOR, 1))
                     for turn in range(sizes.turns):
                         for factor, buffers in cells if turn % 2 == 0 else cells[::-1]:
                             ms = sweep.ms_per_round(delay, k, factor, sizes, buffers)
@@ -252,11 +261,13 @@ def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict) -> t
                          f"{best[delay, k]:>7}")
             rows.append({"experiment": "armi", "delay_ms": delay, "k": k, "buffers": 2, "ms": base})
             rows += [{"experiment": "armi", "delay_ms": delay, "k": k, "factor": f, "buffers": 2,
-                      "ms": med[delay, k, f, 2], "speedup": ups[f]} for f in sizes.factors]
+                      "ms": med[delay, k, f, 2], "speedup": base / med[delay, k, f, 2]}
+                     for f in sizes.factors + (sizes.beyond if k == max(sizes.ks) else ())]
     top = max(sizes.ks)
     if (0.0, top, BUFFERS_FACTOR, 1) in med:
         lines.append(f"double buffering, k = {top}, factor {BUFFERS_FACTOR}: " + "; ".join(
-            f"delay {d:g} ms: buffers=1 {med[d, top, BUFFERS_FACTOR, 1]:.3f} ms, buffers=2 (a sender thread) "
+            f"delay {d:g} ms: buffers=1 {med[d, top, BUFFERS_FACTOR, 1]:.3f} ms, buffers=2 "
+            f"({'the caller sends above the pipelined delay' if d else 'a sender thread'}) "
             f"{med[d, top, BUFFERS_FACTOR, 2]:.3f} ms" for d in DELAYS_MS))
         rows += [{"experiment": "armi", "delay_ms": d, "k": top, "factor": BUFFERS_FACTOR, "buffers": 1,
                   "ms": med[d, top, BUFFERS_FACTOR, 1], "speedup": med[d, top, None, 2] / med[d, top, BUFFERS_FACTOR, 1]}
@@ -313,6 +324,10 @@ def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict) -> t
                             f"(delay {delay:g} ms)", inside,
                             f"{first} (next {second}, {med[delay, top, second, 2] / med[delay, top, first, 2] - 1:.1%} "
                             "slower a round)"))
+        if sizes.beyond:
+            lines.append(f"  info  past {sizes.factors[-1]} at k = {top} (delay {delay:g} ms), a round against {first}'s: " +
+                         ", ".join(f"{f} {med[delay, top, f, 2] / med[delay, top, first, 2] - 1:+.1%}"
+                                   for f in sizes.beyond))
     for delay, bound in ((0.0, 0.5), (0.2, 0.15)):
         worst = max(ratios[n, delay] for n in sizes.nodes)
         lines.append(target(f"prefetch <= {bound}x the per-row load, delay {delay:g} ms ({', '.join(map(str, sizes.nodes))} "
@@ -333,8 +348,10 @@ def write_plot(path: str, sizes: Sizes, sweep: dict) -> None:
     figure, panels = plt.subplots(1, len(DELAYS_MS), figsize=(11, 4.2), squeeze=False)
     for axes, delay in zip(panels[0], DELAYS_MS):
         for k in sizes.ks:
-            axes.plot(sizes.factors, [med[delay, k, None, 2] / med[delay, k, f, 2] for f in sizes.factors],
-                      marker="o", label=f"k = {k}")
+            factors = sizes.factors + (sizes.beyond if k == max(sizes.ks) else ())
+            axes.plot(factors, [med[delay, k, None, 2] / med[delay, k, f, 2] for f in factors], marker="o",
+                      label=f"k = {k}")
+        axes.axvspan(sizes.factors[-1], max(sizes.factors + sizes.beyond), color="grey", alpha=0.1)
         axes.set_xscale("log", base=2)
         axes.set_yscale("log")
         axes.axhline(1.0, color="grey", linewidth=0.8)
