@@ -326,6 +326,21 @@ def test_delta_bound_admits_moves_again_as_tuples_are_read(counter):
     assert counter.last() == 3
 
 
+def test_move_many_takes_what_the_bound_lets_in_and_says_how_many(counter):
+    """A move_many at the delta bound moves what fits and, timing out, says how many of its tuples
+    took effect: those, in order, and none after. Room made, the rest goes in."""
+    counter.delta(5)
+    counter.move(-1)
+    with pytest.raises(TimeoutError, match=r"move_many \(4 of 12 tuples moved\): timed out"):
+        counter.move_many([(v,) for v in range(12)], timeout=BLOCK_S)
+    assert counter.observe_range(0, 20) == [(-1,), (0,), (1,), (2,), (3,)]
+    for _ in range(5):
+        counter.observe()
+    counter.move_many([(v,) for v in range(4, 9)], timeout=0)
+    assert counter.observe_range(0, 20) == [(-1,)] + [(v,) for v in range(9)]
+    assert counter.stats()["moves"] == 10
+
+
 def test_unbounded_element_never_blocks_a_move(counter):
     for value in range(10_000):
         counter.move(value, timeout=0)
