@@ -151,6 +151,16 @@ def test_a_range_of_several_slices_counts_only_what_follows(space, zmq_context, 
         connection.close()
 
 
+def test_a_long_range_through_stages_at_the_server_comes_whole(space):
+    """Past its first slice, a range goes as far as the history went when that slice was read,
+    however long the stages at the server take to give it (here a delay's crossings)."""
+    space.enter("W", "q").move_many([(i,) for i in range(3 * SLICE + 11)])
+    with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
+        h = build_path(make_path(stage("remote", host=server.endpoint, timeout_ms=5000), stage("delay", ms=1),
+                                 stage("core", name="W", format="q")))
+        assert h.observe_range(5, 4 * SLICE) == [(i,) for i in range(5, 3 * SLICE + 11)]
+
+
 def test_a_range_read_while_moves_arrive_is_consecutive(space):
     """Moves land while a long range streams: the answer is the tuples from its index on, in order,
     none missing, as many as existed when each slice was read."""

@@ -253,15 +253,28 @@ static int send_slice(link_worker *w, const ps_frame *request, const unsigned ch
     return sink->frames(sink->to, parts, count);
 }
 
+/* How far a range that filled its first slice may go: up to the history's end when its first
+ * slice was read (the link's `last`), so that the next slices wait for no tuple to come, only for
+ * the stages on the way; without a `last`, they wait for nothing. */
+static void range_end(link_worker *w, const ps_op *first, uint32_t *asked, int64_t *timeout_ns) {
+    ps_op last = {.kind = PS_OP_LAST};
+    *timeout_ns = 0;
+    if (ps_link_call(w->link, &last) != PS_OK || last.value < first->argument + first->value) return;
+    if (last.value - first->argument < *asked) *asked = (uint32_t)(last.value - first->argument);
+    *timeout_ns = first->timeout_ns;
+}
+
 /* A range's answer, a slice at a time: the request's operation read the first slice (waiting for
- * its first tuple); each next slice is read, without waiting, before the last frame of the one
- * before goes out, so that a frame's value is never more than what follows, and 0 only in the
- * last. A next slice that finds nothing (the history ends, or was axed meanwhile) ends the answer
- * there: the range is the tuples that existed when read. */
+ * its first tuple), and the next ones go as far as range_end says. Each is read before the last
+ * frame of the one before goes out, so that a frame's value is never more than what follows, and
+ * 0 only in the last. A next slice that finds nothing (axed meanwhile) ends the answer there. */
 static int send_range(link_worker *w, const ps_frame *request, const ps_op *first, const answer_sink *sink) {
     uint32_t asked = ps_wire_get_count(request->payload), wanted = first->count, got = (uint32_t)first->value;
+    int64_t timeout_ns = 0;
+    if (got == wanted && got < asked) range_end(w, first, &asked, &timeout_ns);
     for (uint32_t done = 0, current = 0;; current = !current) {
-        ps_op next = {.kind = first->kind, .argument = first->argument + done + got, .out = w->slices[!current]};
+        ps_op next = {.kind = first->kind, .argument = first->argument + done + got, .out = w->slices[!current],
+                      .timeout_ns = timeout_ns};
         uint32_t more = 0;
         if (got == wanted && done + got < asked) {
             next.count = asked - done - got < wanted ? asked - done - got : wanted;
