@@ -23,6 +23,7 @@ int ps_stage_init(ps_stage *stage, const ps_stage_kind *kind, const ps_tuple_for
     stage->free_slots = NULL;
     stage->free_count = 0;
     stage->below = below;
+    stage->moves_queued = 0; /* a kind whose moves are queued says so after this */
     if (kind->role == PS_PASS_THROUGH) {
         if (!stage->max_links || stage->max_links > PS_PASS_THROUGH_CALLERS) stage->max_links = PS_PASS_THROUGH_CALLERS;
         stage->free_slots = malloc(PS_PASS_THROUGH_CALLERS * sizeof *stage->free_slots);
