@@ -274,7 +274,7 @@ static int range_refused(remote_stage *r, const ps_op *op) {
 static void widen_for_range(remote_stage *r, connection *c, uint32_t count) {
     size_t per_frame = ps_wire_batch_tuples(r->base.tuple_size), frames = (count + per_frame - 1) / per_frame;
     size_t bytes = (size_t)count * r->base.tuple_size + frames * PS_WIRE_HEADER;
-    if (!c->socket) ps_channel_widen(&c->channel, bytes < RANGE_READ_BYTES ? bytes : RANGE_READ_BYTES);
+    if (!c->socket && !c->failed) ps_channel_widen(&c->channel, bytes < RANGE_READ_BYTES ? bytes : RANGE_READ_BYTES);
 }
 
 static int remote_call(ps_link *link, ps_op *op) {
