@@ -35,8 +35,9 @@
  *           order. Before the first group starts, connections that present garbage, a wrong
  *           secret or no partner's rank are made to its rank 0: each refused and counted.
  *   auth    a second server, over CURVE, admits only the client keys it lists (zap_handler.c),
- *           while a thread replaces its list over and over: every PING of a client with a listed
- *           key is answered, no PING of a client with another key is.
+ *           listed before the first client comes, while a thread replaces its list over and
+ *           over: every PING of a client with a listed key is answered, no PING of a client
+ *           with another key is.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -717,6 +718,9 @@ static void run_auth(int64_t tries) {
         fail("auth: server: %s", error);
         return;
     }
+    ps_client_key listed = {"", "listed"}; /* a server lists no client until told: the list comes first */
+    memcpy(listed.public_key, a.listed_public, sizeof listed.public_key);
+    CHECK(ps_server_allow_clients(a.server, &listed, 1, error, sizeof error) == PS_OK, "auth: %s", error);
     pthread_t server_thread, lister, clients[AUTH_CLIENTS];
     start_thread(&server_thread, auth_serve, &a);
     start_thread(&lister, auth_lister, &a);
