@@ -203,16 +203,22 @@ static void explain(allreduce_stage *a, const char *fmt, ...) {
 
 static void close_listener(allreduce_stage *a);
 
+/* Closes every connection of the member: its listener, its partners', its questions to their
+ * servers. */
+static void hang_up(allreduce_stage *a) {
+    close_listener(a);
+    for (uint32_t i = 0; a->partners && i < a->partner_count; i++) {
+        ps_channel_close(&a->partners[i].channel);
+        ps_control_close(&a->partners[i].lookup);
+    }
+}
+
 /* The group is broken for good: this and every later operation fail with PS_EREMOTE, and the
  * member's connections close, so that its partners learn it at once and break in turn. */
 static int broken(allreduce_stage *a, const char *what, uint32_t rank) {
     explain(a, "%s member %u (its server %s)", what, rank, a->servers[rank]);
     a->failed = PS_EREMOTE;
-    close_listener(a);
-    for (uint32_t i = 0; i < a->partner_count; i++) {
-        ps_channel_close(&a->partners[i].channel);
-        ps_control_close(&a->partners[i].lookup);
-    }
+    hang_up(a);
     return PS_EREMOTE;
 }
 
@@ -528,11 +534,7 @@ static int allreduce_counters(ps_stage *stage, ps_counter *out, int max) {
 
 static void allreduce_destroy(ps_stage *stage) {
     allreduce_stage *a = (allreduce_stage *)stage;
-    close_listener(a);
-    for (uint32_t i = 0; a->partners && i < a->partner_count; i++) {
-        ps_channel_close(&a->partners[i].channel);
-        ps_control_close(&a->partners[i].lookup);
-    }
+    hang_up(a);
     free(a->partners);
     free(a->schedule);
     free(a->servers);
