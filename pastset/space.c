@@ -118,16 +118,22 @@ static void unlink_element(ps_space *space, ps_element *e) {
     space->count--;
 }
 
-static int name_is_valid(const char *name) { return name && *name && strlen(name) <= NAME_MAX_BYTES; }
+/* An address (name, format) as the table takes it: PS_OK with the format parsed and the name's hash. */
+static int parse_address(const ps_space *space, const char *name, const char *format, ps_tuple_format *parsed,
+                         uint64_t *hash) {
+    if (!name || !*name || strlen(name) > NAME_MAX_BYTES) return PS_EINVAL;
+    if (ps_tuple_format_parse(format, parsed, NULL, 0) != 0) return PS_EFORMAT;
+    *hash = name_hash(space, name);
+    return PS_OK;
+}
 
 int ps_enter(ps_space *space, const char *name, const char *format, ps_element **out) {
     *out = NULL;
-    if (!name_is_valid(name)) return PS_EINVAL;
     ps_tuple_format parsed;
-    if (ps_tuple_format_parse(format, &parsed, NULL, 0) != 0) return PS_EFORMAT;
-    uint64_t hash = name_hash(space, name);
+    uint64_t hash;
+    int rc = parse_address(space, name, format, &parsed, &hash);
+    if (rc != PS_OK) return rc;
     pthread_mutex_lock(&space->lock);
-    int rc = PS_OK;
     ps_element *e = find(space, name, hash);
     if (!e) {
         e = ps_element_new(name, &parsed);
@@ -154,12 +160,11 @@ void ps_leave(ps_element *e) {
 }
 
 int ps_remove(ps_space *space, const char *name, const char *format, int64_t *holds_out) {
-    if (!name_is_valid(name)) return PS_EINVAL;
     ps_tuple_format parsed;
-    if (ps_tuple_format_parse(format, &parsed, NULL, 0) != 0) return PS_EFORMAT;
-    uint64_t hash = name_hash(space, name);
+    uint64_t hash;
+    int rc = parse_address(space, name, format, &parsed, &hash);
+    if (rc != PS_OK) return rc;
     pthread_mutex_lock(&space->lock);
-    int rc = PS_OK;
     ps_element *e = find(space, name, hash);
     int64_t holds = e ? atomic_load_explicit(&e->in_space.holds, memory_order_acquire) : 0;
     if (!e) rc = PS_EINVAL;
