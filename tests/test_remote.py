@@ -266,6 +266,20 @@ def test_a_failed_pipelined_move_breaks_the_connection_for_good(local_server):
         h.last()
 
 
+def test_an_exchange_whose_slice_ends_after_its_move_waits_on_for_its_observe_only(local_server, proto):
+    """A slice (timeout_ms / 2) ends at the server with the exchange's move done and the round's
+    total still missing: the client goes on with an observe, never a second move."""
+    p = make_path(stage("remote", host=local_server.endpoint, proto=proto, timeout_ms=400),
+                  stage("reduce-sum", num_threads=2), stage("core", name=f"SLOW-SUM-{proto}", format="q"))
+    early, late = build_path(p, pastset=paths.PastSet()), build_path(p, pastset=paths.PastSet())
+    with pytest.raises(TimeoutError, match="moved; its observe"):
+        early.exchange((5,), timeout=0.7)  # slices of 0.2 s: three end while it waits
+    assert late.exchange((7,), timeout=PATIENCE_S) == (12,)
+    assert early.observe(timeout=PATIENCE_S) == (12,)
+    totals = local_server.pastset.enter(f"SLOW-SUM-{proto}", "q")
+    assert [totals.observe(i) for i in range(totals.last())] == [(12,)]
+
+
 @pytest.mark.parametrize("format, tuples, frames", [("q", 5000, 3), ("20000s", 3, 3)], ids=["q", "20000s"])
 def test_move_many_crosses_as_one_frame_per_16_kib_of_tuples(local_server, proto, format, tuples, frames):
     """2048 'q' tuples fit in a frame, so 5000 go in three frames, each acknowledged once; a tuple

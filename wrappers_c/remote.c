@@ -234,7 +234,7 @@ static int round_trips(ps_link *link, ps_op *op) {
             return rc;
         if (shape & PS_OP_VALUE_OUT || status == PS_EAXED || (shape & PS_OP_TUPLES_OUT && status != PS_OK))
             op->value = answer.value; /* EAXED: the first live index */
-        else if (n) op->done += status == PS_OK ? n : answer.value > 0 && answer.value < n ? (uint32_t)answer.value : 0;
+        else if (n) op->done += status == PS_OK ? n : answer.value > 0 && answer.value <= n ? (uint32_t)answer.value : 0;
         if (sending == PS_OP_EXCHANGE && op->done) sending = PS_OP_OBSERVE; /* what is left of it */
         int time_left = deadline == PS_FOREVER || ps_now_ns() < deadline;
         if (status == PS_OK && op->done < tuples_in) continue; /* the next frame of a move_many */
