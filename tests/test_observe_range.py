@@ -7,10 +7,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from wire_frames import (
-    CONNECT, OBSERVE_RANGE, PING, PS_EINVAL, PS_OK, RANGE_MAX_BYTES, TCP, ZMQ, Direct, dealer, decode, encode,
-    open_link, zmq_answer,
-)
+from wire_frames import OBSERVE_RANGE, PING, PS_EINVAL, PS_OK, RANGE_MAX_BYTES, TCP, ZMQ, Link, encode
 
 import paths
 from paths import build_path, make_path, stage
@@ -82,19 +79,8 @@ def test_a_remote_range_is_one_request_streamed_back(space, proto):
 def test_the_wire_answer_counts_down_its_frames_and_bad_counts_are_refused(space, zmq_context, transport):
     space.enter("W", "q").move_many([(i,) for i in range(5000)])
     with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
-        link_id, endpoint, secret = open_link(zmq_context, server.endpoint, "W", transport)
-        if transport == TCP:
-            connection = Direct(endpoint)
-            connection.send(encode(CONNECT, secret, request_id=1, handle_id=link_id))
-            assert connection.answer()["status"] == PS_OK
-            ask, answer = connection.send, connection.answer
-        else:
-            sock = dealer(zmq_context, endpoint)
-            ask = sock.send
-
-            def answer():
-                return decode(zmq_answer(sock), answer=True)
-
+        link = Link(zmq_context, server.endpoint, "W", transport)
+        link_id, ask, answer = link.id, link.send, link.answer
         ask(encode(OBSERVE_RANGE, struct.pack("<I", 4500), request_id=2, handle_id=link_id, argument=100, value=-1))
         got, values = [], []
         while not values or values[-1] != 0:
@@ -111,10 +97,7 @@ def test_the_wire_answer_counts_down_its_frames_and_bad_counts_are_refused(space
             assert (reply["op"], reply["status"], reply["payload"]) == (OBSERVE_RANGE, PS_EINVAL, b"")
         ask(encode(PING, request_id=4, handle_id=link_id))
         assert answer()["status"] == PS_OK  # the link goes on
-        if transport == TCP:
-            connection.close()
-        else:
-            sock.close()
+        link.close()
 
 
 SLICE = 4 * 2048  # 'q' tuples the server reads and sends at a time (4 frames of 16 KiB)
@@ -137,10 +120,8 @@ def test_a_range_of_several_slices_counts_only_what_follows(space, zmq_context, 
     follows it, only the last says 0, and a history that ends at a slice's end ends the answer."""
     space.enter("W", "q").move_many([(i,) for i in range(exist)])
     with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
-        link_id, endpoint, secret = open_link(zmq_context, server.endpoint, "W", TCP)
-        connection = Direct(endpoint)
-        connection.send(encode(CONNECT, secret, request_id=1, handle_id=link_id))
-        assert connection.answer()["status"] == PS_OK
+        connection = Link(zmq_context, server.endpoint, "W", TCP)
+        link_id = connection.id
         asked = 3 * SLICE + 100
         connection.send(encode(OBSERVE_RANGE, struct.pack("<I", asked), request_id=2, handle_id=link_id, value=-1))
         got, values = read_range(connection, 2)

@@ -48,8 +48,8 @@ def refused_by_server(parts: list[bytes], at_link: bool, link_id: int) -> bool:
         peer = request["op"] == PEER and 0 < request["length"] <= GROUP_MAX and 0 <= request["argument"] < 1 << 32
         return not (request["op"] == PING or build or peer)
     length = request["length"]
-    if request["op"] == MOVE_MANY:
-        payload_ok = length % TUPLE_SIZE == 0 and 0 < length <= BATCH_PAYLOAD
+    if request["op"] == MOVE_MANY:  # argument: a stream's first frame (0) or one that continues it (1)
+        payload_ok = length % TUPLE_SIZE == 0 and 0 < length <= BATCH_PAYLOAD and request["argument"] in (0, 1)
     else:
         payload_ok = length == (TUPLE_SIZE if request["op"] in (MOVE, EXCHANGE) else 0)
     return request["handle_id"] != link_id or not payload_ok or request["op"] in (BUILD, CONNECT, PEER, PART)
@@ -124,6 +124,9 @@ class Fuzzer:
         return [bytes(frame)]
 
     def wrong_payload(self):
+        if self.at_link and self.rng.random() < 0.2:  # a move_many marked neither first nor continuing
+            return [encode(MOVE_MANY, self.rng.randbytes(TUPLE_SIZE), handle_id=self.link_id,
+                           argument=self.rng.choice([2, 3, -1, 1 << 40]))]
         if self.at_link:  # a move, exchange or move_many with tuples of the wrong size
             return [encode(self.rng.choice([MOVE, EXCHANGE, MOVE_MANY]),
                            self.rng.randbytes(self.rng.choice([0, 1, 7, 9, 63, BATCH_PAYLOAD + TUPLE_SIZE])),

@@ -25,7 +25,8 @@ MAX_PAYLOAD = (1 << 20) + 4096
 SPEC_MAX = 65536
 GROUP_MAX = 255  # a PEER names an allreduce group of 1 to this many bytes
 SECRET_BYTES = 32
-PS_OK, PS_ETIMEDOUT, PS_EINVAL = 0, 1, 7
+PS_OK, PS_ETIMEDOUT, PS_EINVAL, PS_ESTATE = 0, 1, 7, 9
+STREAM_STARTS, STREAM_CONTINUES = 0, 1  # a MOVE_MANY's argument: a stream's first frame, or one that continues it
 ANSWER_WAIT_S = 10.0  # the longest one answer may take before a test fails
 
 
@@ -70,6 +71,33 @@ def open_link(ctx: zmq.Context, endpoint: str, element: str, transport: int = ZM
     assert reply and reply["op"] == BUILD and reply["status"] == PS_OK, reply
     secret_bytes = 0 if transport == ZMQ else SECRET_BYTES
     return reply["handle_id"], reply["payload"][secret_bytes:].decode(), reply["payload"][:secret_bytes]
+
+
+class Link:
+    """A link built by hand (open_link) and connected on its transport: send(frame), answer()."""
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, element: str, transport: int):
+        self.id, where, secret = open_link(ctx, endpoint, element, transport)
+        self.sock = dealer(ctx, where) if transport == ZMQ else None
+        self.direct = None if transport == ZMQ else Direct(where)
+        if self.direct:
+            self.direct.send(encode(CONNECT, secret, request_id=1, handle_id=self.id))
+            assert self.direct.answer()["status"] == PS_OK
+
+    def send(self, frame: bytes) -> None:
+        if self.direct:
+            self.direct.send(frame)
+        else:
+            self.sock.send(frame)
+
+    def answer(self):
+        return self.direct.answer() if self.direct else decode(zmq_answer(self.sock), answer=True)
+
+    def close(self) -> None:
+        if self.direct:
+            self.direct.close()
+        else:
+            self.sock.close()
 
 
 class Direct:

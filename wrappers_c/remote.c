@@ -149,6 +149,12 @@ static int broken(remote_stage *r, connection *c, const char *what, int why) {
  * is due well within timeout_ms and silence for timeout_ms means the server is gone. */
 static int64_t server_slice(const remote_stage *r) { return r->timeout_ns / 2; }
 
+/* A slice that also ends by the caller's deadline. */
+static int64_t slice_by(const remote_stage *r, int64_t deadline) {
+    int64_t slice = server_slice(r), left = ps_remaining(deadline);
+    return left != PS_FOREVER && left < slice ? left : slice;
+}
+
 /* Reads the answers of pipelined moves; the first failure among them breaks the connection. */
 static int drain(remote_stage *r, connection *c, uint32_t keep) {
     while (c->outstanding > keep) {
@@ -183,31 +189,24 @@ static int take_range(remote_stage *r, connection *c, uint64_t id, ps_frame *ans
     return PS_OK;
 }
 
-/* One operation, whatever its kind: sent in slices of at most timeout_ms, each answered, until it
- * is done or the caller's timeout ends. The table says what travels: the tuples it takes in (a
- * move_many's in frames of at most ps_wire_batch_tuples, each acknowledged), how many it asks
- * back (an observe_range: its answer streams in frames), the one it gives back, its value. An
- * answer's value is the kind's value, or else the tuples of the frame that took effect: a slice
- * that ended with some done goes on with the rest (an exchange whose move is done, with its
- * observe). */
+/* One operation of at most one tuple in: sent in slices of at most timeout_ms, each answered,
+ * until it is done or the caller's timeout ends. The table says what travels: the tuple it takes
+ * in, how many it asks back (an observe_range: its answer streams in frames), the one it gives
+ * back, its value. An answer's value is the kind's value, or else the tuples of the request that
+ * took effect: a slice that ended with its move done goes on with the rest (an exchange whose
+ * move is done, with its observe). */
 static int round_trips(ps_link *link, ps_op *op) {
     remote_stage *r = remote_of(link);
     connection *c = &r->connections[link->slot];
     if (c->failed) return c->failed;
     size_t tuple_size = r->base.tuple_size;
-    uint32_t tuples_in = ps_op_tuples_in(op);
-    uint32_t per_frame = ps_op_kinds[op->kind].shape & PS_OP_TUPLES_IN ? (uint32_t)ps_wire_batch_tuples(tuple_size) : 1;
-    const unsigned char *in = op->in;
     ps_op_kind sending = op->kind;
     int64_t deadline = ps_deadline(op->timeout_ns);
     for (int first = 1;; first = 0) {
         uint32_t shape = ps_op_kinds[sending].shape;
-        uint32_t n = shape & (PS_OP_TUPLE_IN | PS_OP_TUPLES_IN) ? tuples_in - op->done : 0;
-        if (n > per_frame) n = per_frame;
-        int64_t slice = server_slice(r);
-        int64_t left = ps_remaining(deadline);
-        if (shape & PS_OP_WAITS && left != PS_FOREVER && left < slice) slice = left;
-        const void *payload = n ? in + (size_t)op->done * tuple_size : NULL;
+        uint32_t n = shape & PS_OP_TUPLE_IN ? 1 - op->done : 0;
+        int64_t slice = shape & PS_OP_WAITS ? slice_by(r, deadline) : server_slice(r);
+        const void *payload = n ? op->in : NULL;
         size_t payload_length = (size_t)n * tuple_size;
         unsigned char count[PS_WIRE_COUNT];
         if (shape & PS_OP_TUPLES_OUT) {
@@ -234,11 +233,69 @@ static int round_trips(ps_link *link, ps_op *op) {
             return rc;
         if (shape & PS_OP_VALUE_OUT || status == PS_EAXED || (shape & PS_OP_TUPLES_OUT && status != PS_OK))
             op->value = answer.value; /* EAXED: the first live index */
-        else if (n) op->done += status == PS_OK ? n : answer.value > 0 && answer.value <= n ? (uint32_t)answer.value : 0;
+        else if (n && (status == PS_OK || answer.value == 1)) op->done = 1;
         if (sending == PS_OP_EXCHANGE && op->done) sending = PS_OP_OBSERVE; /* what is left of it */
-        int time_left = deadline == PS_FOREVER || ps_now_ns() < deadline;
-        if (status == PS_OK && op->done < tuples_in) continue; /* the next frame of a move_many */
-        if (status == PS_ETIMEDOUT && time_left) continue;
+        if (status == PS_ETIMEDOUT && ps_remaining(deadline) != 0) continue; /* time is left */
+        return status;
+    }
+}
+
+/* Tuples in (a move_many), streamed: frames of at most ps_wire_batch_tuples go out up to
+ * STREAM_FRAMES ahead of their answers, each after a stream's first marked as continuing it, all
+ * with the stream's one slice: the server ends the whole stream within it. It runs a continuing
+ * frame only when the frame before it took effect whole (wire.md, MOVE_MANY), so the tuples take
+ * effect in order, each once: at the first frame that did not (a slice that ended, a failure),
+ * the frames after it come back not run, and what is left starts a new stream while the caller's
+ * timeout lasts. So n tuples cost one round trip, not one per frame. */
+enum { STREAM_FRAMES = 4 };
+
+static int stream_tuples(ps_link *link, ps_op *op) {
+    remote_stage *r = remote_of(link);
+    connection *c = &r->connections[link->slot];
+    if (c->failed) return c->failed;
+    size_t tuple_size = r->base.tuple_size;
+    uint32_t per_frame = (uint32_t)ps_wire_batch_tuples(tuple_size);
+    int64_t deadline = ps_deadline(op->timeout_ns);
+    for (int first = 1;; first = 0) {
+        uint64_t ids[STREAM_FRAMES];
+        uint32_t counts[STREAM_FRAMES], sent = op->done, oldest = 0, in_flight = 0;
+        int status = PS_OK, cut = 0;
+        int64_t slice = slice_by(r, deadline);
+        while (in_flight || (!cut && sent < op->count)) {
+            while (!cut && sent < op->count && in_flight < STREAM_FRAMES) {
+                uint32_t n = op->count - sent < per_frame ? op->count - sent : per_frame;
+                int starts = sent == op->done;
+                uint64_t id = send_request(r, c, c->socket, ps_op_kinds[op->kind].wire,
+                                           starts ? PS_WIRE_STREAM_STARTS : PS_WIRE_STREAM_CONTINUES, slice,
+                                           (const unsigned char *)op->in + (size_t)sent * tuple_size,
+                                           (size_t)n * tuple_size, 0);
+                if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
+                int rc; /* pipelined moves went first: their answers come first */
+                if (first && starts && (rc = drain(r, c, 0)) != PS_OK) return rc;
+                uint32_t at = (oldest + in_flight++) % STREAM_FRAMES;
+                ids[at] = id;
+                counts[at] = n;
+                sent += n;
+            }
+            ps_frame answer;
+            int rc = wait_answer(r, c, c->socket, ids[oldest], r->timeout_ns, &answer);
+            if (rc != PS_OK) return broken(r, c, "no answer", rc);
+            uint32_t n = counts[oldest];
+            oldest = (oldest + 1) % STREAM_FRAMES;
+            in_flight--;
+            if (cut) { /* a frame after the cut one: the server must not have run it */
+                if (answer.status != PS_ESTATE || answer.value != 0)
+                    return broken(r, c, "a frame after a cut one of move_many was run", PS_EINVAL);
+                continue;
+            }
+            if (answer.status == PS_OK ? answer.value != n : answer.value < 0 || answer.value > n)
+                return broken(r, c, "a malformed answer to move_many", PS_EINVAL);
+            op->done += (uint32_t)answer.value;
+            status = answer.status;
+            cut = status != PS_OK;
+        }
+        if (!cut) return PS_OK;
+        if (status == PS_ETIMEDOUT && ps_remaining(deadline) != 0) continue; /* time is left */
         return status;
     }
 }
@@ -283,7 +340,7 @@ static int remote_call(ps_link *link, ps_op *op) {
         if (range_refused(remote_of(link), op)) return PS_EINVAL;
         widen_for_range(remote_of(link), &remote_of(link)->connections[link->slot], op->count);
     }
-    if (ps_op_tuples_in(op) == 0 && ps_op_kinds[op->kind].shape & PS_OP_TUPLES_IN) return PS_OK; /* nothing to move */
+    if (ps_op_kinds[op->kind].shape & PS_OP_TUPLES_IN) return op->count ? stream_tuples(link, op) : PS_OK;
     return round_trips(link, op);
 }
 

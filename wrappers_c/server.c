@@ -46,6 +46,9 @@ typedef struct link_worker {
     pthread_t thread;
     _Atomic int finished;
     size_t tuple_size;
+    int stream_cut;         /* the last frame of tuples in did not take effect whole: a frame that
+                               continues its stream is not run (wire.md, MOVE_MANY) */
+    int64_t stream_ends;    /* when the stream's slice ends: its frames wait until then at most */
     unsigned char *tuple;   /* observe results */
     unsigned char *slices[2]; /* a range's answer: the slice going out and the next one (send_range);
                                  made at the link's first range */
@@ -158,11 +161,31 @@ static int operation_of(link_worker *w, const ps_frame *request, ps_op *op) {
     }
     size_t tuples = request->payload_length / w->tuple_size;
     if (request->payload_length % w->tuple_size != 0) return PS_EINVAL;
-    if (shape & PS_OP_TUPLES_IN ? tuples == 0 || tuples > ps_wire_batch_tuples(w->tuple_size)
+    if (shape & PS_OP_TUPLES_IN ? tuples == 0 || tuples > ps_wire_batch_tuples(w->tuple_size) ||
+                                      (request->argument != PS_WIRE_STREAM_STARTS &&
+                                       request->argument != PS_WIRE_STREAM_CONTINUES)
                                 : tuples != ((shape & PS_OP_TUPLE_IN) != 0))
         return PS_EINVAL;
     op->count = (uint32_t)tuples;
     return PS_OK;
+}
+
+/* Runs an operation that takes tuples in, as a frame of a stream: one that continues a stream
+ * whose last frame did not take effect whole is answered PS_ESTATE with nothing done, so that a
+ * stream's tuples take effect in order, each once, whatever happens to one of its frames. The
+ * first frame's slice bounds the whole stream's waits. */
+static int run_stream_frame(link_worker *w, const ps_frame *request, ps_op *op) {
+    int64_t now = ps_now_ns();
+    if (request->argument == PS_WIRE_STREAM_STARTS) {
+        w->stream_ends = now + op->timeout_ns;
+    } else {
+        if (w->stream_cut) return PS_ESTATE;
+        if (op->timeout_ns > w->stream_ends - now) op->timeout_ns = now < w->stream_ends ? w->stream_ends - now : 0;
+    }
+    op->argument = 0;
+    int rc = ps_link_call(w->link, op);
+    w->stream_cut = rc != PS_OK || op->done < op->count;
+    return rc;
 }
 
 /* Runs one request on the worker's link and returns its status; *op is the operation it ran, if
@@ -175,7 +198,7 @@ static int run_request(link_worker *w, const ps_frame *request, ps_op *op, int *
     int rc = operation_of(w, request, op);
     if (rc != PS_OK) return rc;
     *ran = 1;
-    return ps_link_call(w->link, op);
+    return ps_op_kinds[op->kind].shape & PS_OP_TUPLES_IN ? run_stream_frame(w, request, op) : ps_link_call(w->link, op);
 }
 
 /* Watches the connections to a link's socket, from before its client can connect. */

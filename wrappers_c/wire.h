@@ -47,6 +47,10 @@ enum { PS_WIRE_COUNT = 4 };
 void ps_wire_put_count(uint32_t count, unsigned char *out);
 uint32_t ps_wire_get_count(const unsigned char *in);
 
+/* The argument of a frame of tuples in (MOVE_MANY): the first frame of a stream, or one that
+ * continues it, run only when the stream's frame before it took effect whole (wire.md). */
+enum { PS_WIRE_STREAM_STARTS = 0, PS_WIRE_STREAM_CONTINUES = 1 };
+
 /* Tuples of `tuple_size` bytes one frame carries at most: PS_WIRE_BATCH_PAYLOAD bytes of them, or
  * one; and the longest frame of a link over such tuples (what its buffers must hold). */
 static inline size_t ps_wire_batch_tuples(size_t tuple_size) {

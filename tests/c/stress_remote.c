@@ -26,6 +26,11 @@
  *           over tcp and ipc ask for ranges of three slices and more (observe_range) from anywhere
  *           in what exists: every answer consecutive from where it was asked, none missing, as
  *           long as what existed (the server reads a range a slice at a time, beside the moves).
+ *   streams WRITERS move distinct values in move_many's of 1 to 9000 (up to 5 frames, streamed)
+ *           through remote stages of timeout_ms 20 (tcp and ipc) into an element bounded to
+ *           2500 unread, whose reader pauses for longer than a slice now and then: streams are cut
+ *           (a frame cut short, those after it not run) and sent again, and the reader takes
+ *           every value once, each writer's in order.
  *   allreduce  groups of allreduce members, each in a thread of its own, all finding each other
  *           through this process's server (PEER): 6 by recursive doubling over tcp (two past the
  *           largest power of two), 7 up and down a tree of fan-in 3 over ipc, 4 whose every call
@@ -73,12 +78,14 @@ static const char *const CHURN_SPEC = "{\"version\":1,\"path\":[[\"core\",{\"nam
 static const char *const BATCHED_SPEC =
     "{\"version\":1,\"path\":[[\"core\",{\"name\":\"BATCHED\",\"format\":\"q\"}]]}";
 static const char *const RANGES_SPEC = "{\"version\":1,\"path\":[[\"core\",{\"name\":\"RANGES\",\"format\":\"q\"}]]}";
+static const char *const STREAMS_SPEC =
+    "{\"version\":1,\"path\":[[\"core\",{\"name\":\"STREAMS\",\"format\":\"q\"}]]}";
 
 /* ---- the server: BUILDs answered here by attaching to stages made in advance ---------------------- */
 
 typedef struct served {
     ps_server *server;
-    ps_stage *sum, *jobs, *churn, *batched, *ranges; /* what each spec names, built once */
+    ps_stage *sum, *jobs, *churn, *batched, *ranges, *streams; /* what each spec names, built once */
     ps_stage *sum_element;          /* the element below the sum */
     ps_link *links[MAX_LINKS];      /* the links handed over, by id, until reaped */
     atomic_bool stop;
@@ -101,6 +108,7 @@ static void *serve(void *arg) {
                            : strcmp(request->spec, CHURN_SPEC) == 0 ? s->churn
                            : strcmp(request->spec, BATCHED_SPEC) == 0 ? s->batched
                            : strcmp(request->spec, RANGES_SPEC) == 0 ? s->ranges
+                           : strcmp(request->spec, STREAMS_SPEC) == 0 ? s->streams
                                                                       : NULL;
         ps_link *link = target ? malloc(sizeof *link) : NULL;
         if (link && ps_stage_attach(target, link) != PS_OK) {
@@ -130,12 +138,18 @@ static int64_t server_counter(served *s, const char *name) {
     return c.bad_frames;
 }
 
-/* A remote stage reaching the server's `spec` on `proto`. */
-static ps_stage *remote_stage(const char *endpoint, const char *proto, const char *spec, int window, int batch) {
-    ps_param_value values[] = {str_param("host", endpoint), str_param("proto", proto), int_param("timeout_ms", 10000),
-                               int_param("window", window), int_param("batch", batch), str_param("format", "q"),
-                               str_param("path", spec)};
+/* A remote stage reaching the server's `spec` on `proto`, silent servers taken as gone after
+ * timeout_ms (and waits at the server in slices of half that). */
+static ps_stage *remote_stage_within(const char *endpoint, const char *proto, const char *spec, int window, int batch,
+                                     int timeout_ms) {
+    ps_param_value values[] = {str_param("host", endpoint), str_param("proto", proto),
+                               int_param("timeout_ms", timeout_ms), int_param("window", window),
+                               int_param("batch", batch), str_param("format", "q"), str_param("path", spec)};
     return create_stage(NULL, "remote", values, sizeof values / sizeof values[0], NULL);
+}
+
+static ps_stage *remote_stage(const char *endpoint, const char *proto, const char *spec, int window, int batch) {
+    return remote_stage_within(endpoint, proto, spec, window, batch, 10000);
 }
 
 /* ---- sum ------------------------------------------------------------------------------------------ */
@@ -193,6 +207,12 @@ static void run_sum(served *s, const char *endpoint, int64_t rounds) {
 
 enum { MOVE_MANY_MOST = 3000 }; /* jobs a move_many producer moves at once, at most */
 
+/* The next length of a run of 1 to `most` tuples, from a writer's own random sequence. */
+static int64_t random_run(uint64_t *state, int64_t most) {
+    *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return 1 + (int64_t)((*state >> 33) % (uint64_t)most);
+}
+
 typedef struct queue_job {
     ps_stage *remote;
     int index;
@@ -209,8 +229,7 @@ static void *producer(void *arg) {
     int64_t *values = malloc(MOVE_MANY_MOST * sizeof *values);
     uint64_t random = 0x9E3779B97F4A7C15ULL * (uint64_t)(job->index + 1);
     for (int64_t i = 0; values && i < job->jobs;) {
-        random = random * 6364136223846793005ULL + 1442695040888963407ULL;
-        int64_t n = job->many ? 1 + (int64_t)((random >> 33) % MOVE_MANY_MOST) : 1;
+        int64_t n = job->many ? random_run(&random, MOVE_MANY_MOST) : 1;
         if (n > job->jobs - i) n = job->jobs - i;
         for (int64_t k = 0; k < n; k++) values[k] = (int64_t)job->index * job->jobs + i + k;
         uint32_t done = 0;
@@ -508,6 +527,94 @@ static void run_ranges(ps_stage *element, const char *endpoint, int64_t tuples) 
     for (int r = 0; r < RANGE_READERS; r++) ps_stage_release(remotes[r]);
 }
 
+/* ---- streams -------------------------------------------------------------------------------------- */
+
+enum { STREAM_WRITERS = 3, STREAM_MOST = 9000, STREAM_BOUND = 2500, STREAM_TIMEOUT_MS = 20, PAUSE_EVERY = 2000 };
+
+typedef struct streams_job {
+    ps_stage *stage;           /* a writer's remote stage; the reader's: the element */
+    int index;
+    int64_t tuples;            /* per writer */
+    int64_t frames;            /* a writer's: the frames its move_many's take at the least */
+} streams_job;
+
+static void *stream_writer(void *arg) {
+    streams_job *job = arg;
+    ps_link link;
+    attach_or_die(job->stage, &link);
+    int64_t *values = malloc(STREAM_MOST * sizeof *values);
+    uint64_t random = 0xD1B54A32D192ED03ULL * (uint64_t)(job->index + 1);
+    for (int64_t next = 0; values && next < job->tuples;) {
+        int64_t n = random_run(&random, STREAM_MOST);
+        if (n > job->tuples - next) n = job->tuples - next;
+        for (int64_t i = 0; i < n; i++) values[i] = job->index * job->tuples + next + i;
+        uint32_t done = 0;
+        int rc = link_move_many(&link, values, (uint32_t)n, WAIT, &done);
+        CHECK(rc == PS_OK && done == n, "streams: writer %d moving %" PRId64 " at %" PRId64 ": %s (%u done): %s",
+              job->index, n, next, ps_status_name(rc), done, ps_stage_error(job->stage));
+        if (rc != PS_OK) break;
+        job->frames += (n + 2047) / 2048;
+        next += n;
+    }
+    free(values);
+    ps_link_detach(&link);
+    return NULL;
+}
+
+/* Takes every value, pausing 30 ms (past a writer's slice of 10 ms) every PAUSE_EVERY. */
+static void *stream_reader(void *arg) {
+    streams_job *job = arg;
+    ps_link link;
+    attach_or_die(job->stage, &link);
+    int64_t total = job->tuples * STREAM_WRITERS, last_of[STREAM_WRITERS];
+    unsigned char *seen = calloc((size_t)total, 1);
+    for (int w = 0; w < STREAM_WRITERS; w++) last_of[w] = -1;
+    for (int64_t taken = 0; seen && taken < total; taken++) {
+        int64_t value = -1;
+        int rc = link_observe(&link, &value, WAIT);
+        CHECK(rc == PS_OK && value >= 0 && value < total && !seen[value], "streams: take %" PRId64 ": %s, value %"
+              PRId64 "%s", taken, ps_status_name(rc), value, rc == PS_OK && value >= 0 && value < total ? " again" : "");
+        if (rc != PS_OK || value < 0 || value >= total || seen[value]) break;
+        int w = (int)(value / job->tuples);
+        CHECK(value > last_of[w], "streams: writer %d's %" PRId64 " after its %" PRId64, w, value, last_of[w]);
+        last_of[w] = value;
+        seen[value] = 1;
+        if (taken % PAUSE_EVERY == PAUSE_EVERY - 1) nanosleep(&(struct timespec){0, 30 * MS}, NULL);
+    }
+    free(seen);
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static void run_streams(ps_stage *element, const char *endpoint, int64_t tuples) {
+    atomic_store(&scene_running, "streams");
+    ps_link bounding;
+    attach_or_die(element, &bounding);
+    ps_op bound = {.kind = PS_OP_DELTA, .argument = STREAM_BOUND};
+    CHECK(ps_link_call(&bounding, &bound) == PS_OK, "streams: delta(%d)", STREAM_BOUND);
+    ps_link_detach(&bounding);
+    const char *protos[STREAM_WRITERS] = {"tcp", "ipc", "tcp"};
+    ps_stage *remotes[STREAM_WRITERS];
+    streams_job writers[STREAM_WRITERS], reader = {element, 0, tuples, 0};
+    pthread_t threads[STREAM_WRITERS + 1];
+    start_thread(&threads[STREAM_WRITERS], stream_reader, &reader);
+    for (int w = 0; w < STREAM_WRITERS; w++) {
+        remotes[w] = remote_stage_within(endpoint, protos[w], STREAMS_SPEC, 1, 1, STREAM_TIMEOUT_MS);
+        writers[w] = (streams_job){remotes[w], w, tuples, 0};
+        start_thread(&threads[w], stream_writer, &writers[w]);
+    }
+    for (int t = 0; t <= STREAM_WRITERS; t++) pthread_join(threads[t], NULL);
+    int64_t frames = 0, requests = 0;
+    for (int w = 0; w < STREAM_WRITERS; w++) {
+        frames += writers[w].frames;
+        requests += counter_of(remotes[w], "requests") - 2; /* less the link's BUILD and RELEASE */
+        ps_stage_release(remotes[w]);
+    }
+    CHECK(tuples * STREAM_WRITERS < PAUSE_EVERY || requests > frames,
+          "streams: %" PRId64 " requests for %" PRId64 " frames: no stream was cut", requests, frames);
+    printf("streams: %" PRId64 " frames sent again after a cut\n", requests - frames);
+}
+
 /* ---- allreduce ------------------------------------------------------------------------------------ */
 
 enum { GROUP_MOST = 8 };
@@ -748,6 +855,7 @@ int main(int argc, char **argv) {
     s.churn = create_core(space, "CHURN", "q");
     s.batched = create_core(space, "BATCHED", "q");
     s.ranges = create_core(space, "RANGES", "q");
+    s.streams = create_core(space, "STREAMS", "q");
     pthread_t server_thread;
     start_thread(&server_thread, serve, &s);
     const char *endpoint = ps_server_endpoint(s.server);
@@ -758,6 +866,7 @@ int main(int argc, char **argv) {
     run_churn(&s, endpoint, rounds / 8);
     run_batched(endpoint, rounds);
     run_ranges(s.ranges, endpoint, rounds * 40);
+    run_streams(s.streams, endpoint, rounds * 20);
     run_allreduce(space, endpoint, rounds);
     run_auth(rounds / 50 + 1);
     CHECK(server_counter(&s, "direct") == server_counter(&s, "builds"), "not every link was direct");
@@ -777,6 +886,7 @@ int main(int argc, char **argv) {
     ps_stage_release(s.churn);
     ps_stage_release(s.batched);
     ps_stage_release(s.ranges);
+    ps_stage_release(s.streams);
     int code = stress_end(&run);
     ps_space_free(space);
     return code;

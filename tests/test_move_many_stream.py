@@ -1,0 +1,126 @@
+"""move_many over the wire as one stream (wire.md, MOVE_MANY): its frames go out ahead of their
+answers; the server runs a frame that continues a stream only when the frame before it took
+effect whole, and ends the whole stream within its first frame's slice. So the tuples take effect
+in order, each once, when a frame is cut short (here: by a full delta bound), and a stream never
+waits longer than one slice."""
+
+from __future__ import annotations
+
+import math
+import struct
+import threading
+import time
+
+import pytest
+from wire_frames import (
+    MOVE_MANY, PS_EINVAL, PS_ESTATE, PS_ETIMEDOUT, PS_OK, STREAM_CONTINUES, STREAM_STARTS, TCP, ZMQ, Link, encode,
+)
+
+import paths
+from paths import build_path, make_path, stage
+from paths.runtime.server import PathServer
+
+PATIENCE_S = 30
+MS = 1_000_000
+
+
+@pytest.fixture(params=[ZMQ, TCP], ids=["zmq", "tcp"])
+def transport(request):
+    return request.param
+
+
+def frame(link: Link, request_id: int, values, argument: int, wait_ns: int) -> bytes:
+    payload = b"".join(struct.pack("<q", v) for v in values)
+    return encode(MOVE_MANY, payload, request_id=request_id, handle_id=link.id, argument=argument, value=wait_ns)
+
+
+def reply(link: Link, request_id: int) -> tuple[int, int]:
+    answer = link.answer()
+    assert (answer["op"], answer["request_id"]) == (MOVE_MANY, request_id)
+    return answer["status"], answer["value"]
+
+
+def history(element) -> list[int]:
+    return [element.observe(i)[0] for i in range(element.last())]
+
+
+def test_a_frame_that_continues_a_cut_stream_is_not_run(space, zmq_context, transport):
+    element = space.enter("W", "q")
+    element.delta(4)
+    element.move_many([(v,) for v in range(4)])  # full: 4 unread
+    with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
+        link = Link(zmq_context, server.endpoint, "W", transport)
+        link.send(frame(link, 2, [10, 11, 12], STREAM_STARTS, 20 * MS))
+        assert reply(link, 2) == (PS_ETIMEDOUT, 0)  # no room in its slice: cut, nothing moved
+        link.send(frame(link, 3, [13, 14], STREAM_CONTINUES, -1))
+        assert reply(link, 3) == (PS_ESTATE, 0)  # continues a cut stream: not run
+        link.send(frame(link, 4, [13], 2, -1))
+        assert reply(link, 4) == (PS_EINVAL, 0)  # neither first nor continuing: malformed
+        assert element.last() == 4
+        for _ in range(4):
+            element.observe()  # room for 4
+        link.send(frame(link, 5, [10, 11], STREAM_STARTS, -1))
+        link.send(frame(link, 6, [12, 13], STREAM_CONTINUES, -1))
+        assert (reply(link, 5), reply(link, 6)) == ((PS_OK, 2), (PS_OK, 2))  # a new stream runs whole
+        assert history(element) == [0, 1, 2, 3, 10, 11, 12, 13]
+        link.close()
+
+
+def test_a_stream_waits_no_longer_than_its_first_frame_allows(space, zmq_context, transport):
+    """A continuing frame asks for 10 s, but its stream's slice (50 ms from the first frame) bounds
+    it; without that bound the server would wait its own cap of 1 s."""
+    element = space.enter("W", "q")
+    element.delta(4)
+    with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
+        link = Link(zmq_context, server.endpoint, "W", transport)
+        started = time.monotonic()
+        link.send(frame(link, 2, [1, 2, 3], STREAM_STARTS, 50 * MS))
+        link.send(frame(link, 3, [4, 5], STREAM_CONTINUES, 10_000 * MS))
+        link.send(frame(link, 4, [6], STREAM_CONTINUES, 10_000 * MS))
+        assert reply(link, 2) == (PS_OK, 3)
+        assert reply(link, 3) == (PS_ETIMEDOUT, 1)  # room for one, then the stream's slice ended
+        assert time.monotonic() - started < 0.7
+        assert reply(link, 4) == (PS_ESTATE, 0)  # after a cut frame: not run
+        assert history(element) == [1, 2, 3, 4]
+        link.close()
+
+
+@pytest.mark.parametrize("proto", ["tcp", "zmq"])
+def test_a_move_many_cut_by_a_full_bound_goes_on_in_order(proto):
+    """20,000 tuples (10 frames) into a bound of 3,000 unread, whose reader pauses longer than a
+    slice (50 ms) now and then: streams are cut and started again, and every tuple arrives once,
+    in order."""
+    count, pauses_every = 20_000, 4_000
+    space = paths.PastSet()
+    element = space.enter("BOUNDED", "q")
+    element.delta(3_000)
+    with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
+        h = build_path(make_path(stage("remote", host=server.endpoint, proto=proto, timeout_ms=100),
+                                 stage("core", name="BOUNDED", format="q")), pastset=paths.PastSet())
+        h.last()  # connected
+        taken: list[int] = []
+        writing = threading.Event()
+        writing.set()
+
+        def take() -> None:
+            while len(taken) < count and (writing.is_set() or element.last() > element.first()):
+                try:
+                    taken.append(element.observe(timeout=0.5)[0])
+                except TimeoutError:
+                    continue
+                if len(taken) % pauses_every == 0:
+                    time.sleep(0.12)
+
+        reader = threading.Thread(target=take)
+        reader.start()
+        before = h.stage.counters()["requests"]
+        try:
+            h.move_many([(i,) for i in range(count)], timeout=PATIENCE_S)
+        finally:
+            writing.clear()
+            reader.join(PATIENCE_S)
+        assert not reader.is_alive()
+        assert taken == list(range(count))
+        assert element.last() == count
+        frames = math.ceil(count / 2048)
+        assert h.stage.counters()["requests"] - before > frames  # streams were cut and sent again
