@@ -1,6 +1,7 @@
 """A program under an existing launcher: rank, size and job from each launcher's variables; the
 rendezvous through rank 0 (by a file, or a given endpoint), its errors, each with what is
-missing; and for real, `mpirun -np 4 python app.py` with Open MPI (its srun twin is in
+missing; the ready barrier across hosts, without which a rank may build at a server that does
+not admit it yet; and for real, `mpirun -np 4 python app.py` with Open MPI (its srun twin is in
 tests/test_slurm.py)."""
 
 import os
@@ -8,6 +9,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -54,8 +56,9 @@ def test_variables_that_say_nothing_sensible_are_named(environ, problem):
 
 # ---- the rendezvous ------------------------------------------------------------------------------
 
-def meet(size: int, environ: dict, checks=None, absent=()):
-    """Every rank but `absent` exchanges at once (a thread each); each rank's answer or error."""
+def meet(size: int, environ: dict, checks=None, absent=(), then=None):
+    """Every rank but `absent` exchanges at once (a thread each), then does then(rank, meeting)
+    if given, then finishes; each rank's answer (then's, if given) or error."""
     answers: dict = {}
 
     def rank(r: int) -> None:
@@ -64,6 +67,8 @@ def meet(size: int, environ: dict, checks=None, absent=()):
         try:
             answers[r] = meeting.exchange({"endpoints": {f"n{r}": f"tcp://127.0.0.1:{7000 + r}"}, "keys": {}},
                                           (checks or {}).get(r, "map m"))
+            if then is not None:
+                answers[r] = then(r, meeting)
             meeting.finish()
         except RendezvousError as e:
             answers[r] = e
@@ -99,7 +104,6 @@ def test_rank_0_ignores_what_is_no_rank_of_its_run(tmp_path):
     """Strangers at rank 0's endpoint (not JSON, a rank out of range, a second rank 0, silence)
     are dropped; the real rank still gets through."""
     import socket
-    import time
 
     environ = {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}
     result = {}
@@ -149,6 +153,123 @@ def test_ranks_with_another_map_are_refused_everywhere(tmp_path):
 def test_a_bad_timeout_is_named():
     with pytest.raises(RendezvousError, match=r"PATHS_RENDEZVOUS_TIMEOUT='soon': expected a number of seconds > 0"):
         Rendezvous(Discovered("srun", 0, 2, "1.0"), {"PATHS_RENDEZVOUS_TIMEOUT": "soon"})
+
+
+# ---- the ready barrier -----------------------------------------------------------------------------
+
+def ready_unless(others: dict, times: dict):
+    """then for meet: rank r does others[r](meeting) if r is in others, else ready(), its start
+    and end in times[r]."""
+    def then(r: int, meeting: Rendezvous) -> str:
+        times[r] = [time.monotonic()]
+        try:
+            return others[r](meeting) if r in others else meeting.ready() or "ready"
+        finally:
+            times[r].append(time.monotonic())
+    return then
+
+
+def leave(meeting: Rendezvous):
+    """A rank gone (its process ended): its connections close, and it does nothing more."""
+    meeting.close()
+    raise RendezvousError("gone")
+
+
+def test_every_rank_gets_ready_only_once_every_rank_is(tmp_path):
+    times: dict = {}
+    late = {3: lambda meeting: time.sleep(0.5) or meeting.ready() or "ready"}
+    answers = meet(4, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}, then=ready_unless(late, times))
+    assert answers == {r: "ready" for r in range(4)}
+    last_came = times[3][0] + 0.5
+    assert all(end >= last_came for _, end in times.values()), times
+
+
+def test_a_rank_that_never_gets_ready_is_named_within_the_timeout(tmp_path):
+    times: dict = {}
+    never = {2: lambda meeting: time.sleep(2.5) or "never"}  # holds its connection, then finishes
+    answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path), "PATHS_RENDEZVOUS_TIMEOUT": "1"},
+                   then=ready_unless(never, times))
+    for r in (0, 1):
+        assert str(answers[r]) == (f"paths: rank {r} of 3 (srun, job 42.0): ranks 2 did not get ready within 1 s "
+                                   f"(PATHS_RENDEZVOUS_TIMEOUT to wait longer)"), answers
+        assert 1 <= times[r][1] - times[r][0] < 2, times
+
+
+def test_a_rank_gone_before_it_is_ready_is_named_at_once(tmp_path):
+    times: dict = {}
+    answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}, then=ready_unless({2: leave}, times))
+    for r in (0, 1):
+        assert str(answers[r]) == f"paths: rank {r} of 3 (srun, job 42.0): rank 2 is gone before it was ready", answers
+        assert times[r][1] - times[r][0] < 5, times
+
+
+def test_rank_0_gone_before_every_rank_is_ready_is_said(tmp_path):
+    answers = meet(2, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}, then=ready_unless({0: leave}, {}))
+    assert str(answers[1]) == "paths: rank 1 of 2 (srun, job 42.0): rank 0 is gone before every rank was ready"
+
+
+def test_the_last_barrier_is_not_taken_for_ready(tmp_path):
+    """A rank that skips ready and finishes: its {"done": true} is no {"ready": true}."""
+    answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}, then=ready_unless({2: lambda meeting: "skipped"}, {}))
+    for r in (0, 1):
+        assert str(answers[r]) == (f"paths: rank {r} of 3 (srun, job 42.0): rank 2 sent something other than "
+                                   f'{{"ready": true}}'), answers
+
+
+def test_no_rank_builds_at_a_server_before_it_admits_the_run(monkeypatch):
+    """Two ranks taken to be on two hosts (their servers authenticate clients), but on loopback:
+    rank 0 is slow to admit the run's client keys, and rank 1 builds at rank 0's server as soon
+    as it is wired. A refused CURVE handshake is not tried again, so without the ready barrier
+    the build fails."""
+    import socket
+
+    from paths import build_path, make_path, stage
+    from paths.model.cluster_map import open_map
+    from paths.runtime import rank_wiring
+    from paths.runtime.build import BuildContext
+    from paths.runtime.process_context import make_runtime
+    from paths.runtime.server import PathServer
+
+    def on_loopback(bind, *args, **kwargs):
+        return PathServer(bind.replace("0.0.0.0", "127.0.0.1"), *args, **kwargs)
+
+    admit = PathServer.allow_clients
+
+    def slow_on_rank_0(server, clients):
+        if threading.current_thread().name == "rank 0":
+            time.sleep(1)
+        admit(server, clients)
+
+    monkeypatch.setattr(rank_wiring, "PathServer", on_loopback)
+    monkeypatch.setattr(PathServer, "allow_clients", slow_on_rank_0)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    environ = {"PATHS_RENDEZVOUS": f"tcp://127.0.0.1:{port}"}
+    results: dict = {}
+
+    def rank(r: int) -> None:
+        runtime = make_runtime(open_map("paper-2w"), 2, policy="cyclic", context=BuildContext())
+        try:
+            wiring = rank_wiring.wire(runtime, Discovered("mpirun", r, 2, "hosts", False), environ)
+            try:
+                assert all(server.endpoint.startswith("tcp://127.0.0.1:") for server in wiring.hosted)
+                if r == 1:
+                    handle = build_path(make_path(stage("remote", host="n0", timeout_ms=3000),
+                                                  stage("core", name="RACE", format="q")), context=runtime.context)
+                    handle.move((7,))
+                    results[r] = handle.observe(timeout=5)
+            finally:
+                wiring.close()
+        except Exception as e:
+            results[r] = e
+
+    threads = [threading.Thread(target=rank, args=(r,), name=f"rank {r}") for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results == {1: (7,)}
 
 
 def test_ranks_on_other_hosts_admit_only_each_other(tmp_path):

@@ -7,7 +7,9 @@ the run needs (one that runs no rank but holds a sum or an element's home), and 
 with rank 0 (paths/runtime/rendezvous.py) tells every rank where all of them are. On one host the
 servers listen on loopback; across hosts on every interface, each proved by a CURVE key of its
 own, and admitting only the run's ranks: each rank presents a CURVE client key of its own,
-whose public half the rendezvous hands every rank.
+whose public half the rendezvous hands every rank. A server admits no client until its rank has
+the keys, and a refused handshake is not tried again: so across hosts the ranks meet once more
+(Rendezvous.ready) once every server admits the keys, and only then does any rank build.
 
 A rank whose node's server is in another process reaches the stages of its node through it
 (a remote hop to its own node): the ranks of a node then merge into one tree there, as the
@@ -64,21 +66,24 @@ def wire(runtime, found: Discovered, environ: Mapping[str, str]) -> Wiring:
     hosted, servers = _host_servers(runtime, found, authenticate=client is not None)
     meeting = None
     rendezvous = "none: one rank"
-    if found.size > 1:
-        meeting = Rendezvous(found, environ)
-        try:
+    try:
+        if found.size > 1:
+            meeting = Rendezvous(found, environ)
             everyone = meeting.exchange({**servers.to_dict(), **({"clients": clients} if clients else {})},
                                         _check(runtime))
-        except BaseException:
+            servers = NodeServers(everyone["endpoints"], everyone["keys"])
+            clients = everyone.get("clients", {})
+            rendezvous = f"rank 0 at {meeting.endpoint}"
+        for server in hosted if client else ():
+            server.allow_clients(clients)
+        if meeting is not None and client:
+            meeting.ready()  # no rank builds at a server that does not admit it yet
+    except BaseException:
+        if meeting is not None:
             meeting.close()
-            for server in hosted:
-                server.close()
-            raise
-        servers = NodeServers(everyone["endpoints"], everyone["keys"])
-        clients = everyone.get("clients", {})
-        rendezvous = f"rank 0 at {meeting.endpoint}"
-    for server in hosted if client else ():
-        server.allow_clients(clients)
+        for server in hosted:
+            server.close()
+        raise
     for context in [runtime.context, *(server.context for server in hosted)]:
         context.resolve = servers.resolve
         context.trusted_endpoints = tuple(servers.endpoints.values())

@@ -1,7 +1,8 @@
 """The rendezvous of the ranks of a program started by srun or mpirun (no PATHS launcher): every
-rank tells rank 0 which node servers it hosts, and rank 0 tells every rank all of them. At the
-end (paths_finalize, or the end of a Python program) it is also the last barrier, so that no rank
-closes a server that another still uses.
+rank tells rank 0 which node servers it hosts, and rank 0 tells every rank all of them. Across
+hosts a barrier follows once every rank's servers admit the run's client keys, so that no rank
+builds at a server that still refuses it. At the end (paths_finalize, or the end of a Python
+program) it is also the last barrier, so that no rank closes a server that another still uses.
 
 How the ranks find rank 0:
     PATHS_RENDEZVOUS=tcp://HOST:PORT   rank 0 listens there, the others connect there;
@@ -12,12 +13,13 @@ How the ranks find rank 0:
                                        (default: the current folder), which the others read: a
                                        folder every rank sees, as a home folder on a cluster.
 Every wait is bounded by PATHS_RENDEZVOUS_TIMEOUT seconds (default 60) and ends with a message
-naming what is missing; the last barrier waits as long as the slowest rank runs, and ends
-early when a rank (or rank 0) is gone.
+naming what is missing, or ends early when a rank (or rank 0) is gone; the last barrier waits
+as long as the slowest rank runs.
 
 The messages are JSON lines over TCP: {"rank", "size", "check", "servers"} to rank 0, then
-{"servers"} (or {"error"}) back; {"done": true} both ways at the end. Across hosts, "servers"
-also holds each rank's CURVE client public key, the ones the servers then admit.
+{"servers"} (or {"error"}) back; across hosts {"ready": true} to rank 0, then {"ready": true}
+(or {"error"}) back; {"done": true} both ways at the end. Across hosts, "servers" also holds
+each rank's CURVE client public key, the ones the servers then admit.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ MESSAGE_BYTES = 1 << 20  # the most a message may take (a hello names a few serv
 # What a hello's servers hold: node -> endpoint, node -> the CURVE key proving its server, and
 # (across hosts) rank -> the CURVE client key it presents, which every server admits.
 SERVER_PARTS = ("endpoints", "keys", "clients")
+READY = {"ready": True}
+VERDICT_SECONDS = 5.0  # how much longer than rank 0 the others wait for its verdict on the ready barrier
 
 
 class RendezvousError(ValueError):
@@ -100,7 +104,7 @@ class Rendezvous:
         if not self.timeout > 0:
             raise RendezvousError(f"{TIMEOUT}={text!r}: expected a number of seconds > 0")
         self.endpoint = ""  # where rank 0 listens
-        self.peers: list[_Peer] = []  # rank 0: every other rank; else: rank 0
+        self.peers: dict[int, _Peer] = {}  # rank 0: every other rank, by its rank; else: rank 0
 
     def _fail(self, problem: str) -> RendezvousError:
         return RendezvousError(f"paths: {self.found.describe()}: {problem}")
@@ -148,7 +152,7 @@ class Rendezvous:
                         ready.close()  # not a rank of this run (or a second one of the same rank)
                         continue
                     hellos[rank] = hello
-                    self.peers.append(peer)
+                    self.peers[rank] = peer
         finally:
             listener.close()
             for connection in pending:
@@ -163,7 +167,7 @@ class Rendezvous:
         for hello in hellos.values() if not problem else ():
             for part, found in hello["servers"].items():
                 merged.setdefault(part, {}).update(found)
-        for peer in self.peers:
+        for peer in self.peers.values():
             peer.send({"error": problem} if problem else {"servers": merged})
         if problem:
             raise self._fail(problem)
@@ -233,7 +237,7 @@ class Rendezvous:
                     except (OSError, TimeoutError):
                         answer = None
                     if answer is not None:
-                        self.peers = [peer]
+                        self.peers = {0: peer}
                         return answer
                     connection.close()
             if time.monotonic() >= deadline:
@@ -242,6 +246,62 @@ class Rendezvous:
                          f"or {ENDPOINT}=tcp://HOST:PORT for rank 0 to listen on)")
                 raise self._fail(f"no rendezvous with rank 0 within {self.timeout:g} s: expected {where}")
             time.sleep(POLL_SECONDS)
+
+    # ---- ready ------------------------------------------------------------------------------------
+
+    def ready(self) -> None:
+        """The barrier after the exchange, once this rank's servers admit the run's client keys:
+        returns when every rank has come to it. Rank 0 waits for every rank at most the timeout,
+        the others for rank 0's verdict (a little longer, so that its verdict, naming who was
+        missing, comes first)."""
+        if self.found.rank == 0:
+            self._gather_ready(time.monotonic() + self.timeout)
+            return
+        waited = self.timeout + VERDICT_SECONDS
+        try:
+            self.peers[0].send(READY)
+            answer = self.peers[0].receive(time.monotonic() + waited)
+        except TimeoutError:
+            raise self._fail(f"rank 0 did not say that every rank is ready within {waited:g} s "
+                             f"({TIMEOUT} to wait longer)") from None
+        except OSError:
+            answer = None
+        if answer is None:
+            raise self._fail("rank 0 is gone before every rank was ready")
+        if answer != READY:
+            raise self._fail(str(answer.get("error", f"rank 0 answered something other than {json.dumps(READY)}")))
+
+    def _gather_ready(self, deadline: float) -> None:
+        """Rank 0: every rank's READY, read as they come; then the verdict to every rank."""
+        waiting = {peer.socket: rank for rank, peer in self.peers.items()}
+        problem = ""
+        while waiting and not problem:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = ", ".join(str(r) for r in sorted(waiting.values()))
+                problem = f"ranks {missing} did not get ready within {self.timeout:g} s ({TIMEOUT} to wait longer)"
+                break
+            readable, _, _ = select.select(list(waiting), [], [], min(left, 0.5))
+            for connection in readable:
+                rank = waiting[connection]
+                peer = self.peers[rank]
+                came = peer.read()
+                if b"\n" not in peer.buffer:
+                    if came:
+                        continue  # the rest of its message is still on its way
+                    problem = f"rank {rank} is gone before it was ready"
+                    break
+                if peer.take() != READY:
+                    problem = f"rank {rank} sent something other than {json.dumps(READY)}"
+                    break
+                del waiting[connection]
+        for peer in self.peers.values():
+            try:
+                peer.send({"error": problem} if problem else READY)
+            except OSError:
+                pass  # that rank is gone
+        if problem:
+            raise self._fail(problem)
 
     # ---- the end ----------------------------------------------------------------------------------
 
@@ -255,7 +315,7 @@ class Rendezvous:
                 pass
         else:
             came = []
-            for peer in self.peers:
+            for peer in self.peers.values():
                 try:
                     if peer.receive(None) is not None:
                         came.append(peer)
@@ -269,7 +329,7 @@ class Rendezvous:
         self.close()
 
     def close(self) -> None:
-        for peer in self.peers:
+        for peer in self.peers.values():
             peer.socket.close()
 
 
