@@ -6,7 +6,6 @@ waits longer than one slice."""
 
 from __future__ import annotations
 
-import math
 import struct
 import threading
 import time
@@ -88,14 +87,14 @@ def test_a_stream_waits_no_longer_than_its_first_frame_allows(space, zmq_context
 @pytest.mark.parametrize("proto", ["tcp", "zmq"])
 def test_a_move_many_cut_by_a_full_bound_goes_on_in_order(proto):
     """20,000 tuples (10 frames) into a bound of 3,000 unread, whose reader pauses longer than a
-    slice (50 ms) now and then: streams are cut and started again, and every tuple arrives once,
-    in order."""
-    count, pauses_every = 20_000, 4_000
+    slice (0.5 s) twice: streams are cut and started again, and every tuple arrives once, in
+    order."""
+    count, pauses_every = 20_000, 8_000
     space = paths.PastSet()
     element = space.enter("BOUNDED", "q")
     element.delta(3_000)
     with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
-        h = build_path(make_path(stage("remote", host=server.endpoint, proto=proto, timeout_ms=100),
+        h = build_path(make_path(stage("remote", host=server.endpoint, proto=proto, timeout_ms=1000),
                                  stage("core", name="BOUNDED", format="q")), pastset=paths.PastSet())
         h.last()  # connected
         taken: list[int] = []
@@ -109,11 +108,10 @@ def test_a_move_many_cut_by_a_full_bound_goes_on_in_order(proto):
                 except TimeoutError:
                     continue
                 if len(taken) % pauses_every == 0:
-                    time.sleep(0.12)
+                    time.sleep(0.6)
 
         reader = threading.Thread(target=take)
         reader.start()
-        before = h.stage.counters()["requests"]
         try:
             h.move_many([(i,) for i in range(count)], timeout=PATIENCE_S)
         finally:
@@ -122,5 +120,4 @@ def test_a_move_many_cut_by_a_full_bound_goes_on_in_order(proto):
         assert not reader.is_alive()
         assert taken == list(range(count))
         assert element.last() == count
-        frames = math.ceil(count / 2048)
-        assert h.stage.counters()["requests"] - before > frames  # streams were cut and sent again
+        assert h.stage.counters()["streams_cut"] >= 2  # a stream was cut at each pause, and went on

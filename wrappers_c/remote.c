@@ -56,6 +56,7 @@ typedef struct remote_stage {
     char client_secret[41];
     connection *connections;         /* one per caller slot */
     _Atomic int64_t requests, answers, failures;
+    _Atomic int64_t streams_cut;     /* move_many streams a frame cut short (the frames after it not run) */
 } remote_stage;
 
 static remote_stage *remote_of(ps_link *link) { return (remote_stage *)link->stage; }
@@ -293,6 +294,7 @@ static int stream_tuples(ps_link *link, ps_op *op) {
             op->done += (uint32_t)answer.value;
             status = answer.status;
             cut = status != PS_OK;
+            if (cut) atomic_fetch_add_explicit(&r->streams_cut, 1, memory_order_relaxed);
         }
         if (!cut) return PS_OK;
         if (status == PS_ETIMEDOUT && ps_remaining(deadline) != 0) continue; /* time is left */
@@ -453,11 +455,12 @@ static int remote_attach(ps_stage *stage, uint32_t slot) {
 
 static int remote_counters(ps_stage *stage, ps_counter *out, int max) {
     remote_stage *r = (remote_stage *)stage;
-    if (max < 3) return 0;
+    if (max < 4) return 0;
     out[0] = (ps_counter){"requests", atomic_load(&r->requests)};
     out[1] = (ps_counter){"answers", atomic_load(&r->answers)};
     out[2] = (ps_counter){"failures", atomic_load(&r->failures)};
-    return 3;
+    out[3] = (ps_counter){"streams_cut", atomic_load(&r->streams_cut)};
+    return 4;
 }
 
 /* Tells the server the caller's link is done (best effort), then closes the connection; the
