@@ -203,6 +203,21 @@ def test_a_send_failing_on_the_sender_thread_is_reported_by_the_next_move():
     h.move(10)  # reported once: the next move is buffered again
 
 
+def test_a_move_many_whose_own_send_fails_counts_only_its_tuples_that_took_effect(space):
+    """buffers=1: the move_many sends each buffer it fills itself. Its first buffer (a held move and
+    two of its tuples) goes; its second (its last three) is refused at once by the sum below, which
+    holds 4 rounds ahead of a caller's observes: two of its five tuples moved, not five."""
+    path = make_path(stage("batch", max_moves=3, buffers=1), stage("reduce-sum", num_threads=2),
+                     stage("core", name="S", format="q"))
+    h = build_path(path, pastset=space)
+    h.move(0)
+    with pytest.raises(RuntimeError, match=r"\(2 of 5 tuples moved\).*batch: 0 of 3 moves sent down together took "
+                                           r"effect"):
+        h.move_many([(v,) for v in range(1, 6)])
+    counters = h.stage.counters()
+    assert (counters["moves_sent"], counters["dropped"]) == (3, 3)
+
+
 def test_contributors_batched_above_a_sum_get_every_round_total(space):
     """A contributor's observe sends its held-back move first (a lone move: a sum takes it as one
     contribution), so rounds go on; a held-back move of another contributor is what a round waits for."""

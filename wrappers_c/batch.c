@@ -119,8 +119,10 @@ static int send_down(batch_stage *b, ps_link *down, const unsigned char *tuples,
 }
 
 /* The caller sends its filling buffer itself, by the deadline. A timeout keeps what did not go at
- * the front of the buffer; another failure drops it and is returned, explained. */
-static int send_filling(batch_stage *b, caller *c, ps_link *down, int64_t deadline) {
+ * the front of the buffer; another failure drops it (*dropped: how many, the buffer's last) and is
+ * returned, explained. */
+static int send_filling(batch_stage *b, caller *c, ps_link *down, int64_t deadline, uint32_t *dropped) {
+    *dropped = 0;
     if (c->count == 0) return PS_OK;
     unsigned char *tuples = buffer_of(b, c, atomic_load_explicit(&c->handed, memory_order_relaxed));
     uint32_t took;
@@ -132,7 +134,8 @@ static int send_filling(batch_stage *b, caller *c, ps_link *down, int64_t deadli
         return rc;
     }
     if (rc != PS_OK) {
-        atomic_fetch_add_explicit(&b->dropped, c->count - took, memory_order_relaxed);
+        *dropped = c->count - took;
+        atomic_fetch_add_explicit(&b->dropped, *dropped, memory_order_relaxed);
         explain(b, rc, took, c->count);
     }
     c->count = 0;
@@ -163,9 +166,10 @@ static int wait_sent(caller *c, uint32_t on_way, int64_t deadline) {
 
 /* Everything the caller holds goes down by the deadline: what it handed over, then the rest. */
 static int send_all(batch_stage *b, caller *c, ps_link *down, int64_t deadline) {
+    uint32_t dropped;
     int rc = wait_sent(c, 0, deadline);
     if (rc == PS_OK) rc = take_failure(b, c);
-    return rc == PS_OK ? send_filling(b, c, down, deadline) : rc;
+    return rc == PS_OK ? send_filling(b, c, down, deadline, &dropped) : rc;
 }
 
 /* ---- the caller's operations ---------------------------------------------------------------- */
@@ -189,12 +193,18 @@ static void note_first(batch_stage *b, caller *c) {
     if (atomic_load(&b->timer_due) > c->oldest_ns + b->flush_ns) ps_waitpoint_wake(&b->work_wp);
 }
 
-/* A full buffer goes down: to the sender (buffers >= 2), else sent now. A timeout of the caller's
- * own send keeps it full. */
-static int send_full(batch_stage *b, caller *c, ps_link *link, int64_t deadline) {
-    if (b->buffers == 1) return send_filling(b, c, ps_stage_down(link), deadline);
-    hand_off(b, c, link->slot);
-    return PS_OK;
+/* A full buffer goes down: to the sender (buffers >= 2), else sent now by the moves `op`. A timeout
+ * of the caller's own send keeps it full; another failure drops its last moves, and those of op's
+ * among them (op's are the buffer's last, at most op->done) did not take effect. */
+static int send_full(batch_stage *b, caller *c, ps_link *link, ps_op *op, int64_t deadline) {
+    if (b->buffers > 1) {
+        hand_off(b, c, link->slot);
+        return PS_OK;
+    }
+    uint32_t dropped;
+    int rc = send_filling(b, c, ps_stage_down(link), deadline, &dropped);
+    op->done -= dropped < op->done ? dropped : op->done;
+    return rc;
 }
 
 /* The operation's deadline, read from the clock when first needed (0: not yet): a move that only
@@ -214,7 +224,7 @@ static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
     size_t size = b->base.tuple_size;
     const unsigned char *in = op->in;
     while (op->done < n) {
-        if (c->count == b->capacity && (rc = send_full(b, c, link, deadline_of(&deadline, op))) != PS_OK) return rc;
+        if (c->count == b->capacity && (rc = send_full(b, c, link, op, deadline_of(&deadline, op))) != PS_OK) return rc;
         if (c->count == 0) { /* the buffer to fill next may still be on its way */
             if ((rc = wait_sent(c, b->buffers - 1, deadline_of(&deadline, op))) != PS_OK) return rc;
             if ((rc = take_failure(b, c)) != PS_OK) return rc;
@@ -227,7 +237,7 @@ static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
         op->done += k;
     }
     /* Full: it goes now. The moves are taken either way: a timeout leaves them for the next try. */
-    rc = c->count == b->capacity ? send_full(b, c, link, deadline_of(&deadline, op)) : PS_OK;
+    rc = c->count == b->capacity ? send_full(b, c, link, op, deadline_of(&deadline, op)) : PS_OK;
     return rc == PS_ETIMEDOUT ? PS_OK : rc;
 }
 
@@ -369,8 +379,8 @@ static void batch_detach(ps_stage *stage, uint32_t slot) {
         wait_sent(c, 0, PS_FOREVER);
     }
     if (take_failure(b, c) != PS_OK) fprintf(stderr, "paths: a caller left stage 'batch' unaware: %s\n", b->base.error);
-    uint32_t held = c->count;
-    int rc = send_filling(b, c, &b->base.caller_links[slot], deadline);
+    uint32_t held = c->count, dropped;
+    int rc = send_filling(b, c, &b->base.caller_links[slot], deadline, &dropped);
     if (rc == PS_ETIMEDOUT) {
         atomic_fetch_add_explicit(&b->dropped, c->count, memory_order_relaxed);
         fprintf(stderr, "paths: stage 'batch': %u of the %u moves a caller held when it left did not go down within "
