@@ -81,6 +81,27 @@ def test_a_call_waiting_below_crosses_once_however_many_slices_it_takes(space):
     assert 0.99 * 5_000_000 <= h.stage.counters()["delayed_ns"] < 10_000_000
 
 
+@pytest.mark.parametrize("call", ["exchange", "move_many"])
+def test_a_call_done_in_part_below_goes_on_waiting_there_without_crossing_again(space, call):
+    """An exchange whose move a sum of two took (its total waits for the other contributor), a
+    move_many of which a full bound let one tuple in: the first slice crosses and does that part;
+    the later slices go on with what is left of it (the exchange's observe, the other tuples) at
+    the stage below, crossing no more."""
+    summed = [stage("reduce-sum", num_threads=2)] if call == "exchange" else []
+    h = build_path(make_path(stage("delay", ms=5), *summed, stage("core", name="D", format="q")), pastset=space)
+    element = space.enter("D", "q")
+    if call == "exchange":
+        with pytest.raises(TimeoutError, match=r"exchange \(moved; its observe\)"):
+            h.exchange(1, timeout=0.35)
+    else:
+        element.delta(2)
+        element.move(0)
+        with pytest.raises(TimeoutError, match=r"\(1 of 3 tuples moved\)"):
+            h.move_many([(1,), (2,), (3,)], timeout=0.35)
+        assert element.observe_range(0, 10) == [(0,), (1,)]
+    assert 0.99 * 5_000_000 <= h.stage.counters()["delayed_ns"] < 10_000_000
+
+
 # ---- Ctrl-C ------------------------------------------------------------------------------------
 
 INTERRUPTED = textwrap.dedent("""

@@ -8,7 +8,8 @@
  *     stays on its way, though: the same operation called again by that caller within
  *     REPEAT_WITHIN_NS (as a caller that waits in slices does: Python every 0.1 s, a server per
  *     slice) continues the crossing instead of starting a new one, so it still arrives after ms;
- *     so does one that timed out below, which does not cross again;
+ *     so does one that timed out below, which does not cross again, nor does what is left of it
+ *     when a part took effect there (the rest of a move_many, an exchange's observe);
  *   - on the way back, the operation has taken effect, so its answer is returned, at the
  *     timeout if the crossing would take longer.
  *
@@ -135,12 +136,12 @@ static int go(ps_link *link, const ps_op *op, int64_t deadline) {
     return sleep_until(d, m->arrives_ns, deadline) >= m->arrives_ns ? PS_OK : PS_ETIMEDOUT;
 }
 
-/* The way back, with the status of the operation below (rc: PS_ETIMEDOUT when it was not done,
- * moved: tuples it moved all the same, as an exchange's move). Returns the caller's status. */
-static int come_back(ps_link *link, int rc, uint32_t moved, int64_t deadline) {
+/* The way back, with the status rc of the operation below. Returns the caller's status. */
+static int come_back(ps_link *link, const ps_op *op, int rc, int64_t deadline) {
     delay_stage *d = delay_of(link);
     in_flight *m = &d->messages[link->slot];
-    if (rc == PS_ETIMEDOUT && !moved) { /* nothing done: a repeat made at once goes on with it */
+    if (rc == PS_ETIMEDOUT) { /* not done, or done in part: a repeat made at once goes on with what is left */
+        if (op->kind == PS_OP_EXCHANGE && op->done) m->op = (int)PS_OP_OBSERVE + 1; /* its move went */
         m->expires_ns = ps_now_ns() + REPEAT_WITHIN_NS;
         return rc;
     }
@@ -295,7 +296,7 @@ static int delay_call(ps_link *link, ps_op *op) {
         rc = ps_stage_pass(link, op);
         op->timeout_ns = timeout_ns;
     }
-    return waits ? come_back(link, rc, op->done, deadline) : rc;
+    return waits ? come_back(link, op, rc, deadline) : rc;
 }
 
 /* A caller gone leaves nothing on its way for the next caller of its slot. Pipelined, its moves
