@@ -35,6 +35,7 @@
 #include "waitpoint.h"
 
 enum { REPEAT_WITHIN_NS = 10 * 1000 * 1000, QUEUE_MESSAGES = 64, CACHE_LINE = 64 };
+enum { NO_CALLER = PS_PASS_THROUGH_CALLERS }; /* a queued message's slot once its caller went (drop_queued) */
 static const int64_t COURIER_SLICE_NS = 100000000LL;  /* the courier looks at `stopping` and `leaving` this often */
 static const int64_t RELEASE_WAIT_NS = 1000000000LL;  /* a caller that goes waits this long for its moves */
 static const int64_t EARLY_WAKE_NS = 150000;         /* a sleep's wake-up may come this late */
@@ -251,20 +252,37 @@ static void *courier_loop(void *arg) {
             ps_waitpoint_wait(&d->queued_wp, seen, ps_deadline(COURIER_SLICE_NS), &spins);
             continue;
         }
-        deliver(d, q);
-        wire_caller *c = &d->callers[q->slot];
+        wire_caller *c = q->slot == NO_CALLER ? NULL : &d->callers[q->slot]; /* NULL: dropped, done with */
+        if (c) deliver(d, q);
         pthread_mutex_lock(&d->queue_lock);
         /* A waiter is woken by what it waits for: room on a full wire, or the last move its caller
          * sent applied. Not by every message: a caller settling behind many would wake, look and
          * sleep again on each, taking the core the deliveries need. */
         int wanted = d->tail - d->head == QUEUE_MESSAGES ||
-                     c->sent == atomic_load_explicit(&c->delivered, memory_order_relaxed) + 1;
+                     (c && c->sent == atomic_load_explicit(&c->delivered, memory_order_relaxed) + 1);
         d->head++;
         pthread_mutex_unlock(&d->queue_lock);
-        atomic_fetch_add_explicit(&c->delivered, 1, memory_order_release);
+        if (c) atomic_fetch_add_explicit(&c->delivered, 1, memory_order_release);
         if (wanted) ps_waitpoint_wake(&d->delivered_wp);
     }
     return NULL;
+}
+
+/* A caller that goes drops its messages queued behind the one the courier delivers (which may be
+ * another caller's, stuck below): each is a failure it hears of, and done with at once, so that
+ * nothing of its is left for the next caller of its slot. The courier passes them by. */
+static void drop_queued(delay_stage *d, uint32_t slot) {
+    wire_caller *c = &d->callers[slot];
+    pthread_mutex_lock(&d->queue_lock);
+    for (uint64_t i = d->head + 1; i < d->tail; i++) {
+        queued *q = &d->queue[i % QUEUE_MESSAGES];
+        if (q->slot != slot) continue;
+        q->slot = NO_CALLER;
+        atomic_fetch_add_explicit(&d->dropped, q->count, memory_order_relaxed);
+        ps_deferred_failure_record(&c->failure, PS_ETIMEDOUT, 0, q->count);
+        atomic_fetch_add_explicit(&c->delivered, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&d->queue_lock);
 }
 
 /* Pipelined: another operation of the caller comes after its moves, on the same wire: once it
@@ -308,7 +326,8 @@ static void delay_detach(ps_stage *stage, uint32_t slot) {
     if (!d->pipelined) return;
     wire_caller *c = &d->callers[slot];
     if (wait_delivered(d, c, ps_deadline(RELEASE_WAIT_NS)) != PS_OK) {
-        atomic_store(&c->leaving, 1); /* the courier gives up within a slice */
+        atomic_store(&c->leaving, 1); /* the courier gives up its message within a slice */
+        drop_queued(d, slot);
         wait_delivered(d, c, PS_FOREVER);
     }
     if (take_failure(d, c) != PS_OK) fprintf(stderr, "paths: a caller left stage 'delay' unaware: %s\n", d->base.error);
