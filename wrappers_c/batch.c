@@ -49,6 +49,8 @@ typedef struct caller {
     uint32_t count;              /* tuples in the filling buffer, which is buffer handed % buffers */
     int64_t oldest_ns;           /* when its first tuple came (flush_us only) */
     uint32_t counts[MAX_BUFFERS];/* tuples in each handed buffer */
+    uint32_t resume;             /* the sender's: tuples of the oldest handed buffer it sent before it put
+                                    the rest aside (send_handed) */
     _Atomic uint32_t handed;     /* buffers handed to the sender so far */
     _Atomic int owner;           /* flush_us only: OWNER_CALLER during an operation, OWNER_SENDER while
                                     the sender takes the filling buffer */
@@ -67,6 +69,7 @@ typedef struct batch_stage {
     int has_sender;
     pthread_t sender;
     _Atomic int stopping;
+    _Atomic int going;           /* callers leaving: a send the sender cannot finish waits for their sends */
     _Alignas(CACHE_LINE) _Atomic uint64_t work[WORK_WORDS]; /* callers with buffers handed, a bit each */
     ps_waitpoint work_wp;        /* the sender waits here */
     _Atomic int64_t timer_due;   /* when the sender looks at the buffers' ages next (INT64_MAX: never) */
@@ -142,15 +145,20 @@ static int send_filling(batch_stage *b, caller *c, ps_link *down, int64_t deadli
     return rc;
 }
 
+/* The caller in `slot` has buffers for the sender to send. */
+static void mark_work(batch_stage *b, uint32_t slot) {
+    atomic_fetch_or(&b->work[slot / 64], (uint64_t)1 << (slot % 64));
+    ps_waitpoint_wake(&b->work_wp);
+}
+
 /* Hands the filling buffer to the sender: the caller fills the next one. */
 static void hand_off(batch_stage *b, caller *c, uint32_t slot) {
     uint32_t handed = atomic_load_explicit(&c->handed, memory_order_relaxed);
     c->counts[handed % b->buffers] = c->count;
     c->count = 0;
     atomic_store_explicit(&c->handed, handed + 1, memory_order_release);
-    atomic_fetch_or(&b->work[slot / 64], (uint64_t)1 << (slot % 64));
     atomic_fetch_add_explicit(&b->handoffs, 1, memory_order_relaxed);
-    ps_waitpoint_wake(&b->work_wp);
+    mark_work(b, slot);
 }
 
 /* Waits until at most `on_way` of the caller's handed buffers are still on their way. */
@@ -275,19 +283,28 @@ static void record_failure(batch_stage *b, caller *c, int status, uint32_t done,
 }
 
 /* Sends every buffer the caller in `slot` handed over, in order: each in slices until it went,
- * failed, or its caller left. */
+ * failed, or its caller left. While another caller leaves, a send that takes more than a slice is
+ * put aside (the rest of it, for the sender's next look), so that the leaving caller's sends are
+ * not held up behind it. */
 static void send_handed(batch_stage *b, uint32_t slot) {
     caller *c = &b->callers[slot];
     ps_link *down = &b->base.caller_links[slot];
     uint32_t sent = atomic_load_explicit(&c->sent, memory_order_relaxed);
     while (sent != atomic_load_explicit(&c->handed, memory_order_acquire)) {
         const unsigned char *tuples = buffer_of(b, c, sent);
-        uint32_t n = c->counts[sent % b->buffers], done = 0, took;
+        uint32_t n = c->counts[sent % b->buffers], done = c->resume, took;
         int rc;
         do {
             rc = send_down(b, down, tuples + (size_t)done * b->base.tuple_size, n - done, SEND_SLICE_NS, &took);
             done += took;
-        } while (rc == PS_ETIMEDOUT && !atomic_load(&c->leaving) && !atomic_load(&b->stopping));
+        } while (rc == PS_ETIMEDOUT && !atomic_load(&c->leaving) && !atomic_load(&b->stopping) &&
+                 !atomic_load(&b->going));
+        if (rc == PS_ETIMEDOUT && !atomic_load(&c->leaving) && !atomic_load(&b->stopping)) {
+            c->resume = done;
+            mark_work(b, slot);
+            return;
+        }
+        c->resume = 0;
         if (rc != PS_OK) record_failure(b, c, rc, done, n);
         atomic_store_explicit(&c->sent, ++sent, memory_order_release);
         ps_waitpoint_wake(&c->sent_wp);
@@ -376,7 +393,9 @@ static void batch_detach(ps_stage *stage, uint32_t slot) {
     int64_t deadline = ps_deadline(RELEASE_WAIT_NS);
     if (wait_sent(c, 0, deadline) != PS_OK) {
         atomic_store(&c->leaving, 1); /* the sender gives up within a slice */
+        atomic_fetch_add(&b->going, 1); /* ... and puts aside another caller's send that holds it */
         wait_sent(c, 0, PS_FOREVER);
+        atomic_fetch_sub(&b->going, 1);
     }
     if (take_failure(b, c) != PS_OK) fprintf(stderr, "paths: a caller left stage 'batch' unaware: %s\n", b->base.error);
     uint32_t held = c->count, dropped;
