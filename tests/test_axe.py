@@ -1,6 +1,6 @@
 """axe through every kind of path: it never loses an unread tuple, and every stage agrees on what
 an axed index gives. The element-level rules are in test_pastset.py; here the same operations go
-through cache, trace, delay, a Python stage and a remote stage (to a server on loopback)."""
+through cache (prefetching or not), trace, delay, a Python stage and a remote stage (to a server on loopback)."""
 
 import pytest
 
@@ -24,6 +24,7 @@ def server():
 ABOVE_THE_CORE = {
     "core": lambda server, tmp_path: [],
     "cache": lambda server, tmp_path: [stage("cache", capacity=4)],
+    "prefetching cache": lambda server, tmp_path: [stage("cache", capacity=4, prefetch="window", window=4)],
     "trace": lambda server, tmp_path: [stage("trace", file=str(tmp_path / "axe.bin"))],
     "delay": lambda server, tmp_path: [stage("delay", ms=0.1)],
     "python stage": lambda server, tmp_path: [stage("axe-passing")],

@@ -71,14 +71,14 @@ static void keep(cache_stage *c, int64_t first, int64_t n, const unsigned char *
     pthread_mutex_unlock(&c->lock);
 }
 
-/* One range request for tuples first, ... (at most n), kept as they come. Its status; the tuples
- * it gave in *got (an axed start teaches the axe point). */
+/* One range request for tuples first, ... (at most n), kept as they come. Its status; in *got the
+ * tuples it gave, or on PS_EAXED the axe point (which the cache learns). */
 static int fetch_once(cache_stage *c, ps_link *down, int64_t first, uint32_t n, int64_t deadline, int64_t *got) {
     ps_op op = {.kind = PS_OP_OBSERVE_RANGE, .argument = first, .count = n, .out = c->staging,
                 .timeout_ns = ps_remaining(deadline)};
     int rc = ps_link_call(down, &op);
     atomic_fetch_add_explicit(&c->ranges, 1, memory_order_relaxed);
-    *got = rc == PS_OK ? op.value : 0;
+    *got = rc == PS_OK || rc == PS_EAXED ? op.value : 0;
     if (rc == PS_EAXED) learn_axe_point(c, op.value);
     if (rc != PS_OK) return rc;
     keep(c, first, op.value, c->staging);
@@ -87,15 +87,17 @@ static int fetch_once(cache_stage *c, ps_link *down, int64_t first, uint32_t n, 
 }
 
 /* Fetches tuples first .. first + want - 1 that exist, waiting by the deadline for `first` only,
- * with the `fetching` flag held, and copies tuple `first` to `out` (if not NULL). A range beyond
- * one request asks how far the history goes, then fetches the rest. Returns the status of the
- * first request. */
-static int fetch_range(cache_stage *c, ps_link *down, int64_t first, int64_t want, void *out, int64_t deadline) {
+ * with the `fetching` flag held, and answers `asked` (the observe of `first`, if not NULL): the
+ * tuple into its out, or, refused as axed, the axe point into its value. A range beyond one
+ * request asks how far the history goes, then fetches the rest. Returns the status of the first
+ * request. */
+static int fetch_range(cache_stage *c, ps_link *down, int64_t first, int64_t want, ps_op *asked, int64_t deadline) {
     uint32_t n = want < c->staging_tuples ? (uint32_t)want : c->staging_tuples;
     int64_t got;
     int rc = fetch_once(c, down, first, n, deadline, &got);
+    if (rc == PS_EAXED && asked) asked->value = got;
     if (rc != PS_OK) return rc;
-    if (out) memcpy(out, c->staging, c->base.tuple_size);
+    if (asked) memcpy(asked->out, c->staging, c->base.tuple_size);
     ps_op last = {.kind = PS_OP_LAST};
     if (got < n || got == want || ps_link_call(down, &last) != PS_OK) return PS_OK;
     if (last.value - first < want) want = last.value - first;
@@ -115,7 +117,7 @@ static int cache_observe_at(ps_link *link, ps_op *op) {
     }
     atomic_fetch_add_explicit(&c->misses, 1, memory_order_relaxed);
     if (c->mode != PREFETCH_NONE && index >= 0 && !atomic_exchange(&c->fetching, 1)) {
-        int rc = fetch_range(c, ps_stage_down(link), index, c->window, op->out, ps_deadline(op->timeout_ns));
+        int rc = fetch_range(c, ps_stage_down(link), index, c->window, op, ps_deadline(op->timeout_ns));
         atomic_store(&c->fetching, 0);
         return rc;
     }
