@@ -1,6 +1,8 @@
 """reduce-sum: exact totals through flat and multi-level trees, multi-field tuples, rounds that
-never mix however far contributors drift apart, and waits that time out without losing a round."""
+never mix however far contributors drift apart, waits that time out without losing a round, and
+rounds a timeout left pending still going down when the last caller goes."""
 
+import gc
 import threading
 
 import pytest
@@ -91,6 +93,32 @@ def test_downward_timeout_leaves_the_round_pending(space, sums):
     assert element.observe() == (-1,)  # room again: the waiting observer drives the lowest sum
     assert a.observe(timeout=5) == (5,)
     assert element.last() == 2
+
+
+@pytest.mark.parametrize("sums", [1, 2], ids=["one-sum", "chain-of-two"])
+def test_a_round_left_pending_goes_down_when_the_last_caller_goes(space, sums):
+    element = space.enter("L", "q")
+    element.delta(1)
+    element.move(-1)  # full: the round's way down times out
+    chain = [stage("reduce-sum", num_threads=1) for _ in range(sums)]
+    a = build_path(make_path(*chain, stage("core", name="L", format="q")), pastset=space)
+    a.move(5, timeout=0.05)  # taken: it returned, so it must reach the element
+    assert element.observe() == (-1,)  # room again, but nobody observes through the sum
+    del a
+    gc.collect()  # the last release drives the pending round down
+    assert element.last() == 2 and element.observe(1) == (5,)
+
+
+def test_a_round_that_cannot_go_down_at_release_is_said_on_stderr(space, capfd):
+    element = space.enter("F", "q")
+    element.delta(1)
+    element.move(-1)  # full, and nobody will make room
+    a = build_path(make_path(stage("reduce-sum", num_threads=1), stage("core", name="F", format="q")), pastset=space)
+    a.move(5, timeout=0.05)
+    del a
+    gc.collect()
+    assert "stage 'reduce-sum': 1 round(s) summed when its last caller left did not go down" in capfd.readouterr().err
+    assert element.last() == 1
 
 
 def test_observe_before_move_is_an_error(space):

@@ -321,8 +321,25 @@ static int sum_counters(ps_stage *stage, ps_counter *out, int max) {
     return 2;
 }
 
+/* Rounds summed that have not gone down. */
+static uint64_t rounds_not_down(reduce_sum_stage *s) {
+    uint64_t round = atomic_load(&s->down_moved), n = 0;
+    while (n < ROUND_SLOTS && atomic_load(&s->slots[(round + n) % ROUND_SLOTS].summed) == round + n + 1) n++;
+    return n;
+}
+
+/* The last caller went: rounds its callers completed that a timed-out downward call left pending
+ * go down now, each waiting up to RELEASE_WAIT_NS below; what cannot is said on stderr, never
+ * dropped silently. */
+static const int64_t RELEASE_WAIT_NS = 1000000000LL;
+
 static void sum_destroy(ps_stage *stage) {
     reduce_sum_stage *s = (reduce_sum_stage *)stage;
+    if (pending(s)) drive(s, RELEASE_WAIT_NS);
+    uint64_t lost = rounds_not_down(s);
+    if (lost)
+        fprintf(stderr, "paths: stage 'reduce-sum': %llu round(s) summed when its last caller left did not go down "
+                "within %lld ms: lost\n", (unsigned long long)lost, (long long)(RELEASE_WAIT_NS / 1000000));
     for (int i = 0; i < ROUND_SLOTS; i++) free(s->slots[i].buffers);
 }
 
