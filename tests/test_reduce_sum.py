@@ -4,6 +4,7 @@ rounds a timeout left pending still going down when the last caller goes."""
 
 import gc
 import threading
+import time
 
 import pytest
 
@@ -119,6 +120,17 @@ def test_a_round_that_cannot_go_down_at_release_is_said_on_stderr(space, capfd):
     gc.collect()
     assert "stage 'reduce-sum': 1 round(s) summed when its last caller left did not go down" in capfd.readouterr().err
     assert element.last() == 1
+
+
+def test_a_move_many_waits_below_no_longer_than_its_timeout_in_all(space):
+    element = space.enter("W", "q")
+    element.delta(1)
+    element.move(-1)  # full: every round's way down waits for room that does not come
+    h = build_path(make_path(stage("reduce-sum", num_threads=1), stage("core", name="W", format="q")), pastset=space)
+    begun = time.monotonic()
+    h.move_many([1, 2, 3, 4], timeout=0.1)  # four rounds, each driven down as it completes
+    assert time.monotonic() - begun < 0.3  # not 0.1 s per round
+    assert element.observe() == (-1,)  # room: the pending rounds go down when the handle goes
 
 
 def test_observe_before_move_is_an_error(space):

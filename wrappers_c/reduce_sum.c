@@ -224,12 +224,14 @@ static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
 }
 
 /* A move_many is that many contributions, of consecutive rounds: taken whole when they all fit in
- * the caller's rounds ahead (ROUND_SLOTS beyond its observes), else refused, nothing moved. */
+ * the caller's rounds ahead (ROUND_SLOTS beyond its observes), else refused, nothing moved. The
+ * rounds it completes are driven down within its one timeout. */
 static int sum_move_many(ps_link *link, ps_op *op) {
     if (link->moves + op->count > link->observes + ROUND_SLOTS) return PS_ESTATE;
     const unsigned char *tuples = op->in;
     size_t size = link->stage->tuple_size;
-    for (uint32_t i = 0; i < op->count; i++) sum_move(link, tuples + (size_t)i * size, op->timeout_ns);
+    int64_t deadline = ps_deadline(op->timeout_ns);
+    for (uint32_t i = 0; i < op->count; i++) sum_move(link, tuples + (size_t)i * size, ps_remaining(deadline));
     return PS_OK;
 }
 
