@@ -330,11 +330,11 @@ static uint64_t rounds_not_down(reduce_sum_stage *s) {
     return n;
 }
 
+static const int64_t RELEASE_WAIT_NS = 1000000000LL; /* how long the rounds left pending wait below at the end */
+
 /* The last caller went: rounds its callers completed that a timed-out downward call left pending
  * go down now, each waiting up to RELEASE_WAIT_NS below; what cannot is said on stderr, never
  * dropped silently. */
-static const int64_t RELEASE_WAIT_NS = 1000000000LL;
-
 static void sum_destroy(ps_stage *stage) {
     reduce_sum_stage *s = (reduce_sum_stage *)stage;
     if (pending(s)) drive(s, RELEASE_WAIT_NS);
