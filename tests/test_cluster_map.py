@@ -332,6 +332,30 @@ BROKEN = {
         "clusters.4w.address",
         "only {node} is replaced",
     ),
+    "address template with an attribute": (
+        edited(("cpus: 4", "cpus: 4\n    address: tcp://{node.x}:7000")),
+        6,
+        "clusters.4w.address",
+        "only {node} is replaced",
+    ),
+    "address template with a huge width": (
+        edited(("cpus: 4", "cpus: 4\n    address: tcp://{node:>99999999999}:7000")),
+        6,
+        "clusters.4w.address",
+        "only {node} is replaced",
+    ),
+    "ssh template with an index": (
+        BASE + "launch: {mode: ssh, ssh: 'ssh {host[x]} {command}'}\n",
+        7,
+        "launch.ssh",
+        "with {host} and {command}",
+    ),
+    "ssh template with an unclosed quote": (
+        BASE + "launch: {mode: ssh, ssh: \"ssh '{host} {command}\"}\n",
+        7,
+        "launch.ssh",
+        "with {host} and {command}",
+    ),
     "address mapping missing a node": (
         edited(("n[0-7]", "n[0-1]"), ("cpus: 4", "cpus: 4\n    address: {n0: tcp://a:1}")),
         6,

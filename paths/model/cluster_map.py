@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 import os
 import reprlib
+import shlex
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, Optional, Union
@@ -413,10 +415,9 @@ def _addresses(field: _Field, names: list[str]) -> list[str]:
     template = field.string(
         "an address template like 'tcp://{node}:7000' or a mapping node: address"
     )
-    try:
-        addresses = [template.format(node=node) for node in names]
-    except (KeyError, IndexError, ValueError):
+    if not _replaces_only(template, {"node"}):
         field.expect("a template where only {node} is replaced, like 'tcp://{node}:7000'")
+    addresses = [template.format(node=node) for node in names]
     if len(set(addresses)) < len(addresses):
         field.expect("a template that gives each node its own address, like 'tcp://{node}:7000'")
     return addresses
@@ -514,9 +515,23 @@ def _launch(field: _Field) -> Launch:
     expected = "a command template with {host} and {command}, like 'ssh {host} {command}'"
     ssh = fields["ssh"].string(expected)
     try:
-        ssh.format(host="", command="")
-    except (KeyError, IndexError, ValueError):
+        parts = shlex.split(ssh)  # as the launcher splits it, then fills in each part
+    except ValueError:
+        fields["ssh"].expect(expected)
+    if not all(_replaces_only(part, {"host", "command"}) for part in parts):
         fields["ssh"].expect(expected)
     if "{host}" not in ssh or "{command}" not in ssh:
         fields["ssh"].expect(expected)
     return Launch(mode, ssh)
+
+
+def _replaces_only(template: str, names: set[str]) -> bool:
+    """Whether str.format on `template` replaces nothing but {name} fields of `names`: no
+    attribute, index, conversion or format spec ({node.x}, {node[0]}, {node:>9999999999}),
+    which would fail, or run out of memory, when the template is filled in."""
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError:  # a lone { or }
+        return False
+    return all(name is None or (name in names and not spec and conversion is None)
+               for _, name, spec, conversion in fields)
