@@ -300,7 +300,21 @@ BROKEN = {
         + "links:\n  - {between: [4w, x], delay_ms: -1}\n",
         11,
         "links[0].delay_ms",
-        "expected a number of milliseconds >= 0, got -1",
+        "expected a number of milliseconds from 0 to 60000, got -1",
+    ),
+    "delay beyond a delay stage's longest": (
+        edited(("root: n0", "  x:\n    nodes: x0\n    cpus: 1\nroot: n0"))
+        + "links:\n  - {between: [4w, x], delay_ms: 100000}\n",
+        11,
+        "links[0].delay_ms",
+        "expected a number of milliseconds from 0 to 60000, got 100000",
+    ),
+    "jitter beyond the delay": (
+        edited(("root: n0", "  x:\n    nodes: x0\n    cpus: 1\nroot: n0"))
+        + "links:\n  - {between: [4w, x], delay_ms: 1, jitter_ms: 5}\n",
+        11,
+        "links[0].jitter_ms",
+        "expected at most the link's delay_ms (1), got 5",
     ),
     "links not a list": (
         BASE + "links: {between: [4w, x]}\n",

@@ -199,6 +199,9 @@ BROKEN_MAPS = {  # map text, words the message must hold (besides the file's pat
     "root the map lacks": (GOOD_MAP.replace("root: a0", "root: a9"),
                            ["root:", "a node listed under clusters", "'a9'"]),
     "home the map lacks": (GOOD_MAP + "home: b0\n", ["home:", "a node listed under clusters", "'b0'"]),
+    "delay a link cannot have": (GOOD_MAP.replace("root: a0", "  b:\n    nodes: b0\n    cpus: 1\nroot: a0")
+                                 + "links:\n  - {between: [a, b], delay_ms: 100000}\n",
+                                 ["links[0].delay_ms", "from 0 to 60000", "got 100000"]),
 }
 
 

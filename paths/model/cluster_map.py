@@ -306,14 +306,14 @@ class _Field:
             self.expect(expected)
         return value
 
-    def milliseconds(self) -> float:
+    def milliseconds(self, maximum: float) -> float:
         value = self.value()
         if (
             isinstance(value, bool)
             or not isinstance(value, (int, float))
-            or not 0 <= value < math.inf
+            or not 0 <= value <= maximum
         ):
-            self.expect("a number of milliseconds >= 0")
+            self.expect(f"a number of milliseconds from 0 to {maximum:g}")
         return float(value)
 
 
@@ -451,6 +451,7 @@ def _proto(field: _Field) -> str:
 
 MAX_BATCH = 1 << 20         # a batch stage's largest max_moves
 MAX_FLUSH_US = 60_000_000   # and its longest flush_us
+MAX_DELAY_MS = 60_000       # a delay stage's longest ms (and jitter_ms, which is at most its ms)
 
 
 def _links(field: _Field, cluster_names: list[str]) -> tuple[Link, ...]:
@@ -471,8 +472,10 @@ def _links(field: _Field, cluster_names: list[str]) -> tuple[Link, ...]:
             item.fail(f"a second link between {pair[0]} and {pair[1]}")
         if "jitter_ms" in fields and "delay_ms" not in fields:
             fields["jitter_ms"].fail("jitter_ms needs delay_ms on the same link")
-        jitter = fields["jitter_ms"].milliseconds() if "jitter_ms" in fields else 0.0
-        delay = fields["delay_ms"].milliseconds() if "delay_ms" in fields else None
+        delay = fields["delay_ms"].milliseconds(MAX_DELAY_MS) if "delay_ms" in fields else None
+        jitter = fields["jitter_ms"].milliseconds(MAX_DELAY_MS) if "jitter_ms" in fields else 0.0
+        if delay is not None and jitter > delay:
+            fields["jitter_ms"].fail(f"expected at most the link's delay_ms ({delay:g}), got {jitter:g}")
         proto = _proto(fields["proto"]) if "proto" in fields else None
         if "flush_us" in fields and "batch" not in fields:
             fields["flush_us"].fail("flush_us needs batch on the same link")
