@@ -241,14 +241,23 @@ def test_a_replaced_acquire_hook_changes_the_path_and_the_release_hook_sees_ever
     assert probe.alive() == []
 
 
-@pytest.mark.parametrize("module, hook, words", [
-    ("missing_hook_module", "no_such_module:hook", ["acquire hook 'no_such_module:hook': cannot import module"]),
-    ("unmarked_hook", "unmarked_hook:acquire", ["acquire hook 'unmarked_hook:acquire': acquire is not marked as one: "
-                                                "decorate it with @paths.acquire_hook"]),
-], ids=["no module", "not marked"])
-def test_a_hook_that_cannot_be_used_is_refused_before_any_node_starts(built, probe, user_module, module, hook, words):
-    user_module("unmarked_hook", "def acquire(request):\n    return request.default()\n")
-    done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--acquire", hook, cwd=built)
+@pytest.mark.parametrize("option, name, words", [
+    ("--acquire", "no_such_module:hook", ["acquire hook 'no_such_module:hook': cannot import module"]),
+    ("--acquire", "unmarked_hook:acquire", ["acquire hook 'unmarked_hook:acquire': acquire is not marked as one: "
+                                            "decorate it with @paths.acquire_hook"]),
+    ("--acquire", "broken_module:acquire", ["acquire hook 'broken_module:acquire': importing module 'broken_module' "
+                                            "raised RuntimeError: no cluster today (at ", "broken_module.py:1)"]),
+    ("--acquire", "typo_module:acquire", ["acquire hook 'typo_module:acquire': importing module 'typo_module' raised "
+                                          "SyntaxError: ", "typo_module.py, line 1)"]),
+    ("--policy", "unmarked_hook:placing", ["policy 'unmarked_hook:placing' (map ", "paper-4w.yaml): raised "
+                                           "ZeroDivisionError: division by zero (at ", "unmarked_hook.py:4)"]),
+], ids=["no module", "not marked", "module raises", "module does not compile", "policy raises"])
+def test_a_hook_that_cannot_be_used_is_refused_before_any_node_starts(built, probe, user_module, option, name, words):
+    user_module("unmarked_hook", "def acquire(request):\n    return request.default()\n"
+                                 "def placing(cluster_map, n_threads):\n    return 1 / 0\n")
+    user_module("broken_module", "raise RuntimeError('no cluster today')\n")
+    user_module("typo_module", "def acquire(request:\n")
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", option, name, cwd=built)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("paths run: ")
     for word in words:

@@ -133,6 +133,8 @@ def policy_module(tmp_path, monkeypatch):
         "    return ['root0'] * n_threads\n"
         "def not_a_list(cluster_map, n_threads):\n"
         "    return 'n0'\n"
+        "def raising(cluster_map, n_threads):\n"
+        "    raise LookupError(f'no room for {n_threads} threads')\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     return "my_policies"
@@ -163,6 +165,14 @@ def test_user_policy_results_are_checked(policy_module, func, cluster_map, probl
         place(cluster_map, 4, f"my_policies:{func}")
     assert f"policy 'my_policies:{func}' (map {cluster_map.source})" in str(info.value)
     assert problem in str(info.value)
+
+
+def test_a_user_policy_that_raises_is_a_value_error_naming_it_and_the_line(policy_module):
+    with pytest.raises(ValueError) as info:
+        place(FOUR_W, 4, "my_policies:raising")
+    assert str(info.value).startswith(f"policy 'my_policies:raising' (map {FOUR_W.source}): raised LookupError: "
+                                      "no room for 4 threads (at ")
+    assert str(info.value).endswith("my_policies.py:14)")
 
 
 @pytest.mark.parametrize(

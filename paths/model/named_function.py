@@ -11,6 +11,7 @@ import importlib
 import os
 import re
 import sys
+import traceback
 from typing import Callable, Optional
 
 DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*")
@@ -29,6 +30,9 @@ def import_function(name: str, what: str, hook: Optional[str] = None) -> Callabl
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise ValueError(f"{what} {name!r}: cannot import module {module_name!r} ({error})") from error
+    except Exception as error:  # the module's own code failed: say what it raised, and where
+        raised = f"{type(error).__name__}: {error}" if isinstance(error, SyntaxError) else raised_where(error)
+        raise ValueError(f"{what} {name!r}: importing module {module_name!r} raised {raised}") from error
     func = getattr(module, func_name, None)
     if not callable(func):
         raise ValueError(f"{what} {name!r}: module {module_name!r} has no function {func_name!r}")
@@ -36,3 +40,11 @@ def import_function(name: str, what: str, hook: Optional[str] = None) -> Callabl
         raise ValueError(f"{what} {name!r}: {func.__qualname__} is not marked as one: decorate it with "
                          f"@paths.{hook}_hook")
     return func
+
+
+def raised_where(error: BaseException, trace=None) -> str:
+    """'ValueError: message (at file.py:12)': an exception and the line that raised it (from
+    `trace`, else the exception's own traceback)."""
+    frames = traceback.extract_tb(trace or error.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(error).__name__}: {error}{where}"

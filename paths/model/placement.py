@@ -15,7 +15,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Callable, Sequence, Union
 
-from .named_function import DOTTED_NAME, import_function
+from .named_function import DOTTED_NAME, import_function, raised_where
 
 if TYPE_CHECKING:
     from .cluster_map import ClusterMap, Node
@@ -64,7 +64,11 @@ def place(
         raise ValueError(f"n_threads: expected a positive integer, got {n_threads!r}")
     policy = cluster_map.policy if policy is None else policy
     func = resolve_policy(policy) if isinstance(policy, str) else policy
-    placements = func(cluster_map, n_threads)
+    try:
+        placements = func(cluster_map, n_threads)
+    except Exception as error:  # a policy of the user's own: say what it raised, and where
+        raise ValueError(f"{_where(cluster_map, policy_name(cluster_map, policy))}: raised "
+                         f"{raised_where(error)}") from error
     return _checked(cluster_map, n_threads, policy_name(cluster_map, policy), placements)
 
 
@@ -91,10 +95,14 @@ def _deal(cluster_map: ClusterMap, slots: list[str], n_threads: int) -> list[str
     return [slots[thread % len(slots)] for thread in range(n_threads)]
 
 
+def _where(cluster_map: ClusterMap, policy_name: str) -> str:
+    return f"policy {policy_name!r} (map {cluster_map.source})"
+
+
 def _checked(
     cluster_map: ClusterMap, n_threads: int, policy_name: str, placements: object
 ) -> list[str]:
-    where = f"policy {policy_name!r} (map {cluster_map.source})"
+    where = _where(cluster_map, policy_name)
     if isinstance(placements, str) or not isinstance(placements, Sequence):
         raise ValueError(f"{where}: expected a list of node names, got {placements!r}")
     if len(placements) != n_threads:

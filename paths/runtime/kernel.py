@@ -19,13 +19,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from .. import _native
-from ..model.named_function import import_function
+from ..model.named_function import import_function, raised_where  # noqa: F401 (raised_where: also named here)
 
 BUILTIN_LIBRARY = Path(_native.__file__).resolve().parent / "libpaths_kernels.so"
 
@@ -171,10 +170,3 @@ def run_kernel(kernel: Kernel, thread_ids: Iterable[int], threads: int, node: st
                     f"{failed['status_name']}{why}")
     return KernelRun(raw["seconds"], {o["thread"]: o["reports"] for o in raw["threads"]})
 
-
-def raised_where(error: BaseException, trace=None) -> str:
-    """'ValueError: message (at file.py:12)': an exception and the line that raised it (from
-    `trace`, else the exception's own traceback)."""
-    frames = traceback.extract_tb(trace or error.__traceback__)
-    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"{type(error).__name__}: {error}{where}"

@@ -24,7 +24,8 @@ from .. import _native
 from .acquire_hook import AcquireRequest, default_acquire, default_release, named_hook, reachable_nodes
 from .build import BuildContext, default_context
 from ..model.cluster_map import ClusterMap, open_map
-from .kernel import current_context, parse_kernel_args, raised_where
+from ..model.named_function import raised_where
+from .kernel import current_context, parse_kernel_args
 from ..model.path_edit import with_traces
 from ..model.path_spec import PathSpec, make_path, stage
 from ..model.placement import PlacementWarning, place
