@@ -197,9 +197,10 @@ def test_a_run_past_its_timeout_is_stopped(app, probe):
     (["--threads", "2"], "expected -- CMD [ARGS...] after the options"),
     (["--threads", "2", "--"], "expected -- CMD [ARGS...] after the options"),
     (["--threads", "0", "--", "true"], "--threads: expected a positive integer, got '0'"),
+    (["--threads", "2000000", "--", "true"], "--threads: expected at most 1048576, got '2000000'"),
     (["--map", "nowhere", "--threads", "2", "--", "true"], "no built-in map 'nowhere'"),
     (["--threads", "2", "--policy", "spread", "--", "true"], "unknown policy 'spread'"),
-], ids=["no command", "empty command", "no threads", "unknown map", "unknown policy"])
+], ids=["no command", "empty command", "no threads", "too many threads", "unknown map", "unknown policy"])
 def test_bad_usage_is_one_line_and_exit_2(args, problem):
     done = launch(*args)
     assert done.returncode == 2

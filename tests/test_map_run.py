@@ -225,7 +225,8 @@ def test_broken_map_exits_2_naming_file_and_field_before_any_node_starts(probe, 
     (["--threads", "0"], ["--threads", "expected positive counts", "'0'"]),
     (["--threads", "2,-1"], ["--threads", "expected counts and ranges"]),
     (["--threads", "2", "--policy", "fastest"], ["unknown policy 'fastest'"]),
-], ids=["zero threads", "negative threads", "unknown policy option"])
+    (["--threads", "1-100000000000"], ["--threads", "expected counts up to 1048576", "'1-100000000000'"]),
+], ids=["zero threads", "negative threads", "unknown policy option", "too many threads"])
 def test_bad_options_exit_2_before_any_node_starts(probe, tmp_path, args, words):
     path = tmp_path / "tiny.yaml"
     path.write_text(GOOD_MAP)

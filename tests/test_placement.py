@@ -111,6 +111,13 @@ def test_thread_count_must_be_a_positive_integer(bad):
         place(FOUR_W, bad)
 
 
+def test_a_run_has_at_most_a_million_threads():
+    with pytest.warns(PlacementWarning):
+        assert len(place(FOUR_W, 1 << 20, "cyclic")) == 1 << 20
+    with pytest.raises(ValueError, match=r"^n_threads: expected at most 1048576 threads, got 2000000$"):
+        place(FOUR_W, 2_000_000)
+
+
 def test_callable_policy():
     def last_node(cluster_map, n_threads):
         return [cluster_map.nodes[-1].name] * n_threads

@@ -41,7 +41,7 @@ import warnings
 from ..model.cluster_map import MapError, map_reference, open_map
 from ..experiments.launcher import LaunchError, NodeProcesses
 from ..runtime.node_servers import NodeServers
-from ..model.placement import PlacementWarning
+from ..model.placement import MAX_THREADS, PlacementWarning
 from ..runtime.rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
 from ..runtime.process_context import make_runtime
 from .run import positive
@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paths launch", usage="paths launch [options] -- CMD [ARGS...]",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
-    parser.add_argument("--threads", type=positive("--threads"), required=True, help="how many ranks")
+    parser.add_argument("--threads", type=positive("--threads", MAX_THREADS), required=True, help="how many ranks")
     parser.add_argument("--policy", help="placement: block, cyclic (bucket and even are the same two) or "
                                          "pkg.mod:func; default: the map's")
     parser.add_argument("--sum", action="append", default=[], metavar="NAME",

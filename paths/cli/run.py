@@ -31,7 +31,7 @@ from ..model.cluster_map import TREE_FORMS, ClusterMap, MapError, open_map
 from ..experiments.experiment import Measurement, RunSettings, checked_kernel, plans_for, run_experiment, trace_prefix
 from ..runtime.kernel import load_kernel, parse_kernel_args
 from ..experiments.launcher import LaunchError
-from ..model.placement import PlacementWarning
+from ..model.placement import MAX_THREADS, PlacementWarning
 from ..model.reduction_tree import plan_reduction
 
 
@@ -47,11 +47,13 @@ def parse_thread_counts(text: str) -> list[int]:
                 f"--threads: expected counts and ranges like 1-32 or 1,2,4,8, got {text!r}") from None
         if first < 1 or last < first:
             raise argparse.ArgumentTypeError(f"--threads: expected positive counts, low-high ranges; got {part!r}")
+        if last > MAX_THREADS:
+            raise argparse.ArgumentTypeError(f"--threads: expected counts up to {MAX_THREADS}, got {part!r}")
         counts.extend(range(first, last + 1))
     return list(dict.fromkeys(counts))
 
 
-def positive(name: str):
+def positive(name: str, maximum: float = math.inf):
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -59,6 +61,8 @@ def positive(name: str):
             value = 0
         if value < 1:
             raise argparse.ArgumentTypeError(f"{name}: expected a positive integer, got {text!r}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{name}: expected at most {maximum}, got {text!r}")
         return value
     return parse
 
@@ -331,7 +335,7 @@ def show_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="paths show", description="Print a map's placement of N threads and "
                                      "the reduction tree their paths build.")
     _map_options(parser)
-    parser.add_argument("--threads", type=positive("--threads"), required=True, help="how many threads")
+    parser.add_argument("--threads", type=positive("--threads", MAX_THREADS), required=True, help="how many threads")
     parser.add_argument("--dot", action="store_true", help="print Graphviz DOT instead of text")
     args = parser.parse_args(argv)
     try:

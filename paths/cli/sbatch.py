@@ -27,7 +27,7 @@ from collections import Counter
 
 from ..model.cluster_map import MapError, map_reference, open_map
 from .launch import options_and_command
-from ..model.placement import PlacementWarning, bucket, even, place, resolve_policy
+from ..model.placement import MAX_THREADS, PlacementWarning, bucket, even, place, resolve_policy
 from ..runtime.rank_discovery import MAP, POLICY
 from .run import positive
 
@@ -67,7 +67,7 @@ def sbatch_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="paths sbatch", usage="paths sbatch [options] -- CMD [ARGS...]",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
-    parser.add_argument("--threads", type=positive("--threads"), required=True, help="how many ranks")
+    parser.add_argument("--threads", type=positive("--threads", MAX_THREADS), required=True, help="how many ranks")
     parser.add_argument("--policy", help="block or cyclic (bucket, even); default: the map's")
     args, command = options_and_command(parser, argv)
     try:

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 Policy = Callable[["ClusterMap", int], Sequence[str]]
 
 
+MAX_THREADS = 1 << 20  # threads of one run (placement deals them out one by one)
+
+
 class PlacementWarning(UserWarning):
     """More threads than CPUs: some nodes run more threads than they have CPUs."""
 
@@ -62,6 +65,8 @@ def place(
     """The node name of each thread 0..n_threads-1; `policy` defaults to the map's."""
     if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1:
         raise ValueError(f"n_threads: expected a positive integer, got {n_threads!r}")
+    if n_threads > MAX_THREADS:
+        raise ValueError(f"n_threads: expected at most {MAX_THREADS} threads, got {n_threads}")
     policy = cluster_map.policy if policy is None else policy
     func = resolve_policy(policy) if isinstance(policy, str) else policy
     try:
