@@ -200,7 +200,12 @@ def test_a_run_past_its_timeout_is_stopped(app, probe):
     (["--threads", "2000000", "--", "true"], "--threads: expected at most 1048576, got '2000000'"),
     (["--map", "nowhere", "--threads", "2", "--", "true"], "no built-in map 'nowhere'"),
     (["--threads", "2", "--policy", "spread", "--", "true"], "unknown policy 'spread'"),
-], ids=["no command", "empty command", "no threads", "too many threads", "unknown map", "unknown policy"])
+    (["--threads", "1", "--timeout", "0", "--", "true"], "--timeout: expected a positive number of seconds, got '0'"),
+    (["--threads", "1", "--timeout", "-1", "--", "true"], "--timeout: expected a positive number of seconds, got '-1'"),
+    (["--threads", "1", "--timeout", "nan", "--", "true"], "--timeout: expected a positive number of seconds, got "
+                                                           "'nan'"),
+], ids=["no command", "empty command", "no threads", "too many threads", "unknown map", "unknown policy",
+        "zero timeout", "negative timeout", "NaN timeout"])
 def test_bad_usage_is_one_line_and_exit_2(args, problem):
     done = launch(*args)
     assert done.returncode == 2

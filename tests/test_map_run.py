@@ -226,7 +226,11 @@ def test_broken_map_exits_2_naming_file_and_field_before_any_node_starts(probe, 
     (["--threads", "2,-1"], ["--threads", "expected counts and ranges"]),
     (["--threads", "2", "--policy", "fastest"], ["unknown policy 'fastest'"]),
     (["--threads", "1-100000000000"], ["--threads", "expected counts up to 1048576", "'1-100000000000'"]),
-], ids=["zero threads", "negative threads", "unknown policy option", "too many threads"])
+    (["--threads", "2", "--timeout", "0"], ["--timeout: expected a positive number of seconds, got '0'"]),
+    (["--threads", "2", "--timeout", "-5"], ["--timeout: expected a positive number of seconds, got '-5'"]),
+    (["--threads", "2", "--timeout", "nan"], ["--timeout: expected a positive number of seconds, got 'nan'"]),
+], ids=["zero threads", "negative threads", "unknown policy option", "too many threads", "zero timeout",
+        "negative timeout", "NaN timeout"])
 def test_bad_options_exit_2_before_any_node_starts(probe, tmp_path, args, words):
     path = tmp_path / "tiny.yaml"
     path.write_text(GOOD_MAP)

@@ -44,7 +44,7 @@ from ..runtime.node_servers import NodeServers
 from ..model.placement import MAX_THREADS, PlacementWarning
 from ..runtime.rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
 from ..runtime.process_context import make_runtime
-from .run import positive
+from .run import positive, seconds
 
 
 class RankFailed(Exception):
@@ -89,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--launch", choices=("local", "ssh", "slurm"), help="how nodes start (default: the map's)")
     parser.add_argument("--output-dir", metavar="DIR", help="write each rank's output to DIR/rank.<rank>.log "
                                                            "instead of prefixing it with [rank]")
-    parser.add_argument("--timeout", type=float, help="stop the ranks after this many seconds, exit 1 "
+    parser.add_argument("--timeout", type=seconds("--timeout"), help="stop the ranks after this many seconds, exit 1 "
                                                       "(default: no limit)")
     return parser
 

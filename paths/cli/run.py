@@ -67,6 +67,19 @@ def positive(name: str, maximum: float = math.inf):
     return parse
 
 
+def seconds(name: str):
+    """A positive number of seconds (inf: no limit)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not value > 0:  # and not NaN
+            raise argparse.ArgumentTypeError(f"{name}: expected a positive number of seconds, got {text!r}")
+        return value
+    return parse
+
+
 @dataclass
 class Run:
     """One configuration of a `paths run` and what it measured."""
@@ -118,7 +131,7 @@ def run_command(argv: list[str]) -> int:
                                                                   "sums as reduction trees, elements at their homes)")
     parser.add_argument("--release", metavar="PKG.MOD:FUNC", help="the release hook (default: the map's)")
     parser.add_argument("--launch", choices=("local", "ssh", "slurm"), help="how nodes start (default: the map's)")
-    parser.add_argument("--timeout", type=float, default=120.0,
+    parser.add_argument("--timeout", type=seconds("--timeout"), default=120.0,
                         help="seconds any one step may take (kernels get it as --arg timeout, and the "
                              "run's repeat, 0, 1, ..., as --arg repeat)")
     parser.add_argument("--trace", metavar="DIR", help="trace every node's callers and every link between nodes "
