@@ -212,6 +212,16 @@ def test_bad_usage_is_one_line_and_exit_2(args, problem):
     assert problem in done.stderr and "Traceback" not in done.stderr
 
 
+def test_an_output_dir_that_cannot_be_a_folder_is_one_line_and_exit_2(tmp_path, probe):
+    taken = tmp_path / "taken"
+    taken.write_text("a file, not a folder\n")
+    done = launch("--threads", "1", "--output-dir", str(taken), "--", "true")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"paths launch: --output-dir {taken}: expected a folder, and cannot make one there: "
+                           "File exists\n")
+    assert probe.started() == {}
+
+
 def test_a_command_that_does_not_exist_fails_the_run(probe):
     done = launch("--map", "paper-4w", "--threads", "2", "--", "/no/such/program")
     assert done.returncode == 1

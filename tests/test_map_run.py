@@ -328,3 +328,12 @@ def test_trace_takes_one_configuration_at_a_time(probe, tmp_path):
     done = paths_run("gsum", "--map", "paper-4w,paper-8w", "--threads", "2", "--trace", str(tmp_path))
     assert done.returncode == 2 and "one map and policy at a time" in done.stderr
     assert probe.started() == {}
+
+
+def test_a_trace_folder_that_cannot_be_made_is_named_with_its_option(probe, tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("a file, not a folder\n")
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--trace", str(taken))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"paths run: --trace {taken}: expected a folder, and cannot make one there: File exists\n"
+    assert probe.started() == {}

@@ -44,7 +44,7 @@ from ..runtime.node_servers import NodeServers
 from ..model.placement import MAX_THREADS, PlacementWarning
 from ..runtime.rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
 from ..runtime.process_context import make_runtime
-from .run import positive, seconds
+from .run import make_folder, positive, seconds
 
 
 class RankFailed(Exception):
@@ -115,7 +115,7 @@ def launch_command(argv: list[str]) -> int:
         for message in dict.fromkeys(str(w.message) for w in caught):
             print(f"paths launch: warning: {message}", file=sys.stderr)
         if args.output_dir:
-            os.makedirs(args.output_dir, exist_ok=True)
+            make_folder("--output-dir", args.output_dir)
     except (MapError, ValueError, OSError) as e:
         print(f"paths launch: {e}", file=sys.stderr)
         return 2

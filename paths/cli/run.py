@@ -80,6 +80,14 @@ def seconds(name: str):
     return parse
 
 
+def make_folder(option: str, path: str) -> None:
+    """The folder an option names, made if missing; ValueError naming the option otherwise."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{option} {path}: expected a folder, and cannot make one there: {e.strerror}") from None
+
+
 @dataclass
 class Run:
     """One configuration of a `paths run` and what it measured."""
@@ -158,7 +166,7 @@ def run_command(argv: list[str]) -> int:
         if args.trace and len(runs) > 1:
             raise ValueError("--trace: trace one map and policy at a time (their trace files would mix)")
         if args.trace:
-            os.makedirs(args.trace, exist_ok=True)
+            make_folder("--trace", args.trace)
         for option, path in (("--csv", args.csv), ("--plot", args.plot)):  # not after a long run
             folder = os.path.dirname(os.path.abspath(path)) if path else ""
             if path and not os.path.isdir(folder):
