@@ -293,6 +293,21 @@ def test_cli_errors(tmp_path, capsys):
     assert str(garbage) in err and "not a PATHS trace" in err and "PATHSTR1" in err
 
 
+def test_a_file_that_never_ends_or_runs_on_is_refused_without_reading_it_all(space, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "paths", "trace", "/dev/zero"], capture_output=True, text=True,
+                          timeout=30)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == ("paths trace: trace file '/dev/zero': not a PATHS trace (expected it to start with "
+                           "b'PATHSTR1', got b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00')\n")
+    path = traced_pairs(space, tmp_path / "t.bin", 10)
+    size = path.stat().st_size
+    with open(path, "ab") as f:
+        f.write(b"\0" * 1000)
+    with pytest.raises(TraceFileError, match=re.escape(f"'{path}': trailing bytes: expected {size} bytes "
+                                                       "(header + 20 events), got more")):
+        read_trace(path)
+
+
 def test_truncated_file_is_named(space, tmp_path):
     path = traced_pairs(space, tmp_path / "t.bin", 10)
     data = path.read_bytes()

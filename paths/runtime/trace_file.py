@@ -84,7 +84,9 @@ def read_trace(path) -> Trace:
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(HEADER.size)
+            if data.startswith(MAGIC) and len(data) == HEADER.size:  # the header says how much follows
+                data += _read_at_most(f, _file_size(data) - HEADER.size + 1)
     except OSError as e:
         raise TraceFileError(f"trace file '{path}': cannot read it: {e.strerror}") from None
 
@@ -118,7 +120,8 @@ def read_trace(path) -> Trace:
     expected = tuples_at + (event_count * tuple_size if MODES[mode] == "operation" else 0)
     if len(data) != expected:
         raise fail(f"{'truncated' if len(data) < expected else 'trailing bytes'}: expected {expected} bytes "
-                   f"(header + {event_count} events{' + tuples' if mode else ''}), got {len(data)}")
+                   f"(header + {event_count} events{' + tuples' if mode else ''}), "
+                   f"got {len(data) if len(data) < expected else 'more'}")
 
     events = []
     records = EVENT.iter_unpack(memoryview(data)[HEADER.size:tuples_at])
@@ -136,6 +139,25 @@ def read_trace(path) -> Trace:
         ))
     return Trace(path=path, node=_text(node_text), format=tuple_format, ticks_per_ns=ticks_per_ns,
                  mode=MODES[mode], origin_unix_ns=origin_unix_ns, events=events, dropped=dropped)
+
+
+def _file_size(header: bytes) -> int:
+    """The bytes of the whole file a (not yet checked) header describes."""
+    fields = HEADER.unpack_from(header)
+    mode, tuple_size, event_count = fields[4], fields[5], fields[9]
+    return HEADER.size + event_count * (EVENT.size + (tuple_size if mode == MODES.index("operation") else 0))
+
+
+def _read_at_most(f, limit: int) -> bytes:
+    """Up to `limit` bytes, in chunks: a file that never ends (/dev/zero) is read no further."""
+    chunks, left = [], limit
+    while left > 0:
+        chunk = f.read(min(left, 1 << 24))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def _text(field: bytes) -> str:
