@@ -68,7 +68,7 @@ from paths.experiments.launcher import LaunchError
 
 from .child_process import ChildError, ReadyChild
 from .core_ops import positive_int
-from .csv_rows import write_rows
+from .csv_rows import check_output, write_rows
 
 KS = (1, 10, 100, 1_000, 10_000)
 FACTORS = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -378,6 +378,8 @@ def parse_arguments(argv):
                         help="a short run (k up to 100, 3 factors, a 64 x 64 matrix on 2 nodes, MM2 32 x 32, 1 run), "
                              "e.g. for a test")
     args = parser.parse_args(argv)
+    check_output(parser, "--csv", args.csv)
+    check_output(parser, "--plot", args.plot)
     args.sizes = Sizes(**QUICK) if args.quick else Sizes()
     if args.quick:
         args.repeat = 1

@@ -45,7 +45,7 @@ from paths.experiments.launcher import LaunchError
 from . import anchors
 from .child_process import ChildError
 from .core_ops import positive_int
-from .csv_rows import write_rows
+from .csv_rows import check_output, write_rows
 from .local_trees import parse_counts
 
 PROTOS = ("tcp", "zmq")     # the new path, then the old one
@@ -209,6 +209,7 @@ def parse_arguments(argv):
     args = parser.parse_args(argv)
     if min(args.nodes) < 2:
         parser.error("--nodes: a cluster GSum needs at least 2 nodes")
+    check_output(parser, "--csv", args.csv)
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)

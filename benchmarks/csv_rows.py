@@ -3,7 +3,9 @@ missing ones left empty)."""
 
 from __future__ import annotations
 
+import argparse
 import csv
+import os
 
 
 def write_rows(path: str, columns: list[str], rows: list[dict]) -> None:
@@ -11,3 +13,11 @@ def write_rows(path: str, columns: list[str], rows: list[dict]) -> None:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
+
+
+def check_output(parser: argparse.ArgumentParser, option: str, path: str | None) -> None:
+    """A usage error (exit 2) now, not a traceback after a long run, for a file that has no
+    folder to be written in."""
+    folder = os.path.dirname(os.path.abspath(path)) if path else ""
+    if path and not os.path.isdir(folder):
+        parser.error(f"{option} {path}: no folder {folder} to write it in")

@@ -32,6 +32,7 @@ import paths
 from paths.runtime.kernel import Kernel, load_kernel
 
 from . import anchors
+from .csv_rows import check_output
 from .local_trees import parse_counts, parse_trees, tree_handles
 from .mcpi import mcpi_scaling
 from .trace_overhead import trace_overhead_cycles
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.repeat < 1:
         parser.error("--rounds and --repeat must be >= 1")
+    check_output(parser, "--csv", args.csv)
 
     def interleaved_runs(measures: dict) -> dict:
         """--repeat runs of each measure, taken in turns (a, b, c, a, b, c, ...), so a machine

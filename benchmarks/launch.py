@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from .core_ops import positive_int
+
 PATHS = [sys.executable, "-m", "paths", "launch"]
 SLEEPER = "import os, sys, time; print('up', flush=True); failing = os.environ['PATHS_RANK'] == sys.argv[1]; " \
           "time.sleep(0.3 if failing else 120); print('failing', flush=True); sys.exit(7)"
@@ -72,9 +74,10 @@ def reaping_seconds(how: str) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=4, help="ranks of the start-up runs (default 4)")
-    parser.add_argument("--runs", type=int, default=5, help="runs of each measurement (default 5)")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.launch", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=positive_int, default=4, help="ranks of the start-up runs (default 4)")
+    parser.add_argument("--runs", type=positive_int, default=5, help="runs of each measurement (default 5)")
     args = parser.parse_args()
     n, runs = str(args.ranks), args.runs
     on_map = {"PATHS_MAP": "paper-4w", "PATHS_POLICY": "cyclic", "PATHS_SUM": "TOTAL"}

@@ -61,7 +61,11 @@ def test_quick_run_reports_every_experiment_and_target(probe, tmp_path):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("args, words", [(["--repeat", "0"], "--repeat"), (["--sections"], "unrecognized")])
+@pytest.mark.parametrize("args, words", [
+    (["--repeat", "0"], "--repeat"), (["--sections"], "unrecognized"),
+    (["--csv", "/no/such/folder/out.csv"], "--csv /no/such/folder/out.csv: no folder /no/such/folder to write it in"),
+    (["--plot", "/no/such/folder/out.png"], "--plot /no/such/folder/out.png: no folder /no/such/folder to write it in"),
+])
 def test_bad_options_exit_2(args, words):
     done = run(*args)
     assert done.returncode == 2 and words in done.stderr, done.stderr

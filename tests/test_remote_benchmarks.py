@@ -81,7 +81,23 @@ def test_cluster_gsum_quick_compares_tcp_zmq_allreduce_and_mpi_and_writes_csv(pr
     assert verdict[1].startswith("PASS") == (float(verdict[5]) <= 1.0)
 
 
-@pytest.mark.parametrize("args, words", [(["--nodes", "1"], "at least 2 nodes"), (["--rounds", "0"], "--rounds")])
+@pytest.mark.parametrize("args, words", [
+    (["--nodes", "1"], "at least 2 nodes"), (["--rounds", "0"], "--rounds"),
+    (["--csv", "/no/such/folder/out.csv"], "--csv /no/such/folder/out.csv: no folder /no/such/folder to write it in"),
+])
 def test_cluster_gsum_refuses_bad_options_with_exit_2(args, words):
     done = run("benchmarks.cluster_gsum", *args)
     assert done.returncode == 2 and words in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("module, args, words", [
+    ("benchmarks.gsum", ["--threads", "1", "--tree", "flat", "--rounds", "10", "--repeat", "1", "--no-targets",
+                         "--csv", "/no/such/folder/out.csv"],
+     "--csv /no/such/folder/out.csv: no folder /no/such/folder to write it in"),
+    ("benchmarks.launch", ["--ranks", "0"], "argument --ranks: expected a number > 0, got 0"),
+    ("benchmarks.launch", ["--runs", "0"], "argument --runs: expected a number > 0, got 0"),
+], ids=["gsum csv nowhere", "launch no ranks", "launch no runs"])
+def test_other_benchmarks_refuse_bad_options_with_exit_2_before_measuring(module, args, words):
+    done = run(module, *args)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert words in done.stderr and "Traceback" not in done.stderr, done.stderr
