@@ -1,9 +1,13 @@
-"""Many callers at once: a function per caller on threads of its own, and the check that an
-element's history of (caller, seq) pairs holds every caller's moves once, in order."""
+"""Many callers at once: a function per caller on threads of its own, the check that an
+element's history of (caller, seq) pairs holds every caller's moves once, in order, and a caller
+that goes while another's moves wait below."""
 
 from __future__ import annotations
 
 import threading
+
+import paths
+from paths import build_path
 
 
 def run_callers(caller, count: int, timeout: float) -> None:
@@ -21,3 +25,32 @@ def assert_each_callers_moves_once_in_order(element, callers: int, moves: int) -
     assert len(history) == callers * moves
     for i in range(callers):
         assert [seq for who, seq in history if who == i] == list(range(moves))
+
+
+def goes_past_a_stuck_caller(space, path, element_name: str, patience: float) -> object:
+    """Through `path` (a stage with a helper thread that passes every caller's moves on, over an
+    element bounded to 1 unread): one caller's second move waits below at the full bound, another
+    caller's move waits behind it, and that other caller goes. Its release must end (after the
+    stage's 1 s) while the bound is still full; then room is made and the first caller's moves all
+    arrive. Returns the first caller's handle, for its stage's counters."""
+    element = space.enter(element_name, "q")
+    element.delta(1)
+    waiting, going = build_path(path, pastset=space), build_path(path, pastset=space)
+    waiting.move(0)
+    waiting.move(1)  # the bound is full: the helper thread waits below with it
+    going.move(2)  # behind it
+    gone = threading.Event()
+
+    def release():
+        nonlocal going
+        del going
+        gone.set()
+
+    threading.Thread(target=release, daemon=True).start()
+    went_while_full = gone.wait(10)
+    assert element.observe() == (0,)  # room for the waiting move, which goes on
+    assert gone.wait(patience)
+    assert went_while_full
+    paths.fence(waiting, timeout=patience)
+    assert element.observe_range(0, 10) == [(0,), (1,)]
+    return waiting

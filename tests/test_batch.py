@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from caller_threads import assert_each_callers_moves_once_in_order, run_callers
+from caller_threads import assert_each_callers_moves_once_in_order, goes_past_a_stuck_caller, run_callers
 from child_processes import ChildProcesses
 
 import paths
@@ -108,27 +108,8 @@ def test_a_caller_going_is_not_held_up_by_another_callers_send_that_waits_below(
     """One sender thread sends every caller's handed buffers. A caller that goes while its buffer
     waits behind another caller's send that the stage below cannot take yet (a full bound nobody
     drains) still goes, after its 1 s: its move is said on stderr as not sent; the other's still go."""
-    element = space.enter("B", "q")
-    element.delta(1)
     path = make_path(stage("batch", max_moves=1, buffers=2), stage("core", name="B", format="q"))
-    waiting, going = build_path(path, pastset=space), build_path(path, pastset=space)
-    waiting.move(0)
-    waiting.move(1)  # the bound is full: the sender waits below with this one
-    going.move(2)  # handed to the sender too
-    gone = threading.Event()
-
-    def release():
-        nonlocal going
-        del going
-        gone.set()
-
-    threading.Thread(target=release, daemon=True).start()
-    went_while_full = gone.wait(10)
-    assert element.observe() == (0,)  # room for the waiting move, which goes on
-    assert gone.wait(PATIENCE_S)
-    assert went_while_full
-    paths.fence(waiting, timeout=PATIENCE_S)
-    assert element.observe_range(0, 10) == [(0,), (1,)]
+    waiting = goes_past_a_stuck_caller(space, path, "B", PATIENCE_S)
     assert waiting.stage.counters()["dropped"] == 1
     assert "batch: 0 of 1 moves sent down together took effect, then the send failed (timed out)" in capfd.readouterr().err
 

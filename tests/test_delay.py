@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from caller_threads import assert_each_callers_moves_once_in_order, run_callers
+from caller_threads import assert_each_callers_moves_once_in_order, goes_past_a_stuck_caller, run_callers
 from child_processes import ChildProcesses
 
 import paths
@@ -219,27 +219,8 @@ def test_a_caller_going_is_not_held_up_by_another_callers_move_that_waits_below(
     """The courier delivers every caller's moves in the order sent. A caller whose move is on the
     wire behind another caller's that the stage below cannot take yet (a full bound nobody drains)
     still goes, after its 1 s: its move is said on stderr as not applied; the other's still arrive."""
-    element = space.enter("W", "q")
-    element.delta(1)
     path = make_path(stage("delay", ms=1, pipelined=1), stage("core", name="W", format="q"))
-    waiting, going = build_path(path, pastset=space), build_path(path, pastset=space)
-    waiting.move(0)
-    waiting.move(1)  # the bound is full: the courier waits below with it
-    going.move(2)  # behind it on the wire
-    gone = threading.Event()
-
-    def release():
-        nonlocal going
-        del going
-        gone.set()
-
-    threading.Thread(target=release, daemon=True).start()
-    went_while_full = gone.wait(10)
-    assert element.observe() == (0,)  # room for the waiting move, which goes on
-    assert gone.wait(PATIENCE_S)
-    assert went_while_full
-    paths.fence(waiting, timeout=PATIENCE_S)
-    assert element.observe_range(0, 10) == [(0,), (1,)]
+    waiting = goes_past_a_stuck_caller(space, path, "W", PATIENCE_S)
     assert waiting.stage.counters()["dropped"] == 1
     assert "delay: 0 of 1 moves sent ahead took effect, then their delivery failed (timed out)" in capfd.readouterr().err
 
