@@ -5,7 +5,6 @@ interrupts a call on its way (and one blocked in a Python stage) at once."""
 import signal
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
