@@ -12,7 +12,8 @@ import time
 
 import pytest
 from wire_frames import (
-    MOVE_MANY, PS_EINVAL, PS_ESTATE, PS_ETIMEDOUT, PS_OK, STREAM_CONTINUES, STREAM_STARTS, TCP, ZMQ, Link, encode,
+    BATCH_PAYLOAD, MOVE_MANY, PS_EINVAL, PS_ESTATE, PS_ETIMEDOUT, PS_OK, STREAM_CONTINUES, STREAM_STARTS, TCP, ZMQ, Link,
+    encode,
 )
 
 import paths
@@ -62,6 +63,28 @@ def test_a_frame_that_continues_a_cut_stream_is_not_run(space, zmq_context, tran
         link.send(frame(link, 6, [12, 13], STREAM_CONTINUES, -1))
         assert (reply(link, 5), reply(link, 6)) == ((PS_OK, 2), (PS_OK, 2))  # a new stream runs whole
         assert history(element) == [0, 1, 2, 3, 10, 11, 12, 13]
+        link.close()
+
+
+def test_a_frame_that_continues_a_refused_frame_or_none_is_not_run(space, zmq_context, transport):
+    """A frame of a stream refused as malformed took no effect, so the frame after it is not run
+    (else the stream's tuples would arrive with a gap); nor is a continuing frame with no frame of
+    tuples before it on the link."""
+    element = space.enter("W", "q")
+    with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
+        link = Link(zmq_context, server.endpoint, "W", transport)
+        link.send(frame(link, 2, [1, 2], STREAM_CONTINUES, -1))
+        assert reply(link, 2) == (PS_ESTATE, 0)  # nothing before it to continue
+        no_whole_tuples = encode(MOVE_MANY, bytes(17), handle_id=link.id, argument=STREAM_CONTINUES, value=-1)
+        too_many = frame(link, 0, range(BATCH_PAYLOAD // 8 + 1), STREAM_CONTINUES, -1)  # direct: dropped unread
+        for n, refused in enumerate((no_whole_tuples, too_many)):
+            link.send(frame(link, 10 * n + 3, [10, 11], STREAM_STARTS, -1))
+            link.send(refused)
+            link.send(frame(link, 10 * n + 4, [12, 13], STREAM_CONTINUES, -1))
+            assert reply(link, 10 * n + 3) == (PS_OK, 2)
+            assert link.answer()["status"] == PS_EINVAL
+            assert reply(link, 10 * n + 4) == (PS_ESTATE, 0)
+        assert history(element) == [10, 11, 10, 11]
         link.close()
 
 

@@ -46,8 +46,8 @@ typedef struct link_worker {
     pthread_t thread;
     _Atomic int finished;
     size_t tuple_size;
-    int stream_cut;         /* the last frame of tuples in did not take effect whole: a frame that
-                               continues its stream is not run (wire.md, MOVE_MANY) */
+    int stream_whole;       /* the last frame of tuples in took effect whole: only then is a frame
+                               that continues its stream run (wire.md, MOVE_MANY); 0 before any */
     int64_t stream_ends;    /* when the stream's slice ends: its frames wait until then at most */
     unsigned char *tuple;   /* observe results */
     unsigned char *slices[2]; /* a range's answer: the slice going out and the next one (send_range);
@@ -179,13 +179,19 @@ static int run_stream_frame(link_worker *w, const ps_frame *request, ps_op *op) 
     if (request->argument == PS_WIRE_STREAM_STARTS) {
         w->stream_ends = now + op->timeout_ns;
     } else {
-        if (w->stream_cut) return PS_ESTATE;
+        if (!w->stream_whole) return PS_ESTATE;
         if (op->timeout_ns > w->stream_ends - now) op->timeout_ns = now < w->stream_ends ? w->stream_ends - now : 0;
     }
     op->argument = 0;
     int rc = ps_link_call(w->link, op);
-    w->stream_cut = rc != PS_OK || op->done < op->count;
+    w->stream_whole = rc == PS_OK && op->done == op->count;
     return rc;
+}
+
+/* Whether a frame's op code is that of a kind that takes tuples in: a frame of a stream. */
+static int carries_tuples_in(uint8_t code) {
+    int kind = ps_op_kind_of_wire(code);
+    return kind >= 0 && ps_op_kinds[kind].shape & PS_OP_TUPLES_IN;
 }
 
 /* Runs one request on the worker's link and returns its status; *op is the operation it ran, if
@@ -332,6 +338,9 @@ static int answer_request(link_worker *w, const ps_frame *request, int *released
         *served |= request->handle_id == w->id;
     }
     if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
+    /* A frame refused unrun that was, or may have been (unreadable), a frame of tuples in took no
+     * effect: a frame that continues its stream is not run. */
+    if (!ran && rc != PS_OK && (!request || carries_tuples_in(request->op))) w->stream_whole = 0;
     uint32_t shape = ran ? ps_op_kinds[op.kind].shape : 0;
     if (shape & PS_OP_TUPLES_OUT && rc == PS_OK) return send_range(w, request, &op, sink);
     /* The answer's value: the kind's value (a tuple freed by axe: the first live index), or else
