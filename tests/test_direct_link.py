@@ -2,18 +2,24 @@
 presents the per-link secret that the BUILD answer handed over; the secret of one link opens no
 other; a link admits one connection and then no more; a Unix-socket link from a TCP-bound server;
 pipelined moves that leave together with what follows them, and batched moves that wait for the
-caller's next request; and the checks of `proto` itself.
+caller's next request; the checks of `proto` itself; a connection that takes its time, waited for
+until the timeout whatever signals come.
 
 Raw connections speak the wire protocol by hand (tests/wire_frames.py); the server is a
 remote_peer.py child that tells its counters."""
 
 from __future__ import annotations
 
+import signal
+import socket
+import threading
 import time
 
 import pytest
+import zmq
 from child_processes import counters
-from wire_frames import CONNECT, IPC, MOVE, OBSERVE, PING, PS_EINVAL, PS_OK, SECRET_BYTES, TCP, Direct, encode, open_link
+from wire_frames import (BUILD, CONNECT, IPC, MOVE, OBSERVE, PING, PS_EINVAL, PS_OK, SECRET_BYTES, TCP, Direct, decode,
+                         encode, open_link)
 
 import paths
 from paths import _native, build_path, make_path, stage
@@ -144,3 +150,44 @@ def test_no_client_for_a_direct_link_ends_it_as_abandoned(peer_server, zmq_conte
         assert time.monotonic() < built + PATIENCE_S, "a link nobody came for is still served"
         time.sleep(0.1)
     assert time.monotonic() - built >= 9.0  # not before its client's time was up
+
+
+def test_a_signal_does_not_cut_short_the_wait_for_a_direct_connection(zmq_context):
+    """A connection that takes its time (here: to a listener whose queue is full, which drops the
+    handshake) is waited for until the remote stage's timeout, however many signals the caller's
+    thread takes meanwhile; each used to end the wait at once, as if the time were up."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    queued = [socket.socket() for _ in range(4)]  # fill the listener's queue: later handshakes go unanswered
+    for connection in queued:
+        connection.setblocking(False)
+        connection.connect_ex(("127.0.0.1", port))
+    main = zmq_context.socket(zmq.ROUTER)
+    main.linger = 0
+    main_port = main.bind_to_random_port("tcp://127.0.0.1")
+
+    def answer_build() -> None:  # a server whose link's endpoint is that listener
+        client, frame = main.recv_multipart()
+        link = f"tcp://127.0.0.1:{port}".encode()
+        main.send_multipart([client, encode(BUILD, bytes(SECRET_BYTES) + link, request_id=decode(frame)["request_id"],
+                                            handle_id=1)])
+
+    server = threading.Thread(target=answer_build)
+    server.start()
+    handler = signal.signal(signal.SIGALRM, lambda *_: None)
+    signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ConnectionError, match="direct connection: cannot connect"):
+            build_path(make_path(stage("remote", host=f"tcp://127.0.0.1:{main_port}", proto="tcp", timeout_ms=2000),
+                                 stage("core", name="SLOW", format="q")), pastset=paths.PastSet())
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, handler)
+        server.join(PATIENCE_S)
+        main.close()
+        for connection in queued + [listener]:
+            connection.close()
+    assert time.monotonic() - started >= 1.5  # not before its timeout (2 s) was up

@@ -198,11 +198,12 @@ int ps_channel_connect(const char *endpoint, size_t frame_max, int64_t send_wait
         rc = connect(fd, (struct sockaddr *)&a.storage, a.length);
     }
     if (rc != 0 && fd >= 0 && (errno == EINPROGRESS || errno == EINTR)) {
-        int64_t left = deadline_ns - ps_now_ns();
-        int failure = ETIMEDOUT;
+        int64_t left;
+        int failure = ETIMEDOUT, ready = 0;
         socklen_t length = sizeof failure;
-        if (left > 0 && wait_for(fd, POLLOUT, left) > 0)
-            getsockopt(fd, SOL_SOCKET, SO_ERROR, &failure, &length);
+        /* A signal ends a wait early (as the deadline does, wait_for gives 0): wait on until the deadline. */
+        while (!ready && (left = deadline_ns - ps_now_ns()) > 0) ready = wait_for(fd, POLLOUT, left);
+        if (ready > 0) getsockopt(fd, SOL_SOCKET, SO_ERROR, &failure, &length);
         rc = failure == 0 ? 0 : -1;
         errno = failure;
     }
