@@ -347,6 +347,16 @@ def test_every_operation_of_a_handle_from_c(built, space):
     assert element.last() == 10 and element.first() == 1  # what the kernel did, seen from Python
 
 
+def test_a_negative_timeout_other_than_forever_is_refused_not_waited_out(built, probe):
+    """A deadline already passed (deadline - paths_now_ns() < 0) is no request to wait for ever:
+    every call that waits refuses it with PATHS_EINVAL at once (the kernel checks each, on an
+    empty element that would keep an observe waiting)."""
+    done = paths_run("./libkernels.so:negative_timeouts", "--map", "local", "--threads", "1", "--repeat", "1",
+                     "--timeout", "60", cwd=built)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert probe.alive() == []
+
+
 def test_run_kernel_in_this_process_names_the_failed_thread(built, space):
     kernel = load_kernel(str(built / "libkernels.so") + ":failing")
 

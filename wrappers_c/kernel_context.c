@@ -195,6 +195,9 @@ static int run_barrier(paths_kernel_ctx *c, int64_t timeout_ns) {
 int paths_barrier(paths_kernel_ctx *c, int64_t timeout_ns) {
     c = context(c);
     if (!c->run) return no_run(c, "paths_barrier");
+    if (timeout_ns < 0 && timeout_ns != PATHS_FOREVER)
+        return paths_fail(c, PS_EINVAL, "paths_barrier: timeout %lld ns: expected 0 or more, or PATHS_FOREVER",
+                          (long long)timeout_ns);
     if (c->run->spans_processes) return run_barrier(c, timeout_ns);
     int rc = local_barrier(&c->run->barrier, c->run->local, timeout_ns);
     if (rc != PS_OK) paths_fail(c, rc, "paths_barrier: %s", ps_status_name(rc));

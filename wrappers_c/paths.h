@@ -41,7 +41,8 @@
  *
  * Threads. A handle is one caller's path: use it from one thread at a time. A context belongs to
  * its kernel thread. Every call that waits takes a timeout in nanoseconds (PATHS_FOREVER: no
- * limit) and returns PATHS_ETIMEDOUT when it passes.
+ * limit) and returns PATHS_ETIMEDOUT when it passes; any other negative timeout is refused with
+ * PATHS_EINVAL, nothing done.
  */
 #ifndef PATHS_H
 #define PATHS_H

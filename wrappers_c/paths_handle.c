@@ -14,14 +14,20 @@ _Static_assert(PATHS_ETIMEDOUT == PS_ETIMEDOUT && PATHS_EAXED == PS_EAXED && PAT
 _Static_assert(PATHS_EFAILED >= PS_STATUS_COUNT, "PATHS_EFAILED is none of the core's statuses");
 
 static ps_link *link_of(paths_handle *h) { return (ps_link *)h; }
+
+/* A timeout is a number of nanoseconds or PATHS_FOREVER; any other negative value is a mistake
+ * (a deadline already passed, say), refused rather than taken as no limit. */
+static int bad_timeout(int64_t timeout_ns) { return timeout_ns < 0 && timeout_ns != PATHS_FOREVER; }
 static const ps_link *const_link_of(const paths_handle *h) { return (const ps_link *)h; }
 
 int paths_move(paths_handle *h, const void *tuple, int64_t timeout_ns) {
+    if (bad_timeout(timeout_ns)) return PS_EINVAL;
     ps_op op = {.kind = PS_OP_MOVE, .in = tuple, .timeout_ns = timeout_ns};
     return ps_link_call(link_of(h), &op);
 }
 
 int paths_move_many(paths_handle *h, const void *tuples, size_t n, int64_t timeout_ns) {
+    if (bad_timeout(timeout_ns)) return PS_EINVAL;
     int64_t deadline = ps_deadline(timeout_ns);
     const unsigned char *next = tuples;
     size_t tuple_size = paths_tuple_size(h);
@@ -37,11 +43,13 @@ int paths_move_many(paths_handle *h, const void *tuples, size_t n, int64_t timeo
 }
 
 int paths_observe(paths_handle *h, void *out, int64_t timeout_ns) {
+    if (bad_timeout(timeout_ns)) return PS_EINVAL;
     ps_op op = {.kind = PS_OP_OBSERVE, .out = out, .timeout_ns = timeout_ns};
     return ps_link_call(link_of(h), &op);
 }
 
 int paths_observe_at(paths_handle *h, int64_t index, void *out, int64_t timeout_ns) {
+    if (bad_timeout(timeout_ns)) return PS_EINVAL;
     ps_op op = {.kind = PS_OP_OBSERVE_AT, .argument = index, .out = out, .timeout_ns = timeout_ns};
     return ps_link_call(link_of(h), &op);
 }
@@ -49,6 +57,7 @@ int paths_observe_at(paths_handle *h, int64_t index, void *out, int64_t timeout_
 /* Every handle's held-back moves go down before any fence waits (a fence through a sum may wait
  * for another handle's move of the round); the first handle's own fence sends its moves. */
 int paths_fence(paths_handle *const *handles, size_t n, int64_t timeout_ns) {
+    if (bad_timeout(timeout_ns)) return PS_EINVAL;
     int64_t deadline = ps_deadline(timeout_ns);
     for (size_t i = 1; i < n; i++) {
         ps_op flush = {.kind = PS_OP_FLUSH, .timeout_ns = ps_remaining(deadline)};

@@ -87,3 +87,29 @@ int history(paths_kernel_ctx *c) {
     paths_report(c, "now_moves", paths_now_ns() > 0);
     return PATHS_OK;
 }
+
+/* Every call that waits, given a negative timeout other than PATHS_FOREVER (a deadline already
+ * passed), from one thread on element N ("q"): refused with PATHS_EINVAL at once, nothing done,
+ * rather than waiting with no limit. Fails naming the first surprise. */
+#define REFUSED(call)                                                                                  \
+    do {                                                                                               \
+        int rc_ = (call);                                                                              \
+        if (rc_ != PATHS_EINVAL) return paths_fail(c, PATHS_EFAILED, "%s: %s", #call, paths_strerror(rc_)); \
+    } while (0)
+
+int negative_timeouts(paths_kernel_ctx *c) {
+    paths_handle *h = paths_acquire(c, "N", "q");
+    if (!h) return PATHS_EFAILED;
+    int64_t one = 1, value = 0, last = -1;
+    REFUSED(paths_move(h, &one, -2));
+    REFUSED(paths_move_many(h, &one, 1, -1000000));
+    REFUSED(paths_fence(&h, 1, INT64_MIN));
+    REFUSED(paths_barrier(c, -3));
+    if (!strstr(paths_last_error(c), "paths_barrier: timeout -3 ns"))
+        return paths_fail(c, PATHS_EFAILED, "paths_barrier(-3) said '%s'", paths_last_error(c));
+    if (paths_last(h, &last) != PATHS_OK || last != 0)
+        return paths_fail(c, PATHS_EFAILED, "%lld tuples moved by refused calls", (long long)last);
+    REFUSED(paths_observe(h, &value, -5)); /* N is empty: no limit would wait for ever */
+    REFUSED(paths_observe_at(h, 0, &value, -7));
+    return PATHS_OK;
+}
