@@ -357,6 +357,16 @@ def test_a_negative_timeout_other_than_forever_is_refused_not_waited_out(built, 
     assert probe.alive() == []
 
 
+def test_null_handles_buffers_and_counts_no_memory_holds_are_refused_not_a_crash(built, probe):
+    """Each call of paths.h given a NULL handle, a NULL buffer or a count of tuples whose bytes
+    wrap around returns PATHS_EINVAL with nothing done (the kernel checks each): the node runs on,
+    where it used to die of a segmentation fault."""
+    done = paths_run("./libkernels.so:null_arguments", "--map", "local", "--threads", "1", "--repeat", "1",
+                     "--timeout", "60", cwd=built)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert probe.alive() == []
+
+
 def test_run_kernel_in_this_process_names_the_failed_thread(built, space):
     kernel = load_kernel(str(built / "libkernels.so") + ":failing")
 

@@ -60,6 +60,9 @@ const char *paths_arg(const paths_kernel_ctx *c, const char *key) {
 }
 
 int paths_arg_int(paths_kernel_ctx *c, const char *key, int64_t *out) {
+    if (!out)
+        return paths_fail(context(c), PS_EINVAL, "paths_arg_int('%s'): expected where to put the value, got NULL",
+                          key ? key : "(null)");
     const char *text = paths_arg(c, key);
     if (!text) return PS_OK;
     char *end = NULL;
@@ -72,6 +75,9 @@ int paths_arg_int(paths_kernel_ctx *c, const char *key, int64_t *out) {
 }
 
 int paths_arg_double(paths_kernel_ctx *c, const char *key, double *out) {
+    if (!out)
+        return paths_fail(context(c), PS_EINVAL, "paths_arg_double('%s'): expected where to put the value, got NULL",
+                          key ? key : "(null)");
     const char *text = paths_arg(c, key);
     if (!text) return PS_OK;
     char *end = NULL;

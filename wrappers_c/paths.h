@@ -42,7 +42,7 @@
  * Threads. A handle is one caller's path: use it from one thread at a time. A context belongs to
  * its kernel thread. Every call that waits takes a timeout in nanoseconds (PATHS_FOREVER: no
  * limit) and returns PATHS_ETIMEDOUT when it passes; any other negative timeout is refused with
- * PATHS_EINVAL, nothing done.
+ * PATHS_EINVAL, nothing done, and so is a NULL handle or a NULL buffer for tuples or results.
  */
 #ifndef PATHS_H
 #define PATHS_H

@@ -14,23 +14,26 @@ _Static_assert(PATHS_ETIMEDOUT == PS_ETIMEDOUT && PATHS_EAXED == PS_EAXED && PAT
 _Static_assert(PATHS_EFAILED >= PS_STATUS_COUNT, "PATHS_EFAILED is none of the core's statuses");
 
 static ps_link *link_of(paths_handle *h) { return (ps_link *)h; }
-
-/* A timeout is a number of nanoseconds or PATHS_FOREVER; any other negative value is a mistake
- * (a deadline already passed, say), refused rather than taken as no limit. */
-static int bad_timeout(int64_t timeout_ns) { return timeout_ns < 0 && timeout_ns != PATHS_FOREVER; }
 static const ps_link *const_link_of(const paths_handle *h) { return (const ps_link *)h; }
 
+/* A timeout is a number of nanoseconds or PATHS_FOREVER; any other negative value is a mistake
+ * (a deadline already passed, say), refused rather than taken as no limit. A NULL handle, a NULL
+ * buffer where tuples go in or come out, or more tuples than memory holds, are refused too: each
+ * with PS_EINVAL and nothing done, where a stage would only crash on them. */
+static int bad_timeout(int64_t timeout_ns) { return timeout_ns < 0 && timeout_ns != PATHS_FOREVER; }
+
 int paths_move(paths_handle *h, const void *tuple, int64_t timeout_ns) {
-    if (bad_timeout(timeout_ns)) return PS_EINVAL;
+    if (bad_timeout(timeout_ns) || !h || !tuple) return PS_EINVAL;
     ps_op op = {.kind = PS_OP_MOVE, .in = tuple, .timeout_ns = timeout_ns};
     return ps_link_call(link_of(h), &op);
 }
 
 int paths_move_many(paths_handle *h, const void *tuples, size_t n, int64_t timeout_ns) {
-    if (bad_timeout(timeout_ns)) return PS_EINVAL;
+    if (bad_timeout(timeout_ns) || !h) return PS_EINVAL;
     int64_t deadline = ps_deadline(timeout_ns);
     const unsigned char *next = tuples;
     size_t tuple_size = paths_tuple_size(h);
+    if (n && (!tuples || (tuple_size && n > SIZE_MAX / tuple_size))) return PS_EINVAL; /* no buffer that big */
     while (n) { /* one operation per UINT32_MAX tuples at most: the count an operation carries */
         uint32_t count = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
         ps_op op = {.kind = PS_OP_MOVE_MANY, .in = next, .count = count, .timeout_ns = ps_remaining(deadline)};
@@ -43,13 +46,13 @@ int paths_move_many(paths_handle *h, const void *tuples, size_t n, int64_t timeo
 }
 
 int paths_observe(paths_handle *h, void *out, int64_t timeout_ns) {
-    if (bad_timeout(timeout_ns)) return PS_EINVAL;
+    if (bad_timeout(timeout_ns) || !h || !out) return PS_EINVAL;
     ps_op op = {.kind = PS_OP_OBSERVE, .out = out, .timeout_ns = timeout_ns};
     return ps_link_call(link_of(h), &op);
 }
 
 int paths_observe_at(paths_handle *h, int64_t index, void *out, int64_t timeout_ns) {
-    if (bad_timeout(timeout_ns)) return PS_EINVAL;
+    if (bad_timeout(timeout_ns) || !h || !out) return PS_EINVAL;
     ps_op op = {.kind = PS_OP_OBSERVE_AT, .argument = index, .out = out, .timeout_ns = timeout_ns};
     return ps_link_call(link_of(h), &op);
 }
@@ -57,7 +60,9 @@ int paths_observe_at(paths_handle *h, int64_t index, void *out, int64_t timeout_
 /* Every handle's held-back moves go down before any fence waits (a fence through a sum may wait
  * for another handle's move of the round); the first handle's own fence sends its moves. */
 int paths_fence(paths_handle *const *handles, size_t n, int64_t timeout_ns) {
-    if (bad_timeout(timeout_ns)) return PS_EINVAL;
+    if (bad_timeout(timeout_ns) || (n && !handles)) return PS_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!handles[i]) return PS_EINVAL; /* before any handle's moves go down */
     int64_t deadline = ps_deadline(timeout_ns);
     for (size_t i = 1; i < n; i++) {
         ps_op flush = {.kind = PS_OP_FLUSH, .timeout_ns = ps_remaining(deadline)};
@@ -74,6 +79,7 @@ int paths_fence(paths_handle *const *handles, size_t n, int64_t timeout_ns) {
 
 /* first, last: the value of an operation that takes nothing in. */
 static int value_of(paths_handle *h, ps_op_kind kind, int64_t *out) {
+    if (!h || !out) return PS_EINVAL;
     ps_op op = {.kind = kind};
     int rc = ps_link_call(link_of(h), &op);
     *out = op.value;
@@ -84,12 +90,13 @@ int paths_first(paths_handle *h, int64_t *out) { return value_of(h, PS_OP_FIRST,
 int paths_last(paths_handle *h, int64_t *out) { return value_of(h, PS_OP_LAST, out); }
 
 int paths_axe(paths_handle *h, int64_t index) {
+    if (!h) return PS_EINVAL;
     ps_op op = {.kind = PS_OP_AXE, .argument = index};
     return ps_link_call(link_of(h), &op);
 }
 
-size_t paths_tuple_size(const paths_handle *h) { return ps_stage_format(const_link_of(h)->stage)->size; }
-const char *paths_format(const paths_handle *h) { return ps_stage_format(const_link_of(h)->stage)->text; }
+size_t paths_tuple_size(const paths_handle *h) { return h ? ps_stage_format(const_link_of(h)->stage)->size : 0; }
+const char *paths_format(const paths_handle *h) { return h ? ps_stage_format(const_link_of(h)->stage)->text : ""; }
 
 int64_t paths_now_ns(void) { return ps_now_ns(); }
 

@@ -113,3 +113,41 @@ int negative_timeouts(paths_kernel_ctx *c) {
     REFUSED(paths_observe_at(h, 0, &value, -7));
     return PATHS_OK;
 }
+
+/* A NULL handle, a NULL buffer for tuples or results, or a count of tuples no memory holds, from
+ * one thread on element Z ("q"): each refused with PATHS_EINVAL, nothing done, never a crash.
+ * Fails naming the first surprise. */
+int null_arguments(paths_kernel_ctx *c) {
+    paths_handle *h = paths_acquire(c, "Z", "q"), *none = NULL, *pair[2] = {NULL, NULL};
+    if (!h) return PATHS_EFAILED;
+    int64_t one = 1, value = 0, last = -1, rounds = 0;
+    pair[0] = h;
+    REFUSED(paths_move(NULL, &one, PATHS_FOREVER));
+    REFUSED(paths_move(h, NULL, PATHS_FOREVER));
+    REFUSED(paths_move_many(NULL, &one, 1, PATHS_FOREVER));
+    REFUSED(paths_move_many(h, NULL, 1, PATHS_FOREVER));
+    REFUSED(paths_move_many(h, &one, SIZE_MAX / 8 + 2, PATHS_FOREVER)); /* n * 8 bytes wraps around */
+    REFUSED(paths_observe(NULL, &value, 0));
+    REFUSED(paths_observe(h, NULL, 0));
+    REFUSED(paths_observe_at(NULL, 0, &value, 0));
+    REFUSED(paths_observe_at(h, 0, NULL, 0));
+    REFUSED(paths_fence(NULL, 1, 0));
+    REFUSED(paths_fence(&none, 1, 0));
+    REFUSED(paths_fence(pair, 2, 0));
+    REFUSED(paths_first(NULL, &value));
+    REFUSED(paths_first(h, NULL));
+    REFUSED(paths_last(NULL, &value));
+    REFUSED(paths_last(h, NULL));
+    REFUSED(paths_axe(NULL, 0));
+    REFUSED(paths_arg_int(c, "rounds", NULL));
+    REFUSED(paths_arg_double(c, "rounds", NULL));
+    if (paths_tuple_size(NULL) != 0 || strcmp(paths_format(NULL), "") != 0)
+        return paths_fail(c, PATHS_EFAILED, "paths_tuple_size(NULL), paths_format(NULL): %zu, '%s'",
+                          paths_tuple_size(NULL), paths_format(NULL));
+    if (paths_last(h, &last) != PATHS_OK || last != 0)
+        return paths_fail(c, PATHS_EFAILED, "%lld tuples moved by refused calls", (long long)last);
+    if (paths_move_many(h, NULL, 0, 0) != PATHS_OK || paths_fence(NULL, 0, 0) != PATHS_OK ||
+        paths_arg_int(c, "rounds", &rounds) != PATHS_OK)
+        return paths_fail(c, PATHS_EFAILED, "nothing to move, to fence or to read was refused");
+    return PATHS_OK;
+}
