@@ -384,6 +384,23 @@ def test_run_kernel_in_this_process_names_the_failed_thread(built, space):
     assert time.monotonic() - begin < 0.9
 
 
+@pytest.mark.parametrize("spans_processes", [False, True], ids=["in memory", "through paths.barrier"])
+def test_a_barrier_called_again_after_its_timeout_arrives_once(built, space, spans_processes):
+    """A thread that waits at a barrier in short turns (calling again after each timeout) arrives
+    once, on one node as on many: across processes the barrier is a round of a sum, and a call
+    again after a timeout must not move into it again (five moves ahead were refused)."""
+    kernel = load_kernel(str(built / "libkernels.so") + ":barrier_in_turns")
+
+    def acquire(thread, element, format):
+        return paths.build_path(make_path(stage("reduce-sum", num_threads=2), stage("core", name=element,
+                                                                                    format=format)), pastset=space)
+
+    done = run_kernel(kernel, range(2), 2, "here", {}, acquire, lambda thread, handle: None,
+                      spans_processes=spans_processes)
+    [(name, turns)] = done.reports[0]
+    assert name == "turns" and turns >= 3  # it did wait in turns at each barrier
+
+
 CTRL_C = """
 import sys
 import paths

@@ -179,15 +179,22 @@ static int local_barrier(ps_local_barrier *b, int parties, int64_t timeout_ns) {
     }
 }
 
-/* Every thread of the run, in every process: one round of a sum of ones through the planned tree. */
+/* Every thread of the run, in every process: one round of a sum of ones through the planned tree.
+ * A call whose observe failed (timed out) has moved its one: the next call, the caller trying
+ * again, only observes that round. So a thread that waits in short turns arrives once, as it does
+ * at the in-memory barrier, which takes a timed-out arrival back. */
 static int run_barrier(paths_kernel_ctx *c, int64_t timeout_ns) {
-    int rc;
+    int rc = PS_OK;
     if (!c->barrier && !(c->barrier = acquire_link(c, PS_BARRIER_ELEMENT, "q", &rc))) return rc;
     int64_t deadline = ps_deadline(timeout_ns), one = 1, total = 0;
-    ps_op move = {.kind = PS_OP_MOVE, .in = &one, .timeout_ns = timeout_ns};
-    rc = ps_link_call(c->barrier, &move);
+    if (!c->barrier_moved) {
+        ps_op move = {.kind = PS_OP_MOVE, .in = &one, .timeout_ns = timeout_ns};
+        rc = ps_link_call(c->barrier, &move);
+        c->barrier_moved = rc == PS_OK;
+    }
     ps_op observe = {.kind = PS_OP_OBSERVE, .out = &total, .timeout_ns = ps_remaining(deadline)};
     if (rc == PS_OK) rc = ps_link_call(c->barrier, &observe);
+    if (rc == PS_OK) c->barrier_moved = 0;
     if (rc != PS_OK) {
         const char *why = ps_stage_error(c->barrier->stage);
         return paths_fail(c, rc, "paths_barrier: %s%s%s", ps_status_name(rc), *why ? ": " : "", why);

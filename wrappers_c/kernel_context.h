@@ -34,6 +34,7 @@ struct paths_kernel_ctx {
     ps_link **held;             /* links acquired and not released */
     int held_count, held_capacity;
     ps_link *barrier;           /* the link to PS_BARRIER_ELEMENT, once a barrier needed it */
+    int barrier_moved;          /* a barrier's move went, its observe has not answered yet */
     int report_count;
     ps_report reports[PS_REPORTS_MAX];
     char error[PS_CONTEXT_ERROR];

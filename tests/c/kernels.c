@@ -3,6 +3,7 @@
 #include <paths.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 PATHS_SUMS(count, "TOTAL");
 
@@ -150,4 +151,21 @@ int null_arguments(paths_kernel_ctx *c) {
         paths_arg_int(c, "rounds", &rounds) != PATHS_OK)
         return paths_fail(c, PATHS_EFAILED, "nothing to move, to fence or to read was refused");
     return PATHS_OK;
+}
+
+/* Three barriers; at each thread 0 waits in turns of 10 ms (calling again after each timeout),
+ * while the other threads come 200 ms late. Thread 0 reports the turns that timed out. */
+int barrier_in_turns(paths_kernel_ctx *c) {
+    int rc = PATHS_OK, turns = 0;
+    for (int b = 0; b < 3 && rc == PATHS_OK; b++) {
+        if (paths_thread(c) == 0) {
+            while ((rc = paths_barrier(c, 10 * 1000000LL)) == PATHS_ETIMEDOUT) turns++;
+        } else {
+            struct timespec late = {0, 200 * 1000000L};
+            nanosleep(&late, NULL);
+            rc = paths_barrier(c, 20 * 1000000000LL);
+        }
+    }
+    if (paths_thread(c) == 0) paths_report(c, "turns", turns);
+    return rc;
 }
