@@ -264,6 +264,35 @@ def test_nothing_of_the_run_is_left_after_the_launcher_is_interrupted_or_killed(
     assert probe.alive() == []
 
 
+@pytest.mark.parametrize("how", ["a rank fails", "timeout", "SIGINT"])
+def test_what_a_rank_started_is_stopped_with_it(app, probe, how):
+    """Each rank a shell that runs the program (as a wrapper script does): when the ranks are
+    stopped (another rank failed, --timeout, SIGINT to the launcher), the programs the shells
+    started go too, not only the shells."""
+    late = 'test "$PATHS_RANK" != 1 || sleep 2; '  # the failing rank: once the others are up
+    command = ["sh", "-c", late + '"$0" "$@"; exit $?', sys.executable, app, "sleep",
+               *(["1", "3"] if how == "a rank fails" else [])]
+    run = subprocess.Popen([sys.executable, "-m", "paths", "launch", "--threads", "3",
+                            *(["--timeout", "8"] if how == "timeout" else []), "--", *command],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        up = [run.stdout.readline() for _ in range(3)]
+        assert all(" up " in line for line in up), up
+        if how == "SIGINT":
+            os.kill(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+        left = gone_within(app, REAPED_WITHIN)
+        assert left == [], f"left {REAPED_WITHIN} s after the run ended ({how}): {left}"
+        assert run.returncode == {"a rank fails": 3, "timeout": 1, "SIGINT": 130}[how], err
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+        for line in processes_with(app):  # what outlived the run is this test's to end
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert probe.alive() == []
+
+
 def test_paths_run_nodes_go_when_their_launcher_is_killed(probe):
     run = subprocess.Popen([sys.executable, "-m", "paths", "run", "gsum", "--map", "paper-4w", "--threads", "12",
                             "--rounds", "2000000", "--repeat", "1", "--timeout", "600"],

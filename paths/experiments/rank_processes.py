@@ -4,6 +4,8 @@ line by line, their exits reported, and stopped when the node stops.
 Each rank is the user's command with the environment its rank needs (PATHS_RANK, ...), standard
 input from /dev/null, and standard output and error on pipes. A rank dies with its node (the
 parent-death signal, paths/experiments/parent_death.py), so nothing a node started outlives it.
+Each rank leads a process group of its own, and stopping a rank signals its group: what the rank
+started goes with it (the program a wrapper script runs, say), not only the rank itself.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class RankProcesses:
                 process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                            stderr=subprocess.PIPE, env={**os.environ, **environment},
                                            cwd=cwd if cwd and os.path.isdir(cwd) else None,
-                                           preexec_fn=dies_with_me())
+                                           preexec_fn=dies_with_me(), start_new_session=True)
                 self.ranks.append(_Rank(rank, process))
         except OSError as e:
             self.stop()
@@ -107,28 +109,34 @@ class RankProcesses:
         return True
 
     def stop(self) -> None:
-        """Stop every rank still running: SIGTERM, then SIGKILL after STOP_SECONDS; all reaped.
-        Safe from a signal handler (the node's SIGTERM): it waits with waitpid itself, not
-        through the Popen objects, whose lock the interrupted code may hold."""
+        """Stop every rank still running, and what any rank started that is still there (its
+        process group, whose id is the rank's pid): SIGTERM, then SIGKILL after STOP_SECONDS;
+        every rank reaped. Safe from a signal handler (the node's SIGTERM): it waits with waitpid
+        itself, not through the Popen objects, whose lock the interrupted code may hold."""
         running = [rank.process.pid for rank in self.ranks if rank.process.returncode is None]
-        for pid in running:
-            _signal(pid, signal.SIGTERM)
+        groups = [rank.process.pid for rank in self.ranks]
+        for group in groups:
+            _signal_group(group, signal.SIGTERM)
         deadline = time.monotonic() + STOP_SECONDS
-        while running:
+        while running or groups:
             running = [pid for pid in running if not _reaped(pid)]
+            groups = [group for group in groups if group in running or _signal_group(group, 0)]
             if time.monotonic() >= deadline:
+                for group in groups:
+                    _signal_group(group, signal.SIGKILL)
                 for pid in running:
-                    _signal(pid, signal.SIGKILL)
                     _reaped(pid, block=True)
                 return
             time.sleep(0.01)
 
 
-def _signal(pid: int, number: int) -> None:
+def _signal_group(group: int, number: int) -> bool:
+    """Signal every process of the group (0: only look); False when none is left."""
     try:
-        os.kill(pid, number)
-    except ProcessLookupError:
-        pass
+        os.killpg(group, number)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _reaped(pid: int, block: bool = False) -> bool:
