@@ -413,3 +413,26 @@ def test_a_hundred_hostile_connections_while_a_member_joins_change_nothing(group
     for r in range(1, 50):  # and the group goes on
         g.each(lambda rank, h: h.move((rank + r,), timeout=TIMEOUT_S))
         assert g.each(lambda rank, h: h.observe(timeout=TIMEOUT_S)) == [(2 * r + 1,)] * 2
+
+
+def test_a_root_with_more_partners_than_may_present_at_once_admits_them_all(group):
+    g = group(12, name="G-wide", format="q", algorithm="tree", fanin=16)  # fan-in past the group: 11 children
+    g.build()
+    results = [None] * 12
+
+    def run(rank):
+        g.handles[rank].move((rank + 1,), timeout=TIMEOUT_S)
+        try:
+            results[rank] = g.handles[rank].observe(timeout=TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - checked below
+            results[rank] = e
+
+    children = [threading.Thread(target=run, args=(rank,)) for rank in range(1, 12)]
+    for thread in children:
+        thread.start()
+    time.sleep(1.0)  # the children connect and present themselves before the root's first operation
+    run(0)
+    for thread in children:
+        thread.join(TIMEOUT_S * 2)
+    assert results == [(78,)] * 12
+    assert g.handles[0].stage.counters()["refused"] == 0

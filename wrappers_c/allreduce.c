@@ -284,17 +284,13 @@ static void refuse(allreduce_stage *a, pending *p) {
 }
 
 /* Admits the connections of partners of higher rank that have presented the secret; refuses
- * any other (wrong secret, no partner, silent for CONNECT_WAIT_MS), counted. */
+ * any other (wrong secret, no partner, silent for CONNECT_WAIT_MS), counted. Connections past
+ * the PENDING_MAX presenting wait in the listener's queue for their turn. */
 static void admit(allreduce_stage *a) {
     ps_channel fresh;
-    while (a->listener >= 0 && ps_channel_accept(a->listener, a->frame_max, SEND_WAIT_NS, &fresh) == PS_OK) {
-        if (a->waiting_count == PENDING_MAX) {
-            atomic_fetch_add(&a->refused, 1);
-            ps_channel_close(&fresh);
-        } else {
-            a->waiting[a->waiting_count++] = (pending){fresh, ps_now_ns() + CONNECT_WAIT_MS * MS};
-        }
-    }
+    while (a->listener >= 0 && a->waiting_count < PENDING_MAX &&
+           ps_channel_accept(a->listener, a->frame_max, SEND_WAIT_NS, &fresh) == PS_OK)
+        a->waiting[a->waiting_count++] = (pending){fresh, ps_now_ns() + CONNECT_WAIT_MS * MS};
     for (int i = a->waiting_count - 1; i >= 0; i--) {
         pending *p = &a->waiting[i];
         ps_frame frame;
@@ -323,7 +319,7 @@ static void close_listener(allreduce_stage *a) {
 static void pause_for_peers(allreduce_stage *a) {
     struct pollfd items[1 + PENDING_MAX];
     int n = 0;
-    if (a->listener >= 0) items[n++] = (struct pollfd){a->listener, POLLIN, 0};
+    if (a->listener >= 0 && a->waiting_count < PENDING_MAX) items[n++] = (struct pollfd){a->listener, POLLIN, 0};
     for (int i = 0; i < a->waiting_count; i++) items[n++] = (struct pollfd){a->waiting[i].channel.fd, POLLIN, 0};
     poll(items, (nfds_t)n, JOIN_PAUSE_MS);
 }
