@@ -436,3 +436,30 @@ def test_a_root_with_more_partners_than_may_present_at_once_admits_them_all(grou
         thread.join(TIMEOUT_S * 2)
     assert results == [(78,)] * 12
     assert g.handles[0].stage.counters()["refused"] == 0
+
+
+def test_a_member_whose_partners_queue_is_full_still_returns_by_its_timeout(group):
+    g = group(2, name="G-queue", format="q", timeout_ms=60000)
+    zero, one = g.build()  # member 0 is made but does nothing yet: it accepts no connection
+    found = peer_request(g.servers[0].endpoint, "G-queue", 0)
+    host, port = found["payload"][32:].decode()[len("tcp://"):].rsplit(":", 1)
+    idle = []
+    for _ in range(40):  # more than its listener's queue holds: the later ones wait for room
+        connection = socket.socket()
+        connection.setblocking(False)
+        connection.connect_ex((host, int(port)))
+        idle.append(connection)
+    begun = time.monotonic()
+    one.move((2,), timeout=TIMEOUT_S)
+    with pytest.raises(TimeoutError):
+        one.observe(timeout=SHORT_S)  # finds member 0 and connects: its queue has no room yet
+    assert time.monotonic() - begun < 20, "the observe returned by its timeout, not the group's (60 s)"
+    for connection in idle:
+        connection.close()
+    zero.move((1,), timeout=TIMEOUT_S)
+    other = threading.Thread(target=lambda: results.append(zero.observe(timeout=TIMEOUT_S)))
+    results = []
+    other.start()
+    assert one.observe(timeout=TIMEOUT_S) == (3,)
+    other.join(TIMEOUT_S)
+    assert results == [(3,)]

@@ -74,6 +74,9 @@ typedef struct partner {
     ps_channel channel;     /* fd -1 until joined */
     ps_control_call lookup; /* a partner of lower rank: the PEER request under way */
     int64_t lookup_due;     /* when to ask again after "not listed yet" */
+    char *endpoint;         /* its answer: where it listens (NULL until answered) */
+    unsigned char secret[PS_WIRE_SECRET]; /* and the secret to present there */
+    ps_channel attempt;     /* the connection to it under way (fd -1: none) */
 } partner;
 
 typedef struct pending {
@@ -208,8 +211,12 @@ static void close_listener(allreduce_stage *a);
 static void hang_up(allreduce_stage *a) {
     close_listener(a);
     for (uint32_t i = 0; a->partners && i < a->partner_count; i++) {
-        ps_channel_close(&a->partners[i].channel);
-        ps_control_close(&a->partners[i].lookup);
+        partner *p = &a->partners[i];
+        ps_channel_close(&p->channel);
+        ps_control_close(&p->lookup);
+        ps_channel_close(&p->attempt);
+        free(p->endpoint);
+        p->endpoint = NULL;
     }
 }
 
@@ -224,10 +231,11 @@ static int broken(allreduce_stage *a, const char *what, uint32_t rank) {
 
 /* ---- joining ------------------------------------------------------------------------------- */
 
-/* Asks member p's server where p listens (PEER), then connects there and presents p's secret.
- * The question stays asked across calls until its answer comes. PS_OK; PS_ESTATE when p is not
- * listed yet (asked again a little later); PS_ETIMEDOUT by `deadline`; else broken. */
-static int connect_to(allreduce_stage *a, partner *p, int64_t deadline) {
+/* Asks member p's server where p listens and the secret to present (PEER), into p's endpoint
+ * and secret. The question stays asked across calls until its answer comes. PS_OK; PS_ESTATE
+ * when p is not listed yet (asked again a little later); PS_ETIMEDOUT by `deadline`; else
+ * broken. */
+static int look_up(allreduce_stage *a, partner *p, int64_t deadline) {
     if (!p->lookup.socket) {
         if (ps_now_ns() < p->lookup_due) return PS_ESTATE;
         ps_curve_client keys = {a->server_keys[p->rank], a->client_public, a->client_secret};
@@ -248,17 +256,32 @@ static int connect_to(allreduce_stage *a, partner *p, int64_t deadline) {
     if (rc != PS_OK || answer.status != PS_OK || answer.payload_length <= PS_WIRE_SECRET ||
         answer.payload_length - PS_WIRE_SECRET >= PS_PEER_ENDPOINT_MAX)
         return broken(a, "a refused or malformed answer to PEER for", p->rank);
-    char endpoint[PS_PEER_ENDPOINT_MAX], error[300];
-    unsigned char secret[PS_WIRE_SECRET];
-    memcpy(secret, answer.payload, PS_WIRE_SECRET);
+    char endpoint[PS_PEER_ENDPOINT_MAX];
+    memcpy(p->secret, answer.payload, PS_WIRE_SECRET);
     snprintf(endpoint, sizeof endpoint, "%.*s", (int)(answer.payload_length - PS_WIRE_SECRET),
              (const char *)answer.payload + PS_WIRE_SECRET);
     ps_control_close(&p->lookup);
     ps_reachable_endpoint(a->servers[p->rank], endpoint, sizeof endpoint);
-    if (ps_channel_connect(endpoint, a->frame_max, SEND_WAIT_NS, ps_now_ns() + a->timeout_ns, &p->channel, error,
-                           sizeof error) != PS_OK)
-        return broken(a, "cannot connect to", p->rank);
-    ps_frame hello = {PS_WIRE_CONNECT, 0, 0, a->rank, 0, 0, secret, PS_WIRE_SECRET};
+    p->endpoint = strdup(endpoint);
+    return p->endpoint ? PS_OK : broken(a, "out of memory: cannot connect to", p->rank);
+}
+
+/* Looks member p up, then connects where it listens and presents its secret. A connection under
+ * way (p's queue is full) stays under way across calls until it is made. PS_OK; PS_ESTATE as
+ * look_up; PS_ETIMEDOUT by `deadline`; else broken. */
+static int connect_to(allreduce_stage *a, partner *p, int64_t deadline) {
+    if (!p->endpoint) {
+        int asked = look_up(a, p, deadline);
+        if (asked != PS_OK) return asked;
+    }
+    char error[300];
+    int rc = ps_channel_connect_resumable(p->endpoint, a->frame_max, SEND_WAIT_NS, deadline, &p->attempt, error,
+                                          sizeof error);
+    if (rc == PS_ETIMEDOUT) return rc;
+    if (rc != PS_OK) return broken(a, "cannot connect to", p->rank);
+    p->channel = p->attempt;
+    p->attempt = (ps_channel){.fd = -1};
+    ps_frame hello = {PS_WIRE_CONNECT, 0, 0, a->rank, 0, 0, p->secret, PS_WIRE_SECRET};
     size_t length = ps_wire_encode(&hello, a->frame, a->frame_max);
     if (ps_channel_send(&p->channel, a->frame, length, 0) != PS_OK) return broken(a, "cannot present itself to", p->rank);
     return PS_OK;
@@ -678,7 +701,8 @@ static int allreduce_create(const ps_params *params, const ps_build_context *con
         builder.out = a->schedule;
         if (a->partners && a->schedule) build_schedule(&builder, algorithm, fanin);
         a->steps = builder.count;
-        for (uint32_t i = 0; a->partners && i < a->partner_count; i++) a->partners[i].channel = (ps_channel){.fd = -1};
+        for (uint32_t i = 0; a->partners && i < a->partner_count; i++)
+            a->partners[i].channel = a->partners[i].attempt = (ps_channel){.fd = -1};
         a->sum = malloc(format->size);
         a->echo = malloc(format->size);
         a->partials = malloc(ROUNDS_AHEAD * format->size);

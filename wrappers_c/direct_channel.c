@@ -181,31 +181,43 @@ int ps_channel_accept(int listener, size_t frame_max, int64_t send_wait_ns, ps_c
     return open_channel(fd, family_of(&a), frame_max, send_wait_ns, out);
 }
 
-int ps_channel_connect(const char *endpoint, size_t frame_max, int64_t send_wait_ns, int64_t deadline_ns,
-                       ps_channel *out, char *error, size_t error_size) {
-    *out = (ps_channel){.fd = -1};
+int ps_channel_connect_resumable(const char *endpoint, size_t frame_max, int64_t send_wait_ns, int64_t deadline_ns,
+                                 ps_channel *attempt, char *error, size_t error_size) {
     address a;
     if (parse_endpoint(endpoint, &a) != 0) {
         snprintf(error, error_size, "cannot resolve '%s'", endpoint);
+        ps_channel_close(attempt);
         return PS_EREMOTE;
     }
-    int fd = socket(family_of(&a), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int rc = fd < 0 ? -1 : connect(fd, (struct sockaddr *)&a.storage, a.length);
+    int resumed = attempt->fd >= 0, rc = -1;
+    int fd = resumed ? attempt->fd : socket(family_of(&a), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    attempt->fd = -1;
+    if (resumed && family_of(&a) != AF_UNIX) errno = EINPROGRESS; /* its handshake goes on */
+    else if (fd >= 0) rc = connect(fd, (struct sockaddr *)&a.storage, a.length);
     /* A Unix listener whose queue is full says EAGAIN at once: try again until the deadline. */
     while (rc != 0 && fd >= 0 && errno == EAGAIN && ps_now_ns() < deadline_ns) {
         struct timespec pause = {0, CONNECT_RETRY_NS};
         nanosleep(&pause, NULL);
         rc = connect(fd, (struct sockaddr *)&a.storage, a.length);
     }
+    int waiting = rc != 0 && fd >= 0 && errno == EAGAIN;
     if (rc != 0 && fd >= 0 && (errno == EINPROGRESS || errno == EINTR)) {
-        int64_t left;
-        int failure = ETIMEDOUT, ready = 0;
+        int ready;
+        do { /* a deadline passed still looks once; a signal ends a wait early (wait_for gives 0, as at
+                the deadline): then wait on until the deadline */
+            int64_t left = deadline_ns - ps_now_ns();
+            ready = wait_for(fd, POLLOUT, left > 0 ? left : 0);
+        } while (ready == 0 && ps_now_ns() < deadline_ns);
+        int failure = ready < 0 ? errno : 0;
         socklen_t length = sizeof failure;
-        /* A signal ends a wait early (as the deadline does, wait_for gives 0): wait on until the deadline. */
-        while (!ready && (left = deadline_ns - ps_now_ns()) > 0) ready = wait_for(fd, POLLOUT, left);
         if (ready > 0) getsockopt(fd, SOL_SOCKET, SO_ERROR, &failure, &length);
-        rc = failure == 0 ? 0 : -1;
-        errno = failure;
+        waiting = ready == 0;
+        rc = ready > 0 && failure == 0 ? 0 : -1;
+        errno = waiting ? ETIMEDOUT : failure;
+    }
+    if (waiting) {
+        attempt->fd = fd;
+        return PS_ETIMEDOUT;
     }
     if (rc != 0) {
         snprintf(error, error_size, "cannot connect to '%s': %s", endpoint, strerror(errno));
@@ -213,7 +225,17 @@ int ps_channel_connect(const char *endpoint, size_t frame_max, int64_t send_wait
         return PS_EREMOTE;
     }
     tune(fd, family_of(&a));
-    return open_channel(fd, family_of(&a), frame_max, send_wait_ns, out);
+    return open_channel(fd, family_of(&a), frame_max, send_wait_ns, attempt);
+}
+
+int ps_channel_connect(const char *endpoint, size_t frame_max, int64_t send_wait_ns, int64_t deadline_ns,
+                       ps_channel *out, char *error, size_t error_size) {
+    *out = (ps_channel){.fd = -1};
+    int rc = ps_channel_connect_resumable(endpoint, frame_max, send_wait_ns, deadline_ns, out, error, error_size);
+    if (rc != PS_ETIMEDOUT) return rc;
+    snprintf(error, error_size, "cannot connect to '%s': %s", endpoint, strerror(errno));
+    ps_channel_close(out);
+    return PS_EREMOTE;
 }
 
 /* Sends the parts, all of them, in order, waiting at most send_wait_ns for the peer to make room

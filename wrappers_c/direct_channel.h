@@ -64,6 +64,12 @@ int ps_channel_accept(int listener, size_t frame_max, int64_t send_wait_ns, ps_c
 /* Connects to a listener's endpoint by the deadline. On failure, error says why. */
 int ps_channel_connect(const char *endpoint, size_t frame_max, int64_t send_wait_ns, int64_t deadline_ns,
                        ps_channel *out, char *error, size_t error_size);
+/* The same in several calls, for a caller whose own calls time out: *attempt is a closed
+ * channel at first. PS_ETIMEDOUT: not connected by the deadline (the listener's queue is full,
+ * or the handshake goes on), the attempt kept in *attempt for the next call with the same
+ * endpoint (ps_channel_close drops it); else as ps_channel_connect. */
+int ps_channel_connect_resumable(const char *endpoint, size_t frame_max, int64_t send_wait_ns, int64_t deadline_ns,
+                                 ps_channel *attempt, char *error, size_t error_size);
 
 /* Queues one encoded frame (sending what is queued first if it does not fit). PS_OK, or
  * PS_EREMOTE: the peer is gone, or it read nothing for send_wait_ns (a frame may have gone out
