@@ -865,7 +865,7 @@ int main(int argc, char **argv) {
     run_churn(&s, endpoint, rounds / 8);
     run_batched(endpoint, rounds);
     run_ranges(s.ranges, endpoint, rounds * 40);
-    run_streams(s.streams, endpoint, rounds * 20);
+    run_streams(s.streams, endpoint, rounds * 8);
     run_allreduce(space, endpoint, rounds);
     run_auth(rounds / 50 + 1);
     CHECK(server_counter(&s, "direct") == server_counter(&s, "builds"), "not every link was direct");
