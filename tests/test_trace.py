@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -315,3 +316,20 @@ def test_truncated_file_is_named(space, tmp_path):
         path.write_bytes(data[:cut])
         with pytest.raises(TraceFileError, match=f"'{path}': truncated: expected"):
             read_trace(path)
+
+
+@pytest.mark.parametrize("offset, field, value, words", [
+    (32, "<d", 5e-324, "ticks"),                        # ticks_per_ns: every time overflows a float
+    (32, "<d", float("inf"), "ticks_per_ns"),           # ticks_per_ns: every time would be 0
+    (72, "<2s", "é".encode(), "tuple format"),          # the format: text that is no struct format
+])
+def test_a_hostile_header_is_named_not_a_traceback(space, tmp_path, capsys, offset, field, value, words):
+    path = traced_pairs(space, tmp_path / "t.bin", 10)
+    data = bytearray(path.read_bytes())
+    struct.pack_into(field, data, offset, value)
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceFileError, match=f"'{path}': .*{words}"):
+        read_trace(path)
+    assert trace_command([str(path)]) == 1
+    err = capsys.readouterr().err
+    assert str(path) in err and "Traceback" not in err

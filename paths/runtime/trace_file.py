@@ -106,12 +106,12 @@ def read_trace(path) -> Trace:
                    f"got {header_size} and {event_size}")
     if mode >= len(MODES):
         raise fail(f"expected mode 0 (timestamp) or 1 (operation), got {mode}")
-    if not ticks_per_ns > 0:
-        raise fail(f"expected a positive ticks_per_ns calibration, got {ticks_per_ns}")
+    if not 0 < ticks_per_ns < math.inf:
+        raise fail(f"expected a positive, finite ticks_per_ns calibration, got {ticks_per_ns}")
     tuple_format = _text(format_text)
     try:
         codec = struct.Struct(tuple_format)
-    except struct.error as e:
+    except (struct.error, UnicodeEncodeError) as e:
         raise fail(f"tuple format {tuple_format!r} in the header is not a struct format ({e})") from None
     if codec.size != tuple_size:
         raise fail(f"tuple format {tuple_format!r} is {codec.size} bytes, the header says {tuple_size}")
@@ -128,11 +128,16 @@ def read_trace(path) -> Trace:
     for i, (start, end, index, thread, op, flags, status) in enumerate(records):
         if op >= len(OPS):
             raise fail(f"event {i}: expected an operation code 0..{len(OPS) - 1}, got {op}")
+        try:
+            start_ns, end_ns = (round((ticks - origin_ticks) / ticks_per_ns) for ticks in (start, end))
+        except OverflowError:
+            raise fail(f"event {i}: expected ticks that are a time at {ticks_per_ns} ticks per ns, "
+                       f"got {start} and {end}") from None
         events.append(TraceEvent(
             op=OPS[op],
             thread=thread,
-            start_ns=round((start - origin_ticks) / ticks_per_ns),
-            end_ns=round((end - origin_ticks) / ticks_per_ns),
+            start_ns=start_ns,
+            end_ns=end_ns,
             status=status,
             index=index if index >= 0 else None,
             tuple=codec.unpack_from(data, tuples_at + i * tuple_size) if flags & HAS_TUPLE else None,
