@@ -201,6 +201,53 @@ def test_python_stage_waits_no_longer_than_its_callers_timeout(space):
     mover.join()
 
 
+@paths.stage_kind("forward-exchange")
+class ForwardExchange:
+    """Answers exchange and move_many itself, by the same calls on `below`."""
+
+    def exchange(self, below, t):
+        return below.exchange(t)
+
+    def move_many(self, below, tuples):
+        below.move_many(tuples)
+
+
+def test_an_exchange_through_a_python_stage_whose_move_went_does_not_move_again(space):
+    p = make_path(stage("forward-exchange"), stage("reduce-sum", num_threads=2), CORE)
+    early, late = build_path(p, pastset=space), build_path(p, pastset=space)
+    totals = {}
+    waiter = threading.Thread(target=lambda: totals.setdefault("early", early.exchange(1, timeout=30)))
+    waiter.start()
+    time.sleep(0.5)  # several of the early caller's 0.1 s slices end while its exchange waits for the round
+    assert late.exchange(2, timeout=30) == (3,)
+    waiter.join()
+    assert totals == {"early": (3,)}  # its move went once: no second round was started by it
+    with pytest.raises(TimeoutError, match=r"exchange \(moved; its observe\)"):
+        late.exchange(5, timeout=0.3)  # a round of its own only: nothing of the early caller's in it
+    element = space.enter("G", "q")
+    assert [element.observe(i) for i in range(element.last())] == [(3,)]
+
+
+def test_a_move_many_through_a_python_stage_does_not_move_its_first_part_again(space):
+    element = space.enter("G", "q")
+    element.delta(2)
+    h = build_path(make_path(stage("forward-exchange"), CORE), pastset=space)
+    with pytest.raises(TimeoutError, match=r"move_many \(2 of 5 tuples moved\)"):
+        h.move_many(range(5), timeout=0.3)
+    assert element.last() == 2
+
+    def read_slowly():
+        for _ in range(5):  # room for one tuple at a time: the caller's 0.1 s slices end part way
+            time.sleep(0.15)
+            element.observe(timeout=30)
+
+    reader = threading.Thread(target=read_slowly)
+    reader.start()
+    h.move_many(range(2, 7), timeout=10)  # moved again from its start in each slice, it would never end
+    reader.join()
+    assert [element.observe(i)[0] for i in range(element.last())] == list(range(7))
+
+
 def test_a_nul_byte_in_a_stage_parameter_is_refused_before_anything_is_built(space):
     with pytest.raises(ValueError, match=r"parameter 'name' must not contain a NUL byte, got 'a\\x00b'"):
         build_path(make_path(stage("core", name="a\x00b", format="q")), pastset=space)

@@ -6,6 +6,7 @@
 // move_many), which comes as those. What a method is given and must return follows from its
 // kind's shape in the table:
 //   method(below[, tuple | [tuples] | index | bound or None][, count]) -> a tuple | [tuples] | an int | anything
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,14 +69,23 @@ int python_answers(void *impl, ps_op_kind kind) {
 // no longer than the caller's timeout, and a TimeoutError is the status PS_ETIMEDOUT (the caller
 // may try again: the method did nothing). Any other Python exception is kept for the caller's
 // thread (raise_status re-raises it when the operation returns to Python); the status is
-// PS_ENOTSUP for a NotImplementedError, else PS_EINVAL.
+// PS_ENOTSUP for a NotImplementedError, else PS_EINVAL. Either way op->done counts the tuples the
+// method moved through `below` before it raised.
 int python_call(void *impl, ps_link *below_link, uint32_t slot, ps_op *op) {
     py::gil_scoped_acquire gil;
     PythonStage &stage = *static_cast<PythonStage *>(impl);
     const ps_op_info &info = ps_op_kinds[op->kind];
+    // Held, not a reference into stage.views: another caller's first call may grow it while the
+    // method waits. What the method moved below before it raised took effect (an exchange's move, a
+    // first part of a move_many): the caller goes on with the rest, and does not move those again.
+    std::shared_ptr<Handle> view;
+    auto keep_moved = [&] {
+        if (view) op->done = static_cast<uint32_t>(std::min<int64_t>(view->moved(), ps_op_tuples_in(op)));
+    };
     try {
-        const std::shared_ptr<Handle> &view = below_view(stage, slot, below_link);
+        view = below_view(stage, slot, below_link);
         view->set_deadline(info.shape & PS_OP_WAITS ? ps_deadline(op->timeout_ns) : PS_FOREVER);
+        view->reset_moved();
         const TupleCodec &codec = view->codec();
         py::list args;
         args.append(py::cast(view));
@@ -95,11 +105,13 @@ int python_call(void *impl, ps_link *below_link, uint32_t slot, ps_op *op) {
         if (info.shape & PS_OP_VALUE_OUT) op->value = int_argument(result, stage.returned(info.name));
         return PS_OK;
     } catch (py::error_already_set &e) {
+        keep_moved();
         if (e.matches(PyExc_TimeoutError)) return PS_ETIMEDOUT;
         int status = e.matches(PyExc_NotImplementedError) ? PS_ENOTSUP : PS_EINVAL;
         t_python_stage_error = std::make_unique<py::error_already_set>(std::move(e));
         return status;
     } catch (py::builtin_exception &e) {
+        keep_moved();
         e.set_error();
         t_python_stage_error = std::make_unique<py::error_already_set>();
     }

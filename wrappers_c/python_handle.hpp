@@ -73,11 +73,19 @@ public:
     }
     LinkCalls(const LinkCalls &) = delete;
 
-    int call(ps_op *op) { return ps_link_call(link_, op); }
+    int call(ps_op *op) {
+        int rc = ps_link_call(link_, op);
+        moved_ += op->done;
+        return rc;
+    }
     // The latest any call may wait: the caller's deadline, for the view a Python stage gets of
     // its link below (set for each call it serves); PS_FOREVER for a thread's own handle.
     int64_t deadline() const { return deadline_; }
     void set_deadline(int64_t deadline) { deadline_ = deadline; }
+    // The tuples moved through the link (moves, exchanges' moves, move_many's parts) since the last
+    // reset: what a Python stage's call already did below when it raises.
+    int64_t moved() const { return moved_; }
+    void reset_moved() { moved_ = 0; }
     // What the stage could say about its last failure (a remote names its server).
     std::string explanation() const { return ps_stage_error(stage_->get()); }
 
@@ -94,6 +102,7 @@ private:
     ps_link *link_;
     bool owns_ = false;
     int64_t deadline_ = PS_FOREVER;
+    int64_t moved_ = 0;
 };
 
 using Handle = Endpoint<LinkCalls>;

@@ -109,8 +109,9 @@ def stage_kind(name: str) -> Callable[[type], type]:
 
     The others pass straight through, except exchange and move_many, which come as the moves
     and observes they are made of when it has no method for them. A TimeoutError a method
-    raises means it did nothing: it ends the caller's call as a timeout, and a
-    NotImplementedError refuses the operation (PS_ENOTSUP).
+    raises ends the caller's call as a timeout, and a NotImplementedError refuses the operation
+    (PS_ENOTSUP); what the method moved through `below` before it raised counts as done (an
+    exchange's move, a first part of a move_many), so a caller going on does not move it again.
     """
 
     def register(cls: type) -> type:
