@@ -248,6 +248,48 @@ def test_a_move_many_through_a_python_stage_does_not_move_its_first_part_again(s
     assert [element.observe(i)[0] for i in range(element.last())] == list(range(7))
 
 
+KEPT_BELOW = """
+import gc, paths
+from paths import build_path, make_path, stage
+
+@paths.stage_kind("keep-below")
+class KeepBelow:
+    kept = []
+
+    def move(self, below, t):
+        self.kept.append(below)
+        below.move(t)
+
+space = paths.PastSet()
+h = build_path(make_path(stage("keep-below"), stage("core", name="G", format="q")), pastset=space)
+h.move(1)
+below = KeepBelow.kept[0]
+for gone in (False, True):
+    if gone:
+        del h
+        gc.collect()
+    for name, call in [("last", lambda: below.last()), ("move", lambda: below.move(2)),
+                       ("observe", lambda: below.observe(timeout=0.5)), ("fence", lambda: paths.fence(below)),
+                       ("capsule", lambda: below.capsule())]:
+        try:
+            call()
+            print(name, "ran")
+        except RuntimeError as e:
+            print(f"{name}: {e}")
+print("moved", space.enter("G", "q").last())
+"""
+
+
+def test_a_below_kept_past_its_call_is_refused_not_a_crash():
+    done = subprocess.run([sys.executable, "-c", KEPT_BELOW], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    only = "a Python stage's `below` is a handle only during the call it was given to"
+    expected = [f"last: below 0 last ({only}): closed", f"move: below 0 move ({only}): closed",
+                f"observe: below 0 observe ({only}): closed", f"fence: fence: below 0: {only}",
+                f"capsule: below 0 capsule: {only}"]
+    assert done.stdout.splitlines() == expected * 2 + ["moved 1"]  # its caller's handle alive, then gone
+
+
 def test_a_nul_byte_in_a_stage_parameter_is_refused_before_anything_is_built(space):
     with pytest.raises(ValueError, match=r"parameter 'name' must not contain a NUL byte, got 'a\\x00b'"):
         build_path(make_path(stage("core", name="a\x00b", format="q")), pastset=space)

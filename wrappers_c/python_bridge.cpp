@@ -39,9 +39,11 @@ struct PythonStage {
 const std::shared_ptr<Handle> &below_view(PythonStage &stage, uint32_t slot, ps_link *below) {
     if (slot >= stage.views.size()) stage.views.resize(slot + 1);
     std::shared_ptr<Handle> &view = stage.views[slot];
-    if (!view)
+    if (!view) {
         view = std::make_shared<Handle>(stage.below->format(), "below " + std::to_string(slot), stage.below, below,
                                         py::none());
+        view->lend(nullptr);  // python_call lends it the link for each call
+    }
     return view;
 }
 
@@ -84,6 +86,14 @@ int python_call(void *impl, ps_link *below_link, uint32_t slot, ps_op *op) {
     };
     try {
         view = below_view(stage, slot, below_link);
+        // The link is the view's only while this call runs (what it had before again after: a call
+        // re-entered from the method's own calls gives the outer one its link back).
+        struct Lent {
+            Handle &view;
+            ps_link *before;
+            Lent(Handle &view, ps_link *link) : view(view), before(view.link()) { view.lend(link); }
+            ~Lent() { view.lend(before); }
+        } lent(*view, below_link);
         view->set_deadline(info.shape & PS_OP_WAITS ? ps_deadline(op->timeout_ns) : PS_FOREVER);
         view->reset_moved();
         const TupleCodec &codec = view->codec();

@@ -39,6 +39,7 @@ std::shared_ptr<Handle> attach(const std::shared_ptr<Stage> &stage, const std::s
 // extension module works on it with paths.h. The capsule keeps the Handle alive.
 py::object handle_capsule(const py::object &self) {
     Handle &handle = self.cast<Handle &>();
+    if (!handle.link()) raise_text(PyExc_RuntimeError, handle.label() + " capsule: " + handle.explanation());
     PyObject *capsule = PyCapsule_New(handle.link(), "paths_handle", [](PyObject *c) {
         Py_XDECREF(static_cast<PyObject *>(PyCapsule_GetContext(c)));
     });
@@ -64,6 +65,8 @@ void fence(const py::object &handles, const py::object &timeout) {
         }
     }
     std::vector<paths_handle *> links;
+    for (auto &handle : held)
+        if (!handle->link()) raise_text(PyExc_RuntimeError, "fence: " + handle->label() + ": " + handle->explanation());
     for (auto &handle : held) links.push_back(reinterpret_cast<paths_handle *>(handle->link()));
     int rc = wait_in_slices([&](int64_t slice) { return paths_fence(links.data(), links.size(), slice); }, timeout,
                             PS_FOREVER);

@@ -65,6 +65,7 @@ public:
             }
             owns_ = true;
         }
+        slot_ = link_->slot;
     }
     ~LinkCalls() {
         if (!owns_) return;
@@ -74,6 +75,7 @@ public:
     LinkCalls(const LinkCalls &) = delete;
 
     int call(ps_op *op) {
+        if (!link_) return PS_ECLOSED;
         int rc = ps_link_call(link_, op);
         moved_ += op->done;
         return rc;
@@ -87,11 +89,17 @@ public:
     int64_t moved() const { return moved_; }
     void reset_moved() { moved_ = 0; }
     // What the stage could say about its last failure (a remote names its server).
-    std::string explanation() const { return ps_stage_error(stage_->get()); }
+    std::string explanation() const {
+        if (!link_) return "a Python stage's `below` is a handle only during the call it was given to";
+        return ps_stage_error(stage_->get());
+    }
+    // The view a Python stage gets of its link below has the link only while a call it serves runs
+    // (nullptr otherwise: its caller's handle, and the link with it, may be gone): lends it one.
+    void lend(ps_link *link) { link_ = link; }
 
     ps_link *link() { return link_; }
     const std::shared_ptr<Stage> &stage() const { return stage_; }
-    uint32_t slot() const { return link_->slot; }
+    uint32_t slot() const { return slot_; }
 
 private:
     std::shared_ptr<Stage> stage_;
@@ -100,6 +108,7 @@ private:
     // share one.
     alignas(64) ps_link owned_{};
     ps_link *link_;
+    uint32_t slot_ = 0;
     bool owns_ = false;
     int64_t deadline_ = PS_FOREVER;
     int64_t moved_ = 0;

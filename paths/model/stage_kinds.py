@@ -100,7 +100,7 @@ def stage_kind(name: str) -> Callable[[type], type]:
     operation takes the GIL). The class is constructed with the stage's keyword parameters.
     Each operation kind it has a method named after (the table of paths._native.operations())
     is answered by that method, called with `below`, a handle on the caller's link to the next
-    stage, whose blocking calls wait no longer than the caller's timeout:
+    stage for that call only, whose blocking calls wait no longer than the caller's timeout:
 
         move(below, t), observe(below) -> t, observe_at(below, index) -> t, first(below) -> int,
         last(below) -> int, delta(below, bound or None) -> int, axe(below, index),
