@@ -161,6 +161,21 @@ def test_python_stage_exception_reaches_the_caller(space):
     assert h.observe(0) == (1,)  # the stage and the element are intact
 
 
+@paths.stage_kind("refuse-moves")
+class RefuseMoves:
+    def move(self, below, t):
+        raise LookupError("this stage refuses moves")
+
+
+def test_a_python_stage_exception_in_a_release_is_not_raised_by_a_later_call(space):
+    h = build_path(make_path(stage("batch", max_moves=4), stage("refuse-moves"), CORE), pastset=space)
+    h.move(1)  # held back by the batch, sent down (and refused) when the handle goes
+    del h
+    gc.collect()
+    with pytest.raises(TimeoutError, match="element 'other' observe: timed out"):
+        space.enter("other", "q").observe(timeout=0)  # its own failure, not the stage's LookupError
+
+
 @paths.stage_kind("wrong-answers")
 class WrongAnswers:
     def first(self, below):

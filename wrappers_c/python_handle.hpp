@@ -23,8 +23,11 @@ class Stage {
 public:
     Stage(ps_stage *stage, std::shared_ptr<SpaceOwner> owner) : stage_(stage), owner_(std::move(owner)) {}
     ~Stage() {
-        py::gil_scoped_release released;  // a trace may write its file here
-        ps_stage_release(stage_);
+        {
+            py::gil_scoped_release released;  // a trace may write its file here
+            ps_stage_release(stage_);
+        }
+        t_python_stage_error.reset();  // what a Python stage raised in the release has no caller to reach
     }
     Stage(const Stage &) = delete;
     Stage &operator=(const Stage &) = delete;
@@ -69,8 +72,11 @@ public:
     }
     ~LinkCalls() {
         if (!owns_) return;
-        py::gil_scoped_release released;  // a batch sends what its caller holds, a remote releases its link
-        ps_link_detach(&owned_);
+        {
+            py::gil_scoped_release released;  // a batch sends what its caller holds, a remote releases its link
+            ps_link_detach(&owned_);
+        }
+        t_python_stage_error.reset();  // what a Python stage raised in the detach has no caller to reach
     }
     LinkCalls(const LinkCalls &) = delete;
 
