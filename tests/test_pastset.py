@@ -208,6 +208,7 @@ def test_format_lays_out_tuples_as_struct_does(space, fmt, size, one, other):
     ("16s", (b"x" * 17,), "field 0 ('16s') holds at most 16 bytes, got 17"),
     ("q4sd", (1, bytearray(b"12345"), 2.0), "field 1 ('4s') holds at most 4 bytes, got 5"),
     ("3p", (b"abc",), "field 0 ('3p') holds at most 2 bytes, got 3"),  # one byte is the length
+    ("300p", (b"x" * 256,), "field 0 ('300p') holds at most 255 bytes, got 256"),  # the length byte's most
     ("q0s", (1, b"a"), "field 1 ('0s') holds at most 0 bytes, got 1"),
 ])
 def test_bytes_longer_than_their_field_are_refused_not_cut(space, fmt, values, expected):
@@ -222,6 +223,9 @@ def test_bytes_that_fit_their_field_exactly_are_kept_whole(space):
     e = space.enter("names", "q4s3p")
     e.move((1, b"1234", b"ab"))
     assert e.observe() == (1, b"1234", b"ab")
+    long = space.enter("long", "300p")
+    long.move(b"y" * 255)
+    assert long.observe() == (b"y" * 255,)
 
 
 def test_short_bytes_are_zero_padded_to_the_field(space):

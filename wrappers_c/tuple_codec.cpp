@@ -3,6 +3,8 @@
 
 #include "python_call.hpp"
 
+#include <algorithm>
+
 namespace paths_native {
 
 TupleCodec::TupleCodec(const std::string &format) : format_(format) {
@@ -84,7 +86,8 @@ void TupleCodec::describe_fields() {
         }
         bool string = run.code == 's' || run.code == 'p';
         if (string) {
-            size_t capacity = run.code == 'p' && run.count > 0 ? run.count - 1 : run.count;
+            // 'p' keeps a byte for the length, which struct caps at 255 (it would cut longer bytes there).
+            size_t capacity = run.code == 'p' && run.count > 0 ? std::min<size_t>(run.count - 1, 255) : run.count;
             bytes_fields_.push_back({value, capacity, std::to_string(run.count) + static_cast<char>(run.code)});
         }
         uint32_t repeat = string ? 1 : run.count;
