@@ -227,6 +227,8 @@ def test_ten_thousand_hostile_frames(peer_server, zmq_context):
 
 BREAKING_SPECS = {
     "lone surrogate in a name": '{"version":1,"path":[["core",{"name":"\\ud800","format":"q"}]]}',
+    "lone surrogate in a kind": '{"version":1,"path":[["\\ud800",{}],["core",{"name":"x","format":"q"}]]}',
+    "lone surrogate in a parameter's name": '{"version":1,"path":[["core",{"name":"x","format":"q","\\udfff":1}]]}',
     "deep nesting": "[" * 10_000 + "]" * 10_000,
     "huge number": '{"version":1,"path":[["reduce-sum",{"num_threads":1e999}],["core",{"name":"x","format":"q"}]]}',
     "not UTF-8": b'{"version":1,"path":[["core",{"name":"\xff\xfe","format":"q"}]]}',

@@ -141,6 +141,9 @@ class PathServer:
             self._answer(request, handle, error)
 
     def _answer(self, request: _native.BuildRequest, handle: _native.Handle | None, error: str) -> None:
+        # A refusal may quote what the client sent: text UTF-8 cannot carry (a lone surrogate in
+        # a kind's name) is escaped, so that the refusal still goes out.
+        error = error.encode("utf-8", "backslashreplace").decode("utf-8")
         try:
             handle_id = self.native.answer_build(request, handle, error)
         except (ConnectionError, MemoryError):
