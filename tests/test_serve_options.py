@@ -83,7 +83,9 @@ def test_insecure_warns_and_serves():
     (["--max-links-per-client", "0"], "paths serve: --max-links-per-client: expected a number of at least 1, got 0"),
     (["--max-builds-per-client", "64"], "paths serve: --max-builds-per-client: expected at most 63 (the server runs "
                                         "64 builds at once in all), got 64"),
-], ids=["size", "zero size", "links", "builds"])
+    (["--memory-budget", "9" * 5000], "paths serve: --memory-budget: expected a size such as 268435456, 256M or 2G, "
+                                      "got '" + "9" * 80 + "'"),
+], ids=["size", "zero size", "links", "builds", "5000 digits"])
 def test_a_bad_limit_is_one_line_and_exit_2(args, problem):
     done = paths_serve("--bind", "tcp://127.0.0.1:*", *args)
     assert (done.returncode, done.stderr, done.stdout) == (2, problem + "\n", "")
@@ -96,3 +98,11 @@ def test_sizes_take_units_and_the_limits_reach_the_server():
     assert (limits.memory_budget, limits.client_memory_budget, limits.links_per_client) == (
         3 << 29, 256 << 20, 7)
     assert _policy(args).allow_remote == ("tcp://10.0.0.*:*",) and _policy(args).builds_per_client == 3
+
+
+def test_a_size_is_exact_however_large():
+    args = argparse.Namespace(allow_kinds="", allow_remote=[], memory_budget="9" * 400,
+                              client_memory_budget="9007199254740993", max_links_per_client=None,
+                              max_builds_per_client=3)
+    limits = _policy(args).limits()
+    assert (limits.memory_budget, limits.client_memory_budget) == (10 ** 400 - 1, 2 ** 53 + 1)

@@ -13,6 +13,7 @@ import os
 import re
 import resource
 from dataclasses import dataclass
+from fractions import Fraction
 
 from .. import _native
 from ..model.path_spec import StageSpec
@@ -35,7 +36,10 @@ def parse_size(text: str, what: str) -> int:
     if not match:
         raise ValueError(f"{what}: expected a size such as 268435456, 256M or 2G, got {text[:80]!r}")
     number, unit = match.groups()
-    size = int(float(number) * (1 << (10 * " KMGT".index(unit.upper() or " "))))
+    try:  # exact: a float would round a large size, and overflow on one of hundreds of digits
+        size = int(Fraction(number) * (1 << (10 * " KMGT".index(unit.upper() or " "))))
+    except ValueError:  # more digits than Python converts
+        raise ValueError(f"{what}: expected a size such as 268435456, 256M or 2G, got {text[:80]!r}") from None
     if size <= 0:
         raise ValueError(f"{what}: expected a size above 0, got {text[:80]!r}")
     return size
