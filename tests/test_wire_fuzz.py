@@ -25,6 +25,7 @@ from wire_frames import (BATCH_PAYLOAD, BUILD, CONNECT, EXCHANGE, FIRST, GROUP_M
 
 import paths
 from paths import build_path, make_path, stage
+from paths.runtime.server import PathServer
 
 TUPLE_SIZE = 8  # the fuzzed link's element has format "q"
 SEED = 20240607
@@ -246,6 +247,26 @@ def test_a_build_that_breaks_the_builder_is_refused_and_the_server_lives(peer_se
     reply = decode(zmq_answer(main))
     assert reply["op"] == BUILD and reply["status"] == PS_EINVAL and reply["payload"], reply
     exact_round_trips(endpoint, f"LIVES-{spec}", n=20)  # the server still serves
+
+
+MISNAMED_SPECS = {
+    "a parameter named kind": ('{"version":1,"path":[["cache",{"capacity":16,"kind":"x"}],["core",{"name":"x","format":"q"}]]}',
+                               "stage cache(capacity=16, kind='x'): unknown parameter 'kind' (valid: "),
+}
+
+
+@pytest.mark.parametrize("spec", list(MISNAMED_SPECS))
+def test_a_build_of_a_wrong_name_or_type_is_refused_naming_the_stage(zmq_context, tmp_path, spec):
+    payload, reason = MISNAMED_SPECS[spec]
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), trace_dir=str(tmp_path)).start() as server:
+        main = dealer(zmq_context, server.endpoint)
+        main.send(encode(BUILD, payload.encode(), request_id=5))
+        reply = decode(zmq_answer(main))
+        assert reply["op"] == BUILD and reply["status"] == PS_EINVAL, reply
+        assert reply["payload"].decode().startswith(reason), reply["payload"]
+        assert server.build_errors == 1 and server.ledger.clients() == {}
+        exact_round_trips(server.endpoint, "LIVES", n=20)
+    assert not list(tmp_path.iterdir())
 
 
 # ---- a direct link ----------------------------------------------------------------------------

@@ -132,7 +132,7 @@ def build_request_from_json(text: str | bytes) -> tuple[PathSpec, tuple[str, ...
         for key, value in item[1].items():
             if isinstance(value, bool) or not isinstance(value, _SCALARS):
                 raise ValueError(f"path spec: stage {item[0]!r} parameter {key!r} must be an int, float or str")
-        specs.append(stage(item[0], **item[1]))
+        specs.append(StageSpec(item[0], tuple(sorted(item[1].items()))))  # a parameter may be named "kind"
     crossed = document.get("crossed", [])
     if (not isinstance(crossed, list) or len(crossed) > CROSSED_MAX
             or not all(isinstance(c, str) and 0 < len(c) <= SERVER_ID_MAX for c in crossed)):
