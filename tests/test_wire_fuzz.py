@@ -252,6 +252,9 @@ def test_a_build_that_breaks_the_builder_is_refused_and_the_server_lives(peer_se
 MISNAMED_SPECS = {
     "a parameter named kind": ('{"version":1,"path":[["cache",{"capacity":16,"kind":"x"}],["core",{"name":"x","format":"q"}]]}',
                                "stage cache(capacity=16, kind='x'): unknown parameter 'kind' (valid: "),
+    "a trace file that is no text": ('{"version":1,"path":[["trace",{"file":5}],["core",{"name":"x","format":"q"}]]}',
+                                     "stage trace(file=5): a trace file sent to a server must be a bare file name, "
+                                     "got 5"),
 }
 
 

@@ -71,7 +71,7 @@ def confine_trace_files(path: PathSpec, directory: str | None) -> PathSpec:
             name = spec.param(param, "")
             if directory is None:
                 raise ValueError(f"stage {spec}: this server writes no trace files (start it with --trace-dir DIR)")
-            if not name or os.path.basename(name) != name or name in (".", ".."):
+            if not isinstance(name, str) or not name or os.path.basename(name) != name or name in (".", ".."):
                 raise ValueError(f"stage {spec}: a trace file sent to a server must be a bare file name, got {name!r}")
             spec = spec.replace(**{param: os.path.join(directory, name)})
         stages.append(spec)
