@@ -255,6 +255,8 @@ MISNAMED_SPECS = {
     "a trace file that is no text": ('{"version":1,"path":[["trace",{"file":5}],["core",{"name":"x","format":"q"}]]}',
                                      "stage trace(file=5): a trace file sent to a server must be a bare file name, "
                                      "got 5"),
+    "a parameter given twice": ('{"version":1,"path":[["core",{"name":"x","format":"q","name":"y"}]]}',
+                                "path spec: key 'name' given twice in one object"),
 }
 
 

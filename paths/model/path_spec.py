@@ -94,6 +94,21 @@ CROSSED_MAX = 64  # servers a path may go through, as a BUILD names them
 SERVER_ID_MAX = 64
 
 
+class _KeyTwice(ValueError):
+    pass
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON object whose keys are all different: one key given twice (which would silently
+    keep its last value) makes the spec ambiguous."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _KeyTwice(f"key {key!r} given twice in one object")
+        seen.add(key)
+    return dict(pairs)
+
+
 def path_to_json(path: PathSpec, crossed: tuple[str, ...] = ()) -> str:
     """The path as the text a remote stage sends to its server (data only: kinds and scalars),
     with the ids of the servers it went through on its way (`crossed`; none: not said)."""
@@ -116,7 +131,9 @@ def build_request_from_json(text: str | bytes) -> tuple[PathSpec, tuple[str, ...
     """What path_to_json wrote: the path and the servers it crossed; ValueError naming what is
     wrong for anything else."""
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_pairs_hook=_object)
+    except _KeyTwice as e:
+        raise ValueError(f"path spec: {e}") from None
     except (ValueError, RecursionError) as e:
         raise ValueError(f"path spec: not JSON ({e})") from None
     if not isinstance(document, dict) or document.get("version") != SPEC_VERSION:
