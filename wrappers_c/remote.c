@@ -258,32 +258,29 @@ static int stream_tuples(ps_link *link, ps_op *op) {
     uint32_t per_frame = (uint32_t)ps_wire_batch_tuples(tuple_size);
     int64_t deadline = ps_deadline(op->timeout_ns);
     for (int first = 1;; first = 0) {
-        uint64_t ids[STREAM_FRAMES];
-        uint32_t counts[STREAM_FRAMES], sent = op->done, oldest = 0, in_flight = 0;
+        uint32_t start = op->done, sent = start, answered = start, in_flight = 0;
+        uint64_t oldest = 0; /* the request id of the oldest frame not answered yet (ids run on by one) */
         int status = PS_OK, cut = 0;
         int64_t slice = slice_by(r, deadline);
         while (in_flight || (!cut && sent < op->count)) {
             while (!cut && sent < op->count && in_flight < STREAM_FRAMES) {
                 uint32_t n = op->count - sent < per_frame ? op->count - sent : per_frame;
-                int starts = sent == op->done;
                 uint64_t id = send_request(r, c, c->socket, ps_op_kinds[op->kind].wire,
-                                           starts ? PS_WIRE_STREAM_STARTS : PS_WIRE_STREAM_CONTINUES, slice,
+                                           sent == start ? PS_WIRE_STREAM_STARTS : PS_WIRE_STREAM_CONTINUES, slice,
                                            (const unsigned char *)op->in + (size_t)sent * tuple_size,
                                            (size_t)n * tuple_size, 0);
                 if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
                 int rc; /* pipelined moves went first: their answers come first */
-                if (first && starts && (rc = drain(r, c, 0)) != PS_OK) return rc;
-                uint32_t at = (oldest + in_flight++) % STREAM_FRAMES;
-                ids[at] = id;
-                counts[at] = n;
+                if (first && sent == start && (rc = drain(r, c, 0)) != PS_OK) return rc;
+                if (in_flight++ == 0) oldest = id;
                 sent += n;
             }
+            uint32_t n = op->count - answered < per_frame ? op->count - answered : per_frame;
             ps_frame answer;
-            int rc = wait_answer(r, c, c->socket, ids[oldest], r->timeout_ns, &answer);
+            int rc = wait_answer(r, c, c->socket, oldest++, r->timeout_ns, &answer);
             if (rc != PS_OK) return broken(r, c, "no answer", rc);
-            uint32_t n = counts[oldest];
-            oldest = (oldest + 1) % STREAM_FRAMES;
             in_flight--;
+            answered += n;
             if (cut) { /* a frame after the cut one: the server must not have run it */
                 if (answer.status != PS_ESTATE || answer.value != 0)
                     return broken(r, c, "a frame after a cut one of move_many was run", PS_EINVAL);

@@ -188,12 +188,6 @@ static int run_stream_frame(link_worker *w, const ps_frame *request, ps_op *op) 
     return rc;
 }
 
-/* Whether a frame's op code is that of a kind that takes tuples in: a frame of a stream. */
-static int carries_tuples_in(uint8_t code) {
-    int kind = ps_op_kind_of_wire(code);
-    return kind >= 0 && ps_op_kinds[kind].shape & PS_OP_TUPLES_IN;
-}
-
 /* Runs one request on the worker's link and returns its status; *op is the operation it ran, if
  * any (*ran set): its results are in it. */
 static int run_request(link_worker *w, const ps_frame *request, ps_op *op, int *ran) {
@@ -338,9 +332,9 @@ static int answer_request(link_worker *w, const ps_frame *request, int *released
         *served |= request->handle_id == w->id;
     }
     if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
-    /* A frame refused unrun that was, or may have been (unreadable), a frame of tuples in took no
-     * effect: a frame that continues its stream is not run. */
-    if (!ran && rc != PS_OK && (!request || carries_tuples_in(request->op))) w->stream_whole = 0;
+    /* A frame refused unrun (or unreadable) may have been one of a stream: a frame that continues
+     * its stream is not run. */
+    if (!ran && rc != PS_OK) w->stream_whole = 0;
     uint32_t shape = ran ? ps_op_kinds[op.kind].shape : 0;
     if (shape & PS_OP_TUPLES_OUT && rc == PS_OK) return send_range(w, request, &op, sink);
     /* The answer's value: the kind's value (a tuple freed by axe: the first live index), or else
