@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
+
+from paths.cli.run import check_output_file
 
 
 def write_rows(path: str, columns: list[str], rows: list[dict]) -> None:
@@ -18,6 +19,7 @@ def write_rows(path: str, columns: list[str], rows: list[dict]) -> None:
 def check_output(parser: argparse.ArgumentParser, option: str, path: str | None) -> None:
     """A usage error (exit 2) now, not a traceback after a long run, for a file that has no
     folder to be written in."""
-    folder = os.path.dirname(os.path.abspath(path)) if path else ""
-    if path and not os.path.isdir(folder):
-        parser.error(f"{option} {path}: no folder {folder} to write it in")
+    try:
+        check_output_file(option, path)
+    except ValueError as e:
+        parser.error(str(e))

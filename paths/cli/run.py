@@ -80,6 +80,14 @@ def seconds(name: str):
     return parse
 
 
+def check_output_file(option: str, path: str | None) -> None:
+    """A ValueError now, not a traceback after a long run, for an output file (an option's, if
+    given) that has no folder to be written in."""
+    folder = os.path.dirname(os.path.abspath(path)) if path else ""
+    if path and not os.path.isdir(folder):
+        raise ValueError(f"{option} {path}: no folder {folder} to write it in")
+
+
 def make_folder(option: str, path: str) -> None:
     """The folder an option names, made if missing; ValueError naming the option otherwise."""
     try:
@@ -167,10 +175,8 @@ def run_command(argv: list[str]) -> int:
             raise ValueError("--trace: trace one map and policy at a time (their trace files would mix)")
         if args.trace:
             make_folder("--trace", args.trace)
-        for option, path in (("--csv", args.csv), ("--plot", args.plot)):  # not after a long run
-            folder = os.path.dirname(os.path.abspath(path)) if path else ""
-            if path and not os.path.isdir(folder):
-                raise ValueError(f"{option} {path}: no folder {folder} to write it in")
+        for option, path in (("--csv", args.csv), ("--plot", args.plot)):
+            check_output_file(option, path)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PlacementWarning)
             for run in runs:  # the kernel, the hooks and every count checked before anything starts
