@@ -116,6 +116,13 @@ class NodeProbe:
                 found.append(int(entry))
         return found
 
+    def alive_within(self, seconds: float) -> list[int]:
+        """What alive() still finds `seconds` from now, or [] as soon as it finds nothing."""
+        deadline = time.monotonic() + seconds
+        while (left := self.alive()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return left
+
     def unreaped(self) -> list[int]:
         """Node processes started so far that still exist (running, or zombies nobody waited for)."""
         return [pid for pid in self.started() if Path(f"/proc/{pid}").exists()]

@@ -44,15 +44,6 @@ def processes_with(marker: str) -> list[str]:
             if marker in line and "ps -ewwo" not in line and int(line.split()[0]) != os.getpid()]
 
 
-def running(pid: int) -> bool:
-    """The process exists and is not a zombie (a dead process whose parent, when the launcher
-    was killed, is init: this machine's init may leave it unreaped, yet it runs nothing)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def gone_within(marker: str, seconds: float) -> list[str]:
     """What is still there (by `ps`) `seconds` after now, or [] as soon as nothing is."""
     deadline = time.monotonic() + seconds
@@ -255,7 +246,7 @@ def test_nothing_of_the_run_is_left_after_the_launcher_is_interrupted_or_killed(
         code = run.wait(timeout=30)
         left = gone_within(app, REAPED_WITHIN)
         assert left == [], f"left {REAPED_WITHIN} s after {how}: {left}"
-        assert [pid for pid in probe.started() if running(pid)] == []  # the nodes too
+        assert probe.alive_within(REAPED_WITHIN) == []  # the nodes too (they stop their ranks first)
         assert code == (130 if how == "SIGINT" else -signal.SIGKILL)
     finally:
         if run.poll() is None:
@@ -264,11 +255,11 @@ def test_nothing_of_the_run_is_left_after_the_launcher_is_interrupted_or_killed(
     assert probe.alive() == []
 
 
-@pytest.mark.parametrize("how", ["a rank fails", "timeout", "SIGINT"])
+@pytest.mark.parametrize("how", ["a rank fails", "timeout", "SIGINT", "SIGKILL"])
 def test_what_a_rank_started_is_stopped_with_it(app, probe, how):
     """Each rank a shell that runs the program (as a wrapper script does): when the ranks are
-    stopped (another rank failed, --timeout, SIGINT to the launcher), the programs the shells
-    started go too, not only the shells."""
+    stopped (another rank failed, --timeout, SIGINT to the launcher, SIGKILL to the launcher),
+    the programs the shells started go too, not only the shells."""
     late = 'test "$PATHS_RANK" != 1 || sleep 2; '  # the failing rank: once the others are up
     command = ["sh", "-c", late + '"$0" "$@"; exit $?', sys.executable, app, "sleep",
                *(["1", "3"] if how == "a rank fails" else [])]
@@ -278,12 +269,13 @@ def test_what_a_rank_started_is_stopped_with_it(app, probe, how):
     try:
         up = [run.stdout.readline() for _ in range(3)]
         assert all(" up " in line for line in up), up
-        if how == "SIGINT":
-            os.kill(run.pid, signal.SIGINT)
+        if how.startswith("SIG"):
+            os.kill(run.pid, getattr(signal, how))
         _, err = run.communicate(timeout=60)
         left = gone_within(app, REAPED_WITHIN)
         assert left == [], f"left {REAPED_WITHIN} s after the run ended ({how}): {left}"
-        assert run.returncode == {"a rank fails": 3, "timeout": 1, "SIGINT": 130}[how], err
+        assert probe.alive_within(REAPED_WITHIN) == []
+        assert run.returncode == {"a rank fails": 3, "timeout": 1, "SIGINT": 130, "SIGKILL": -signal.SIGKILL}[how], err
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
@@ -301,10 +293,7 @@ def test_paths_run_nodes_go_when_their_launcher_is_killed(probe):
         probe.wait_for("gsum", 3, timeout=60)  # every node busy in GSum
         run.kill()
         run.wait(timeout=30)
-        deadline = time.monotonic() + REAPED_WITHIN
-        while probe.alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert probe.alive() == [], "node processes outlived their killed launcher"
+        assert probe.alive_within(REAPED_WITHIN) == [], "node processes outlived their killed launcher"
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)

@@ -285,10 +285,7 @@ def test_a_node_that_cannot_start_is_named_with_its_exit_status_and_stderr(probe
         f"ssh: connect to host {node} port 22: No route to host" for node in ("n0", "n1")]
     assert processes.nodes == {}
     # The other node's fake ssh was stopped while in its `sleep 0.3`, which then ends by itself.
-    deadline = time.monotonic() + 2.0
-    while probe.alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert probe.alive() == []
+    assert probe.alive_within(2.0) == []
 
 
 # ---- slurm ----------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ their node's client key).
 
 Every process started is reaped: on success, on error and on Ctrl-C. A killed launcher (even by
 SIGKILL) leaves no node behind either: each node (or its ssh or srun) gets the parent-death
-signal, and a node ends by itself when its standard input closes, at once when it is busy
+signal, SIGTERM, on which a node stops its ranks' process groups before it exits (SIGKILL would
+leave what the ranks started), and a node ends by itself when its standard input closes, at once when it is busy
 (paths/experiments/node.py). Start nodes from the main thread: the parent-death signal follows the thread
 that started them.
 """
@@ -25,6 +26,7 @@ import json
 import os
 import selectors
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -109,7 +111,8 @@ class _Node:
         self.command = command
         self.errors = tempfile.TemporaryFile(mode="w+")  # a file, so a chatty node never blocks
         self.process = subprocess.Popen(command.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.errors, bufsize=0, preexec_fn=dies_with_me())
+                                        stderr=self.errors, bufsize=0,
+                                        preexec_fn=dies_with_me(signal.SIGTERM))
         self.endpoint = ""
         self.lines: collections.deque[str] = collections.deque()  # read, not taken yet
         self._partial = b""

@@ -30,7 +30,8 @@ handles stay until "release", so that "counters" still finds their stages.
 A thread reads standard input. Its end while the node is idle stops the node once idle, as
 "quit" does; its end while a request runs (a kernel, ranks) means the launcher is gone: the node
 stops its ranks and exits at once. A local node also gets the parent-death signal from its
-launcher (paths/experiments/parent_death.py), and ranks get it from their node.
+launcher (paths/experiments/parent_death.py): SIGTERM, which while ranks run stops them and
+their process groups first. Ranks get SIGKILL as theirs from their node.
 """
 
 from __future__ import annotations

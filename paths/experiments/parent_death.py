@@ -2,7 +2,9 @@
 
 A child started with `preexec_fn=dies_with_me()` gets the Linux parent-death signal (SIGKILL)
 between fork and exec: when the starting process ends for any reason, SIGKILL included, the
-kernel kills the child. The parent death is per *thread*: start children from a thread that
+kernel kills the child. A child with something of its own to stop first takes SIGTERM instead
+(`dies_with_me(signal.SIGTERM)`): a node process stops its ranks' process groups then, which
+SIGKILL would leave behind. The parent death is per *thread*: start children from a thread that
 lives as long as they should (the main thread). A parent that died before the child armed the
 signal is caught by comparing the child's parent with the starter's pid.
 
@@ -24,12 +26,12 @@ _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
 _prctl.restype = ctypes.c_int
 
 
-def dies_with_me() -> Callable[[], None]:
-    """A preexec_fn for subprocess.Popen: the child is killed when this process ends."""
+def dies_with_me(number: int = signal.SIGKILL) -> Callable[[], None]:
+    """A preexec_fn for subprocess.Popen: the child gets signal `number` when this process ends."""
     starter = os.getpid()
 
     def arm() -> None:
-        if _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0 or os.getppid() != starter:
+        if _prctl(PR_SET_PDEATHSIG, int(number), 0, 0, 0) != 0 or os.getppid() != starter:
             os._exit(1)  # cannot arm it, or the starter is gone already: a child must not outlive it
 
     return arm
