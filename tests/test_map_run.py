@@ -300,6 +300,25 @@ def test_trace_option_traces_every_node_and_link_into_one_perfetto_file(probe, t
     assert sum(e.get("ph") == "X" for e in perfetto["traceEvents"]) == sum(len(t.events) for t in traces.values())
 
 
+def test_a_traced_run_replaces_an_earlier_runs_traces(probe, tmp_path):
+    first = paths_run("gsum", "--map", "paper-4w", "--threads", "6", "--repeat", "1", "--rounds", "10",
+                      "--trace", str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    earlier = sorted(p.name for p in tmp_path.glob("gsum-*.bin"))
+    other = tmp_path / "mcpi-1.0-callers-n0.bin"  # another kernel's trace stays
+    other.write_bytes(b"not read")
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--repeat", "1", "--rounds", "10",
+                     "--trace", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert f"paths run: --trace {tmp_path}: removed {len(earlier)} trace files of an earlier run" in done.stderr
+    files = sorted(p.name for p in tmp_path.glob("gsum-*.bin"))
+    assert files and all(name.startswith("gsum-2.0-") for name in files)  # none of the 6 threads' run
+    assert f"from {len(files)} trace files" in done.stdout and other.read_bytes() == b"not read"
+    perfetto = json.loads((tmp_path / "gsum.json").read_text())
+    events = sum(len(read_trace(str(tmp_path / name)).events) for name in files)
+    assert sum(e.get("ph") == "X" for e in perfetto["traceEvents"]) == events
+
+
 def test_counters_option_prints_every_nodes_stages(probe):
     done = paths_run("gsum", "--map", "multicluster", "--threads", "3", "--repeat", "1", "--rounds", "30",
                      "--counters")

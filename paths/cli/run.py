@@ -152,7 +152,8 @@ def run_command(argv: list[str]) -> int:
                              "run's repeat, 0, 1, ..., as --arg repeat)")
     parser.add_argument("--trace", metavar="DIR", help="trace every node's callers and every link between nodes "
                                                     "into DIR, then merge the traces into DIR/<kernel>.json "
-                                                    "(Perfetto: https://ui.perfetto.dev)")
+                                                    "(Perfetto: https://ui.perfetto.dev); the kernel's trace "
+                                                    "files of an earlier run in DIR are removed first")
     parser.add_argument("--counters", action="store_true",
                         help="after each thread count, print every node's stages with their counters "
                              "(operations, waits, and the requests each remote stage sent)")
@@ -184,6 +185,8 @@ def run_command(argv: list[str]) -> int:
                 plans_for(run.cluster_map, run.settings)
         for message in dict.fromkeys(str(w.message) for w in caught):
             print(f"paths run: warning: {message}", file=sys.stderr)
+        if args.trace:
+            _clear_traces(args.trace, trace_prefix(load_kernel(args.kernel)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PlacementWarning)
             for run in runs:
@@ -209,11 +212,31 @@ def run_command(argv: list[str]) -> int:
     return 0
 
 
+def _trace_files(directory: str, prefix: str) -> list[str]:
+    """The trace files a traced run of the kernel with this prefix writes into directory."""
+    return sorted(glob.glob(os.path.join(directory, f"{glob.escape(prefix)}-*.bin")))
+
+
+def _clear_traces(directory: str, prefix: str) -> None:
+    """A traced run replaces an earlier one's traces in its folder: its trace files, whatever
+    thread counts they came from, would otherwise merge into this run's."""
+    old = _trace_files(directory, prefix)
+    for path in old:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise ValueError(f"--trace {directory}: cannot replace the earlier trace file {path}: {e.strerror}") from None
+    if old:
+        print(f"paths run: --trace {directory}: removed {len(old)} trace files of an earlier run", file=sys.stderr)
+
+
 def _merge_traces(directory: str, prefix: str) -> int:
     """All the run's trace files, as one Perfetto file beside them."""
     from ..runtime.trace_file import TraceFileError, read_trace, to_perfetto
 
-    files = sorted(glob.glob(os.path.join(directory, f"{glob.escape(prefix)}-*.bin")))
+    files = _trace_files(directory, prefix)
     try:
         traces = [read_trace(f) for f in files]
         out = os.path.join(directory, f"{prefix}.json")
