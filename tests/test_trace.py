@@ -74,6 +74,26 @@ def test_every_operation_is_one_event(space, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.bin"], "no temporary file is left behind"
 
 
+def test_two_live_trace_stages_never_share_a_file(space, tmp_path):
+    """The second stage's rename would replace the first one's trace: it is refused at creation,
+    however the folder is spelled; once the first is written, the file is free again."""
+    (tmp_path / "sub").mkdir()
+    core, first = traced_core(space, tmp_path / "t.bin")
+    other = native.create_stage("core", {"name": "U", "format": "q"}, None, space)
+    with pytest.raises(ValueError, match=re.escape(f"stage 'trace': file '{tmp_path}/sub/../t.bin' is written by "
+                                                   f"another live trace stage ('{tmp_path / 't.bin'}')")):
+        native.create_stage("trace", {"file": str(tmp_path / "sub" / ".." / "t.bin")}, other, space)
+    second = native.create_stage("trace", {"file": str(tmp_path / "u.bin")}, other, space)  # its own file
+    h = first.attach("thread 0")
+    h.move(1)
+    del h, first, core, second, other
+    gc.collect()
+    assert read_trace(tmp_path / "t.bin").events[0].op == "move", "the first trace is kept whole"
+    again = traced_pairs(paths.PastSet(), tmp_path / "t.bin", 3)  # the same file, once the first is written
+    assert len(read_trace(again).events) == 6
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sub", "t.bin", "u.bin"]
+
+
 def test_pairs_loop_records_two_events_per_pair(space, tmp_path):
     path = traced_pairs(space, tmp_path / "t.bin", 5000)
     events = read_trace(path).events

@@ -7,7 +7,9 @@
  * atomic add and writes it, with no lock, no allocation and no I/O. When the buffer is full the
  * slot number runs past the capacity and the event is counted as dropped. The last release writes
  * the file (format in trace.h) to a temporary name in the same directory, then renames it; a
- * file that cannot be written is said on stderr and kept for ps_trace_take_failures.
+ * file that cannot be written is said on stderr and kept for ps_trace_take_failures. Two live
+ * trace stages of a process never share a file (the second is refused at creation): the later
+ * rename would replace the earlier trace.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__)
@@ -41,6 +44,10 @@ typedef struct trace_stage {
     char *path;                    /* where the trace goes */
     char *temporary_path;          /* where it is written first */
     FILE *out;                     /* open on temporary_path from creation on */
+    dev_t folder_device;           /* the file's folder and name: who else writes it */
+    ino_t folder_inode;
+    const char *name;              /* in path */
+    struct trace_stage *next_live; /* the process's live trace stages */
     _Alignas(CACHE_LINE) _Atomic uint64_t claimed;  /* event slots claimed, dropped ones included */
 } trace_stage;
 
@@ -114,6 +121,53 @@ void ps_trace_take_failures(void (*visit)(void *context, const char *message), v
     }
     failure_count = 0;
     pthread_mutex_unlock(&failures_lock);
+}
+
+/* ---- the files live stages will write ---------------------------------------------------- */
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static trace_stage *live;
+
+/* Registers t's file (its folder by device and inode, so that two spellings of one folder
+ * match), or says which live stage writes it already. */
+static int claim_file(trace_stage *t, char *error, size_t error_size) {
+    const char *slash = strrchr(t->path, '/');
+    char *folder_path = slash ? strndup(t->path, (size_t)(slash - t->path) + 1) : strdup(".");
+    struct stat where;
+    int known = folder_path && stat(folder_path, &where) == 0;
+    free(folder_path);
+    if (!known) {
+        snprintf(error, error_size, "stage 'trace': cannot write trace file '%s': %s", t->path, strerror(errno));
+        return PS_EINVAL;
+    }
+    t->folder_device = where.st_dev;
+    t->folder_inode = where.st_ino;
+    t->name = slash ? slash + 1 : t->path;
+    pthread_mutex_lock(&live_lock);
+    for (trace_stage *other = live; other; other = other->next_live) {
+        if (other->folder_device == t->folder_device && other->folder_inode == t->folder_inode &&
+            strcmp(other->name, t->name) == 0) {
+            pthread_mutex_unlock(&live_lock);
+            snprintf(error, error_size, "stage 'trace': file '%s' is written by another live trace stage "
+                     "('%s'): give each trace stage a file of its own", t->path, other->path);
+            return PS_EINVAL;
+        }
+    }
+    t->next_live = live;
+    live = t;
+    pthread_mutex_unlock(&live_lock);
+    return PS_OK;
+}
+
+static void release_file(trace_stage *t) {
+    pthread_mutex_lock(&live_lock);
+    for (trace_stage **at = &live; *at; at = &(*at)->next_live) {
+        if (*at == t) {
+            *at = t->next_live;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&live_lock);
 }
 
 /* ---- the hot path ------------------------------------------------------------------------- */
@@ -219,6 +273,7 @@ static void trace_destroy(ps_stage *stage) {
         keep_failure(message);
         unlink(t->temporary_path);
     }
+    release_file(t);
     free_trace(t);
     file_done();
 }
@@ -308,6 +363,7 @@ static int trace_create(const ps_params *params, const ps_build_context *context
             rc = PS_ENOMEM;
         }
     }
+    if (rc == PS_OK) rc = claim_file(t, error, error_size);
     if (rc != PS_OK) {
         free_trace(t);
         ps_stage_abandon(&t->base);
