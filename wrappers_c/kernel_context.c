@@ -155,13 +155,18 @@ void ps_context_release_all(paths_kernel_ctx *c) {
 
 /* ---- the barrier ----------------------------------------------------------------------------- */
 
-/* The threads of this process: the last to arrive opens the next generation. A thread whose wait
- * times out takes its arrival back, unless the generation opened meanwhile. */
+/* The threads of this process: the last to arrive opens the next generation (arrivals back to
+ * 0) in the same step as its arrival. A thread whose wait times out takes its arrival back,
+ * unless the generation opened meanwhile: then it has passed. */
 static int local_barrier(ps_local_barrier *b, int parties, int64_t timeout_ns) {
-    uint32_t generation = atomic_load(&b->generation);
-    if (atomic_fetch_add(&b->arrived, 1) + 1 == (uint32_t)parties) {
-        atomic_store(&b->arrived, 0);
-        atomic_fetch_add(&b->generation, 1);
+    enum { GENERATION = 32 };
+    uint64_t state = atomic_load(&b->state), arrived;
+    do {
+        arrived = (state & UINT32_MAX) + 1;
+    } while (!atomic_compare_exchange_weak(&b->state, &state, arrived == (uint64_t)parties
+                                           ? ((state >> GENERATION) + 1) << GENERATION : state + 1));
+    uint64_t generation = state >> GENERATION;
+    if (arrived == (uint64_t)parties) {
         ps_waitpoint_wake(&b->changed);
         return PS_OK;
     }
@@ -169,11 +174,11 @@ static int local_barrier(ps_local_barrier *b, int parties, int64_t timeout_ns) {
     uint32_t spins = 0;
     for (;;) {
         uint32_t seen = ps_waitpoint_sequence(&b->changed);
-        if (atomic_load(&b->generation) != generation) return PS_OK;
+        if (atomic_load(&b->state) >> GENERATION != generation) return PS_OK;
         if (ps_waitpoint_wait(&b->changed, seen, deadline, &spins) != PS_ETIMEDOUT) continue;
-        uint32_t arrived = atomic_load(&b->arrived);
-        while (atomic_load(&b->generation) == generation) {
-            if (atomic_compare_exchange_weak(&b->arrived, &arrived, arrived - 1)) return PS_ETIMEDOUT;
+        state = atomic_load(&b->state);
+        while (state >> GENERATION == generation) {
+            if (atomic_compare_exchange_weak(&b->state, &state, state - 1)) return PS_ETIMEDOUT;
         }
         return PS_OK;
     }

@@ -45,10 +45,10 @@ typedef struct ps_kernel_arg {
 } ps_kernel_arg;
 
 /* The in-memory barrier of the threads of one process: a thread arriving last bumps the
- * generation, which the others wait for. */
+ * generation, which the others wait for. Generation and arrivals are one word, so an arrival,
+ * the opening and a timed-out thread's takeback each change both at once. */
 typedef struct ps_local_barrier {
-    _Alignas(64) _Atomic uint32_t arrived;
-    _Atomic uint32_t generation;
+    _Alignas(64) _Atomic uint64_t state;   /* generation << 32 | threads arrived */
     ps_waitpoint changed;
 } ps_local_barrier;
 

@@ -10,6 +10,9 @@
  *             back, the release hook sees each link exactly once.
  *   spanning  the same with the barrier through the sum element paths.barrier, as a run that
  *             spans processes does.
+ *   turns     `memory` with every barrier waited in turns of 20 us, tried again on each timeout:
+ *             the timed-out threads take their arrivals back while the last one opens the
+ *             barrier, and still no thread leaves early, misses an opening, or is counted twice.
  *   failing   thread 3 fails at once; the others time out in the barrier waiting for it. The run
  *             names thread 3 as the first to fail (ps_kernel_run_wait returns as soon as it has),
  *             with its own line; the others say their barrier timed out; nothing leaks.
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernel_run.h"
 #include "pastset.h"
@@ -94,6 +98,23 @@ static void release(void *data, int thread, ps_link *link) {
 /* Arrivals at the barriers of a scene: after barrier r every thread has counted itself r + 1 times. */
 static atomic_llong arrivals;
 
+/* How long one wait in a barrier lasts before it is tried again (0: one wait of WAIT). */
+static int64_t turn_ns;
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int barrier(paths_kernel_ctx *c) {
+    if (!turn_ns) return paths_barrier(c, WAIT);
+    int64_t deadline = now_ns() + WAIT;
+    int rc;
+    while ((rc = paths_barrier(c, turn_ns)) == PATHS_ETIMEDOUT && now_ns() < deadline) {}
+    return rc;
+}
+
 /* rounds x (barrier, then move thread+1 into S and observe the total), checked; reports. */
 static int summing(paths_kernel_ctx *c) {
     int64_t rounds = 0, total = 0, threads = paths_threads(c);
@@ -103,7 +124,7 @@ static int summing(paths_kernel_ctx *c) {
     for (int64_t r = 0; r < rounds && rc == PATHS_OK; r++) {
         int64_t mine = paths_thread(c) + 1 + r * threads;
         atomic_fetch_add(&arrivals, 1);
-        rc = paths_barrier(c, WAIT);
+        rc = barrier(c);
         if (rc == PATHS_OK && atomic_load(&arrivals) < (r + 1) * threads)
             rc = paths_fail(c, PATHS_EFAILED, "left barrier %lld after %lld arrivals", (long long)r,
                             (long long)atomic_load(&arrivals));
@@ -194,6 +215,9 @@ int main(int argc, char **argv) {
     int64_t rounds = argc > 1 ? atoll(argv[1]) : 2000;
     summing_scene("memory", 0, rounds);
     summing_scene("spanning", 1, rounds / 4 + 1);
+    turn_ns = 20 * 1000;
+    summing_scene("turns", 0, rounds);
+    turn_ns = 0;
     failing_scene();
     int failed = atomic_load(&failures);
     printf("stress_kernel_run: %lld rounds x %d threads, %d failures\n", (long long)rounds, THREADS, failed);
