@@ -87,6 +87,7 @@ class Tree:
         self.server = server
         self.context = BuildContext(paths.PastSet())
         self.files = []
+        self.name = name
         ender = next(k for k, i in paths.kinds().items() if i.ends_path)
         element = stage(ender, name=name, format="q")
         if self.info.ends_path:
@@ -94,7 +95,6 @@ class Tree:
         else:
             params = {p.name: self._value(p, tmp_path) for p in self.info.params.values() if p.required}
             self.path = make_path(stage(kind, **params), *below, element)
-        self.name = name
         # Where the element lives: past a stage whose rest is built elsewhere, on that server.
         self.home = server.context if self.info.rest_at else self.context
         self.handles = [build_path(self.path, context=self.context)]
@@ -106,7 +106,7 @@ class Tree:
         if param.name == self.info.rest_at:
             return self.server.endpoint
         if param.role == "written file":
-            self.files.append(tmp_path / f"{self.info.name}-{param.name}.out")
+            self.files.append(tmp_path / f"{self.name}-{param.name}.out")  # each tree its own file
             return str(self.files[-1])
         if param.type in ("int", "float"):
             value = min(max(FAN_IN, param.min), param.max)
