@@ -80,7 +80,8 @@ int ps_tuple_format_parse(const char *text, ps_tuple_format *out, char *error, s
             count = 0;
             while (isdigit((unsigned char)*p)) {
                 count = count * 10 + (uint64_t)(*p - '0');
-                if (count > PS_TUPLE_MAX_SIZE) return fail(error, error_size, text, "repeat count too large");
+                if (count > PS_TUPLE_MAX_SIZE)
+                    return fail(error, error_size, text, "a repeat count is at most 1048576 (a tuple: 1 MiB at most)");
                 p++;
             }
             has_count = 1;
