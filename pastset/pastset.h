@@ -43,7 +43,8 @@ typedef enum ps_status {
 
 const char *ps_status_name(int status);
 
-/* Monotonic clock in nanoseconds, and the deadline for a timeout (PS_FOREVER stays forever). */
+/* Monotonic clock in nanoseconds, and the deadline for a timeout (PS_FOREVER, and a timeout that
+ * reaches past the clock's end, give PS_FOREVER). */
 int64_t ps_now_ns(void);
 int64_t ps_deadline(int64_t timeout_ns);
 /* The timeout left until a deadline: PS_FOREVER stays forever, a deadline passed gives 0. */

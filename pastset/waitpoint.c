@@ -50,7 +50,8 @@ int64_t ps_now_ns(void) {
 
 int64_t ps_deadline(int64_t timeout_ns) {
     if (timeout_ns < 0) return PS_FOREVER;
-    return ps_now_ns() + timeout_ns;
+    int64_t now = ps_now_ns();
+    return timeout_ns > INT64_MAX - now ? PS_FOREVER : now + timeout_ns; /* past the clock's end: no limit */
 }
 
 int64_t ps_remaining(int64_t deadline_ns) {

@@ -21,7 +21,8 @@
  *            them: a held element is never removed (the holder's own remove is refused), one
  *            nobody holds is, and a name removed is entered again as a new, empty element. Then
  *            10^5 names entered, listed in creation order, and removed.
- *   wake-up  an observer and a mover asleep in the futex are woken by the call they wait for.
+ *   wake-up  an observer and a mover asleep in the futex are woken by the call they wait for, and so
+ *            is an observer whose timeout reaches past the clock's end (it waits as without one).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -579,21 +580,21 @@ static void check_timeouts(ps_space *space) {
 /* A call made on its own thread that should block until released. */
 typedef struct blocked_call {
     ps_element *e;
-    int64_t value;
+    int64_t value, timeout_ns;
     int rc;
     atomic_bool returned;
 } blocked_call;
 
 static void *observe_until_woken(void *arg) {
     blocked_call *c = arg;
-    c->rc = ps_observe(c->e, &c->value, NULL, WAKE_TIMEOUT);
+    c->rc = ps_observe(c->e, &c->value, NULL, c->timeout_ns);
     atomic_store(&c->returned, true);
     return NULL;
 }
 
 static void *move_until_woken(void *arg) {
     blocked_call *c = arg;
-    c->rc = ps_move(c->e, &c->value, WAKE_TIMEOUT);
+    c->rc = ps_move(c->e, &c->value, c->timeout_ns);
     atomic_store(&c->returned, true);
     return NULL;
 }
@@ -623,16 +624,22 @@ static void observe_one(ps_element *e) {
 
 static void check_wake_ups(ps_space *space) {
     ps_element *e = enter_or_die(space, "wake-up", "q");
-    blocked_call observer = {.e = e, .value = -1, .rc = -1};
+    blocked_call observer = {.e = e, .value = -1, .timeout_ns = WAKE_TIMEOUT, .rc = -1};
     run_blocked("observe on an empty element", &observer, observe_until_woken, move_answer);
     CHECK(observer.rc == PS_OK && observer.value == 42, "wake-up: sleeping observer got rc %d value %" PRId64,
           observer.rc, observer.value);
 
+    /* A timeout too long for the clock to count (now + timeout overflows) is no limit at all. */
+    blocked_call patient = {.e = e, .value = -1, .timeout_ns = INT64_MAX, .rc = -1};
+    run_blocked("observe with a timeout past the clock's end", &patient, observe_until_woken, move_answer);
+    CHECK(patient.rc == PS_OK && patient.value == 42, "wake-up: observer with timeout INT64_MAX got rc %d value %"
+          PRId64, patient.rc, patient.value);
+
     CHECK(ps_set_delta(e, 1) == PS_OK, "wake-up: set_delta");
     move_answer(e);
-    blocked_call mover = {.e = e, .value = 7, .rc = -1};
+    blocked_call mover = {.e = e, .value = 7, .timeout_ns = WAKE_TIMEOUT, .rc = -1};
     run_blocked("move at the bound", &mover, move_until_woken, observe_one);
-    CHECK(mover.rc == PS_OK && ps_last(e) == 3, "wake-up: sleeping mover got rc %d, last %" PRId64, mover.rc,
+    CHECK(mover.rc == PS_OK && ps_last(e) == 4, "wake-up: sleeping mover got rc %d, last %" PRId64, mover.rc,
           ps_last(e));
 }
 
