@@ -22,6 +22,7 @@ extern "C" {
 #endif
 
 #define PS_FOREVER ((int64_t)-1)
+#define PS_NAME_MAX 255 /* longest element name, in bytes */
 
 /* Status codes returned by every operation (0 = success). */
 typedef enum ps_status {
@@ -78,6 +79,9 @@ void ps_leave(ps_element *e);
  * (may be NULL). PS_EINVAL when there is no element of that name, PS_EMISMATCH when it has
  * another format, PS_EFORMAT for a bad format string. */
 int ps_remove(ps_space *space, const char *name, const char *format, int64_t *holds_out);
+/* Copies the format text of the element named `name` into out (PS_FORMAT_MAX_TEXT + 1 bytes hold
+ * any): what a PS_EMISMATCH is about. PS_EINVAL when there is no such element. */
+int ps_format_of(ps_space *space, const char *name, char *out, size_t size);
 
 /* Calls visit(context, e) for every element, in creation order, with the space locked: visit
  * may read the element's name and format, and must not call into the space. */

@@ -6,12 +6,13 @@
  * ps_leave drops it); ps_remove frees only an element nobody holds.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "element.h"
 
-enum { NAME_MAX_BYTES = 255, FIRST_BUCKETS = 16 };
+enum { FIRST_BUCKETS = 16 };
 
 struct ps_space {
     pthread_mutex_t lock;      /* guards everything below and every element's `in_space` fields */
@@ -121,7 +122,7 @@ static void unlink_element(ps_space *space, ps_element *e) {
 /* An address (name, format) as the table takes it: PS_OK with the format parsed and the name's hash. */
 static int parse_address(const ps_space *space, const char *name, const char *format, ps_tuple_format *parsed,
                          uint64_t *hash) {
-    if (!name || !*name || strlen(name) > NAME_MAX_BYTES) return PS_EINVAL;
+    if (!name || !*name || strlen(name) > PS_NAME_MAX) return PS_EINVAL;
     if (ps_tuple_format_parse(format, parsed, NULL, 0) != 0) return PS_EFORMAT;
     *hash = name_hash(space, name);
     return PS_OK;
@@ -175,6 +176,16 @@ int ps_remove(ps_space *space, const char *name, const char *format, int64_t *ho
     if (holds_out) *holds_out = holds;
     if (rc == PS_OK) ps_element_free(e);
     return rc;
+}
+
+int ps_format_of(ps_space *space, const char *name, char *out, size_t size) {
+    if (!name || !*name || strlen(name) > PS_NAME_MAX || !size) return PS_EINVAL;
+    uint64_t hash = name_hash(space, name);
+    pthread_mutex_lock(&space->lock);
+    const ps_element *e = find(space, name, hash);
+    if (e) snprintf(out, size, "%s", e->format.text);
+    pthread_mutex_unlock(&space->lock);
+    return e ? PS_OK : PS_EINVAL;
 }
 
 void ps_space_each(ps_space *space, void (*visit)(void *context, const ps_element *e), void *context) {

@@ -84,7 +84,7 @@ def test_path_shape_errors(space):
         build_path(make_path(CORE, CORE), pastset=space)
     with pytest.raises(TypeError, match="make_path"):
         make_path("reduce-sum")
-    with pytest.raises(ValueError, match="exists with another format"):
+    with pytest.raises(ValueError, match="element 'G' exists with format 'q', not 'd'"):
         build_path(make_path(stage("core", name="G", format="q")), pastset=space)
         build_path(make_path(stage("core", name="G", format="d")), pastset=space)
 

@@ -300,7 +300,7 @@ RUN_ERRORS = {  # kernel and its options, exit status, the one line on stderr (a
                                r"node n1: KernelError: kernel \./libkernels\.so:two_formats: thread 2 on node n1 "
                                r"returned PATHS_EFAILED: the kernel's own failure: paths_acquire\('X', 'd'\) by thread "
                                r"2: its path remote\(host='n0'\) -> core\(format='d', name='X\.3\.0'\): "
-                               r".*stage 'core': element 'X\.3\.0' exists with another format than 'd'.*"),
+                               r".*stage 'core': element 'X\.3\.0' exists with format 'q', not 'd'.*"),
     "a hook raises": (["./libkernels.so:touch", "--map", "paper-4w", "--threads", "6",
                        "--acquire", "raising_hook:acquire"],
                       r"node n1: KernelError: kernel \./libkernels\.so:touch: thread 5 on node n1 returned "

@@ -2,6 +2,7 @@
  * holds the element (ps_enter) as long as it lives, so the element cannot be removed under it. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "stage_base.h"
 #include "stage_kinds.h"
@@ -93,9 +94,20 @@ static int core_create(const ps_params *params, const ps_build_context *context,
     ps_tuple_format parsed;
     if (ps_tuple_format_parse(format, &parsed, error, error_size) != 0) return PS_EFORMAT;
     ps_element *element = NULL;
-    int rc = ps_enter(context->space, name, format, &element);
+    char existing[PS_FORMAT_MAX_TEXT + 1];
+    int rc;
+    do { /* an element of another format removed before its format was read: enter again */
+        rc = ps_enter(context->space, name, format, &element);
+    } while (rc == PS_EMISMATCH && ps_format_of(context->space, name, existing, sizeof existing) != PS_OK);
     if (rc == PS_EMISMATCH) {
-        snprintf(error, error_size, "stage 'core': element '%s' exists with another format than '%s'", name, format);
+        snprintf(error, error_size, "stage 'core': element '%s' exists with format '%s', not '%s'", name, existing,
+                 format);
+        return rc;
+    }
+    if (rc == PS_EINVAL) {
+        char got[32] = "an empty name";
+        if (*name) snprintf(got, sizeof got, "%zu bytes", strlen(name));
+        snprintf(error, error_size, "stage 'core': an element's name is 1 to %d bytes, got %s", PS_NAME_MAX, got);
         return rc;
     }
     if (rc != PS_OK) {

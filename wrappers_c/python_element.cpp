@@ -52,9 +52,9 @@ std::vector<std::pair<std::string, std::string>> PastSet::elements() const {
 }
 
 std::string PastSet::existing_format(const std::string &name) const {
-    for (auto &[n, f] : elements())
-        if (n == name) return f;
-    return "";
+    char format[PS_FORMAT_MAX_TEXT + 1] = "";
+    ps_format_of(owner_->space, name.c_str(), format, sizeof format);
+    return format;
 }
 
 void bind_element(py::module_ &m) {
