@@ -77,7 +77,8 @@ static inline void cpu_relax(void) {
 static int timed_out(int64_t deadline_ns) { return deadline_ns != PS_FOREVER && ps_now_ns() >= deadline_ns; }
 
 ps_wait_step ps_wait_next(uint32_t *spins) {
-    uint32_t round = (*spins)++;
+    uint32_t round = *spins;
+    if (round != UINT32_MAX) *spins = round + 1; /* stops there: 0 is only ever a first wait */
     if (round == 0) {
         waits_begun++;
         if (!spinning_pays()) { /* this wait is the first yield */

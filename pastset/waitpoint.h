@@ -33,7 +33,8 @@ static inline uint32_t ps_waitpoint_sequence(ps_waitpoint *w) {
 void ps_waitpoint_wake(ps_waitpoint *w);
 
 /* Waits until the sequence differs from `seen` or the deadline passes. `spins` is the caller's
- * running count of waits for this operation (start at 0): it escalates spin -> yield -> sleep.
+ * running count of waits for this operation (start at 0; it never wraps back to 0): it escalates
+ * spin -> yield -> sleep.
  * Returns 0 when the sequence moved (or may have), PS_ETIMEDOUT at the deadline. */
 int ps_waitpoint_wait(ps_waitpoint *w, uint32_t seen, int64_t deadline_ns, uint32_t *spins);
 

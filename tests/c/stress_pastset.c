@@ -22,7 +22,8 @@
  *            nobody holds is, and a name removed is entered again as a new, empty element. Then
  *            10^5 names entered, listed in creation order, and removed.
  *   wake-up  an observer and a mover asleep in the futex are woken by the call they wait for, and so
- *            is an observer whose timeout reaches past the clock's end (it waits as without one).
+ *            is an observer whose timeout reaches past the clock's end (it waits as without one);
+ *            and a wait's running count, after 2^32 turns, still says it is no first wait.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -36,6 +37,7 @@
 #include <time.h>
 
 #include "pastset.h"
+#include "waitpoint.h"
 
 enum { PRODUCERS = 6, OBSERVERS = 4, READERS = 3, CHASER_SAMPLES = 4096, MAX_REPORTS = 20, MOVE_RUN_MAX = 300 };
 _Static_assert(PRODUCERS >= OBSERVERS && PRODUCERS >= READERS, "workers are indexed by producer id");
@@ -643,6 +645,18 @@ static void check_wake_ups(ps_space *space) {
           ps_last(e));
 }
 
+/* An operation counts its waiter and sets its deadline on its first wait (a running count of 0):
+ * a wait woken 2^32 times (say an observe_at far ahead of busy movers) must not look like a first
+ * wait again, which would count the waiter twice and push its deadline back. */
+static void check_long_wait_count(void) {
+    ps_waitpoint w;
+    ps_waitpoint_init(&w);
+    uint32_t spins = UINT32_MAX;
+    int rc = ps_waitpoint_wait(&w, ps_waitpoint_sequence(&w) + 1, PS_FOREVER, &spins); /* moved: returns */
+    CHECK(rc == 0 && spins != 0, "wait count: the 2^32nd turn of a wait (rc %d) made its count %" PRIu32
+          ", a first wait's", rc, spins);
+}
+
 /* ---- main ------------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
@@ -715,6 +729,7 @@ int main(int argc, char **argv) {
     check_names();
     check_timeouts(space);
     check_wake_ups(space);
+    check_long_wait_count();
 
     printf("stress_pastset: %d producers x %" PRId64 " tuples per scene; flow: %" PRId64
            " timed-out calls retried, %" PRId64 " chaser reads; history: %" PRId64 " chaser reads, %" PRId64
