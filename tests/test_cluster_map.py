@@ -407,6 +407,11 @@ BROKEN = {
     "a recursive anchor": (edited(("nodes: n[0-7]", "nodes: &n [n0, *n]")), 4, "clusters.4w.nodes[1]",
                            "an anchor used inside itself"),
     "a NUL character": (edited(("name: t", "name: t\0")), 1, None, "invalid YAML: character #x0000 is not allowed"),
+    # lists nested past what YAML's composer recurses to, and past what its constructor does
+    "lists nested 5000 deep": (edited(("cpus: 4", "cpus: " + "[" * 5000 + "]" * 5000)), 5, None,
+                               "invalid YAML: lists and mappings nested too deeply"),
+    "lists nested 250 deep": (edited(("cpus: 4", "cpus: " + "[" * 250 + "]" * 250)), 5, None,
+                              "lists and mappings nested too deeply"),
 }
 
 

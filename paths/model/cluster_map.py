@@ -46,6 +46,8 @@ MAX_MAP_NODES = MAX_HOSTS  # nodes in all the map's clusters together
 MAX_NODE_CPUS = 1 << 16    # cpus of one node
 MAX_MAP_CPUS = 1 << 20     # cpus of all the map's nodes together (placement deals them out one by one)
 
+NESTED_TOO_DEEPLY = "lists and mappings nested too deeply (a map is plain YAML: mappings, lists, strings and numbers)"
+
 _shown = reprlib.Repr()  # how messages show a value: long strings and deep lists cut
 _shown.maxstring = _shown.maxother = 60
 
@@ -248,6 +250,8 @@ class _Field:
     def value(self) -> Any:
         try:
             return yaml.constructor.SafeConstructor().construct_object(self.node, deep=True)
+        except RecursionError:  # the constructor recurses once per level of nesting
+            self.fail(NESTED_TOO_DEEPLY)
         except yaml.MarkedYAMLError as error:  # a tag, or an anchor that holds itself
             mark = error.problem_mark or self.node.start_mark
             problem = "an anchor used inside itself" if "recursive" in (error.problem or "") else error.problem
@@ -319,7 +323,10 @@ class _Field:
 
 def _compose(text: str, source: str) -> yaml.Node:
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        loader = yaml.SafeLoader(text)  # reads every character first (ReaderError)
+        node = loader.get_single_node()
+    except RecursionError:  # the composer recurses once per level of nesting
+        raise MapError(f"{source}:{loader.line + 1}: invalid YAML: {NESTED_TOO_DEEPLY}") from None
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = mark.line if mark else 0
