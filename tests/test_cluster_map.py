@@ -242,7 +242,13 @@ BROKEN = {
         BASE + "tree:\n  max_fanin: 1\n",
         8,
         "tree.max_fanin",
-        "expected an integer >= 2, got 1",
+        "expected an integer from 2 to 4096, got 1",
+    ),
+    "max_fanin above what a sum stage takes": (
+        BASE + "tree:\n  max_fanin: 4097\n",
+        8,
+        "tree.max_fanin",
+        "expected an integer from 2 to 4096, got 4097",
     ),
     "unknown tree field": (
         BASE + "tree: {fanin: 4}\n",

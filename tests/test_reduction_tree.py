@@ -8,6 +8,7 @@ from paths.model.cluster_map import builtin_map, load_map_text
 from paths.model.path_spec import make_path, stage
 from paths.model.placement import PlacementWarning
 from paths.model.reduction_tree import hop, plan_reduction
+from paths.model.stage_kinds import check_spec
 
 ELEMENT = ("PI-SUM1", "q")
 CORE = stage("core", name="PI-SUM1", format="q")
@@ -162,10 +163,19 @@ def test_max_fanin_override():
     check_tree(plan)
 
 
-@pytest.mark.parametrize("bad", [1, 0, 2.0, True, "4"])
+@pytest.mark.parametrize("bad", [1, 0, 2.0, True, "4", 4097])
 def test_bad_max_fanin(bad):
-    with pytest.raises(ValueError, match="max_fanin: expected an integer >= 2, got"):
+    with pytest.raises(ValueError, match="max_fanin: expected an integer from 2 to 4096, got"):
         plan_reduction(builtin_map("paper-4w"), 4, ELEMENT, max_fanin=bad)
+
+
+def test_the_largest_max_fanin_plans_sums_a_reduce_sum_stage_takes():
+    one_node = load_map_text("name: one\nclusters: {c: {nodes: n0, cpus: 8192}}\nroot: n0\n")
+    plan = plan_reduction(one_node, 8192, ELEMENT, max_fanin=4096)
+    assert {len(path) for path in plan.paths} == {3}  # two sums of 4096 threads, one of the two
+    for path in set(plan.paths):
+        for spec in path:
+            check_spec(spec)
 
 
 def test_explicit_head_and_separate_home():

@@ -28,10 +28,12 @@ import yaml
 from .hostlist import MAX_HOSTS, expand_hostlist
 from .named_function import import_function
 from .placement import resolve_policy
+from .stage_kinds import kinds
 
 MAPS_DIR = Path(__file__).resolve().parents[2] / "maps"
 DEFAULT_POLICY = "bucket"
 DEFAULT_MAX_FANIN = 4
+MAX_FANIN = kinds()["reduce-sum"].params["num_threads"].max  # the most contributors a sum stage takes
 # How the node partial sums of a run meet (docs/maps.md, "Reduction tree"): reduce-sum stages joined
 # by remote hops; or one allreduce stage whose members send their partials to each other directly,
 # by recursive doubling or up and down a tree of fan-in max_fanin.
@@ -442,7 +444,8 @@ def _policy(field: _Field) -> str:
 def _tree(field: _Field) -> tuple[int, str]:
     """The tree's max_fanin and form."""
     fields = field.fields(required=(), optional=("max_fanin", "form"))
-    fanin = fields["max_fanin"].integer(2, "an integer >= 2") if "max_fanin" in fields else DEFAULT_MAX_FANIN
+    fanin = fields["max_fanin"].integer(2, f"an integer from 2 to {MAX_FANIN}", MAX_FANIN) if "max_fanin" in fields \
+        else DEFAULT_MAX_FANIN
     form = fields["form"].member(list(TREE_FORMS), f"one of {', '.join(TREE_FORMS)}") if "form" in fields \
         else TREE_FORMS[0]
     return fanin, form

@@ -33,7 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterator, Optional, Union
 
-from .cluster_map import TREE_FORMS, ClusterMap
+from .cluster_map import MAX_FANIN, TREE_FORMS, ClusterMap
 from .path_spec import PathSpec, StageSpec, make_path, stage
 from .placement import Policy, place, policy_name
 from .stage_kinds import kinds
@@ -156,8 +156,8 @@ def plan_reduction(
     `max_fanin` and `form` (one of cluster_map.TREE_FORMS) override the map's."""
     if max_fanin is None:
         max_fanin = cluster_map.max_fanin
-    elif isinstance(max_fanin, bool) or not isinstance(max_fanin, int) or max_fanin < 2:
-        raise ValueError(f"max_fanin: expected an integer >= 2, got {max_fanin!r}")
+    elif isinstance(max_fanin, bool) or not isinstance(max_fanin, int) or not 2 <= max_fanin <= MAX_FANIN:
+        raise ValueError(f"max_fanin: expected an integer from 2 to {MAX_FANIN}, got {max_fanin!r}")
     form = cluster_map.tree_form if form is None else form
     if form not in TREE_FORMS:
         raise ValueError(f"tree form: expected one of {', '.join(TREE_FORMS)}, got {form!r}")
