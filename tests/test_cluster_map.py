@@ -344,7 +344,20 @@ BROKEN = {
         edited(("cpus: 4", "cpus: 4\n    address: tcp://10.0.0.1:7000")),
         6,
         "clusters.4w.address",
-        "gives each node its own address",
+        "expected each node its own address, got 'tcp://10.0.0.1:7000' for both 'n0' and 'n1'",
+    ),
+    "address mapping giving two nodes one address": (
+        edited(("n[0-7]", "n[0-1]"), ("cpus: 4", "cpus: 4\n    address: {n0: tcp://a:1, n1: tcp://a:1}")),
+        6,
+        "clusters.4w.address",
+        "expected each node its own address, got 'tcp://a:1' for both 'n0' and 'n1'",
+    ),
+    "address of a node in another cluster": (
+        edited(("n[0-7]", "n[0-1]"), ("cpus: 4", "cpus: 4\n    address: tcp://{node}:7000\n"
+                                                 "  b:\n    nodes: m0\n    cpus: 1\n    address: tcp://n1:7000")),
+        10,
+        "clusters.b.address",
+        "expected each node its own address, got 'tcp://n1:7000' for both 'n1' and 'm0'",
     ),
     "address template with unknown field": (
         edited(("cpus: 4", "cpus: 4\n    address: tcp://{host}:7000")),

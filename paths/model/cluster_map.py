@@ -356,6 +356,7 @@ def _clusters(field: _Field) -> tuple[Cluster, ...]:
         field.fail("expected at least one cluster")
     clusters: list[Cluster] = []
     cluster_of_node: dict[str, str] = {}
+    node_at: dict[str, str] = {}  # address -> the node it is given to first
     map_cpus = 0
     for name, cluster_field in entries.items():
         fields = cluster_field.fields(required=("nodes", "cpus"), optional=("address", "head", "proto"))
@@ -375,6 +376,10 @@ def _clusters(field: _Field) -> tuple[Cluster, ...]:
         addresses = (
             _addresses(fields["address"], names) if "address" in fields else [None] * len(names)
         )
+        for node, address in zip(names, addresses):
+            if address is not None and node_at.setdefault(address, node) != node:
+                fields["address"].fail(f"expected each node its own address, got {_shown.repr(address)} for both "
+                                       f"{node_at[address]!r} and {node!r}")
         head = (
             fields["head"].member(names, f"a node of cluster {name}") if "head" in fields else None
         )
@@ -426,10 +431,7 @@ def _addresses(field: _Field, names: list[str]) -> list[str]:
     )
     if not _replaces_only(template, {"node"}):
         field.expect("a template where only {node} is replaced, like 'tcp://{node}:7000'")
-    addresses = [template.format(node=node) for node in names]
-    if len(set(addresses)) < len(addresses):
-        field.expect("a template that gives each node its own address, like 'tcp://{node}:7000'")
-    return addresses
+    return [template.format(node=node) for node in names]
 
 
 def _policy(field: _Field) -> str:
