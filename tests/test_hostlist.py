@@ -43,6 +43,7 @@ def test_eight_nodes():
         ("n0,,n1", "empty name"),
         ("n0,", "empty name"),
         ("n 0", "characters other than"),
+        ("n[\u0661-\u0663]", "not a number"),               # digits are ASCII digits, as Slurm's
         ("n[0-9999999]", "more than 65536 hosts"),
         ("a[0-65535]b[0-1]", "more than 65536 hosts"),       # counted before the product is made
         ("n[0-40000,0-40000]", "more than 65536 hosts"),     # spans counted together
@@ -67,3 +68,8 @@ def test_a_long_host_list_is_shown_cut():
     with pytest.raises(ValueError) as info:
         expand_hostlist("n" * 10_000 + "[")
     assert len(str(info.value)) < 300 and "never closed" in str(info.value)
+
+
+def test_a_number_too_long_to_read_is_refused_before_it_is_read():
+    with pytest.raises(ValueError, match=r"^bad host list 'n\[0-9999.*has a number of more than 18 digits; expected"):
+        expand_hostlist("n[0-" + "9" * 5000 + "]")

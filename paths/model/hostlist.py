@@ -16,9 +16,10 @@ from typing import NoReturn
 
 EXAMPLES = "'n[0-7]', 'n[0-3,8,10-11]', 'a[01-03]b' or 'n[0-1],login'"
 MAX_HOSTS = 65536
+MAX_DIGITS = 18  # a host number fits a 64-bit integer, as Slurm reads it
 
 _NAME_PART = re.compile(r"[A-Za-z0-9._-]*")
-_SPAN = re.compile(r"(\d+)(?:-(\d+))?")
+_SPAN = re.compile(r"([0-9]+)(?:-([0-9]+))?")  # ASCII digits, as Slurm reads them
 _shown = reprlib.Repr()  # a long host list is shown cut
 _shown.maxstring = _shown.maxother = 60
 
@@ -85,6 +86,8 @@ def _expand_ranges(text: str, body: str) -> list[str]:
         if not match:
             _fail(text, f"[{_shown.repr(body)[1:-1]}] holds {_shown.repr(span)}, not a number or a 'lo-hi' span")
         low_text, high_text = match.group(1), match.group(2) or match.group(1)
+        if max(len(low_text), len(high_text)) > MAX_DIGITS:
+            _fail(text, f"span {_shown.repr(span)} has a number of more than {MAX_DIGITS} digits")
         low, high = int(low_text), int(high_text)
         if low > high:
             _fail(text, f"span {_shown.repr(span)} runs backwards")
