@@ -224,12 +224,13 @@ def test_broken_map_exits_2_naming_file_and_field_before_any_node_starts(probe, 
 @pytest.mark.parametrize("args, words", [
     (["--threads", "0"], ["--threads", "expected positive counts", "'0'"]),
     (["--threads", "2,-1"], ["--threads", "expected counts and ranges"]),
+    (["--threads", "1,4-"], ["--threads", "expected counts and ranges", "'1,4-'"]),
     (["--threads", "2", "--policy", "fastest"], ["unknown policy 'fastest'"]),
     (["--threads", "1-100000000000"], ["--threads", "expected counts up to 1048576", "'1-100000000000'"]),
     (["--threads", "2", "--timeout", "0"], ["--timeout: expected a positive number of seconds, got '0'"]),
     (["--threads", "2", "--timeout", "-5"], ["--timeout: expected a positive number of seconds, got '-5'"]),
     (["--threads", "2", "--timeout", "nan"], ["--timeout: expected a positive number of seconds, got 'nan'"]),
-], ids=["zero threads", "negative threads", "unknown policy option", "too many threads", "zero timeout",
+], ids=["zero threads", "negative threads", "a range without its end", "unknown policy option", "too many threads", "zero timeout",
         "negative timeout", "NaN timeout"])
 def test_bad_options_exit_2_before_any_node_starts(probe, tmp_path, args, words):
     path = tmp_path / "tiny.yaml"

@@ -39,9 +39,9 @@ def parse_thread_counts(text: str) -> list[int]:
     """'1-4,8,16' -> [1, 2, 3, 4, 8, 16]."""
     counts: list[int] = []
     for part in text.split(","):
-        low, _, high = part.strip().partition("-")
+        low, dash, high = part.strip().partition("-")
         try:
-            first, last = int(low), int(high or low)
+            first, last = int(low), int(high if dash else low)
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"--threads: expected counts and ranges like 1-32 or 1,2,4,8, got {text!r}") from None
