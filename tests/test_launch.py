@@ -321,6 +321,18 @@ def test_the_sbatch_script_matches_the_placement(policy, threads, fields):
                           f"srun --distribution={fields['distribution']} python app.py --rounds 5"]
 
 
+def test_the_sbatch_options_survive_a_command_of_several_lines_and_a_map_name_of_several_words(tmp_path):
+    the_map = tmp_path / "spaced.yaml"
+    the_map.write_text("name: 'my map #1'\nclusters: {c: {nodes: 'h[0-1]', cpus: 2}}\nroot: h0\n")
+    script = batch_script(str(the_map), 2, None, ["python", "-c", "import sys\nprint(1)"])
+    lines = script.splitlines()
+    header = lines[:next(i for i, line in enumerate(lines) if not line.startswith("#"))]
+    assert sbatch_fields("\n".join(header)) == {"job-name": "paths-my_map__1", "nodes": "1", "ntasks": "2",
+                                                "ntasks-per-node": "2", "distribution": "block"}
+    assert header[1] == "# 2 ranks of python -c 'import sys\\nprint(1)' on map my map #1, policy bucket:"
+    assert script.endswith("srun --distribution=block python -c 'import sys\nprint(1)'\n")
+
+
 def test_paths_sbatch_prints_the_script_and_refuses_a_policy_slurm_cannot_follow(tmp_path, user_module):
     the_map = tmp_path / "two.yaml"
     the_map.write_text("name: two\nclusters: {c: {nodes: 'h[0-1]', cpus: 3}}\nroot: h0\npolicy: cyclic\n")

@@ -20,6 +20,7 @@ A policy of one's own (pkg.mod:func) has no Slurm distribution: such a map runs 
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 import warnings
@@ -32,6 +33,8 @@ from ..runtime.rank_discovery import MAP, POLICY
 from .run import positive
 
 DISTRIBUTIONS = {bucket: "block", even: "cyclic"}  # policy -> Slurm's name for the same order
+# What sbatch reads in an #SBATCH line as the end of an option, a quote, an escape or a comment.
+NOT_IN_AN_OPTION = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def batch_script(map_name: str | None, threads: int, policy: str | None, command: list[str]) -> str:
@@ -47,11 +50,14 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
         placements = place(cluster_map, threads, chosen)
     per_node = Counter(placements)
     used = [node.name for node in cluster_map.nodes if node.name in per_node]
+    # A line break in a comment would end it: bash would run the rest, and sbatch would stop
+    # reading the #SBATCH lines there.
+    summary = f"{threads} ranks of {shlex.join(command)} on map {cluster_map.name}, policy {chosen}:"
     return "\n".join([
         "#!/bin/bash",
-        f"# {threads} ranks of {shlex.join(command)} on map {cluster_map.name}, policy {chosen}:",
+        "# " + summary.replace("\n", "\\n"),
         f"#   {', '.join(f'{node} x{per_node[node]}' for node in used)}",
-        f"#SBATCH --job-name=paths-{cluster_map.name}",
+        f"#SBATCH --job-name=paths-{NOT_IN_AN_OPTION.sub('_', cluster_map.name)}",
         f"#SBATCH --nodes={len(used)}",
         f"#SBATCH --ntasks={threads}",
         f"#SBATCH --ntasks-per-node={max(per_node.values())}",
