@@ -383,6 +383,12 @@ BROKEN = {
         "launch.ssh",
         "with {host} and {command}",
     ),
+    "ssh template whose {host} is escaped": (
+        BASE + "launch: {mode: ssh, ssh: 'ssh {{host}} {command}'}\n",
+        7,
+        "launch.ssh",
+        "with {host} and {command}",
+    ),
     "ssh template with an unclosed quote": (
         BASE + "launch: {mode: ssh, ssh: \"ssh '{host} {command}\"}\n",
         7,

@@ -535,7 +535,8 @@ def _launch(field: _Field) -> Launch:
         fields["ssh"].expect(expected)
     if not all(_replaces_only(part, {"host", "command"}) for part in parts):
         fields["ssh"].expect(expected)
-    if "{host}" not in ssh or "{command}" not in ssh:
+    named = {name for part in parts for _, name, _, _ in string.Formatter().parse(part)}
+    if not {"host", "command"} <= named:  # {{host}} is the text {host}, not the host
         fields["ssh"].expect(expected)
     return Launch(mode, ssh)
 
