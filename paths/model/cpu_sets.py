@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+MAX_CPU = (1 << 16) - 1  # the largest CPU number taken: Linux numbers at most 8192 CPUs
+
 
 def cpu_list(text: str) -> set[int]:
     """'0-3,8' -> {0, 1, 2, 3, 8}; an argparse type, so a bad list is a usage error."""
@@ -15,8 +17,9 @@ def cpu_list(text: str) -> set[int]:
             first, last = int(low), int(high if dash else low)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected CPU numbers and ranges like 0-3,8, got {text!r}") from None
-        if first < 0 or last < first:
-            raise argparse.ArgumentTypeError(f"expected ranges low-high with 0 <= low <= high, got {part!r} in {text!r}")
+        if first < 0 or last < first or last > MAX_CPU:
+            raise argparse.ArgumentTypeError(f"expected ranges low-high with 0 <= low <= high <= {MAX_CPU}, got {part!r} "
+                                             f"in {text!r}")
         cpus.update(range(first, last + 1))
     return cpus
 
