@@ -213,6 +213,9 @@ def _sum_tree(cluster_map: ClusterMap, threads_on: dict[str, list[_Thread]], max
             node_sums.sort(key=lambda part: part.node != head)  # the head's own part leads
             cluster_sums.append(_combine(node_sums, max_fanin, f"cluster:{cluster.name}", head))
     # One root sum takes every cluster sum, whatever max_fanin: one crossing per cluster.
+    if len(cluster_sums) > MAX_FANIN:
+        raise ValueError(f"map {cluster_map.name!r}: threads on {len(cluster_sums)} clusters, and the root sum adds "
+                         f"at most {MAX_FANIN} cluster sums: use fewer threads or clusters")
     return _combine(cluster_sums, max(len(cluster_sums), 2), "root", cluster_map.root)
 
 
