@@ -36,13 +36,21 @@ APP = str(Path(__file__).resolve().parent / "rank_app.py")
     ({"PMIX_RANK": "6", "PMI_SIZE": "7", "PMIX_NAMESPACE": "ns"}, Discovered("pmix", 6, 7, "ns", False)),
     ({"PMI_RANK": "0", "PMI_SIZE": "3", "PMI_KVSNAME": "kvs_1", "MPI_LOCALNRANKS": "3"},
      Discovered("pmi", 0, 3, "kvs_1", True)),
-], ids=["alone", "paths launch", "srun", "srun on two hosts", "mpirun", "mpirun on two hosts", "pmix", "pmi"])
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7", "OMPI_COMM_WORLD_RANK": "1",
+      "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "PMIX_NAMESPACE": "ns"},
+     Discovered("mpirun", 1, 2, "ns", True)),  # mpirun in a batch script: the script's SLURM_PROCID is not its
+    ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0",
+      "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "PMIX_NAMESPACE": "ns"},
+     Discovered("mpirun", 3, 4, "ns", False)),  # a rank of the daemon mpirun started with srun on a host
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}, Discovered("", 0, 1, "", True)),
+], ids=["alone", "paths launch", "srun", "srun on two hosts", "mpirun", "mpirun on two hosts", "pmix", "pmi",
+        "mpirun in a batch script", "mpirun's rank on another host of a job", "a batch script"])
 def test_each_launcher_is_recognised_by_its_variables(environ, found):
     assert discover(environ) == found
 
 
 @pytest.mark.parametrize("environ, problem", [
-    ({"SLURM_PROCID": "1"}, "srun: SLURM_PROCID is set but not SLURM_NTASKS or SLURM_NPROCS: cannot tell how many "
+    ({"SLURM_PROCID": "1", "SLURM_STEP_ID": "0"}, "srun: SLURM_PROCID is set but not SLURM_NTASKS or SLURM_NPROCS: cannot tell how many "
                             "ranks the run has"),
     ({"OMPI_COMM_WORLD_RANK": "x", "OMPI_COMM_WORLD_SIZE": "2"}, "OMPI_COMM_WORLD_RANK='x': expected a whole number >= 0"),
     ({"PMI_RANK": "3", "PMI_SIZE": "3"}, "pmi: PMI_RANK=3: expected a rank below PMI_SIZE=3"),

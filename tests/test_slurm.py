@@ -67,6 +67,19 @@ def test_srun_ranks_find_each_other_and_sum(slurm, tmp_path, policy, nodes):
     assert list(tmp_path.iterdir()) == []  # the rendezvous file is gone
 
 
+def test_mpirun_ranks_inside_a_batch_job_find_each_other(slurm, openmpi, tmp_path):
+    """A batch script's SLURM_PROCID (0) reaches every rank mpirun starts from it: their own
+    rank is Open MPI's."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\nexec mpirun -np 2 {sys.executable} {APP} sum\n")
+    out = tmp_path / "job.out"
+    done = run(["sbatch", "--wait", "-n2", "-o", str(out), str(script)], slurm, tmp_path, **openmpi,
+               PATHS_MAP="paper-2w", PATHS_POLICY="cyclic", PATHS_SUM="TOTAL", PATHS_RENDEZVOUS_TIMEOUT="20")
+    assert done.returncode == 0, out.read_text()
+    found = re.findall(r"rank (\d) of 2 on (n\d) by mpirun total (\d+)", out.read_text())
+    assert sorted(found) == [("0", "n0", "3"), ("1", "n1", "3")], out.read_text()
+
+
 def test_paths_launch_inside_an_allocation(slurm, allocation_map, tmp_path):
     done = run(["salloc", "-N1", "-n2", *PATHS, "launch", "--map", allocation_map, "--threads", "2", "--sum", "TOTAL",
                 "--", sys.executable, APP, "sum"], slurm, tmp_path)

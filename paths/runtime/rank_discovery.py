@@ -2,12 +2,16 @@
 started it, read from the environment its launcher gave it.
 
     paths launch   PATHS_RANK, PATHS_SIZE (and PATHS_NODE, PATHS_SERVERS: the node servers)
-    srun           SLURM_PROCID, SLURM_NTASKS (job SLURM_JOB_ID.SLURM_STEP_ID)
     mpirun         OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (Open MPI; job PMIX_NAMESPACE)
+    srun           SLURM_PROCID, SLURM_NTASKS, in a task of a step (job SLURM_JOB_ID.SLURM_STEP_ID)
     PMIx           PMIX_RANK, and the size from PMI_SIZE (job PMIX_NAMESPACE)
     PMI            PMI_RANK, PMI_SIZE (MPICH's and Intel MPI's launchers; job PMI_KVSNAME)
 
-The first that is present wins, in this order. Nothing of these: a process alone, rank 0 of 1.
+The first that is present wins, in this order. A launcher started inside a Slurm job passes the
+job's variables on to its ranks: a batch script's SLURM_PROCID (0, with no SLURM_STEP_ID: the
+script is no task of a step), or on other hosts that of the srun task it started there. So
+mpirun's variables win over srun's, and srun's count only in a step. Nothing of these: a process
+alone, rank 0 of 1.
 """
 
 from __future__ import annotations
@@ -36,14 +40,16 @@ class Discovered:
                                                       if self.launcher else "")
 
 
-# launcher: (rank variable, size variables, job variables, local-size variable or a host-count one)
+# launcher: (rank variable, size variables, job variables, local-size variable or a host-count one,
+# the variable without which the rank variable is another process's)
 _LAUNCHERS = (
-    ("paths launch", RANK, (SIZE,), (), None),
-    ("srun", "SLURM_PROCID", ("SLURM_NTASKS", "SLURM_NPROCS"), ("SLURM_JOB_ID", "SLURM_STEP_ID"), "SLURM_STEP_NUM_NODES"),
+    ("paths launch", RANK, (SIZE,), (), None, None),
     ("mpirun", "OMPI_COMM_WORLD_RANK", ("OMPI_COMM_WORLD_SIZE",), ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"),
-     "OMPI_COMM_WORLD_LOCAL_SIZE"),
-    ("pmix", "PMIX_RANK", ("PMI_SIZE",), ("PMIX_NAMESPACE",), None),
-    ("pmi", "PMI_RANK", ("PMI_SIZE",), ("PMI_KVSNAME",), "MPI_LOCALNRANKS"),
+     "OMPI_COMM_WORLD_LOCAL_SIZE", None),
+    ("srun", "SLURM_PROCID", ("SLURM_NTASKS", "SLURM_NPROCS"), ("SLURM_JOB_ID", "SLURM_STEP_ID"), "SLURM_STEP_NUM_NODES",
+     "SLURM_STEP_ID"),
+    ("pmix", "PMIX_RANK", ("PMI_SIZE",), ("PMIX_NAMESPACE",), None, None),
+    ("pmi", "PMI_RANK", ("PMI_SIZE",), ("PMI_KVSNAME",), "MPI_LOCALNRANKS", None),
 )
 
 
@@ -51,8 +57,8 @@ def discover(environ: Optional[Mapping[str, str]] = None) -> Discovered:
     """This process's rank, from the first launcher whose variables are set; ValueError naming
     the variable for a value that is not a rank or a size."""
     environ = os.environ if environ is None else environ
-    for launcher, rank_name, size_names, job_names, hosts_name in _LAUNCHERS:
-        if rank_name not in environ:
+    for launcher, rank_name, size_names, job_names, hosts_name, within in _LAUNCHERS:
+        if rank_name not in environ or (within and within not in environ):
             continue
         size_name = next((name for name in size_names if name in environ), None)
         if size_name is None:
