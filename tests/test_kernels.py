@@ -288,6 +288,21 @@ def test_a_kernel_that_cannot_be_loaded_is_refused_before_any_node_starts(built,
     assert probe.started() == {}
 
 
+@pytest.mark.parametrize("source, kind", [
+    ("def kernel(ctx):\n    yield ctx.thread\n", "a generator function"),
+    ("async def kernel(ctx):\n    ctx.report('n', 1.0)\n", "an async function"),
+    ("async def kernel(ctx):\n    yield ctx.thread\n", "an async generator"),
+], ids=["generator", "async", "async generator"])
+def test_a_python_kernel_whose_call_runs_nothing_is_refused_before_any_node_starts(built, probe, user_module,
+                                                                                 source, kind):
+    user_module("lazy_kernel", source)
+    done = paths_run("lazy_kernel:kernel", "--map", "paper-4w", "--threads", "2", cwd=built)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", f"paths run: kernel lazy_kernel:kernel: kernel is {kind} (calling it runs none of its body): "
+               "expected def kernel(ctx) returning None or a status\n")
+    assert probe.started() == {}
+
+
 RUN_ERRORS = {  # kernel and its options, exit status, the one line on stderr (a pattern)
     "a thread fails": (["./libkernels.so:failing", "--map", "paper-4w", "--threads", "6", "--arg", "fail=5"],
                        r"node n1: KernelError: kernel \./libkernels\.so:failing: thread 5 on node n1 returned "

@@ -17,6 +17,7 @@ run: the error names the thread, its node, the status and what the thread said a
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import threading
 from dataclasses import dataclass
@@ -103,7 +104,19 @@ def _load(name: str) -> Kernel:
             return Kernel(name, _native.load_kernel(os.path.abspath(file), symbol))
         except ValueError as e:
             raise ValueError(f"kernel {name}: {e}") from None
-    return Kernel(name, import_function(name, "kernel"))
+    function = import_function(name, "kernel")
+    kind = next((kind for kind, test in _NOT_CALLED_THROUGH if test(function)), None)
+    if kind:
+        func = name.rpartition(":")[2]
+        raise ValueError(f"kernel {name}: {func} is {kind} (calling it runs none of its body): expected "
+                         f"def {func}(ctx) returning None or a status")
+    return Kernel(name, function)
+
+
+# Functions whose call returns a generator or coroutine, running none of their body.
+_NOT_CALLED_THROUGH = (("an async function", inspect.iscoroutinefunction),
+                       ("an async generator", inspect.isasyncgenfunction),
+                       ("a generator function", inspect.isgeneratorfunction))
 
 
 def parse_kernel_args(items: Iterable[str], option: str = "--arg") -> dict[str, str]:
