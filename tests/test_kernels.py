@@ -23,7 +23,7 @@ import pytest
 
 import paths
 from paths import make_path, stage
-from paths.runtime.kernel import Kernel, KernelError, load_kernel, run_kernel
+from paths.runtime.kernel import Kernel, KernelError, load_kernel, parse_kernel_args, run_kernel
 from paths.runtime.trace_file import read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -348,10 +348,19 @@ def test_a_kernel_that_fails_on_a_node_is_one_line_and_every_node_is_reaped(buil
     assert probe.started() and probe.alive() == []
 
 
-def test_a_malformed_arg_is_a_usage_error(built, probe):
-    done = paths_run("gsum", "--arg", "rounds", cwd=built)
-    assert (done.returncode, done.stderr) == (2, "paths run: --arg 'rounds': expected KEY=VALUE\n")
+@pytest.mark.parametrize("args, line", [
+    (["rounds"], "--arg 'rounds': expected KEY=VALUE"),
+    (["=5"], "--arg '=5': expected KEY=VALUE"),
+    (["rounds=5", "rounds=6"], "--arg 'rounds=6': rounds is given twice (first rounds=5): expected each KEY once"),
+], ids=["no =", "no key", "a key twice"])
+def test_a_malformed_arg_is_a_usage_error(built, probe, args, line):
+    done = paths_run("gsum", *(part for arg in args for part in ("--arg", arg)), cwd=built)
+    assert (done.returncode, done.stderr) == (2, f"paths run: {line}\n")
     assert probe.started() == {}
+
+
+def test_an_arg_value_may_hold_equals_signs():
+    assert parse_kernel_args(["expr=a=b", "empty="]) == {"expr": "a=b", "empty": ""}
 
 
 def test_every_operation_of_a_handle_from_c(built, space):
@@ -576,7 +585,10 @@ def test_a_program_of_its_own_as_ranks_of_paths_launch(program, tmp_path):
                                 "--paths-release)"),
     (["--paths-map"], "paths_init: --paths-map: expected a map after it"),
     (["--paths-threads=two"], "paths_init: --paths-threads two: expected a whole number"),
-], ids=["unknown map", "thread out of range", "missing hook", "unknown option", "no value", "not a number"])
+    (["--paths-arg", "n=1", "--paths-arg=n=2"], "paths_init: --paths-arg 'n=2': n is given twice (first n=1): "
+                                                "expected each KEY once"),
+], ids=["unknown map", "thread out of range", "missing hook", "unknown option", "no value", "not a number",
+        "an arg twice"])
 def test_a_program_with_bad_paths_options_says_so_in_one_line(program, args, line):
     done = subprocess.run([str(program), "10", *args], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", line + "\n")

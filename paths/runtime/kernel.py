@@ -120,12 +120,15 @@ _NOT_CALLED_THROUGH = (("an async function", inspect.iscoroutinefunction),
 
 
 def parse_kernel_args(items: Iterable[str], option: str = "--arg") -> dict[str, str]:
-    """['k=v', ...] -> {'k': 'v', ...}; ValueError naming the option for anything else."""
+    """['k=v', ...] -> {'k': 'v', ...} (a value may hold '='); ValueError naming the option for
+    anything else, and for a key given twice."""
     args = {}
     for item in items:
         key, equals, value = item.partition("=")
         if not equals or not key.strip() or key != key.strip():
             raise ValueError(f"{option} {item!r}: expected KEY=VALUE")
+        if key in args:
+            raise ValueError(f"{option} {item!r}: {key} is given twice (first {key}={args[key]}): expected each KEY once")
         args[key] = value
     return args
 
