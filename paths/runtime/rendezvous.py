@@ -41,7 +41,7 @@ MESSAGE_BYTES = 1 << 20  # the most a message may take (a hello names a few serv
 # (across hosts) rank -> the CURVE client key it presents, which every server admits.
 SERVER_PARTS = ("endpoints", "keys", "clients")
 READY = {"ready": True}
-VERDICT_SECONDS = 5.0  # how much longer than rank 0 the others wait for its verdict on the ready barrier
+VERDICT_SECONDS = 5.0  # how much longer than rank 0 the others wait for its verdict (on their hello, on ready)
 
 
 class RendezvousError(ValueError):
@@ -125,17 +125,20 @@ class Rendezvous:
 
     def _gather(self, mine: dict, deadline: float) -> dict:
         """Every rank's hello, read as they come: a connection that says nothing, or nothing
-        that is a hello of another rank of this run, is dropped and delays nobody."""
+        that is a hello of another rank of this run, is dropped and delays nobody. The ranks
+        that checked in get every server, or what went wrong (a rank that never came)."""
         listener = self._listen()
         hellos = {0: mine}
         pending: dict[socket.socket, _Peer] = {}
+        problem = ""
         try:
             while len(hellos) < self.found.size:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     missing = [str(r) for r in range(self.found.size) if r not in hellos]
-                    raise self._fail(f"ranks {', '.join(missing)} did not check in at {self.endpoint} within "
-                                     f"{self.timeout:g} s ({TIMEOUT} to wait longer)")
+                    problem = (f"ranks {', '.join(missing)} did not check in at {self.endpoint} within "
+                               f"{self.timeout:g} s ({TIMEOUT} to wait longer)")
+                    break
                 readable, _, _ = select.select([listener, *pending], [], [], min(left, 0.5))
                 for ready in readable:
                     if ready is listener:
@@ -162,7 +165,7 @@ class Rendezvous:
                     os.unlink(self.file)
                 except OSError:
                     pass
-        problem = self._problem(hellos)
+        problem = problem or self._problem(hellos)
         merged: dict = {"endpoints": {}, "keys": {}}
         for hello in hellos.values() if not problem else ():
             for part, found in hello["servers"].items():
@@ -233,7 +236,7 @@ class Rendezvous:
                     peer = _Peer(connection)
                     try:
                         peer.send(hello)
-                        answer = peer.receive(deadline)
+                        answer = peer.receive(deadline + VERDICT_SECONDS)  # rank 0 answers by its own deadline
                     except (OSError, TimeoutError):
                         answer = None
                     if answer is not None:
