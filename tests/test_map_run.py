@@ -242,6 +242,17 @@ def test_bad_options_exit_2_before_any_node_starts(probe, tmp_path, args, words)
     assert probe.alive() == [] and probe.started() == {}
 
 
+@pytest.mark.parametrize("kernel", ["gsum", "mcpi"])
+@pytest.mark.parametrize("timeout", ["inf", "1e12"])
+def test_a_timeout_longer_than_a_kernel_can_wait_is_no_limit_to_it(probe, kernel, timeout):
+    """The kernels wait timeout * 1e9 ns as an int64_t: what they are given must fit."""
+    done = paths_run(kernel, "--map", "paper-4w", "--threads", "3", "--repeat", "1", "--rounds", "20",
+                     "--darts", "30000", "--timeout", timeout)
+    assert done.returncode == 0, done.stderr
+    assert [line.split()[:2] for line in done.stdout.splitlines()[2:]] == [["3", "1"]]
+    assert probe.unreaped() == []
+
+
 def test_more_threads_than_cpus_runs_with_a_warning(probe, tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(GOOD_MAP)

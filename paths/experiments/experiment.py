@@ -77,10 +77,16 @@ def plans_for(cluster_map: ClusterMap, settings: RunSettings) -> dict[int, Reduc
             for n in settings.thread_counts}
 
 
+# The most seconds a kernel is given as its timeout: about 31 years, whose nanoseconds (what a
+# C kernel waits for, as int64_t) still fit; a longer --timeout (inf: none) is no limit to it.
+KERNEL_TIMEOUT_MAX = 1e9
+
+
 def kernel_args(kernel: Kernel, settings: RunSettings, repeat: int) -> dict[str, str]:
-    """What paths_arg gives the kernel: the run's timeout and repeat (0, 1, ...: MCPi seeds its
-    darts with it), a built-in kernel's setting (--rounds, --darts), then --arg, which wins."""
-    args = {"timeout": str(settings.timeout), "repeat": str(repeat)}
+    """What paths_arg gives the kernel: the run's timeout (at most KERNEL_TIMEOUT_MAX) and repeat
+    (0, 1, ...: MCPi seeds its darts with it), a built-in kernel's setting (--rounds, --darts),
+    then --arg, which wins."""
+    args = {"timeout": str(min(settings.timeout, KERNEL_TIMEOUT_MAX)), "repeat": str(repeat)}
     if kernel.builtin:
         args[kernel.builtin.setting] = str(getattr(settings, kernel.builtin.setting))
     return {**args, **settings.args}
