@@ -136,6 +136,43 @@ def test_rank_0_ignores_what_is_no_rank_of_its_run(tmp_path):
     assert result["answer"] == answers[1]
 
 
+def test_a_rank_given_twice_or_beyond_the_run_is_told_why_at_once(tmp_path):
+    """Launcher variables that disagree: a second process of rank 1, and a rank of a run of
+    another size. Each is turned away by rank 0 with the reason, not left to wait out its timeout
+    and then blame the rendezvous file; the run itself goes on."""
+    import json
+    import socket
+
+    environ = {"PATHS_RENDEZVOUS_DIR": str(tmp_path), "PATHS_RENDEZVOUS_TIMEOUT": "20"}
+    servers = {"endpoints": {}, "keys": {}}
+    result = {}
+    gather = threading.Thread(target=lambda: result.update(
+        answer=Rendezvous(Discovered("srun", 0, 3, "42.0", True), environ).exchange(servers, "map m")))
+    gather.start()
+    file = tmp_path / ".paths-rendezvous-srun-42.0"
+    while not file.exists():
+        time.sleep(0.01)
+    host, port = file.read_text().strip()[len("tcp://"):].split(":")
+    first = socket.create_connection((host, int(port)))  # rank 1, checked in first
+    first.sendall(json.dumps({"rank": 1, "size": 3, "check": "map m", "servers": servers}).encode() + b"\n")
+    for found, why in ((Discovered("srun", 1, 3, "42.0", True),
+                        "rank 1 checked in already: the launcher's variables gave two processes rank 1"),
+                       (Discovered("srun", 4, 5, "42.0", True),
+                        "rank 4 is no rank of rank 0's run of 3 ranks: the launcher's variables disagree about the "
+                        "run's size")):
+        started = time.monotonic()
+        with pytest.raises(RendezvousError) as refused:
+            Rendezvous(found, environ).exchange(servers, "map m")
+        assert str(refused.value) == f"paths: {found.describe()}: {why}"
+        assert time.monotonic() - started < 10
+    last = Rendezvous(Discovered("srun", 2, 3, "42.0", True), environ)
+    assert last.exchange(servers, "map m") == servers
+    last.close()
+    gather.join(timeout=30)
+    first.close()
+    assert result["answer"] == servers
+
+
 def test_a_rank_that_never_comes_is_named_by_rank_0_to_every_rank_that_came(tmp_path):
     """Rank 1 checked in: it is told at once what rank 0 found missing, rather than waiting out
     its own timeout and then blaming the rendezvous file."""

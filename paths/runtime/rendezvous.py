@@ -152,7 +152,9 @@ class Rendezvous:
                     hello = peer.take() if b"\n" in peer.buffer else None
                     rank = hello.get("rank") if hello else None
                     if not isinstance(rank, int) or not 0 < rank < self.found.size or rank in hellos:
-                        ready.close()  # not a rank of this run (or a second one of the same rank)
+                        if isinstance(rank, int):  # a rank of another run, or a second one of the same rank
+                            self._turn_away(peer, rank, rank in hellos)
+                        ready.close()
                         continue
                     hellos[rank] = hello
                     self.peers[rank] = peer
@@ -175,6 +177,16 @@ class Rendezvous:
         if problem:
             raise self._fail(problem)
         return merged
+
+    def _turn_away(self, peer: _Peer, rank: int, twice: bool) -> None:
+        """Tell a hello that is no rank of this run why, so that its rank fails at once saying so."""
+        why = (f"rank {rank} checked in already: the launcher's variables gave two processes rank {rank}" if twice
+               else f"rank {rank} is no rank of rank 0's run of {self.found.size} ranks: the launcher's "
+                    "variables disagree about the run's size")
+        try:
+            peer.send({"error": why})
+        except OSError:
+            pass  # gone already
 
     def _problem(self, hellos: dict) -> str:
         for rank, hello in sorted(hellos.items()):
