@@ -101,6 +101,22 @@ def test_one_caller_too_many_is_refused_before_building(space):
     assert keep[0].stage.link_count == 2
 
 
+def test_a_released_contributor_is_not_replaced_and_the_refusal_says_so(space):
+    """Releasing one of a sum's two handles while the other is in use and building the path
+    again: refused, saying that the released caller still counts (not '2 callers attached')."""
+    p = sum_path(stage("reduce-sum", num_threads=2))
+    a, b = build_path(p, pastset=space), build_path(p, pastset=space)
+    del a
+    gc.collect()
+    with pytest.raises(ValueError) as refused:
+        build_path(p, pastset=space)
+    assert str(refused.value) == (
+        "stage reduce-sum(num_threads=2): fan-in 2 is used up (2 callers have joined it, released ones included: its "
+        "callers are contributors, and one that went is not replaced); this path would be caller 3, one too many. "
+        "Build at most 2 paths through it, or keep stages apart with id=...")
+    assert b.stage.link_count == 2
+
+
 def stage_below(handle):
     """The native stage just below a handle's top stage."""
     context, key = handle_tree(handle)

@@ -243,8 +243,11 @@ def _check_fan_in(specs: StageKey, existing: list[BuiltStage | None]) -> None:
         if built is not None and built.native.max_links:
             fan_in, attached = built.native.max_links, built.native.link_count
             if attached >= fan_in:
+                joined = (f"{attached} callers attached" if known[spec.kind].pass_through else
+                          f"{attached} callers have joined it, released ones included: its callers are "
+                          "contributors, and one that went is not replaced")
                 raise ValueError(
-                    f"stage {spec}: fan-in {fan_in} is used up ({attached} callers attached); "
+                    f"stage {spec}: fan-in {fan_in} is used up ({joined}); "
                     f"this path would be caller {attached + 1}, one too many. Build at most "
                     f"{fan_in} paths through it, or keep stages apart with id=..."
                 )
