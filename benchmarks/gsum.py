@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.repeat < 1:
         parser.error("--rounds and --repeat must be >= 1")
+    if max(args.threads) > anchors.OPENMP_MAX_THREADS:
+        parser.error(f"--threads: at most {anchors.OPENMP_MAX_THREADS} (the OpenMP anchor's largest team), "
+                     f"got {max(args.threads)}")
     check_output(parser, "--csv", args.csv)
 
     def interleaved_runs(measures: dict) -> dict:

@@ -94,9 +94,11 @@ def test_cluster_gsum_refuses_bad_options_with_exit_2(args, words):
     ("benchmarks.gsum", ["--threads", "1", "--tree", "flat", "--rounds", "10", "--repeat", "1", "--no-targets",
                          "--csv", "/no/such/folder/out.csv"],
      "--csv /no/such/folder/out.csv: no folder /no/such/folder to write it in"),
+    ("benchmarks.gsum", ["--threads", "1,2000", "--tree", "flat", "--rounds", "10", "--repeat", "1", "--no-targets"],
+     "--threads: at most 1024 (the OpenMP anchor's largest team), got 2000"),
     ("benchmarks.launch", ["--ranks", "0"], "argument --ranks: expected a number > 0, got 0"),
     ("benchmarks.launch", ["--runs", "0"], "argument --runs: expected a number > 0, got 0"),
-], ids=["gsum csv nowhere", "launch no ranks", "launch no runs"])
+], ids=["gsum csv nowhere", "gsum above the OpenMP anchor", "launch no ranks", "launch no runs"])
 def test_other_benchmarks_refuse_bad_options_with_exit_2_before_measuring(module, args, words):
     done = run(module, *args)
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
