@@ -54,6 +54,7 @@ QUICK = {"nodes": [2], "threads_per_node": [1], "rounds": 200, "repeat": 1}
 ANCHOR_ROUNDS = 5000
 TARGET_TWO = 1.0            # at 2 processes
 TARGET_MORE = 0.55          # from 4 processes up
+MAX_HYBRID_NODES = 8        # more than one thread per node runs on at most this many nodes
 RUN_TIMEOUT_S = 300.0
 
 CSV_COLUMNS = ["nodes", "threads_per_node", "contributors", "tree", "tcp_us", "zmq_us", "mpi_us", "mpi_ranks_us",
@@ -151,6 +152,10 @@ def report(configs: list[Config], runs: dict, anchor_runs: dict, args) -> tuple[
              "node: hybrid ranks of 2 OpenMP threads); mpi_ranks: plain ranks = contributors",
              f"this machine has {cores} cores: runs with more threads than that also measure context switches",
              ""]
+    skipped = [f"{n} x {t}" for t in args.threads_per_node for n in args.nodes if Config(n, t) not in configs]
+    if skipped:
+        lines.insert(-1, f"not measured (more than 1 thread per node runs at {MAX_HYBRID_NODES} nodes and fewer): "
+                         f"{', '.join(skipped)} (nodes x threads per node)")
     if not anchors.mpi_available():
         lines.append("MPI is not installed (apt-get install openmpi-bin libopenmpi-dev): no MPI columns, no targets")
     header = ["nodes", "thr/node", "contrib", "tree", "tcp_us", "zmq_us", "mpi_us", "mpi_ranks_us", "tcp/mpi",
@@ -198,7 +203,8 @@ def parse_arguments(argv):
     parser.add_argument("--nodes", type=parse_counts, default=parse_counts("2,4,8,16"),
                         help="comma-separated node counts (default 2,4,8,16)")
     parser.add_argument("--threads-per-node", type=parse_counts, default=parse_counts("1,2"),
-                        help="comma-separated threads per node (default 1,2; 2 runs at 8 nodes and fewer)")
+                        help=f"comma-separated threads per node (default 1,2); more than 1 runs at "
+                             f"{MAX_HYBRID_NODES} nodes and fewer")
     parser.add_argument("--rounds", type=positive_int, default=1000, metavar="N",
                         help="global sums per run (default: %(default)s)")
     parser.add_argument("--repeat", type=positive_int, default=3, metavar="N",
@@ -213,16 +219,20 @@ def parse_arguments(argv):
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
+    args.configs = [Config(n, t) for t in args.threads_per_node for n in args.nodes
+                    if t == 1 or n <= MAX_HYBRID_NODES]
+    if not args.configs:
+        parser.error(f"--threads-per-node: more than 1 runs at {MAX_HYBRID_NODES} nodes and fewer, so --nodes "
+                     f"{','.join(map(str, args.nodes))} leaves nothing to measure")
     return args
 
 
 def main(argv=None) -> int:
     args = parse_arguments(argv)
-    configs = [Config(n, t) for t in args.threads_per_node for n in args.nodes if t == 1 or n <= 8]
     try:
-        runs, anchor_runs = measure(configs, args.rounds, args.repeat,
+        runs, anchor_runs = measure(args.configs, args.rounds, args.repeat,
                                     lambda what: print(f"  ... {what}", file=sys.stderr, flush=True))
-        lines, rows = report(configs, runs, anchor_runs, args)
+        lines, rows = report(args.configs, runs, anchor_runs, args)
     except (LaunchError, ChildError, anchors.AnchorUnavailable, RuntimeError, OSError) as e:
         print(f"benchmarks.cluster_gsum: {e}", file=sys.stderr)
         return 1

@@ -84,10 +84,24 @@ def test_cluster_gsum_quick_compares_tcp_zmq_allreduce_and_mpi_and_writes_csv(pr
 @pytest.mark.parametrize("args, words", [
     (["--nodes", "1"], "at least 2 nodes"), (["--rounds", "0"], "--rounds"),
     (["--csv", "/no/such/folder/out.csv"], "--csv /no/such/folder/out.csv: no folder /no/such/folder to write it in"),
+    (["--nodes", "16", "--threads-per-node", "2"],
+     "--threads-per-node: more than 1 runs at 8 nodes and fewer, so --nodes 16 leaves nothing to measure"),
 ])
 def test_cluster_gsum_refuses_bad_options_with_exit_2(args, words):
     done = run("benchmarks.cluster_gsum", *args)
     assert done.returncode == 2 and words in done.stderr, done.stderr
+
+
+def test_cluster_gsum_names_the_configurations_it_leaves_out():
+    from benchmarks.cluster_gsum import parse_arguments, report
+
+    args = parse_arguments(["--nodes", "2,16", "--threads-per-node", "1,2", "--repeat", "1"])
+    assert [(c.nodes, c.threads) for c in args.configs] == [(2, 1), (16, 1), (2, 2)]
+    runs = {(config, column): [1.0] for config in args.configs
+            for column in [*((tree, proto) for tree in config.trees() for proto in ("tcp", "zmq")), "mpi"]}
+    lines, _ = report(args.configs, runs, {"ping_pong": [1.0], "zmq_raw": [1.0]}, args)
+    assert "not measured (more than 1 thread per node runs at 8 nodes and fewer): 16 x 2 (nodes x threads per " \
+           "node)" in lines
 
 
 @pytest.mark.parametrize("module, args, words", [
