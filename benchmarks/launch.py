@@ -8,6 +8,9 @@ under `mpirun` with rank discovery and the rendezvous through rank 0.
 Reaping: six ranks sleep on two emulated nodes; the launcher gets SIGINT, or SIGKILL, or one
 rank fails; the time until `ps` shows no rank and no node process of the run (the issue's bound:
 2 s).
+
+A run that cannot be measured (a launcher that fails or ends before its ranks are up, no mpirun)
+ends the benchmark with one line, exit 1; bad arguments exit 2.
 """
 
 from __future__ import annotations
@@ -31,11 +34,20 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
-def median_seconds(argv: list[str], runs: int, env: dict | None = None) -> float:
+class LaunchFailed(RuntimeError):
+    """A run that could not be measured; the message says which and why."""
+
+
+def median_seconds(what: str, argv: list[str], runs: int, env: dict | None = None) -> float:
     times = []
     for _ in range(runs):
         begin = time.monotonic()
-        subprocess.run(argv, capture_output=True, check=True, timeout=300, env={**os.environ, **(env or {})})
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+        except OSError as e:
+            raise LaunchFailed(f"cannot run {what}: {e.strerror}") from None
+        if done.returncode != 0:
+            raise LaunchFailed(f"{what} failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}")
         times.append(time.monotonic() - begin)
     return statistics.median(times)
 
@@ -56,36 +68,58 @@ def reaping_seconds(how: str) -> float:
     run = subprocess.Popen([*PATHS, "--map", "paper-4w", "--threads", "6", "--", sys.executable, "-c", SLEEPER,
                             failing, marker], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                            start_new_session=True)
-    for _ in range(6):
-        run.stdout.readline()
-    if how == "a rank fails":
-        while not run.stdout.readline().endswith("failing\n"):
-            pass
-        begin = time.monotonic()
-    else:
-        begin = time.monotonic()
-        os.kill(run.pid, signal.SIGINT if how == "SIGINT" else signal.SIGKILL)
-    while left(marker) and time.monotonic() - begin < 10:
-        time.sleep(0.002)
-    took = time.monotonic() - begin
-    run.wait(timeout=60)
-    run.stdout.close()
+    try:
+        for _ in range(6):
+            next_line(run)
+        if how == "a rank fails":
+            while not next_line(run).endswith("failing\n"):
+                pass
+            begin = time.monotonic()
+        else:
+            begin = time.monotonic()
+            os.kill(run.pid, signal.SIGINT if how == "SIGINT" else signal.SIGKILL)
+        while left(marker) and time.monotonic() - begin < 10:
+            time.sleep(0.002)
+        took = time.monotonic() - begin
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        run.stdout.close()
     return took
 
 
-def main() -> int:
+def next_line(run: subprocess.Popen) -> str:
+    """The launcher's next line; LaunchFailed when it ended first."""
+    line = run.stdout.readline()
+    if not line:
+        raise LaunchFailed(f"paths launch ended (exit {run.wait()}) before its 6 ranks were up and one failed")
+    return line
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.launch", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=positive_int, default=4, help="ranks of the start-up runs (default 4)")
     parser.add_argument("--runs", type=positive_int, default=5, help="runs of each measurement (default 5)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    try:
+        report(args)
+    except (LaunchFailed, subprocess.TimeoutExpired) as e:
+        print(f"benchmarks.launch: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def report(args: argparse.Namespace) -> None:
     n, runs = str(args.ranks), args.runs
     on_map = {"PATHS_MAP": "paper-4w", "PATHS_POLICY": "cyclic", "PATHS_SUM": "TOTAL"}
-    empty = median_seconds([*PATHS, "--threads", n, "--", "true"], runs)
-    empty_mpi = median_seconds(["mpirun", "-np", n, "true"], runs, MPI_ENV)
-    summed = median_seconds([*PATHS, "--map", "paper-4w", "--policy", "cyclic", "--sum", "TOTAL", "--threads", n,
-                             "--", sys.executable, "-c", SUM], runs)
-    summed_mpi = median_seconds(["mpirun", "-np", n, sys.executable, "-c", SUM], runs, {**MPI_ENV, **on_map})
+    empty = median_seconds("paths launch", [*PATHS, "--threads", n, "--", "true"], runs)
+    empty_mpi = median_seconds("mpirun", ["mpirun", "-np", n, "true"], runs, MPI_ENV)
+    summed = median_seconds("paths launch", [*PATHS, "--map", "paper-4w", "--policy", "cyclic", "--sum", "TOTAL",
+                                             "--threads", n, "--", sys.executable, "-c", SUM], runs)
+    summed_mpi = median_seconds("mpirun", ["mpirun", "-np", n, sys.executable, "-c", SUM], runs, {**MPI_ENV, **on_map})
     print(f"start-up of {n} ranks, median of {runs} runs:")
     print(f"  true:                   paths launch {empty * 1e3:7.0f} ms   mpirun {empty_mpi * 1e3:5.0f} ms   "
           f"({empty / empty_mpi:.1f}x)")
@@ -95,7 +129,6 @@ def main() -> int:
     for how in ("SIGINT", "SIGKILL", "a rank fails"):
         times = [reaping_seconds(how) for _ in range(runs)]
         print(f"  {how:<13} median {statistics.median(times) * 1e3:5.0f} ms, max {max(times) * 1e3:5.0f} ms")
-    return 0
 
 
 if __name__ == "__main__":
