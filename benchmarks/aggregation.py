@@ -375,14 +375,15 @@ def parse_arguments(argv):
     parser.add_argument("--plot", metavar="FILE", default="aggregation.png",
                         help="the ARMI sweep's plot (default: %(default)s)")
     parser.add_argument("--quick", action="store_true",
-                        help="a short run (k up to 100, 3 factors, a 64 x 64 matrix on 2 nodes, MM2 32 x 32, 1 run), "
-                             "e.g. for a test")
+                        help="a short run (k up to 100, 3 factors, a 64 x 64 matrix on 2 nodes, MM2 32 x 32, 1 run "
+                             "unless --repeat says otherwise), e.g. for a test")
     args = parser.parse_args(argv)
+    if args.quick:
+        parser.set_defaults(repeat=1)
+        args = parser.parse_args(argv)
     check_output(parser, "--csv", args.csv)
     check_output(parser, "--plot", args.plot)
     args.sizes = Sizes(**QUICK) if args.quick else Sizes()
-    if args.quick:
-        args.repeat = 1
     return args
 
 

@@ -211,14 +211,15 @@ def parse_arguments(argv):
                         help="runs per cell; the median is shown (default: %(default)s)")
     parser.add_argument("--csv", metavar="FILE", help="also write the table to this CSV file")
     parser.add_argument("--quick", action="store_true",
-                        help="a short run (2 nodes, 1 thread each, 200 rounds, 1 run), e.g. for a test")
+                        help="a short run (2 nodes, 1 thread each, 200 rounds, 1 run; options given beside it win), "
+                             "e.g. for a test")
     args = parser.parse_args(argv)
+    if args.quick:
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args(argv)
     if min(args.nodes) < 2:
         parser.error("--nodes: a cluster GSum needs at least 2 nodes")
     check_output(parser, "--csv", args.csv)
-    if args.quick:
-        for key, value in QUICK.items():
-            setattr(args, key, value)
     args.configs = [Config(n, t) for t in args.threads_per_node for n in args.nodes
                     if t == 1 or n <= MAX_HYBRID_NODES]
     if not args.configs:

@@ -79,3 +79,11 @@ def test_a_cell_gets_the_moves_or_the_time_it_asks_for_shared_by_its_turns():
     assert sizes.rounds_per_turn(0.2, 100, 1.0) == 100  # 500 rounds of moves, more than 60 ms of them
     assert sizes.rounds_per_turn(0.2, 10_000, 1.0) == 12  # 5 rounds of moves, 60 ms of 1 ms rounds: 60
     assert sizes.rounds_per_turn(0.2, 10_000, 70.0) == 1  # each turn makes one round at least
+
+
+def test_quick_runs_once_unless_repeat_says_otherwise():
+    from benchmarks.aggregation import QUICK, parse_arguments
+
+    assert parse_arguments(["--quick"]).repeat == 1
+    chosen = parse_arguments(["--quick", "--repeat", "2"])
+    assert chosen.repeat == 2 and chosen.sizes.ks == QUICK["ks"]

@@ -92,6 +92,15 @@ def test_cluster_gsum_refuses_bad_options_with_exit_2(args, words):
     assert done.returncode == 2 and words in done.stderr, done.stderr
 
 
+def test_cluster_gsum_quick_gives_defaults_that_options_beside_it_override():
+    from benchmarks.cluster_gsum import parse_arguments
+
+    quick = parse_arguments(["--quick"])
+    assert (quick.nodes, quick.threads_per_node, quick.rounds, quick.repeat) == ([2], [1], 200, 1)
+    chosen = parse_arguments(["--quick", "--nodes", "4", "--rounds", "50", "--repeat", "2"])
+    assert (chosen.nodes, chosen.threads_per_node, chosen.rounds, chosen.repeat) == ([4], [1], 50, 2)
+
+
 def test_cluster_gsum_names_the_configurations_it_leaves_out():
     from benchmarks.cluster_gsum import parse_arguments, report
 
