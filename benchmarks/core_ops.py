@@ -106,7 +106,8 @@ def parse_arguments(argv):
             "Measure nanoseconds per move+observe pair on one PastSet element, single thread: "
             "from C (a loop with no Python on its path; on the element, and through a link of the path [core]) and "
             "from Python (e.move(i); e.observe()). "
-            f"Targets: C <= {TARGET_NS['C']:g} ns, Python <= {TARGET_NS['Python']:g} ns per pair; "
+            "Targets, by row: " + ", ".join(f'"{side}" <= {ns:g} ns' for side, ns in TARGET_NS.items())
+            + " per pair; "
             "each row says PASS or MISS. Exits 0 after a report, even with a MISS; 2 on bad arguments."
         ),
     )
