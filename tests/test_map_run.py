@@ -368,3 +368,15 @@ def test_a_trace_folder_that_cannot_be_made_is_named_with_its_option(probe, tmp_
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == f"paths run: --trace {taken}: expected a folder, and cannot make one there: File exists\n"
     assert probe.started() == {}
+
+
+def test_a_closed_output_ends_the_run_with_141_and_reaps_its_nodes(probe):
+    """`paths run ... | head -1`: the second map's table meets a closed pipe; that is exit 141
+    (not a usage error with a message), and every node is reaped."""
+    run = subprocess.Popen([sys.executable, "-m", "paths", "run", "gsum", "--map", "local,paper-2w", "--threads", "1",
+                            "--rounds", "5", "--repeat", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert run.stdout.readline().startswith("GSum on map local")
+    run.stdout.close()  # before the second map's table
+    err = run.stderr.read()
+    assert (run.wait(timeout=120), err) == (141, "")
+    assert probe.alive() == []

@@ -195,6 +195,8 @@ def run_command(argv: list[str]) -> int:
                 print(results_table(run.cluster_map, run.settings, run.measurements), flush=True)
                 if args.counters:
                     print(counters_table(run.counters))
+    except BrokenPipeError:
+        raise  # the reader of the tables went away (| head): the command line's exit 141, not a usage error
     except (MapError, ValueError, LaunchError, OSError) as e:
         print(f"paths run: {e}", file=sys.stderr)
         return 1 if isinstance(e, LaunchError) else 2
