@@ -121,6 +121,18 @@ def test_ranks_of_nodes_started_over_ssh_reach_them_with_the_runs_key(app, probe
     assert probe.alive() == []
 
 
+def test_the_shells_own_paths_variables_do_not_reach_the_ranks(app):
+    """PATHS_POLICY and PATHS_ACQUIRE left in the shell (from a run under srun, say) are not the
+    run's: the ranks place themselves as the launcher did, with the default hook."""
+    env = dict(os.environ, PATHS_POLICY="cyclic", PATHS_ACQUIRE="no_such_module:hook")
+    done = subprocess.run([sys.executable, "-m", "paths", "launch", "--map", "paper-4w", "--threads", "6", "--sum",
+                           "TOTAL", "--", sys.executable, app, "sum"], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    assert sorted(line.split(" by ")[0] for line in done.stdout.splitlines()) == [
+        f"[{r}] rank {r} of 6 on n{r // 4}" for r in range(6)]  # block, the map's policy
+
+
 def test_a_program_alone_with_paths_map(app, tmp_path):
     env = dict(os.environ, PATHS_MAP="paper-4w", PATHS_SUM="TOTAL")
     done = subprocess.run([sys.executable, app, "sum"], capture_output=True, text=True, timeout=60, env=env)

@@ -121,7 +121,7 @@ def launch_command(argv: list[str]) -> int:
         return 2
     given = {MAP: map_reference(args.map), SIZE: str(args.threads), POLICY: args.policy, SUMS: ",".join(args.sum),
              ACQUIRE: args.acquire, RELEASE: args.release}
-    common = {name: value for name, value in given.items() if value}
+    common = {name: value or None for name, value in given.items()}  # None: unset, not this shell's value
     output = RankOutput(args.output_dir)
     placements = runtime.placements
 

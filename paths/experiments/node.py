@@ -17,7 +17,7 @@ standard input and output, one JSON object per line. The node first prints `READ
                                                          S s for trace files here to be written, and answer
                                                          with those that could not be ("trace_failures")
     {"op": "launch", "command": [...], "cwd": DIR,       start these ranks of `paths launch`
-     "ranks": {rank: {VAR: value}}}                      (each with its environment) and wait
+     "ranks": {rank: {VAR: value}}}                      (each with its environment; null unsets) and wait
                                                          for them; meanwhile event lines
                                                          {"event": "output"|"exit", ...}
                                                          (paths/experiments/rank_processes.py)

@@ -1,7 +1,8 @@
 """The ranks of one node of `paths launch`: started by the node process, their output passed on
 line by line, their exits reported, and stopped when the node stops.
 
-Each rank is the user's command with the environment its rank needs (PATHS_RANK, ...), standard
+Each rank is the user's command with the environment its rank needs (PATHS_RANK, ...; a variable
+given as None is unset, so that one the run does not set is not the shell's), standard
 input from /dev/null, and standard output and error on pipes. A rank dies with its node (the
 parent-death signal, paths/experiments/parent_death.py), so nothing a node started outlives it.
 Each rank leads a process group of its own, and stopping a rank signals its group: what the rank
@@ -42,12 +43,12 @@ class _Rank:
 
 
 class RankProcesses:
-    def __init__(self, command: list[str], environments: dict[int, dict[str, str]], cwd: str | None):
+    def __init__(self, command: list[str], environments: dict[int, dict[str, str | None]], cwd: str | None):
         self.ranks: list[_Rank] = []
         try:
             for rank, environment in sorted(environments.items()):
                 process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                           stderr=subprocess.PIPE, env={**os.environ, **environment},
+                                           stderr=subprocess.PIPE, env=_environment(environment),
                                            cwd=cwd if cwd and os.path.isdir(cwd) else None,
                                            preexec_fn=dies_with_me(), start_new_session=True)
                 self.ranks.append(_Rank(rank, process))
@@ -128,6 +129,12 @@ class RankProcesses:
                     _reaped(pid, block=True)
                 return
             time.sleep(0.01)
+
+
+def _environment(variables: dict[str, str | None]) -> dict[str, str]:
+    """This process's environment with the rank's variables; one given as None is unset."""
+    merged = {**os.environ, **variables}
+    return {name: value for name, value in merged.items() if value is not None}
 
 
 def _signal_group(group: int, number: int) -> bool:
