@@ -267,11 +267,12 @@ def test_nothing_of_the_run_is_left_after_the_launcher_is_interrupted_or_killed(
     assert probe.alive() == []
 
 
-@pytest.mark.parametrize("how", ["a rank fails", "timeout", "SIGINT", "SIGKILL"])
+@pytest.mark.parametrize("how", ["a rank fails", "timeout", "SIGINT", "SIGKILL", "SIGHUP to the group"])
 def test_what_a_rank_started_is_stopped_with_it(app, probe, how):
     """Each rank a shell that runs the program (as a wrapper script does): when the ranks are
-    stopped (another rank failed, --timeout, SIGINT to the launcher, SIGKILL to the launcher),
-    the programs the shells started go too, not only the shells."""
+    stopped (another rank failed, --timeout, SIGINT to the launcher, SIGKILL to the launcher, a
+    closed terminal: SIGHUP to the launcher's process group, its local nodes included), the
+    programs the shells started go too, not only the shells."""
     late = 'test "$PATHS_RANK" != 1 || sleep 2; '  # the failing rank: once the others are up
     command = ["sh", "-c", late + '"$0" "$@"; exit $?', sys.executable, app, "sleep",
                *(["1", "3"] if how == "a rank fails" else [])]
@@ -282,12 +283,14 @@ def test_what_a_rank_started_is_stopped_with_it(app, probe, how):
         up = [run.stdout.readline() for _ in range(3)]
         assert all(" up " in line for line in up), up
         if how.startswith("SIG"):
-            os.kill(run.pid, getattr(signal, how))
+            number = getattr(signal, how.split()[0])
+            os.killpg(run.pid, number) if how.endswith("group") else os.kill(run.pid, number)
         _, err = run.communicate(timeout=60)
         left = gone_within(app, REAPED_WITHIN)
         assert left == [], f"left {REAPED_WITHIN} s after the run ended ({how}): {left}"
         assert probe.alive_within(REAPED_WITHIN) == []
-        assert run.returncode == {"a rank fails": 3, "timeout": 1, "SIGINT": 130, "SIGKILL": -signal.SIGKILL}[how], err
+        assert run.returncode == {"a rank fails": 3, "timeout": 1, "SIGINT": 130, "SIGKILL": -signal.SIGKILL,
+                                  "SIGHUP to the group": -signal.SIGHUP}[how], err
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)

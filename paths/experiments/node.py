@@ -31,7 +31,8 @@ A thread reads standard input. Its end while the node is idle stops the node onc
 "quit" does; its end while a request runs (a kernel, ranks) means the launcher is gone: the node
 stops its ranks and exits at once. A local node also gets the parent-death signal from its
 launcher (paths/experiments/parent_death.py): SIGTERM, which while ranks run stops them and
-their process groups first. Ranks get SIGKILL as theirs from their node.
+their process groups first; so does SIGHUP, which a closed terminal sends the launcher's process
+group, local nodes included. Ranks get SIGKILL as theirs from their node.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ from .rank_processes import RankProcesses
 from ..runtime.process_context import Tracing, make_runtime
 from ..runtime.server import PathServer
 from ..runtime.server_policy import ServerPolicy
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # each stops a node's ranks and the node
 
 
 class Node:
@@ -120,11 +123,13 @@ class Node:
     def launch_op(self, request: dict) -> dict:
         self.ranks = RankProcesses(request["command"], {int(r): env for r, env in request["ranks"].items()},
                                    request.get("cwd"))
-        stopped = signal.signal(signal.SIGTERM, lambda *_: self.abort())  # the launcher stops the run
+        # The launcher stops the run (SIGTERM), or the terminal it shares with this node closes (SIGHUP)
+        stopped = {number: signal.signal(number, lambda *_: self.abort()) for number in STOP_SIGNALS}
         try:
             statuses = self.ranks.wait(self.say)
         finally:
-            signal.signal(signal.SIGTERM, stopped)
+            for number, handler in stopped.items():
+                signal.signal(number, handler)
             self.ranks.stop()
             self.ranks = None
         return {"statuses": {str(r): s for r, s in statuses.items()}}
