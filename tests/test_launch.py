@@ -163,6 +163,24 @@ def test_output_dir_keeps_one_file_per_rank(app, tmp_path):
         assert sorted(lines, key=lambda line: int(line.split()[1])) == [f"line {i}" for i in range(10)]
 
 
+def test_output_dir_files_are_this_runs_even_for_a_silent_rank(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "rank.1.log").write_text("an earlier run's line\n")
+    done = launch("--threads", "2", "--output-dir", str(out), "--", "sh", "-c", 'test "$PATHS_RANK" = 1 || echo hi')
+    assert (done.returncode, done.stderr) == (0, "")
+    assert [(out / f"rank.{r}.log").read_text() for r in range(2)] == ["hi\n", ""]
+
+
+def test_an_output_dir_file_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, probe):
+    out = tmp_path / "out"
+    (out / "rank.1.log").mkdir(parents=True)
+    done = launch("--threads", "2", "--output-dir", str(out), "--", "echo", "hi")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"paths launch: --output-dir {out}: cannot write {out}/rank.1.log: Is a directory\n"
+    assert probe.started() == {}
+
+
 # ---- exit statuses and reaping ---------------------------------------------------------------------
 
 def test_the_first_failing_rank_gives_the_exit_status_and_the_others_are_stopped(app, probe):

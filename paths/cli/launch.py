@@ -55,20 +55,33 @@ class RankFailed(Exception):
 
 class RankOutput:
     """Where the ranks' lines go: prefixed with the rank to this process's standard output and
-    error, or into one file per rank."""
+    error, or into one file per rank. Every rank's file is made empty before the run (ValueError
+    naming the file when it cannot be), so that none holds an earlier run's lines, a silent
+    rank's included; a file that cannot be written during the run is a LaunchError."""
 
-    def __init__(self, directory: str | None):
+    def __init__(self, directory: str | None, ranks: int):
         self.directory = directory
         self.files: dict[int, object] = {}
+        for rank in range(ranks) if directory else ():
+            try:
+                open(self._path(rank), "w").close()
+            except OSError as e:
+                raise ValueError(f"--output-dir {directory}: cannot write {self._path(rank)}: {e.strerror}") from None
+
+    def _path(self, rank: int) -> str:
+        return os.path.join(self.directory, f"rank.{rank}.log")
 
     def line(self, rank: int, stream: str, text: str) -> None:
         if self.directory is None:
             print(f"[{rank}] {text}", file=sys.stdout if stream == "out" else sys.stderr, flush=True)
             return
-        if rank not in self.files:
-            self.files[rank] = open(os.path.join(self.directory, f"rank.{rank}.log"), "w")
-        self.files[rank].write(text + "\n")
-        self.files[rank].flush()
+        try:
+            if rank not in self.files:
+                self.files[rank] = open(self._path(rank), "a")
+            self.files[rank].write(text + "\n")
+            self.files[rank].flush()
+        except OSError as e:
+            raise LaunchError(f"--output-dir {self.directory}: cannot write {self._path(rank)}: {e.strerror}") from None
 
     def close(self) -> None:
         for file in self.files.values():
@@ -88,7 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--release", metavar="PKG.MOD:FUNC", help="the release hook (default: the map's)")
     parser.add_argument("--launch", choices=("local", "ssh", "slurm"), help="how nodes start (default: the map's)")
     parser.add_argument("--output-dir", metavar="DIR", help="write each rank's output to DIR/rank.<rank>.log "
-                                                           "instead of prefixing it with [rank]")
+                                                           "(each made empty first) instead of prefixing it "
+                                                           "with [rank]")
     parser.add_argument("--timeout", type=seconds("--timeout"), help="stop the ranks after this many seconds, exit 1 "
                                                       "(default: no limit)")
     return parser
@@ -116,13 +130,13 @@ def launch_command(argv: list[str]) -> int:
             print(f"paths launch: warning: {message}", file=sys.stderr)
         if args.output_dir:
             make_folder("--output-dir", args.output_dir)
+        output = RankOutput(args.output_dir, args.threads)
     except (MapError, ValueError, OSError) as e:
         print(f"paths launch: {e}", file=sys.stderr)
         return 2
     given = {MAP: map_reference(args.map), SIZE: str(args.threads), POLICY: args.policy, SUMS: ",".join(args.sum),
              ACQUIRE: args.acquire, RELEASE: args.release}
     common = {name: value or None for name, value in given.items()}  # None: unset, not this shell's value
-    output = RankOutput(args.output_dir)
     placements = runtime.placements
 
     def on_event(node: str, event: dict) -> None:
