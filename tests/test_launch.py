@@ -181,6 +181,20 @@ def test_an_output_dir_file_that_cannot_be_written_is_one_line_and_exit_2(tmp_pa
     assert probe.started() == {}
 
 
+def test_a_ranks_bytes_come_out_as_it_wrote_them_even_when_not_text(tmp_path):
+    data = bytes(range(256)).replace(b"\n", b"") + b"\n" + "é\n".encode("latin-1")
+    (tmp_path / "data").write_bytes(data)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "paths", "launch", "--threads", "2", "--output-dir", str(out), "--",
+                           "cat", str(tmp_path / "data")], capture_output=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, b"")
+    assert [(out / f"rank.{r}.log").read_bytes() for r in range(2)] == [data, data]
+    done = subprocess.run([sys.executable, "-m", "paths", "launch", "--threads", "1", "--", "cat", str(tmp_path / "data")],
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"".join(b"[0] " + line + b"\n" for line in data.split(b"\n")[:-1])
+
+
 # ---- exit statuses and reaping ---------------------------------------------------------------------
 
 def test_the_first_failing_rank_gives_the_exit_status_and_the_others_are_stopped(app, probe):

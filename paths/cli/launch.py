@@ -40,6 +40,7 @@ import warnings
 
 from ..model.cluster_map import MapError, map_reference, open_map
 from ..experiments.launcher import LaunchError, NodeProcesses
+from ..experiments.rank_processes import TEXT_ERRORS
 from ..runtime.node_servers import NodeServers
 from ..model.placement import MAX_THREADS, PlacementWarning
 from ..runtime.rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
@@ -72,13 +73,18 @@ class RankOutput:
         return os.path.join(self.directory, f"rank.{rank}.log")
 
     def line(self, rank: int, stream: str, text: str) -> None:
+        """One line of a rank, written as the very bytes the rank wrote (TEXT_ERRORS)."""
+        data = text.encode("utf-8", TEXT_ERRORS) + b"\n"
         if self.directory is None:
-            print(f"[{rank}] {text}", file=sys.stdout if stream == "out" else sys.stderr, flush=True)
+            out = sys.stdout if stream == "out" else sys.stderr
+            out.flush()
+            out.buffer.write(f"[{rank}] ".encode() + data)
+            out.buffer.flush()
             return
         try:
             if rank not in self.files:
-                self.files[rank] = open(self._path(rank), "a")
-            self.files[rank].write(text + "\n")
+                self.files[rank] = open(self._path(rank), "ab")
+            self.files[rank].write(data)
             self.files[rank].flush()
         except OSError as e:
             raise LaunchError(f"--output-dir {self.directory}: cannot write {self._path(rank)}: {e.strerror}") from None

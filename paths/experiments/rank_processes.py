@@ -24,7 +24,9 @@ STOP_SECONDS = 1.0  # how long a stopped rank has between SIGTERM and SIGKILL
 DRAIN_SECONDS = 1.0  # how long a rank's pipes may stay open after it exited (a child of its own)
 
 # emit(event) receives {"event": "output", "rank": r, "stream": "out"|"err", "text": line} and
-# {"event": "exit", "rank": r, "status": s}
+# {"event": "exit", "rank": r, "status": s}; a line's bytes that are not UTF-8 are kept as lone
+# surrogates (surrogateescape), so that the launcher writes out the very bytes the rank wrote
+TEXT_ERRORS = "surrogateescape"
 Emit = Callable[[dict], None]
 
 
@@ -89,7 +91,7 @@ class RankProcesses:
         *lines, rank.partial[stream] = (rank.partial[stream] + data).split(b"\n")
         for line in lines:
             emit({"event": "output", "rank": rank.rank, "stream": stream,
-                  "text": line.decode("utf-8", "replace")})
+                  "text": line.decode("utf-8", TEXT_ERRORS)})
 
     @staticmethod
     def _ended(rank: _Rank, selector: selectors.BaseSelector, emit: Emit) -> bool:
