@@ -38,6 +38,7 @@ from .. import _native
 from ..model.cluster_map import ClusterMap
 from ..model.cpu_sets import cpu_shares, format_cpu_list
 from ..model.hostlist import expand_hostlist
+from .line_buffer import LineBuffer
 from .parent_death import dies_with_me
 
 START_SECONDS = 60.0
@@ -115,7 +116,7 @@ class _Node:
                                         preexec_fn=dies_with_me(signal.SIGTERM))
         self.endpoint = ""
         self.lines: collections.deque[str] = collections.deque()  # read, not taken yet
-        self._partial = b""
+        self._received = LineBuffer()  # the lines not read whole yet
         try:
             self._write(keys)
         except (BrokenPipeError, OSError):
@@ -129,8 +130,7 @@ class _Node:
     def read(self) -> bool:
         """Read what the node has written (once ready to read) into `lines`; False at its end."""
         data = os.read(self.process.stdout.fileno(), 1 << 16)
-        *complete, self._partial = (self._partial + data).split(b"\n")
-        self.lines.extend(line.decode("utf-8", "replace") for line in complete)
+        self.lines.extend(line.decode("utf-8", "replace") for line in self._received.feed(data))
         return bool(data)
 
     def send(self, request: dict) -> None:

@@ -18,6 +18,7 @@ import subprocess
 import time
 from typing import Callable
 
+from .line_buffer import LineBuffer
 from .parent_death import dies_with_me
 
 STOP_SECONDS = 1.0  # how long a stopped rank has between SIGTERM and SIGKILL
@@ -39,7 +40,7 @@ class _Rank:
     def __init__(self, rank: int, process: subprocess.Popen):
         self.rank = rank
         self.process = process
-        self.partial = {"out": b"", "err": b""}
+        self.partial = {"out": LineBuffer(), "err": LineBuffer()}
         self.open = 2  # pipes not at their end yet
         self.exited_at: float | None = None
 
@@ -73,9 +74,9 @@ class RankProcesses:
                     rank, stream = key.data
                     data = key.fileobj.read()
                     if data:
-                        self._lines(rank, stream, data, emit)
+                        self._lines(rank, stream, rank.partial[stream].feed(data), emit)
                     elif data is not None:  # the end of the pipe
-                        self._lines(rank, stream, b"\n" if rank.partial[stream] else b"", emit)
+                        self._lines(rank, stream, rank.partial[stream].rest(), emit)
                         selector.unregister(key.fileobj)
                         rank.open -= 1
                 for rank in self.ranks:
@@ -87,8 +88,7 @@ class RankProcesses:
         return statuses
 
     @staticmethod
-    def _lines(rank: _Rank, stream: str, data: bytes, emit: Emit) -> None:
-        *lines, rank.partial[stream] = (rank.partial[stream] + data).split(b"\n")
+    def _lines(rank: _Rank, stream: str, lines: list[bytes], emit: Emit) -> None:
         for line in lines:
             emit({"event": "output", "rank": rank.rank, "stream": stream,
                   "text": line.decode("utf-8", TEXT_ERRORS)})
@@ -103,8 +103,7 @@ class RankProcesses:
         if rank.open and time.monotonic() - rank.exited_at < DRAIN_SECONDS:
             return False
         for stream, pipe in (("out", rank.process.stdout), ("err", rank.process.stderr)):
-            if rank.partial[stream]:
-                RankProcesses._lines(rank, stream, b"\n", emit)
+            RankProcesses._lines(rank, stream, rank.partial[stream].rest(), emit)
             if pipe in selector.get_map():
                 selector.unregister(pipe)
             pipe.close()

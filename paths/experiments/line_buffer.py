@@ -1,0 +1,34 @@
+"""Bytes as they arrive from a pipe, taken out as whole lines.
+
+A line that arrives in many pieces is kept in one growing buffer and split once its end has
+come, so a line of n bytes costs O(n) however it was cut (joining the pieces anew at each one
+cost O(n^2): a 64 MiB line took half a minute).
+"""
+
+from __future__ import annotations
+
+
+class LineBuffer:
+    def __init__(self) -> None:
+        self._partial = bytearray()  # the start of a line whose end has not come yet
+
+    def __bool__(self) -> bool:
+        """A line is started and not ended."""
+        return bool(self._partial)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The lines `data` ends (without their line breaks); the rest is kept for later."""
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._partial += data
+            return []
+        self._partial += data[:end]
+        lines = self._partial.split(b"\n")
+        self._partial = bytearray(data[end + 1:])
+        return [bytes(line) for line in lines]
+
+    def rest(self) -> list[bytes]:
+        """At the end of the input: the started line, as a line of its own ([] when none)."""
+        lines = [bytes(self._partial)] if self._partial else []
+        self._partial = bytearray()
+        return lines
