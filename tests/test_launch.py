@@ -332,6 +332,29 @@ def test_what_a_rank_started_is_stopped_with_it(app, probe, how):
     assert probe.alive() == []
 
 
+def test_a_daemon_a_rank_forked_off_goes_with_the_run(tmp_path, probe):
+    """A rank that forks, leaves its session and process group (setsid), forks again and exits,
+    as a daemon does: the run ends at the ranks' exit and the daemons end with it."""
+    daemon = tmp_path / "daemon.py"
+    daemon.write_text("import os, time\n"
+                      "if os.fork() == 0:\n"
+                      "    os.setsid()\n"
+                      "    if os.fork() == 0:\n"
+                      "        time.sleep(120)\n"
+                      "    os._exit(0)\n"
+                      "os.wait()\n"
+                      "print('forked', flush=True)\n")
+    try:
+        done = launch("--threads", "2", "--", sys.executable, str(daemon), timeout=60)
+        assert done.returncode == 0 and done.stdout.count("forked") == 2, done.stderr
+        left = gone_within(str(daemon), REAPED_WITHIN)
+        assert left == [], f"daemons left {REAPED_WITHIN} s after the run: {left}"
+    finally:
+        for line in processes_with(str(daemon)):  # what outlived the run is this test's to end
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert probe.alive() == []
+
+
 def test_paths_run_nodes_go_when_their_launcher_is_killed(probe):
     run = subprocess.Popen([sys.executable, "-m", "paths", "run", "gsum", "--map", "paper-4w", "--threads", "12",
                             "--rounds", "2000000", "--repeat", "1", "--timeout", "600"],

@@ -8,6 +8,9 @@ SIGKILL would leave behind. The parent death is per *thread*: start children fro
 lives as long as they should (the main thread). A parent that died before the child armed the
 signal is caught by comparing the child's parent with the starter's pid.
 
+A process that starts ranks also adopts their orphans (adopt_orphans: the child subreaper), so
+that a daemon a rank forked off, in a session of its own, is still found and stopped.
+
 The ssh and srun clients a launcher starts get it too, and what they run on the far side sees
 its standard input close when they die (nodes stop by themselves then: paths/experiments/node.py).
 """
@@ -20,6 +23,7 @@ import signal
 from typing import Callable
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 _prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
 _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
@@ -35,3 +39,25 @@ def dies_with_me(number: int = signal.SIGKILL) -> Callable[[], None]:
             os._exit(1)  # cannot arm it, or the starter is gone already: a child must not outlive it
 
     return arm
+
+
+def adopt_orphans() -> None:
+    """Make this process the child subreaper of what it starts: a descendant whose parent ends
+    (a daemon that forked away from its rank) becomes this process's child, not init's, so that
+    children() finds it."""
+    if _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "cannot become the subreaper of its children")
+
+
+def children() -> list[int]:
+    """The processes whose parent is this one, zombies included."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as stat:  # the parent follows the command's ")"
+                if entry.isdigit() and int(stat.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    found.append(int(entry))
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+    return found
+

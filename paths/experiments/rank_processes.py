@@ -6,7 +6,9 @@ given as None is unset, so that one the run does not set is not the shell's), st
 input from /dev/null, and standard output and error on pipes. A rank dies with its node (the
 parent-death signal, paths/experiments/parent_death.py), so nothing a node started outlives it.
 Each rank leads a process group of its own, and stopping a rank signals its group: what the rank
-started goes with it (the program a wrapper script runs, say), not only the rank itself.
+started goes with it (the program a wrapper script runs, say), not only the rank itself. A daemon
+a rank forked off into a session of its own becomes the node's child (the node adopts orphans)
+and is stopped with the ranks, when they end or are stopped.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 from typing import Callable
 
 from .line_buffer import LineBuffer
-from .parent_death import dies_with_me
+from .parent_death import adopt_orphans, children, dies_with_me
 
 STOP_SECONDS = 1.0  # how long a stopped rank has between SIGTERM and SIGKILL
 DRAIN_SECONDS = 1.0  # how long a rank's pipes may stay open after it exited (a child of its own)
@@ -48,6 +50,8 @@ class _Rank:
 class RankProcesses:
     def __init__(self, command: list[str], environments: dict[int, dict[str, str | None]], cwd: str | None):
         self.ranks: list[_Rank] = []
+        adopt_orphans()
+        self.others = set(children())  # not the ranks' (none, in a node)
         try:
             for rank, environment in sorted(environments.items()):
                 process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -112,21 +116,28 @@ class RankProcesses:
 
     def stop(self) -> None:
         """Stop every rank still running, and what any rank started that is still there (its
-        process group, whose id is the rank's pid): SIGTERM, then SIGKILL after STOP_SECONDS;
-        every rank reaped. Safe from a signal handler (the node's SIGTERM): it waits with waitpid
+        process group, whose id is the rank's pid, and the orphans the node adopted): SIGTERM,
+        then SIGKILL after STOP_SECONDS; every rank and orphan reaped. Safe from a signal handler (the node's SIGTERM): it waits with waitpid
         itself, not through the Popen objects, whose lock the interrupted code may hold."""
+        ranks = {rank.process.pid for rank in self.ranks}
         running = [rank.process.pid for rank in self.ranks if rank.process.returncode is None]
-        groups = [rank.process.pid for rank in self.ranks]
+        groups = list(ranks)
+        adopted = [pid for pid in children() if pid not in ranks and pid not in self.others]
         for group in groups:
             _signal_group(group, signal.SIGTERM)
+        for pid in adopted:
+            _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_SECONDS
-        while running or groups:
+        while running or groups or adopted:
             running = [pid for pid in running if not _reaped(pid)]
+            adopted = [pid for pid in adopted if not _reaped(pid)]
             groups = [group for group in groups if group in running or _signal_group(group, 0)]
             if time.monotonic() >= deadline:
                 for group in groups:
                     _signal_group(group, signal.SIGKILL)
-                for pid in running:
+                for pid in adopted:
+                    _signal(pid, signal.SIGKILL)
+                for pid in running + adopted:
                     _reaped(pid, block=True)
                 return
             time.sleep(0.01)
@@ -145,6 +156,13 @@ def _signal_group(group: int, number: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def _signal(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:
+        pass
 
 
 def _reaped(pid: int, block: bool = False) -> bool:
