@@ -277,10 +277,10 @@ def test_output_files_are_checked_before_the_run_and_written_exactly_where_asked
     assert probe.started() == {}  # refused before any node started
 
     done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--rounds", "5", "--repeat", "1",
-                     "--csv", str(tmp_path))  # a folder: found only when writing, after the run
-    assert done.returncode == 1, done.stderr
-    assert f"paths run: --csv {tmp_path}: cannot write it: Is a directory" in done.stderr
-    assert done.stdout.startswith("GSum on map paper-4w")  # the results are still printed
+                     "--csv", str(tmp_path))  # a folder
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"paths run: --csv {tmp_path}: expected a file to write, got a folder\n"
+    assert probe.started() == {}
 
     plot = tmp_path / "plot-without-extension"
     done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--rounds", "5", "--repeat", "1",

@@ -81,11 +81,13 @@ def seconds(name: str):
 
 
 def check_output_file(option: str, path: str | None) -> None:
-    """A ValueError now, not a traceback after a long run, for an output file (an option's, if
-    given) that has no folder to be written in."""
+    """A ValueError now, not a failure after a long run, for an output file (an option's, if
+    given) that has no folder to be written in, or that is a folder."""
     folder = os.path.dirname(os.path.abspath(path)) if path else ""
     if path and not os.path.isdir(folder):
         raise ValueError(f"{option} {path}: no folder {folder} to write it in")
+    if path and os.path.isdir(path):
+        raise ValueError(f"{option} {path}: expected a file to write, got a folder")
 
 
 def make_folder(option: str, path: str) -> None:
