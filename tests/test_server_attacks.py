@@ -22,7 +22,7 @@ import pytest
 import zmq
 from child_processes import ChildProcesses
 from test_trace import full_disk  # noqa: F401  (a fixture: a folder on a full tmpfs)
-from wire_frames import BUILD, LAST, PS_OK, RELEASE, decode, encode, zmq_answer
+from wire_frames import BUILD, LAST, MOVE, OBSERVE_AT, PS_OK, RELEASE, ZMQ, decode, encode, open_link, zmq_answer
 
 import paths
 from paths import build_path, make_path, stage
@@ -303,6 +303,32 @@ def test_more_zmq_links_than_libzmq_allows_by_default(children):
     assert during["fds"] > 1023
     del held
     settled(server.pid, before, "400 ZeroMQ links of two clients", rss_kb=60_000)
+
+
+# ---- answers left unread ------------------------------------------------------------------------
+
+def test_answers_a_client_leaves_unread_hold_little_of_the_servers_memory(children, zmq_context):
+    """A thousand requests of 40 bytes for a tuple of 1 MiB, whose answers the client never reads:
+    ZeroMQ queued them all at the server (1 GB). A link holds its unread answers up to 8 MB."""
+    server, endpoint = children.paths_serve()
+    big = 1 << 20
+    link_id, where, _ = open_link(zmq_context, endpoint, "BIG", ZMQ, format=f"{big}s")
+    link = zmq_context.socket(zmq.DEALER)
+    link.linger = 0
+    link.rcvhwm = 1  # it takes one answer, and the system's buffers a few more, then reads nothing
+    link.setsockopt(zmq.RCVBUF, 4096)
+    link.connect(where)
+    link.send(encode(MOVE, b"x" * big, request_id=1, handle_id=link_id, value=10**9))
+    assert decode(zmq_answer(link))["status"] == PS_OK
+    before = figures(server.pid)
+    for request_id in range(2, 1002):
+        link.send(encode(OBSERVE_AT, request_id=request_id, handle_id=link_id, value=10**9))
+    time.sleep(3)  # the server answers them all well within this
+    during = figures(server.pid)
+    print(f"FIGURES 1000 answers of 1 MiB left unread: before {before}, during {during}")
+    assert during["rss_kb"] - before["rss_kb"] < 64_000, (before, during)
+    assert served_exactly(endpoint, "zmq") < PROMPT_S
+    link.close()
 
 
 # ---- only allowed kinds --------------------------------------------------------------------------

@@ -61,10 +61,10 @@ def zmq_answer(sock: zmq.Socket, timeout_s: float = ANSWER_WAIT_S) -> bytes:
     return sock.recv()
 
 
-def open_link(ctx: zmq.Context, endpoint: str, element: str, transport: int = ZMQ):
+def open_link(ctx: zmq.Context, endpoint: str, element: str, transport: int = ZMQ, format: str = "q"):
     """BUILD by hand: (handle id, link endpoint, secret); the secret is b"" on ZeroMQ."""
     main = dealer(ctx, endpoint)
-    spec = path_to_json(make_path(stage("core", name=element, format="q"))).encode()
+    spec = path_to_json(make_path(stage("core", name=element, format=format))).encode()
     main.send(encode(BUILD, spec, request_id=1, argument=transport))
     reply = decode(zmq_answer(main))
     main.close()
