@@ -22,7 +22,7 @@ import pytest
 import zmq
 from child_processes import ChildProcesses
 from test_trace import full_disk  # noqa: F401  (a fixture: a folder on a full tmpfs)
-from wire_frames import BUILD, LAST, MOVE, OBSERVE_AT, PS_OK, RELEASE, ZMQ, decode, encode, open_link, zmq_answer
+from wire_frames import BUILD, LAST, MOVE, OBSERVE_AT, PS_EINVAL, PS_OK, RELEASE, ZMQ, decode, encode, open_link, zmq_answer
 
 import paths
 from paths import build_path, make_path, stage
@@ -425,6 +425,33 @@ def test_only_clients_with_a_listed_key_are_served(children, tmp_path, proto, zm
     assert decode(zmq_answer(alices_link))["status"] == PS_OK
     del h
     settled(server.pid, before, f"clients without a listed key ({proto})")
+
+
+def test_a_zmq_link_serves_only_the_key_that_built_it(children, tmp_path, zmq_context):
+    """Bob, a listed client too, finds the ZeroMQ link alice built and sends on it with her handle
+    id: the link refused him as misaddressed and still serves alice, unreleased."""
+    (tmp_path / "clients").mkdir()
+    server_public, _ = keygen(tmp_path / "server")
+    alice, bob = keygen(tmp_path / "clients" / "alice"), keygen(tmp_path / "clients" / "bob")
+    server, endpoint = children.paths_serve("--curve-secret", str(tmp_path / "server.key"),
+                                            "--curve-clients", str(tmp_path / "clients"))
+    main = curve_dealer(zmq_context, endpoint, server_public, alice)
+    main.send(encode(BUILD, path_to_json(make_path(stage("core", name="A", format="q"))).encode(), request_id=1))
+    reply = decode(zmq_answer(main))
+    assert reply["status"] == PS_OK
+    link_id, where = reply["handle_id"], reply["payload"].decode()
+    alices_link = curve_dealer(zmq_context, where, server_public, alice)
+    alices_link.send(encode(MOVE, (7).to_bytes(8, "little"), request_id=2, handle_id=link_id))
+    assert decode(zmq_answer(alices_link))["status"] == PS_OK
+    bobs_link = curve_dealer(zmq_context, where, server_public, bob)
+    for request_id, op in ((3, LAST), (4, RELEASE)):
+        bobs_link.send(encode(op, request_id=request_id, handle_id=link_id))
+        answer = decode(zmq_answer(bobs_link), answer=True)
+        assert (answer["request_id"], answer["status"], answer["value"]) == (request_id, PS_EINVAL, 0), answer
+    alices_link.send(encode(LAST, request_id=5, handle_id=link_id))
+    assert decode(zmq_answer(alices_link))["value"] == 1
+    alices_link.send(encode(RELEASE, request_id=6, handle_id=link_id))
+    assert decode(zmq_answer(alices_link))["status"] == PS_OK
 
 
 def curve_dealer(ctx: zmq.Context, endpoint: str, server_public: str, pair: tuple[str, str]) -> zmq.Socket:

@@ -44,6 +44,8 @@ typedef struct link_worker {
     void *peers_monitor;    /* zmq: connections to the socket come and go here (NULL: not watched) */
     int listener;           /* direct: where the client connects; -1 once it is in */
     unsigned char secret[PS_WIRE_SECRET]; /* direct: what the client's connection presents */
+    char user[PS_CLIENT_NAME_MAX]; /* zmq: the key name of the client that built it, where the server
+                                      authenticates its clients ("" where it does not) */
     pthread_t thread;
     _Atomic int finished;
     size_t tuple_size;
@@ -313,10 +315,11 @@ static int send_range(link_worker *w, const ps_frame *request, const ps_op *firs
     }
 }
 
-/* Counts a received frame, runs it when well formed (request NULL: it was not) and sends its
- * answer. A RELEASE that took effect sets *released; a request addressed to the link sets
- * *served. Returns what sending returned. */
-static int answer_request(link_worker *w, const ps_frame *request, int *released, int *served,
+/* Counts a received frame, runs it when well formed (request NULL: it was not) and from the
+ * link's client (`owner`: else it is misaddressed) and sends its answer. A RELEASE that took
+ * effect sets *released; a request addressed to the link sets *served. Returns what sending
+ * returned. */
+static int answer_request(link_worker *w, const ps_frame *request, int owner, int *released, int *served,
                           const answer_sink *sink) {
     ps_server *s = w->server;
     atomic_fetch_add(&s->frames, 1);
@@ -328,9 +331,9 @@ static int answer_request(link_worker *w, const ps_frame *request, int *released
     if (request) {
         code = request->op;
         request_id = request->request_id;
-        rc = run_request(w, request, &op, &ran);
+        if (owner) rc = run_request(w, request, &op, &ran);
         *released = request->op == PS_WIRE_RELEASE && rc == PS_OK;
-        *served |= request->handle_id == w->id;
+        *served |= owner && request->handle_id == w->id;
     }
     if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
     /* A frame refused unrun (or unreadable) may have been one of a stream: a frame that continues
@@ -403,9 +406,12 @@ static int serve_zmq(link_worker *w) {
         }
         ps_frame request;
         int whole = received == 0 && ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0;
+        /* Another client than the link's (each a key of its own) is not served here. */
+        const char *user = w->user[0] ? zmq_msg_gets(&frame, "User-Id") : NULL;
+        int owner = !w->user[0] || (user && strcmp(user, w->user) == 0);
         zmq_peer peer = {w->socket, &routing_id, w->answer};
         answer_sink sink = {answer_zmq, answers_zmq, &peer};
-        answer_request(w, whole ? &request : NULL, &released, &served, &sink);
+        answer_request(w, whole ? &request : NULL, owner, &released, &served, &sink);
         zmq_msg_close(&routing_id);
         zmq_msg_close(&frame);
     }
@@ -513,7 +519,7 @@ static int serve_direct(link_worker *w) {
             break;
         }
         int64_t begun = ps_now_ns();
-        gone = answer_request(w, received == PS_OK ? &request : NULL, &released, &served, &sink) != PS_OK;
+        gone = answer_request(w, received == PS_OK ? &request : NULL, 1, &released, &served, &sink) != PS_OK;
         /* An answer that waited goes out now: the requests behind it may wait too, and the client
          * waits for each answer at most timeout_ms, no more than twice a request's slice. */
         if (!gone && ps_now_ns() - begun > LATE_NS) gone = ps_channel_flush(&client, 0) != PS_OK;
@@ -617,13 +623,15 @@ static void answer_peer(ps_server *s, const zmq_msg_t *routing_id, const ps_fram
                 s->main_answer, size);
 }
 
-/* Who sent a request, for per-client limits: the name of its CURVE key where the server
- * authenticates its clients ("key NAME"), else its address (TCP), else "local". */
-static void name_client(zmq_msg_t *frame, char *out, size_t size) {
+/* Who sent a BUILD, for per-client limits: the name of its CURVE key where the server
+ * authenticates its clients ("key NAME"; the name alone in request->user), else its address
+ * (TCP), else "local". */
+static void name_client(zmq_msg_t *frame, ps_build_request *request) {
     const char *user = zmq_msg_gets(frame, "User-Id");
     const char *address = zmq_msg_gets(frame, "Peer-Address");
-    if (user && *user) snprintf(out, size, "key %s", user);
-    else snprintf(out, size, "%s", address && *address ? address : "local");
+    snprintf(request->user, sizeof request->user, "%s", user ? user : "");
+    if (user && *user) snprintf(request->client, sizeof request->client, "key %s", user);
+    else snprintf(request->client, sizeof request->client, "%s", address && *address ? address : "local");
 }
 
 int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out) {
@@ -647,7 +655,7 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
         if (valid && request.op == PS_WIRE_BUILD && request.payload_length > 0 &&
             request.payload_length <= PS_SPEC_MAX && request.argument >= 0 && request.argument < PS_TRANSPORT_LIMIT &&
             zmq_msg_size(&routing_id) <= PS_ROUTING_ID_MAX) {
-            name_client(&frame, out->client, sizeof out->client);
+            name_client(&frame, out);
             out->routing_id_length = zmq_msg_size(&routing_id);
             memcpy(out->routing_id, zmq_msg_data(&routing_id), out->routing_id_length);
             out->request_id = request.request_id;
@@ -732,6 +740,7 @@ int ps_server_answer_build(ps_server *s, const ps_build_request *request, ps_lin
     w->link = link;
     w->transport = request->transport;
     w->listener = -1;
+    memcpy(w->user, request->user, sizeof w->user);
     w->tuple_size = ps_stage_format(link->stage)->size;
     w->tuple = malloc(w->tuple_size);
     w->answer = malloc(ps_wire_link_frame_max(w->tuple_size));

@@ -37,6 +37,8 @@ typedef struct ps_build_request {
     int transport;              /* ps_wire_transport: how the client's operations will travel */
     char client[PS_CLIENT_NAME_MAX + 8]; /* who sent it: "key NAME" (an authenticated client),
                                             else its address, else "local" */
+    char user[PS_CLIENT_NAME_MAX];      /* an authenticated client's key NAME, else "": the one
+                                            client its ZeroMQ link then serves */
     char spec[PS_SPEC_MAX + 1]; /* the path remainder as sent (NUL-terminated) */
 } ps_build_request;
 
