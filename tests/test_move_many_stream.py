@@ -77,14 +77,16 @@ def test_a_frame_that_continues_a_refused_frame_or_none_is_not_run(space, zmq_co
         assert reply(link, 2) == (PS_ESTATE, 0)  # nothing before it to continue
         no_whole_tuples = encode(MOVE_MANY, bytes(17), handle_id=link.id, argument=STREAM_CONTINUES, value=-1)
         too_many = frame(link, 0, range(BATCH_PAYLOAD // 8 + 1), STREAM_CONTINUES, -1)  # direct: dropped unread
-        for n, refused in enumerate((no_whole_tuples, too_many)):
+        # (a ZeroMQ link takes no message longer than its largest frame: it drops its sender's connection)
+        refused_frames = (no_whole_tuples,) if transport == ZMQ else (no_whole_tuples, too_many)
+        for n, refused in enumerate(refused_frames):
             link.send(frame(link, 10 * n + 3, [10, 11], STREAM_STARTS, -1))
             link.send(refused)
             link.send(frame(link, 10 * n + 4, [12, 13], STREAM_CONTINUES, -1))
             assert reply(link, 10 * n + 3) == (PS_OK, 2)
             assert link.answer()["status"] == PS_EINVAL
             assert reply(link, 10 * n + 4) == (PS_ESTATE, 0)
-        assert history(element) == [10, 11, 10, 11]
+        assert history(element) == [10, 11] * len(refused_frames)
         link.close()
 
 

@@ -22,7 +22,8 @@ import pytest
 import zmq
 from child_processes import ChildProcesses
 from test_trace import full_disk  # noqa: F401  (a fixture: a folder on a full tmpfs)
-from wire_frames import BUILD, LAST, MOVE, OBSERVE_AT, PS_EINVAL, PS_OK, RELEASE, ZMQ, decode, encode, open_link, zmq_answer
+from wire_frames import (BATCH_PAYLOAD, BUILD, LAST, MAX_PAYLOAD, MOVE, OBSERVE, OBSERVE_AT, PING, PS_EINVAL, PS_OK,
+                         RELEASE, ZMQ, dealer, decode, encode, open_link, zmq_answer)
 
 import paths
 from paths import build_path, make_path, stage
@@ -327,6 +328,29 @@ def test_answers_a_client_leaves_unread_hold_little_of_the_servers_memory(childr
     during = figures(server.pid)
     print(f"FIGURES 1000 answers of 1 MiB left unread: before {before}, during {during}")
     assert during["rss_kb"] - before["rss_kb"] < 64_000, (before, during)
+    assert served_exactly(endpoint, "zmq") < PROMPT_S
+    link.close()
+
+
+def test_requests_that_come_while_a_link_waits_hold_little_of_the_servers_memory(children, zmq_context):
+    """While the link waits in an observe, its client sends a thousand messages of 1 MB: ZeroMQ
+    queued them all at the server (800 MB) for the link to refuse one by one. A link's socket takes
+    no message longer than its largest frame, and queues what comes up to 8 MB."""
+    server, endpoint = children.paths_serve()
+    link_id, where, _ = open_link(zmq_context, endpoint, "FLOODED", ZMQ)
+    link = dealer(zmq_context, where)
+    link.sndhwm = 0  # the whole flood leaves, as fast as the server takes it
+    before = figures(server.pid)
+    grown = 0
+    for junk in (BATCH_PAYLOAD, MAX_PAYLOAD):  # within the link's largest frame, then beyond it
+        link.send(encode(OBSERVE, request_id=1, handle_id=link_id, value=10**9))
+        message = zmq.Frame(encode(PING, b"\0" * junk, handle_id=link_id))
+        for _ in range(1000):
+            link.send(message, copy=False)
+        time.sleep(0.9)  # the observe waits a second
+        grown = max(grown, figures(server.pid)["rss_kb"] - before["rss_kb"])
+    print(f"FIGURES a thousand 1 MB messages to a waiting link: before {before}, grew {grown} kB")
+    assert grown < 64_000
     assert served_exactly(endpoint, "zmq") < PROMPT_S
     link.close()
 

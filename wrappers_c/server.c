@@ -28,7 +28,7 @@ enum {
     PEER_SILENCE_MS = 10000,      /* a peer silent this long is taken as gone */
     CONNECT_WAIT_MS = 1000,       /* a direct connection presents the link's secret this soon */
     PENDING_MAX = 8,              /* direct connections that may be presenting it at once */
-    LINK_QUEUE_BYTES = 8 << 20,   /* zmq: a link's answers its client has not taken wait up to this */
+    LINK_QUEUE_BYTES = 8 << 20,   /* zmq: what waits in a link's queue, each way, at most */
 };
 static const int64_t MS = 1000000;
 static const int64_t OP_SLICE_NS = 1000000000LL; /* the longest one operation waits here */
@@ -705,12 +705,16 @@ static int open_link(ps_server *s, link_worker *w, char *bound, size_t bound_siz
     if (strncmp(s->endpoint, "tcp://", 6) == 0) snprintf(bind_to, sizeof bind_to, "tcp://%s:*", host);
     else snprintf(bind_to, sizeof bind_to, "%s.%llu", s->endpoint, (unsigned long long)w->id);
     size_t bound_length = bound_size;
-    /* Answers a client leaves unread are dropped beyond LINK_QUEUE_BYTES: else a request of 40
-     * bytes would hold a 1 MiB tuple at the server a thousand times over (ZeroMQ's queue counts
-     * messages, 1000 by default). */
-    int queued = (int)(LINK_QUEUE_BYTES / ps_wire_link_frame_max(w->tuple_size));
-    if (make_server_socket(s, &w->socket) != 0 || zmq_setsockopt(w->socket, ZMQ_SNDHWM, &queued, sizeof queued) != 0 ||
-        zmq_bind(w->socket, bind_to) != 0 ||
+    /* A link's messages are never longer than its largest frame (a longer one drops its peer
+     * unread), and each way its queue holds LINK_QUEUE_BYTES of them: answers its client leaves
+     * unread (more are dropped), requests that come while an operation waits. ZeroMQ counts them
+     * in messages, 1000 by default: 40-byte requests for a 1 MiB tuple would hold a gigabyte. */
+    int64_t largest = (int64_t)ps_wire_link_frame_max(w->tuple_size);
+    int queued = (int)(LINK_QUEUE_BYTES / largest);
+    if (make_server_socket(s, &w->socket) != 0 ||
+        zmq_setsockopt(w->socket, ZMQ_MAXMSGSIZE, &largest, sizeof largest) != 0 ||
+        zmq_setsockopt(w->socket, ZMQ_SNDHWM, &queued, sizeof queued) != 0 ||
+        zmq_setsockopt(w->socket, ZMQ_RCVHWM, &queued, sizeof queued) != 0 || zmq_bind(w->socket, bind_to) != 0 ||
         zmq_getsockopt(w->socket, ZMQ_LAST_ENDPOINT, bound, &bound_length) != 0)
         return PS_EREMOTE;
     w->peers_monitor = watch_peers(w);
