@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include <climits>
 #include <map>
 #include <memory>
 #include <string>
@@ -184,9 +185,13 @@ int run_python_kernel(paths_kernel_ctx *c) {
     try {
         py::object result = kernel.function(KernelContext(c, kernel.hooks));
         if (result.is_none()) return PS_OK;
-        if (py::isinstance<py::int_>(result) && !py::isinstance<py::bool_>(result)) return result.cast<int>();
-        return paths_fail(c, PS_EINVAL, "a Python kernel returns None or a status, it returned %s",
-                          py::repr(result).cast<std::string>().c_str());
+        if (py::isinstance<py::int_>(result) && !py::isinstance<py::bool_>(result)) {
+            int overflow = 0;
+            long status = PyLong_AsLongAndOverflow(result.ptr(), &overflow);
+            if (!overflow && status >= INT_MIN && status <= INT_MAX) return static_cast<int>(status);
+        }
+        return paths_fail(c, PS_EINVAL, "a Python kernel returns None or a status (an int from %d to %d), "
+                          "it returned %s", INT_MIN, INT_MAX, shown(result).c_str());
     } catch (py::error_already_set &e) {
         std::string where = py::module_::import("paths.runtime.kernel").attr("raised_where")(e.value(), e.trace()).cast<std::string>();
         return paths_fail(c, PATHS_EFAILED, "%s", where.c_str());

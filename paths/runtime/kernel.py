@@ -4,7 +4,8 @@
     FILE.so:SYMBOL    a C kernel, `int SYMBOL(paths_kernel_ctx *c)`, compiled against paths.h
     pkg.mod:func      a kernel written in Python, `func(ctx)` with ctx.thread, ctx.threads,
                       ctx.node, ctx.arg(key), ctx.acquire(element, format), ctx.release(handle),
-                      ctx.barrier(), ctx.report(name, value): the slow path, for quick experiments
+                      ctx.barrier(), ctx.report(name, value), returning None or a status (an int
+                      of C's int range, as a C kernel returns): the slow path, for quick experiments
 
 A kernel may declare the elements it reduces as sums: PATHS_SUMS(NAME, "TOTAL") in C, an
 attribute `func.paths_sums = ("TOTAL",)` in Python. `paths run` plans their trees with no --sum.
