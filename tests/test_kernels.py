@@ -492,6 +492,9 @@ def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
     with pytest.raises(KernelError, match=r"thread 0 on node here returned PATHS_EINVAL: a bad argument: paths_report: "
                                           r"expected a column name of 1 to 63 letters, digits and _ \. - / %, got 'a b'"):
         run(lambda ctx: ctx.report("a b" if ctx.thread == 0 else "ok", 1.0))
+    with pytest.raises(KernelError, match=r"thread [01] on node here returned PATHS_EINVAL: a bad argument: "
+                                          r"paths_report\('c32'\): a thread reports at most 32 columns$"):
+        run(lambda ctx: [ctx.report(f"c{i}", 1.0) for i in range(40)] and None)
     with pytest.raises(KernelError, match=r"a Python kernel returns None or a status \(an int from .*\), "
                                           r"it returned 'done'"):
         run(lambda ctx: "done")

@@ -245,9 +245,10 @@ void paths_report(paths_kernel_ctx *c, const char *name, double value) {
             return;
         }
     }
-    if (c->report_count == PS_REPORTS_MAX) {
-        c->misuse = paths_fail(c, PS_EINVAL, "paths_report('%s'): a thread reports at most %d columns", name,
-                                    PS_REPORTS_MAX);
+    if (c->report_count == PS_REPORTS_MAX) {  /* the first column over the limit names it, not a later one */
+        if (c->misuse == PS_OK)
+            c->misuse = paths_fail(c, PS_EINVAL, "paths_report('%s'): a thread reports at most %d columns", name,
+                                   PS_REPORTS_MAX);
         return;
     }
     ps_report *report = &c->reports[c->report_count++];
