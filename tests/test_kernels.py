@@ -456,6 +456,27 @@ def test_ctrl_c_ends_a_kernel_run_in_this_process_at_once():
     assert time.monotonic() - interrupted < 2.0
 
 
+@pytest.mark.parametrize("call, line", [
+    (lambda h: paths.bench.mcpi(h, 2.5), "mcpi: expected darts, a whole number from 1 to 2**63-1, got 2.5"),
+    (lambda h: paths.bench.mcpi(h, 2**70),
+     "mcpi: expected darts, a whole number from 1 to 2**63-1, got 1180591620717411303424"),
+    (lambda h: paths.bench.mcpi(h, 10, total_darts=5),
+     "mcpi: expected total_darts, a whole number from 10 to 2**63-1, got 5"),
+    (lambda h: paths.bench.mcpi(h, 10, seed="7"),
+     "mcpi: expected seed, a whole number from -2**63 to 2**63-1, got '7'"),
+    (lambda h: paths.bench.mcpi(h, 10, timeout="soon"),
+     "mcpi: expected timeout, None or a number of seconds >= 0, got 'soon'"),
+    (lambda h: paths.bench.gsum(h, 0), "gsum: expected iters, a whole number from 1 to 2**63-1, got 0"),
+    (lambda h: paths.bench.gsum(h, 10, contributors=1.5),
+     "gsum: expected contributors, a whole number from 1 to 2**63-1, got 1.5"),
+], ids=["fractional darts", "darts beyond 64 bits", "fewer total darts", "a seed as text", "a timeout as text",
+        "no iters", "fractional contributors"])
+def test_paths_bench_names_its_own_parameter_not_a_command_line_option(space, call, line):
+    handles = [paths.build_path(make_path(stage("core", name="S", format="q")), pastset=space)]
+    with pytest.raises(ValueError, match=f"^{re.escape(line)}$"):
+        call(handles)
+
+
 def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
     def handle(thread, element, format):
         return paths.build_path(make_path(stage("core", name=element, format=format)), pastset=space)

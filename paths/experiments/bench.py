@@ -16,6 +16,7 @@ from .. import _native
 from ..runtime.build import build_path
 from ..runtime.kernel import Kernel, load_kernel, run_kernel
 from ..model.path_spec import make_path, stage
+from .experiment import KERNEL_TIMEOUT_MAX
 
 LATENCIES = "gsum.latencies"  # where the GSum kernel's thread 0 leaves each round's latency
 
@@ -49,12 +50,29 @@ class MCPiResult:
         return self.darts / self.seconds if self.seconds > 0 else float("inf")
 
 
+def _whole(function: str, name: str, value, least: int = -2**63) -> None:
+    """ValueError naming `function`'s parameter `name` unless value is a whole number from least
+    to 2**63-1 (the kernels' int64_t), so that no caller is told about an --arg."""
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value < 2**63:
+        low = "-2**63" if least == -2**63 else least
+        raise ValueError(f"{function}: expected {name}, a whole number from {low} to 2**63-1, got {value!r}")
+
+
+def _timeout(function: str, timeout) -> None:
+    """ValueError naming `function`'s timeout unless it is None or seconds >= 0."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not timeout >= 0):
+        raise ValueError(f"{function}: expected timeout, None or a number of seconds >= 0, got {timeout!r}")
+
+
 def _on_handles(kernel: Kernel, handles: list, args: dict, pin: bool, others: Optional[dict] = None):
     """Run `kernel` with thread t's acquire answered by handles[t] (or by others[element]); a
-    timeout of None (forever) is the kernels' -1."""
+    timeout of None (forever) is the kernels' -1, a longer one than KERNEL_TIMEOUT_MAX is cut to
+    it (as paths run's)."""
     if not handles:
         raise ValueError(f"{kernel.name}: expected at least one handle")
-    args = dict(args, timeout=-1 if args["timeout"] is None else args["timeout"])
+    timeout = args["timeout"]
+    args = dict(args, timeout=-1 if timeout is None else min(timeout, KERNEL_TIMEOUT_MAX))
     given = dict(others or {})
     n = len(handles)
 
@@ -71,8 +89,10 @@ def gsum(handles: Sequence, iters: int, contributors: int | None = None, timeout
 
     `pin=True` binds thread t of n to the (t * cpus // n)-th CPU this process may use: the
     threads of one group of a tree share a CPU, and no thread wanders between CPUs."""
-    if isinstance(iters, bool) or not isinstance(iters, int) or iters <= 0:
-        raise ValueError(f"gsum: expected iters > 0, got {iters!r}")
+    _whole("gsum", "iters", iters, 1)
+    if contributors is not None:
+        _whole("gsum", "contributors", contributors, 1)
+    _timeout("gsum", timeout)
     handles = list(handles)
     out = build_path(make_path(stage("core", name=LATENCIES, format="d")), pastset=_native.PastSet())
     args = {"rounds": iters, "contributors": contributors or len(handles), "timeout": timeout,
@@ -86,7 +106,11 @@ def mcpi(handles: Sequence, darts: int, seed: int = 12345, timeout: float = 60.0
     """Run MCPi: `darts` split evenly over the handles' threads, one global sum of the hits.
     `total_darts` is the darts of every process feeding the sum (default: `darts`); `pin` as
     for gsum."""
+    _whole("mcpi", "darts", darts, 1)
     everything = total_darts if total_darts is not None else darts
+    _whole("mcpi", "total_darts", everything, darts)
+    _whole("mcpi", "seed", seed)
+    _timeout("mcpi", timeout)
     args = {"darts": darts, "total_darts": everything, "seed": seed, "timeout": timeout}
     run = _on_handles(kernel or load_kernel("mcpi"), list(handles), args, pin)
     reported = dict(run.reports[0])
