@@ -348,6 +348,21 @@ def test_a_kernel_that_fails_on_a_node_is_one_line_and_every_node_is_reaped(buil
     assert probe.started() and probe.alive() == []
 
 
+def test_a_kernel_still_running_at_the_timeout_is_named_with_what_to_do(built, probe, user_module):
+    user_module("stuck_kernel", """
+        def kernel(ctx):
+            ctx.acquire("NEVER", "q").observe()  # no timeout, and nothing ever moves to NEVER
+    """)
+    done = paths_run("stuck_kernel:kernel", "--map", "local", "--threads", "1", "--repeat", "1", "--timeout", "1",
+                     cwd=built)
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert done.stderr == ("paths run: nodes localhost did not answer within 2 s (for kernel stuck_kernel:kernel to "
+                           "end): the kernel was still running (a run may take twice --timeout), perhaps in a call "
+                           "that waits with no timeout: give its waits the timeout it gets as arg 'timeout' "
+                           "(--timeout, in seconds), or raise --timeout\n")
+    assert probe.started() and probe.alive() == []
+
+
 @pytest.mark.parametrize("args, line", [
     (["rounds"], "--arg 'rounds': expected KEY=VALUE"),
     (["=5"], "--arg '=5': expected KEY=VALUE"),

@@ -79,10 +79,10 @@ def test_a_node_failing_in_the_kernel_is_reported_at_once_not_at_the_others_time
     them, not wait for their timeout (20 s, and twice that for their answers) first."""
 
     class OneBadNode(NodeProcesses):
-        def request_all(self, requests, timeout=600.0):
+        def request_all(self, requests, timeout=600.0, **messages):
             if requests.get("n2", {}).get("op") == "run":
                 requests = dict(requests, n2=dict(requests["n2"], args=dict(requests["n2"]["args"], rounds="0")))
-            return super().request_all(requests, timeout)
+            return super().request_all(requests, timeout, **messages)
 
     monkeypatch.setattr(experiment, "NodeProcesses", OneBadNode)
     begin = time.monotonic()
@@ -113,8 +113,8 @@ def test_a_node_killed_mid_run_is_named_and_the_others_are_reaped(probe):
     finally:
         killer.join()
     assert time.monotonic() - begin < PROMPT
-    assert str(failed.value).startswith(f"node n2 exited while waiting to answer (exit -{signal.SIGKILL})"), \
-        failed.value
+    assert str(failed.value).startswith(f"node n2 exited while waiting for kernel gsum to end "
+                                        f"(exit -{signal.SIGKILL})"), failed.value
     assert_all_reaped(probe, ["n0", "n1", "n2"])
 
 

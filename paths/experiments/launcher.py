@@ -237,18 +237,20 @@ class NodeProcesses:
         return {name: node.endpoint for name, node in self.nodes.items()}
 
     def request_all(self, requests: dict[str, dict], timeout: float = 600.0,
-                    on_event: Callable[[str, dict], None] | None = None, what: str = "to answer") -> dict[str, dict]:
+                    on_event: Callable[[str, dict], None] | None = None, what: str = "to answer",
+                    if_late: str = "") -> dict[str, dict]:
         """Send each node its request (all at once: they may wait for each other), then collect
         every answer. The first failed answer raises LaunchError naming the node at once: the
         others may be waiting for the failed node and would only answer at their timeout. Lines
         {"event": ...} a node writes before its answer go to on_event(node, event) as they come;
-        `what` the nodes do until they answer, for messages."""
+        `what` the nodes are waited for, and `if_late` what a user can do when they are late,
+        for messages."""
         for name, request in requests.items():
             self.nodes[name].send(request)
-        return self._read_lines([self.nodes[n] for n in requests], timeout, what, _answer, on_event)
+        return self._read_lines([self.nodes[n] for n in requests], timeout, what, _answer, on_event, if_late)
 
     def _read_lines(self, nodes: list[_Node], timeout: float, what: str, parse=lambda name, line: line,
-                    on_event: Callable[[str, dict], None] | None = None) -> dict:
+                    on_event: Callable[[str, dict], None] | None = None, if_late: str = "") -> dict:
         """One line from each node, each passed through parse(name, line) as it comes."""
         selector = selectors.DefaultSelector()
         for node in nodes:
@@ -270,7 +272,8 @@ class NodeProcesses:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     late = [n.name for n in nodes if n.name not in lines]
-                    raise LaunchError(f"nodes {', '.join(late)} did not answer within {timeout:g} s ({what})")
+                    raise LaunchError(f"nodes {', '.join(late)} did not answer within {timeout:g} s ({what})"
+                                      + (f": {if_late}" if if_late else ""))
                 for key, _ in selector.select(min(left, 1.0)):
                     if not key.data.read():
                         raise LaunchError(key.data._death(f"exited while waiting {what}"))
