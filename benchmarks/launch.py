@@ -9,14 +9,16 @@ Reaping: six ranks sleep on two emulated nodes; the launcher gets SIGINT, or SIG
 rank fails; the time until `ps` shows no rank and no node process of the run (the issue's bound:
 2 s).
 
-A run that cannot be measured (a launcher that fails or ends before its ranks are up, no mpirun)
-ends the benchmark with one line, exit 1; bad arguments exit 2.
+A run that cannot be measured (a launcher that fails, ends before its ranks are up, or whose
+ranks print nothing or never end, in time; no mpirun) ends the benchmark with one line, exit 1;
+bad arguments exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
 import statistics
 import subprocess
@@ -30,6 +32,8 @@ SLEEPER = "import os, sys, time; print('up', flush=True); failing = os.environ['
           "time.sleep(0.3 if failing else 120); print('failing', flush=True); sys.exit(7)"
 SUM = "import paths; i = paths.runtime_info(); h = paths.acquire('TOTAL', 'q'); h.move((i.rank + 1,)); " \
       "assert h.observe(timeout=60)[0] == i.size * (i.size + 1) // 2"
+RUN_SECONDS = 300  # the longest a whole run, or a launcher's end after it was told to end, may take
+UP_SECONDS = 60    # the longest a launcher may print no line while its ranks start, and until one fails
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
@@ -43,9 +47,12 @@ def median_seconds(what: str, argv: list[str], runs: int, env: dict | None = Non
     for _ in range(runs):
         begin = time.monotonic()
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_SECONDS,
+                                  env={**os.environ, **(env or {})})
         except OSError as e:
             raise LaunchFailed(f"cannot run {what}: {e.strerror}") from None
+        except subprocess.TimeoutExpired:
+            raise LaunchFailed(f"{what} did not end within {RUN_SECONDS:g} s") from None
         if done.returncode != 0:
             raise LaunchFailed(f"{what} failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}")
         times.append(time.monotonic() - begin)
@@ -54,7 +61,8 @@ def median_seconds(what: str, argv: list[str], runs: int, env: dict | None = Non
 
 def left(marker: str) -> list[str]:
     """Live processes (not zombies) whose command line holds marker, or that are this run's nodes."""
-    listing = subprocess.run(["ps", "-ewwo", "pid=,stat=,args="], capture_output=True, text=True).stdout
+    listing = subprocess.run(["ps", "-ewwo", "pid=,stat=,args="], capture_output=True, text=True,
+                             timeout=RUN_SECONDS).stdout
     return [line for line in listing.splitlines()
             if (marker in line or f"{sys.executable} -m paths.experiments.node" in line) and "ps -ewwo" not in line
             and not line.split()[1].startswith("Z")]
@@ -66,13 +74,14 @@ def reaping_seconds(how: str) -> float:
     marker = f"benchmark-{os.getpid()}-{time.monotonic_ns()}"
     failing = "4" if how == "a rank fails" else "-1"
     run = subprocess.Popen([*PATHS, "--map", "paper-4w", "--threads", "6", "--", sys.executable, "-c", SLEEPER,
-                            failing, marker], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            failing, marker], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                            start_new_session=True)
+    lines = LauncherLines(run)
     try:
         for _ in range(6):
-            next_line(run)
+            lines.next()
         if how == "a rank fails":
-            while not next_line(run).endswith("failing\n"):
+            while not lines.next().endswith("failing"):
                 pass
             begin = time.monotonic()
         else:
@@ -81,7 +90,10 @@ def reaping_seconds(how: str) -> float:
         while left(marker) and time.monotonic() - begin < 10:
             time.sleep(0.002)
         took = time.monotonic() - begin
-        run.wait(timeout=60)
+        try:
+            run.wait(timeout=RUN_SECONDS)
+        except subprocess.TimeoutExpired:
+            raise LaunchFailed(f"paths launch did not end within {RUN_SECONDS:g} s of {how}") from None
     finally:
         if run.poll() is None:
             run.kill()
@@ -90,12 +102,26 @@ def reaping_seconds(how: str) -> float:
     return took
 
 
-def next_line(run: subprocess.Popen) -> str:
-    """The launcher's next line; LaunchFailed when it ended first."""
-    line = run.stdout.readline()
-    if not line:
-        raise LaunchFailed(f"paths launch ended (exit {run.wait()}) before its 6 ranks were up and one failed")
-    return line
+class LauncherLines:
+    """The lines a launcher prints, each awaited for at most UP_SECONDS."""
+
+    def __init__(self, run: subprocess.Popen):
+        self.run, self.pending = run, b""
+
+    def next(self) -> str:
+        """The next line, without its end; LaunchFailed when the launcher ended first or printed
+        nothing in time."""
+        while b"\n" not in self.pending:
+            if not select.select([self.run.stdout], [], [], UP_SECONDS)[0]:
+                raise LaunchFailed(f"paths launch printed no line for {UP_SECONDS:g} s: its 6 ranks were not up, "
+                                   "or none failed, in time")
+            chunk = os.read(self.run.stdout.fileno(), 1 << 16)
+            if not chunk:
+                raise LaunchFailed(f"paths launch ended (exit {self.run.wait(RUN_SECONDS)}) before its 6 ranks were "
+                                   "up and one failed")
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        return line.decode(errors="replace")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         report(args)
-    except (LaunchFailed, subprocess.TimeoutExpired) as e:
+    except (LaunchFailed, subprocess.TimeoutExpired) as e:  # the latter: a ps, or a launcher past its end
         print(f"benchmarks.launch: {e}", file=sys.stderr)
         return 1
     return 0

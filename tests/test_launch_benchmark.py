@@ -1,5 +1,6 @@
 """`python -m benchmarks.launch` ends with one line, exit 1, when a run cannot be measured: a
-launcher that fails, or that ends before its ranks are up (it waited for their lines forever)."""
+launcher that fails, that ends before its ranks are up (it waited for their lines forever), that
+stays alive while its ranks print nothing, or that never ends (it waited for each forever too)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,20 @@ ROOT = Path(__file__).resolve().parent.parent
 FAILING_LAUNCHER = "import sys; print('paths launch: no map here', file=sys.stderr); sys.exit(3)"
 
 
-def with_failing_launcher(call: str) -> subprocess.CompletedProcess:
-    """`call` in a fresh interpreter where benchmarks.launch's `paths launch` exits 3 at once."""
+STALLED_LAUNCHER = "import time; time.sleep(600)"  # alive, and its ranks never print
+
+
+def with_launcher(launcher: str, call: str, setup: str = "") -> subprocess.CompletedProcess:
+    """`call` in a fresh interpreter where benchmarks.launch's `paths launch` is the program
+    `launcher`, after `setup`."""
     program = (f"import sys\nimport benchmarks.launch as launch\nlaunch.PATHS = [sys.executable, '-c', "
-               f"{FAILING_LAUNCHER!r}]\n{call}")
+               f"{launcher!r}]\n{setup}\n{call}")
     return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def with_failing_launcher(call: str) -> subprocess.CompletedProcess:
+    """`call` where benchmarks.launch's `paths launch` exits 3 at once."""
+    return with_launcher(FAILING_LAUNCHER, call)
 
 
 def test_a_failing_launcher_ends_the_benchmark_in_one_line():
@@ -32,3 +42,19 @@ def test_a_launcher_that_ends_before_its_ranks_are_up_is_no_reaping_time(how):
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1] == ("benchmarks.launch.LaunchFailed: paths launch ended (exit 3) before its "
                                             "6 ranks were up and one failed")
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "a rank fails"])
+def test_a_launcher_whose_ranks_never_print_ends_the_benchmark_in_one_line(how):
+    done = with_launcher(STALLED_LAUNCHER, f"sys.exit(launch.main(['--ranks', '1', '--runs', '1']))",
+                         f"launch.UP_SECONDS = 1\nlaunch.report = lambda args: launch.reaping_seconds({how!r})")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "benchmarks.launch: paths launch printed no line for 1 s: its 6 ranks were not up, " \
+                          "or none failed, in time\n"
+
+
+def test_a_launcher_that_never_ends_ends_the_benchmark_in_one_line():
+    done = with_launcher(STALLED_LAUNCHER, "sys.exit(launch.main(['--ranks', '1', '--runs', '1']))",
+                         "launch.RUN_SECONDS = 1")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "benchmarks.launch: paths launch did not end within 1 s\n"
