@@ -23,6 +23,7 @@ BUILD = HERE.parent / "build" / "anchors"
 OPENMP_SOURCE = HERE / "openmp" / "sum.c"
 OPENMP_BUILD = BUILD  # where the OpenMP anchor's program `sum` is
 OPENMP_MAX_THREADS = 1024  # as benchmarks/openmp/sum.c: a larger team only measures its stacks
+OPENMP_WAIT_POLICIES = ("active", "passive")
 TCP_SOURCE = HERE / "tcp_anchor" / "ping_pong.c"
 ZMQ_SOURCE = HERE / "zmq_anchor" / "round_trip.c"
 MPI_SOURCE = HERE / "mpi" / "allreduce.c"
@@ -34,14 +35,26 @@ class AnchorUnavailable(RuntimeError):
     """An anchor that cannot be built or run here; the message says why."""
 
 
-def openmp_sum_us(threads: int, rounds: int, timeout: float = 120.0) -> float:
-    """Median microseconds per OpenMP reduction of one value per thread."""
+def openmp_sum_us(threads: int, rounds: int, timeout: float = 120.0, *, wait: str = "active",
+                  pin: bool = False) -> float:
+    """Median microseconds per OpenMP reduction of one value per thread, its threads waiting as
+    OMP_WAIT_POLICY=`wait` says ("active": spinning, "passive": asleep, which is faster with more
+    threads than CPUs). `pin` places thread t of n on CPU t*cpus/n of this process's, as PATHS
+    pins its threads (OMP_PLACES, OMP_PROC_BIND=close); else the scheduler places them."""
     if not 1 <= threads <= OPENMP_MAX_THREADS or rounds < 1:
         raise ValueError(f"the OpenMP anchor: expected 1 <= threads <= {OPENMP_MAX_THREADS} and rounds >= 1, "
                          f"got {threads} threads and {rounds} rounds")
+    if wait not in OPENMP_WAIT_POLICIES:
+        raise ValueError(f"the OpenMP anchor: wait must be one of {', '.join(OPENMP_WAIT_POLICIES)}, got {wait!r}")
     program = _program(OPENMP_SOURCE, [*_c_compiler(), "-fopenmp"])
-    done = subprocess.run([str(program), str(threads), str(rounds)], capture_output=True, text=True, timeout=timeout)
-    return _median_us(done, "the OpenMP anchor")
+    env = dict(os.environ, OMP_WAIT_POLICY=wait, OMP_PROC_BIND="false")
+    if pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        env.update(OMP_PROC_BIND="close",
+                   OMP_PLACES=",".join(f"{{{cpus[t * len(cpus) // threads]}}}" for t in range(threads)))
+    done = subprocess.run([str(program), str(threads), str(rounds)], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+    return _median_us(done, f"the OpenMP anchor (OMP_WAIT_POLICY={wait})")
 
 
 def _program(source: Path, compiler: list[str], flags: list[str] = ()) -> Path:
