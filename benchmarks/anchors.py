@@ -131,8 +131,9 @@ def mpi_allreduce_us(processes: int, rounds: int, timeout: float = 120.0, bind: 
                      transport: str = "shared", threads: int = 1, cpus: list[list[int]] | None = None
                      ) -> float | None:
     """Median microseconds per MPI_Allreduce of one int64 over `processes` ranks on this machine,
-    or None when MPI is not installed. `transport`: "shared" (Open MPI's shared memory, as on
-    one node) or "tcp" (`--mca btl tcp,self` over loopback, as between nodes). `threads` > 1
+    or None when MPI is not installed. `transport`: "shared" (Open MPI's shared memory, btl
+    vader, as on one node) or "tcp" (btl tcp over loopback, as between nodes), both through
+    the ob1 pml. `threads` > 1
     makes every rank a hybrid MPI + OpenMP process of that many contributing threads. `cpus`
     gives each rank its CPUs (rank k runs on cpus[k], its threads pinned within them, as PATHS
     pins a node's threads); else `bind` binds each rank to a core (several ranks to a core when
@@ -144,11 +145,13 @@ def mpi_allreduce_us(processes: int, rounds: int, timeout: float = 120.0, bind: 
     if cpus is not None and len(cpus) != processes:
         raise ValueError(f"mpi_allreduce_us: {processes} ranks need {processes} CPU lists, got {len(cpus)}")
     program = str(_program(MPI_SOURCE, ["mpicc", "-fopenmp"]))
+    # ob1 is the messaging layer that sends through the btl named here: left to choose, Open MPI
+    # may take one of its own (UCX, or cm over libfabric), which ignores the btl list.
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="false")
+               OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="false",
+               OMPI_MCA_pml="ob1")
     if transport == "tcp":
-        env.update(OMPI_MCA_pml="ob1", OMPI_MCA_btl="tcp,self", OMPI_MCA_btl_tcp_if_include="lo",
-                   OMPI_MCA_oob_tcp_if_include="lo")
+        env.update(OMPI_MCA_btl="tcp,self", OMPI_MCA_btl_tcp_if_include="lo", OMPI_MCA_oob_tcp_if_include="lo")
     else:
         env.update(OMPI_MCA_btl="self,vader")
     arguments = [program, str(rounds), str(threads)]

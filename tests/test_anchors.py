@@ -1,7 +1,8 @@
 """The anchors run as their labels and the benchmarks say: the OpenMP anchor's threads pinned as
 PATHS pins its own and waiting by the policy asked for, and GSum's table naming the policy it
-kept. Each anchor is run for real, its runtime asked to say what it did (libgomp's
-OMP_DISPLAY_ENV and OMP_DISPLAY_AFFINITY)."""
+kept; the MPI anchor on the transport its label says. Each anchor is run for real, its runtime
+asked to say what it did (libgomp's OMP_DISPLAY_ENV and OMP_DISPLAY_AFFINITY, Open MPI's
+pml_base_verbose)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,15 @@ def test_gsum_names_the_wait_policy_of_its_openmp_anchor(tmp_path):
            "passive (openmp_wait)" in done.stdout.splitlines()[0]
     with open(out, newline="") as f:
         assert [row["openmp_wait"] in anchors.OPENMP_WAIT_POLICIES for row in csv.DictReader(f)] == [True, True]
+
+
+@pytest.mark.parametrize("transport", ["shared", "tcp"])
+def test_the_mpi_anchor_runs_on_the_transport_its_label_says(openmpi, monkeypatch, anchor_runs, transport):
+    """Left to choose (no site file that rules out its other layers, as Debian's does), Open MPI
+    sends through a messaging layer of its own (cm over libfabric, or UCX), which ignores the btl
+    list that names the transport: the anchor must ask for ob1, the layer that uses that list."""
+    monkeypatch.setenv("OMPI_MCA_mca_base_param_files", os.devnull)
+    monkeypatch.setenv("OMPI_MCA_pml_base_verbose", "10")
+    assert anchors.mpi_allreduce_us(2, 20, transport=transport) > 0
+    shown = anchor_runs[-1].stdout + anchor_runs[-1].stderr
+    assert re.findall(r"select: component (\w+) selected", shown) == ["ob1", "ob1"], shown
