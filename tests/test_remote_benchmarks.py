@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,6 +23,29 @@ RUN_TIMEOUT_S = 240
 def run(module: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=RUN_TIMEOUT_S)
+
+
+def test_no_measured_run_of_the_remote_benchmark_is_a_handles_first(probe, monkeypatch):
+    """Each handle's first run pays for its connection and the server's first buffers: it is a
+    warm-up, left out. Here a handle's first run takes 1 ns and every later one 1000 ns."""
+    from benchmarks import remote
+
+    used = set()
+
+    def ns(handle, *counts) -> float:
+        first = id(handle) not in used
+        used.add(id(handle))
+        return 1.0 if first else 1000.0
+
+    monkeypatch.setattr(remote, "bench", SimpleNamespace(pairs_ns=ns, link_moves_ns=ns, link_batches_ns=ns))
+    monkeypatch.setattr(remote.anchors, "tcp_ping_pong_us", lambda rounds: 1.0)
+    monkeypatch.setattr(remote.anchors, "zmq_round_trip_us", lambda rounds: 1.0)
+    monkeypatch.setattr(remote, "remote_gsum_us", lambda endpoint, proto, element, rounds: 1.0)
+    runs = remote.measure(remote.parse_arguments(["--repeat", "2"]))
+    measured = {key: values for key, values in runs.items() if key.startswith(("pair", "rate", "many"))}
+    assert measured == {**{f"pair{window}_{proto}": [1.0, 1.0] for window in (1, 2) for proto in ("tcp", "zmq")},
+                        **{key: [1e6, 1e6] for key in ("rate_tcp", "rate_zmq", "rate_batched", "many_tcp",
+                                                       "many_zmq")}}
 
 
 def test_remote_benchmark_reports_both_transports_against_the_anchors(probe):
