@@ -18,7 +18,8 @@
  *   paths run ./libjacobi.so:jacobi --map paper-2w --threads 4
  *   paths run ./libjacobi.so:jacobi --map multicluster --threads 4
  *
- * Arguments (--arg): points (16), tolerance (1e-8), max_iterations (100000), timeout (seconds, 60).
+ * Arguments (--arg): points (16), tolerance (1e-8), max_iterations (100000), timeout (seconds each
+ * wait may take: paths run always passes its --timeout, default 120).
  */
 #include <math.h>
 #include <paths.h>
