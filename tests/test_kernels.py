@@ -209,6 +209,27 @@ def test_a_kernel_written_in_python(built, probe, user_module):
     assert probe.alive() == []
 
 
+def test_what_a_kernel_prints_comes_out_on_standard_error_led_by_its_node(built, probe, user_module):
+    """A node's standard output is the launcher's channel: a kernel's print (or a C kernel's
+    printf, written to file descriptor 1) goes to the node's standard error, and from there to
+    the run's, each line led by the node's name."""
+    user_module("printing_kernel", """
+        import os
+
+        def kernel(ctx):
+            print("print from thread", ctx.thread)
+            os.write(1, b"fd 1 from thread %d\\n" % ctx.thread)
+    """)
+    done = paths_run("printing_kernel:kernel", "--map", "paper-4w", "--threads", "5", "--repeat", "2", cwd=built)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    for thread, node in ((0, "n0"), (3, "n0"), (4, "n1")):
+        for said in (f"print from thread {thread}", f"fd 1 from thread {thread}"):
+            assert lines.count(f"[{node}] {said}") == 2, done.stderr  # one per repeat
+    assert "print from" not in done.stdout and "printing_kernel:kernel on map paper-4w" in done.stdout
+    assert probe.alive() == []
+
+
 # ---- the hooks ----------------------------------------------------------------------------------
 
 def test_a_replaced_acquire_hook_changes_the_path_and_the_release_hook_sees_every_handle(built, probe, user_module,

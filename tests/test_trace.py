@@ -251,8 +251,11 @@ def test_a_map_run_whose_traces_are_lost_fails_naming_every_node(probe, full_dis
                            "--repeat", "1", "--rounds", "20", "--trace", str(full_disk)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
-    lines = done.stderr.strip().splitlines()
+    said = done.stderr.strip().splitlines()
+    lines = [line for line in said if not line.startswith("[n")]  # not what the nodes said as it happened
     assert lines[0] == "paths run: traces lost:" and "Traceback" not in done.stderr
+    passed_on = said[:len(said) - len(lines)]  # one line per lost file, as each node said it
+    assert len(passed_on) == len(lines) - 1 and all(line.endswith("No space left on device") for line in passed_on)
     lost = [re.fullmatch(rf"  node (n[01]): stage 'trace': cannot write trace file '{full_disk}/gsum-[^']*-\1-"
                          r"(callers|link)-[^']*\.bin': No space left on device", line) for line in lines[1:]]
     assert all(lost), done.stderr

@@ -111,6 +111,9 @@ class _Node:
         self.name = command.node
         self.command = command
         self.errors = tempfile.TemporaryFile(mode="w+")  # a file, so a chatty node never blocks
+        # read at an offset of its own: the node writes at the shared one
+        self._unread_errors = open(f"/proc/self/fd/{self.errors.fileno()}", "rb")
+        self._error_lines = LineBuffer()
         self.process = subprocess.Popen(command.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.errors, bufsize=0,
                                         preexec_fn=dies_with_me(signal.SIGTERM))
@@ -133,6 +136,15 @@ class _Node:
         self.lines.extend(line.decode("utf-8", "replace") for line in self._received.feed(data))
         return bool(data)
 
+    def pass_on_errors(self, ended: bool = False) -> None:
+        """Each whole line the node wrote on its standard error since the last call (a kernel's
+        prints, say), and once it has `ended` the rest, on this process's standard error, led by
+        the node's name."""
+        lines = self._error_lines.feed(self._unread_errors.read())
+        for line in lines + (self._error_lines.rest() if ended else []):
+            sys.stderr.write(f"[{self.name}] {line.decode('utf-8', 'replace')}\n")
+        sys.stderr.flush()
+
     def send(self, request: dict) -> None:
         try:
             self._write(json.dumps(request))
@@ -147,9 +159,9 @@ class _Node:
         except subprocess.TimeoutExpired:
             pass
         tail = ""
-        if self.process.returncode is not None:
-            self.errors.seek(0)
-            tail = self.errors.read().strip()[-600:]
+        if self.process.returncode is not None:  # what it wrote last, not passed on yet
+            tail = b"".join(line + b"\n" for line in self._error_lines.feed(self._unread_errors.read()))
+            tail = (tail + b"".join(self._error_lines.rest())).decode("utf-8", "replace").strip()[-600:]
         code = f" (exit {self.process.returncode})" if self.process.returncode is not None else ""
         return f"node {self.name} {what}{code}" + (f":\n{tail}" if tail else "")
 
@@ -171,7 +183,8 @@ class _Node:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        for stream in (self.process.stdin, self.process.stdout, self.errors):
+        self.pass_on_errors(ended=True)
+        for stream in (self.process.stdin, self.process.stdout, self.errors, self._unread_errors):
             try:
                 stream.close()
             except (BrokenPipeError, OSError, ValueError):
@@ -274,11 +287,15 @@ class NodeProcesses:
                     late = [n.name for n in nodes if n.name not in lines]
                     raise LaunchError(f"nodes {', '.join(late)} did not answer within {timeout:g} s ({what})"
                                       + (f": {if_late}" if if_late else ""))
-                for key, _ in selector.select(min(left, 1.0)):
+                for key, _ in selector.select(min(left, 0.25)):
                     if not key.data.read():
                         raise LaunchError(key.data._death(f"exited while waiting {what}"))
+                for node in nodes:
+                    node.pass_on_errors()
         finally:
             selector.close()
+        for node in nodes:  # what it wrote before its answer
+            node.pass_on_errors()
         return lines
 
     def close(self, graceful: bool = True) -> None:

@@ -62,7 +62,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # each stops a node's ranks and 
 
 
 class Node:
-    def __init__(self, name: str, curve_public: str):
+    def __init__(self, name: str, curve_public: str, channel):
+        self.channel = channel  # the launcher's: one line per answer or event
         self.name = name
         self.curve_public = curve_public
         self.context = BuildContext()  # the node's runs and its server build here
@@ -137,7 +138,7 @@ class Node:
     def say(self, line: dict) -> None:
         """One line to the launcher: an answer or an event."""
         with self._output:
-            print(json.dumps(line), flush=True)
+            print(json.dumps(line), file=self.channel, flush=True)
 
     def abort(self) -> None:
         """The launcher is gone while a request runs: stop the ranks, end the process at once."""
@@ -186,7 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, AttributeError):
         parser.error("expected the run's keys on the first line of standard input: '-' or a JSON object")
     warnings.simplefilter("ignore", PlacementWarning)  # the launcher has said so already
-    node = Node(args.name, public)
+    # Answers go to the launcher on a standard output of their own; what a kernel prints (Python
+    # or C) goes to standard error, which the launcher passes on line by line, led by the node.
+    channel = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout.reconfigure(line_buffering=True)
+    node = Node(args.name, public, channel)
     node.context.curve_client = tuple(client) if client else None
     server = node.server = PathServer(args.bind, secret, trace_dir=args.trace_dir, context=node.context,
                                       policy=ServerPolicy.for_run_nodes(), curve_clients=clients).start()
@@ -214,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             node.abort()
         requests.put({"op": "quit"})
 
-    print(f"READY {endpoint}", flush=True)
+    print(f"READY {endpoint}", file=channel, flush=True)
     threading.Thread(target=read_requests, name="paths-node-requests", daemon=True).start()
     try:
         while (request := requests.get())["op"] != "quit":
