@@ -478,6 +478,33 @@ def test_a_zmq_link_serves_only_the_key_that_built_it(children, tmp_path, zmq_co
     assert decode(zmq_answer(alices_link))["status"] == PS_OK
 
 
+def test_a_zmq_links_id_cannot_be_guessed(children, zmq_context):
+    """On a server that does not authenticate its clients anyone may reach a ZeroMQ link's port:
+    frames naming the first ids a server could hand out are refused unrun (the id is random),
+    and the link still serves its client."""
+    _, endpoint = children.paths_serve()
+    main = zmq_context.socket(zmq.DEALER)
+    main.linger = 0
+    main.connect(endpoint)
+    main.send(encode(BUILD, path_to_json(make_path(stage("core", name="A", format="q"))).encode(), request_id=1))
+    reply = decode(zmq_answer(main))
+    assert reply["status"] == PS_OK
+    link_id, where = reply["handle_id"], reply["payload"].decode()
+    stranger = zmq_context.socket(zmq.DEALER)
+    stranger.linger = 0
+    stranger.connect(where)
+    for guess in range(1, 65):
+        stranger.send(encode(RELEASE, request_id=guess, handle_id=guess))
+        answer = decode(zmq_answer(stranger), answer=True)
+        assert (answer["request_id"], answer["status"]) == (guess, PS_EINVAL), answer
+    assert link_id > 1 << 32  # not one of the first ids of a count
+    clients = zmq_context.socket(zmq.DEALER)
+    clients.linger = 0
+    clients.connect(where)
+    clients.send(encode(MOVE, (7).to_bytes(8, "little"), request_id=2, handle_id=link_id))
+    assert decode(zmq_answer(clients))["status"] == PS_OK
+
+
 def curve_dealer(ctx: zmq.Context, endpoint: str, server_public: str, pair: tuple[str, str]) -> zmq.Socket:
     sock = ctx.socket(zmq.DEALER)
     sock.linger = 0

@@ -64,9 +64,8 @@ struct ps_server {
     char endpoint[256];
     char curve_secret[41];
     char zap_domain[PS_ZAP_DOMAIN_MAX]; /* "" unless the server authenticates its clients */
-    pthread_mutex_t lock; /* guards workers and next_id */
+    pthread_mutex_t lock; /* guards workers */
     link_worker *workers;
-    uint64_t next_id;
     _Atomic int stopping;
     _Atomic int64_t frames, bad_frames, builds, direct, live, abandoned, refused;
     unsigned char main_answer[PS_WIRE_HEADER + ANSWER_TEXT_MAX + 256];
@@ -550,7 +549,6 @@ int ps_server_start(const char *endpoint, const char *curve_secret_z85, int auth
     ps_server *s = calloc(1, sizeof *s);
     if (!s) return PS_ENOMEM;
     pthread_mutex_init(&s->lock, NULL);
-    s->next_id = 1;
     if (curve_secret_z85 && *curve_secret_z85) {
         if (strlen(curve_secret_z85) != 40 || !zmq_has("curve")) {
             snprintf(error, error_size, "CURVE secret key: expected 40 Z85 characters (and libzmq with CURVE)");
@@ -748,14 +746,15 @@ int ps_server_answer_build(ps_server *s, const ps_build_request *request, ps_lin
     w->tuple_size = ps_stage_format(link->stage)->size;
     w->tuple = malloc(w->tuple_size);
     w->answer = malloc(ps_wire_link_frame_max(w->tuple_size));
-    pthread_mutex_lock(&s->lock);
-    w->id = s->next_id++;
-    pthread_mutex_unlock(&s->lock);
+    /* A link's id is random, so that only its client, told it by the BUILD's answer, can name
+     * it in a frame: a ZeroMQ link's socket takes frames from anyone who reaches its port. */
+    int rc = getrandom(&w->id, sizeof w->id, 0) == (ssize_t)sizeof w->id ? PS_OK : PS_EREMOTE;
+    w->id = (w->id & INT64_MAX) | 1; /* never 0, and a positive int64 wherever it is read as one */
     /* The answer: for a direct link, its secret and then its endpoint; else the endpoint. */
     unsigned char answer[PS_WIRE_SECRET + PS_CHANNEL_ENDPOINT_MAX];
     size_t secret_length = w->transport == PS_TRANSPORT_ZMQ ? 0 : PS_WIRE_SECRET;
     char *bound = (char *)answer + secret_length;
-    int rc = w->tuple && w->answer ? PS_OK : PS_ENOMEM;
+    if (rc == PS_OK && !(w->tuple && w->answer)) rc = PS_ENOMEM;
     if (rc == PS_OK) rc = open_link(s, w, bound, PS_CHANNEL_ENDPOINT_MAX);
     if (rc == PS_OK && pthread_create(&w->thread, NULL, serve_link, w) != 0) rc = PS_ENOMEM;
     if (rc != PS_OK) {
