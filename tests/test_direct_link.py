@@ -11,6 +11,7 @@ remote_peer.py child that tells its counters."""
 from __future__ import annotations
 
 import signal
+import re
 import socket
 import threading
 import time
@@ -150,6 +151,38 @@ def test_no_client_for_a_direct_link_ends_it_as_abandoned(peer_server, zmq_conte
         assert time.monotonic() < built + PATIENCE_S, "a link nobody came for is still served"
         time.sleep(0.1)
     assert time.monotonic() - built >= 9.0  # not before its client's time was up
+
+
+def test_a_server_cannot_send_its_clients_connection_to_another_host(zmq_context):
+    """A server (one the client trusts, gone hostile) answers BUILD with a link on another host:
+    the client connects to the link's port on the server's own host, never to that other host."""
+    elsewhere = socket.socket()
+    elsewhere.bind(("127.0.0.2", 0))
+    elsewhere.listen(4)
+    main = zmq_context.socket(zmq.ROUTER)
+    main.linger = 0
+    main_port = main.bind_to_random_port("tcp://127.0.0.1")
+
+    def answer_build() -> None:
+        client, frame = main.recv_multipart()
+        link = f"tcp://127.0.0.2:{elsewhere.getsockname()[1]}".encode()
+        main.send_multipart([client, encode(BUILD, bytes(SECRET_BYTES) + link, request_id=decode(frame)["request_id"],
+                                            handle_id=1)])
+
+    server = threading.Thread(target=answer_build)
+    server.start()
+    try:
+        port = elsewhere.getsockname()[1]
+        with pytest.raises(ConnectionError, match=re.escape(f"cannot connect to 'tcp://127.0.0.1:{port}'")):
+            build_path(make_path(stage("remote", host=f"tcp://127.0.0.1:{main_port}", proto="tcp", timeout_ms=2000),
+                                 stage("core", name="ELSEWHERE", format="q")), pastset=paths.PastSet())
+        elsewhere.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            elsewhere.accept()  # nobody came
+    finally:
+        server.join(PATIENCE_S)
+        main.close()
+        elsewhere.close()
 
 
 def test_a_signal_does_not_cut_short_the_wait_for_a_direct_connection(zmq_context):

@@ -121,11 +121,12 @@ int ps_endpoint_trusted(const ps_build_context *context, const char *endpoint) {
 }
 
 void ps_reachable_endpoint(const char *server, char *endpoint, size_t size) {
-    if (!strstr(endpoint, "://0.0.0.0:")) return;
+    if (strncmp(endpoint, "tcp://", 6) != 0 || strncmp(server, "tcp://", 6) != 0) return;
     const char *port = strrchr(endpoint, ':');
-    const char *host_end = strrchr(server, ':');
-    if (!host_end) return;
+    const char *host = strchr(server, ';') ? strchr(server, ';') + 1 : server + 6; /* past a source address */
+    const char *host_end = strrchr(host, ':');
+    if (!host_end || port < endpoint + 6) return;
     char rebuilt[512];
-    snprintf(rebuilt, sizeof rebuilt, "%.*s%s", (int)(host_end - server), server, port);
+    snprintf(rebuilt, sizeof rebuilt, "tcp://%.*s%s", (int)(host_end - host), host, port);
     snprintf(endpoint, size, "%s", rebuilt);
 }

@@ -67,8 +67,10 @@ int ps_control_request(const char *endpoint, const ps_curve_client *keys, const 
  * choose no source address of its own ("tcp://SOURCE;DESTINATION"). */
 int ps_endpoint_trusted(const ps_build_context *context, const char *endpoint);
 
-/* A server bound to every interface names what it hands out by 0.0.0.0: `endpoint` (size bytes)
- * is rewritten to the host `server` (the endpoint we reached it at) with its port. */
+/* A TCP endpoint a server hands out (a link's, a member's) is on its own host: `endpoint` (size
+ * bytes) is rewritten to the host of `server` (the endpoint we reached it at) with its own port.
+ * So a server bound to every interface (which names 0.0.0.0) is reached as it was, and one that
+ * names another host cannot send this process's connection there. */
 void ps_reachable_endpoint(const char *server, char *endpoint, size_t size);
 
 #ifdef __cplusplus
