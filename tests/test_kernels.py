@@ -240,25 +240,27 @@ def test_a_replaced_acquire_hook_changes_the_path_and_the_release_hook_sees_ever
         from paths import make_path, stage
 
         @paths.acquire_hook
-        def traced(request):  # a trace on top of the default path, one per node
-            return make_path(stage("trace", file="{tmp_path}/" + request.node + ".bin", node=request.node),
-                             request.default())
+        def traced(request):  # a trace on top of the default path, one per node and run, as the README's
+            file = f"{tmp_path}/{{request.node}}.{{request.tag}}.bin"
+            return make_path(stage("trace", file=file, node=request.node), request.default())
 
         @paths.release_hook
         def note(request, handle):
             with open("{released}", "a") as f:
-                f.write(f"{{request.element}} {{request.thread}} {{handle.stage.kind}}\\n")
+                f.write(f"{{request.element}} {{request.tag}} {{request.thread}} {{handle.stage.kind}}\\n")
     """)
-    done = paths_run("gsum", "--map", "paper-4w", "--threads", "6", "--repeat", "1", "--rounds", "50",
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "6", "--repeat", "2", "--rounds", "50",
                      "--acquire", "tracing_hooks:traced", "--release", "tracing_hooks:note", "--counters", cwd=built)
     assert done.returncode == 0, done.stderr
-    traces = re.findall(rf"^  (n\d) +trace\(file='{re.escape(str(tmp_path))}/(n\d).bin', node='n\d'\) +"
+    traces = re.findall(rf"^  (n\d) +trace\(file='{re.escape(str(tmp_path))}/(n\d\.6\.\d)\.bin', node='n\d'\) +"
                         r"operations=(\d+), .*events=(\d+)", done.stdout, re.M)
-    # 4 threads on n0, 2 on n1: a move and an observe per round each, through the trace
-    assert sorted(traces) == [("n0", "n0", "400", "400"), ("n1", "n1", "200", "200")]
-    assert (tmp_path / "n0.bin").exists() and (tmp_path / "n1.bin").exists()
+    # 4 threads on n0, 2 on n1: a move and an observe per round each, through the trace of each repeat
+    assert sorted(traces) == [("n0", "n0.6.0", "400", "400"), ("n0", "n0.6.1", "400", "400"),
+                              ("n1", "n1.6.0", "200", "200"), ("n1", "n1.6.1", "200", "200")]
+    events = {path.name: len(read_trace(str(path)).events) for path in tmp_path.glob("*.bin")}
+    assert events == {"n0.6.0.bin": 400, "n0.6.1.bin": 400, "n1.6.0.bin": 200, "n1.6.1.bin": 200}
     # once per handle, each at the top of the path the hook gave (the barrier's are not the hook's)
-    assert sorted(released.read_text().splitlines()) == [f"GSUM {t} trace" for t in range(6)]
+    assert sorted(released.read_text().splitlines()) == [f"GSUM 6.{r} {t} trace" for r in range(2) for t in range(6)]
     assert probe.alive() == []
 
 

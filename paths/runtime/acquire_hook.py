@@ -10,7 +10,7 @@ Python runs per operation.
 
     @paths.acquire_hook
     def traced(request):                 # -> the PathSpec from request.thread to the element
-        return make_path(stage("trace", file=f"t{request.thread}.bin"), request.default())
+        return make_path(stage("trace", file=f"t{request.thread}.{request.tag}.bin"), request.default())
 
     @paths.release_hook
     def done(request, handle):           # the kernel is done with the handle
@@ -55,6 +55,7 @@ class AcquireRequest:
     policy: Optional[str] = None  # the run's placement policy, fan-in and tree form (None: the map's)
     max_fanin: Optional[int] = None
     tree_form: Optional[str] = None
+    tag: Optional[str] = None  # the run's: its elements are NAME.tag (paths run: "<threads>.<repeat>"; None: NAME)
 
     def default(self) -> PathSpec:
         """The path the default hook gives."""

@@ -90,7 +90,8 @@ class Runtime:
         declared = self.cluster_map.element(element)
         is_sum = element in self.sums or element == BARRIER_ELEMENT or bool(declared and declared.reduce == "sum")
         return AcquireRequest(element, format, thread, self.threads, self.placements[thread], self.cluster_map,
-                              is_sum, self._home(element, declared), self.policy, self.max_fanin, self.tree_form)
+                              is_sum, self._home(element, declared), self.policy, self.max_fanin, self.tree_form,
+                              self.tag)
 
     def _home(self, element: str, declared) -> str:
         if declared is not None and declared.home:
