@@ -2,7 +2,8 @@
 ranks on an emulated multi-node map, output tagged `[rank]` or kept per rank, exit statuses,
 and reaping measured with `ps`: after SIGINT, after a rank's failure and after SIGKILL of the
 launcher, nothing of the run is left 2 seconds later (`paths run`'s nodes too). Also `paths
-sbatch`'s script for block and cyclic, and a program alone with PATHS_MAP.
+sbatch`'s script for block and cyclic, with the ranks' sums and hooks, and a program alone with
+PATHS_MAP.
 """
 
 import json
@@ -387,8 +388,53 @@ def test_the_sbatch_script_matches_the_placement(policy, threads, fields):
     assert sbatch_fields(script) == {"job-name": "paths-paper-4w", **fields}
     assert script.startswith("#!/bin/bash\n")
     lines = script.splitlines()
-    assert lines[-3:] == ["export PATHS_MAP=paper-4w", f"export PATHS_POLICY={policy}",
+    assert lines[-4:] == ["export PATHS_MAP=paper-4w", f"export PATHS_POLICY={policy}",
+                          "unset PATHS_SUM PATHS_ACQUIRE PATHS_RELEASE",
                           f"srun --distribution={fields['distribution']} python app.py --rounds 5"]
+
+
+def test_the_sbatch_script_gives_the_ranks_their_sums_and_hooks_as_paths_launch_does(user_module):
+    user_module("rank_hooks", """
+        import paths
+
+        @paths.acquire_hook
+        def traced(request):
+            return request.default()
+
+        @paths.release_hook
+        def note(request, handle):
+            pass
+    """)
+    done = subprocess.run([sys.executable, "-m", "paths", "sbatch", "--map", "paper-4w", "--threads", "8", "--policy",
+                           "cyclic", "--sum", "TOTAL", "--sum", "my count", "--acquire", "rank_hooks:traced", "--",
+                           "python", "app.py"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines()[-6:] == ["export PATHS_MAP=paper-4w", "export PATHS_POLICY=cyclic",
+                                             "export PATHS_SUM='TOTAL,my count'",
+                                             "export PATHS_ACQUIRE=rank_hooks:traced", "unset PATHS_RELEASE",
+                                             "srun --distribution=cyclic python app.py"]
+    script = batch_script("paper-4w", 2, "block", ["./prog"], release="rank_hooks:note")
+    assert script.splitlines()[-3:] == ["export PATHS_RELEASE=rank_hooks:note", "unset PATHS_SUM PATHS_ACQUIRE",
+                                        "srun --distribution=block ./prog"]
+
+
+@pytest.mark.parametrize("command", ["launch", "sbatch"])
+@pytest.mark.parametrize("option, name, problem", [
+    ("--acquire", "no_such_module:hook", "acquire hook 'no_such_module:hook': cannot import module 'no_such_module'"),
+    ("--acquire", "not_a_name", "acquire hook 'not_a_name': expected a function named 'pkg.mod:func' or "
+                                "'pkg.mod.func'"),
+    ("--release", "unmarked_hooks:note", "release hook 'unmarked_hooks:note': note is not marked as one: decorate it "
+                                         "with @paths.release_hook"),
+], ids=["no module", "not a name", "not marked"])
+def test_a_hook_launch_and_sbatch_cannot_use_is_one_line_and_exit_2(user_module, probe, command, option, name,
+                                                                    problem):
+    user_module("unmarked_hooks", "def note(request, handle):\n    pass\n")
+    done = subprocess.run([sys.executable, "-m", "paths", command, "--map", "paper-4w", "--threads", "4", option, name,
+                           "--sum", "TOTAL", "--", "./prog"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"paths {command}: ") and done.stderr.count("\n") == 1, done.stderr
+    assert problem in done.stderr, done.stderr
+    assert probe.started() == {}
 
 
 def test_the_sbatch_options_survive_a_command_of_several_lines_and_a_map_name_of_several_words(tmp_path):

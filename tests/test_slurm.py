@@ -1,7 +1,7 @@
 """A real (single-node) Slurm: `paths run` inside `salloc`, a program started by `srun` that finds
-its rank and the other ranks by itself, and `paths launch` inside an allocation. The Slurm is
-the session's (tests/slurm_cluster.py, the `slurm` fixture); skipped only when it cannot be
-installed."""
+its rank and the other ranks by itself, a `paths sbatch` script, and `paths launch` inside an
+allocation. The Slurm is the session's (tests/slurm_cluster.py, the `slurm` fixture); skipped
+only when it cannot be installed."""
 
 import os
 import re
@@ -78,6 +78,19 @@ def test_mpirun_ranks_inside_a_batch_job_find_each_other(slurm, openmpi, tmp_pat
     assert done.returncode == 0, out.read_text()
     found = re.findall(r"rank (\d) of 2 on (n\d) by mpirun total (\d+)", out.read_text())
     assert sorted(found) == [("0", "n0", "3"), ("1", "n1", "3")], out.read_text()
+
+
+def test_a_paths_sbatch_script_runs_the_ranks_with_its_sum(slurm, allocation_map, tmp_path):
+    """The script alone gives the ranks their map and sum: none comes from the caller's environment."""
+    done = run([*PATHS, "sbatch", "--map", allocation_map, "--threads", "2", "--sum", "TOTAL", "--", sys.executable,
+                APP, "sum"], slurm, tmp_path)
+    assert done.returncode == 0, done.stderr
+    script, out = tmp_path / "job.sh", tmp_path / "job.out"
+    script.write_text(done.stdout)
+    done = run(["sbatch", "--wait", "-o", str(out), str(script)], slurm, tmp_path, PATHS_RENDEZVOUS_TIMEOUT="20")
+    assert done.returncode == 0, out.read_text()
+    found = re.findall(r"rank (\d) of 2 on (a0) by srun total (\d+)", out.read_text())
+    assert sorted(found) == [("0", "a0", "3"), ("1", "a0", "3")], out.read_text()
 
 
 def test_paths_launch_inside_an_allocation(slurm, allocation_map, tmp_path):

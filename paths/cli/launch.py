@@ -37,6 +37,7 @@ import math
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 
 from ..model.cluster_map import MapError, map_reference, open_map
 from ..experiments.launcher import LaunchError, NodeProcesses
@@ -101,10 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=positive("--threads", MAX_THREADS), required=True, help="how many ranks")
     parser.add_argument("--policy", help="placement: block, cyclic (bucket and even are the same two) or "
                                          "pkg.mod:func; default: the map's")
-    parser.add_argument("--sum", action="append", default=[], metavar="NAME",
-                        help="reduce element NAME as a sum; repeatable")
-    parser.add_argument("--acquire", metavar="PKG.MOD:FUNC", help="the acquire hook (default: the map's)")
-    parser.add_argument("--release", metavar="PKG.MOD:FUNC", help="the release hook (default: the map's)")
+    add_rank_options(parser)
     parser.add_argument("--launch", choices=("local", "ssh", "slurm"), help="how nodes start (default: the map's)")
     parser.add_argument("--output-dir", metavar="DIR", help="write each rank's output to DIR/rank.<rank>.log "
                                                            "(each made empty first) instead of prefixing it "
@@ -112,6 +110,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=seconds("--timeout"), help="stop the ranks after this many seconds, exit 1 "
                                                       "(default: no limit)")
     return parser
+
+
+def add_rank_options(parser: argparse.ArgumentParser) -> None:
+    """--sum, --acquire and --release: what the ranks reduce and which hooks they take (paths
+    launch and paths sbatch give them to the ranks as rank_variables says)."""
+    parser.add_argument("--sum", action="append", default=[], metavar="NAME",
+                        help="reduce element NAME as a sum; repeatable")
+    parser.add_argument("--acquire", metavar="PKG.MOD:FUNC", help="the acquire hook (default: the map's)")
+    parser.add_argument("--release", metavar="PKG.MOD:FUNC", help="the release hook (default: the map's)")
+
+
+def rank_variables(sums: Sequence[str], acquire: str | None, release: str | None) -> dict[str, str | None]:
+    """The variables that give the ranks add_rank_options' options: PATHS_SUM (comma-separated),
+    PATHS_ACQUIRE, PATHS_RELEASE; None for one not given."""
+    return {SUMS: ",".join(sums) or None, ACQUIRE: acquire or None, RELEASE: release or None}
 
 
 def options_and_command(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -140,8 +153,8 @@ def launch_command(argv: list[str]) -> int:
     except (MapError, ValueError, OSError) as e:
         print(f"paths launch: {e}", file=sys.stderr)
         return 2
-    given = {MAP: map_reference(args.map), SIZE: str(args.threads), POLICY: args.policy, SUMS: ",".join(args.sum),
-             ACQUIRE: args.acquire, RELEASE: args.release}
+    given = {MAP: map_reference(args.map), SIZE: str(args.threads), POLICY: args.policy,
+             **rank_variables(args.sum, args.acquire, args.release)}
     common = {name: value or None for name, value in given.items()}  # None: unset, not this shell's value
     placements = runtime.placements
 

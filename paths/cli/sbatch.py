@@ -1,6 +1,6 @@
 """`paths sbatch`: a Slurm batch script that places a program's ranks as the map does.
 
-    paths sbatch --map paper-4w --threads 6 --policy cyclic -- python app.py > job.sh
+    paths sbatch --map paper-4w --threads 6 --policy cyclic --sum TOTAL -- python app.py > job.sh
     sbatch job.sh
 
 The map places N threads on its nodes; the script asks Slurm for as many nodes as the placement
@@ -8,8 +8,10 @@ uses (--nodes), N tasks (--ntasks) with at most as many on a node as the placeme
 busiest one (--ntasks-per-node), and the placement's order (--distribution=block for block,
 cyclic for cyclic). Slurm then gives rank r a host of the allocation in the same order as the
 map gives it a node, the allocation's hosts taking the map's used nodes in map order (as
-`paths launch --launch slurm` does). The script exports PATHS_MAP and PATHS_POLICY and runs the
-program with srun: each rank finds its rank, its node and the other ranks by itself
+`paths launch --launch slurm` does). The script exports PATHS_MAP and PATHS_POLICY, and
+PATHS_SUM, PATHS_ACQUIRE and PATHS_RELEASE as `paths launch` gives them its ranks (--sum,
+--acquire, --release; unset when not given, whatever the environment sbatch passes on), and runs
+the program with srun: each rank finds its rank, its node and the other ranks by itself
 (paths/runtime/rank_discovery.py, paths/runtime/rendezvous.py), with the rendezvous file in the folder sbatch was
 called from.
 
@@ -23,12 +25,13 @@ import argparse
 import re
 import shlex
 import sys
-import warnings
 from collections import Counter
+from collections.abc import Sequence
 
 from ..model.cluster_map import MapError, map_reference, open_map
-from .launch import options_and_command
-from ..model.placement import MAX_THREADS, PlacementWarning, bucket, even, place, resolve_policy
+from .launch import add_rank_options, options_and_command, rank_variables
+from ..model.placement import MAX_THREADS, bucket, even, resolve_policy
+from ..runtime.process_context import make_runtime
 from ..runtime.rank_discovery import MAP, POLICY
 from .run import positive
 
@@ -37,18 +40,19 @@ DISTRIBUTIONS = {bucket: "block", even: "cyclic"}  # policy -> Slurm's name for 
 NOT_IN_AN_OPTION = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def batch_script(map_name: str | None, threads: int, policy: str | None, command: list[str]) -> str:
-    """The script's text; ValueError (MapError) for a map, policy or count that cannot be."""
+def batch_script(map_name: str | None, threads: int, policy: str | None, command: list[str], sums: Sequence[str] = (),
+                 acquire: str | None = None, release: str | None = None) -> str:
+    """The script's text; ValueError (MapError) for a map, policy, count or hook that cannot be."""
     cluster_map = open_map(map_name)
     chosen = policy or cluster_map.policy
     distribution = DISTRIBUTIONS.get(resolve_policy(chosen))
     if distribution is None:
         raise ValueError(f"policy {chosen!r} has no Slurm distribution (block or cyclic): run the map with "
                          "`paths launch --launch slurm` inside an allocation instead")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PlacementWarning)
-        placements = place(cluster_map, threads, chosen)
-    per_node = Counter(placements)
+    runtime = make_runtime(cluster_map, threads, sums=sums, policy=chosen, acquire=acquire, release=release)
+    per_node = Counter(runtime.placements)
+    variables = rank_variables(sums, acquire, release)
+    unset = [name for name, value in variables.items() if value is None]
     used = [node.name for node in cluster_map.nodes if node.name in per_node]
     # A line break in a comment would end it: bash would run the rest, and sbatch would stop
     # reading the #SBATCH lines there.
@@ -64,6 +68,8 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
         f"#SBATCH --distribution={distribution}",
         f"export {MAP}={shlex.quote(map_reference(map_name))}",
         f"export {POLICY}={shlex.quote(chosen)}",
+        *(f"export {name}={shlex.quote(value)}" for name, value in variables.items() if value is not None),
+        *([f"unset {' '.join(unset)}"] if unset else []),
         f"srun --distribution={distribution} {shlex.join(command)}",
         "",
     ])
@@ -75,9 +81,11 @@ def sbatch_command(argv: list[str]) -> int:
     parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
     parser.add_argument("--threads", type=positive("--threads", MAX_THREADS), required=True, help="how many ranks")
     parser.add_argument("--policy", help="block or cyclic (bucket, even); default: the map's")
+    add_rank_options(parser)
     args, command = options_and_command(parser, argv)
     try:
-        print(batch_script(args.map, args.threads, args.policy, command), end="")
+        script = batch_script(args.map, args.threads, args.policy, command, args.sum, args.acquire, args.release)
+        print(script, end="")
     except (MapError, ValueError) as e:
         print(f"paths sbatch: {e}", file=sys.stderr)
         return 2
