@@ -215,9 +215,10 @@ def test_what_a_kernel_prints_comes_out_on_standard_error_led_by_its_node(built,
     the run's, each line led by the node's name."""
     user_module("printing_kernel", """
         import os
+        import sys
 
-        def kernel(ctx):
-            print("print from thread", ctx.thread)
+        def kernel(ctx):  # one write a line: print's parts of several threads may interleave
+            sys.stdout.write(f"print from thread {ctx.thread}\\n")
             os.write(1, b"fd 1 from thread %d\\n" % ctx.thread)
     """)
     done = paths_run("printing_kernel:kernel", "--map", "paper-4w", "--threads", "5", "--repeat", "2", cwd=built)
