@@ -87,7 +87,7 @@ typedef struct served {
     ps_server *server;
     ps_stage *sum, *jobs, *churn, *batched, *ranges, *streams; /* what each spec names, built once */
     ps_stage *sum_element;          /* the element below the sum */
-    ps_link *links[MAX_LINKS];      /* the links handed over, by id, until reaped */
+    struct { uint64_t id; ps_link *link; } links[MAX_LINKS]; /* the links handed over, until reaped */
     atomic_bool stop;
 } served;
 
@@ -98,9 +98,15 @@ static void *serve(void *arg) {
         uint64_t reaped[64];
         size_t n = ps_server_reap(s->server, reaped, 64);
         for (size_t i = 0; i < n; i++) {
-            ps_link_detach(s->links[reaped[i]]);
-            free(s->links[reaped[i]]);
-            s->links[reaped[i]] = NULL;
+            int at = 0;
+            while (at < MAX_LINKS && !(s->links[at].link && s->links[at].id == reaped[i])) at++;
+            if (at == MAX_LINKS) {
+                fail("reaped link id %" PRIu64 " was never handed over", reaped[i]);
+                continue;
+            }
+            ps_link_detach(s->links[at].link);
+            free(s->links[at].link);
+            s->links[at].link = NULL;
         }
         if (ps_server_next_build(s->server, 20 * MS, request) != PS_OK) continue;
         ps_stage *target = strcmp(request->spec, SUM_SPEC) == 0    ? s->sum
@@ -118,11 +124,14 @@ static void *serve(void *arg) {
         uint64_t id = 0;
         if (ps_server_answer_build(s->server, request, link, link ? NULL : "unknown spec", &id) != PS_OK || !link)
             continue;
-        if (id >= MAX_LINKS) {
-            fail("link id %" PRIu64 " beyond the test's table", id);
+        int at = 0;
+        while (at < MAX_LINKS && s->links[at].link) at++;
+        if (at == MAX_LINKS) {
+            fail("more than %d links at once: beyond the test's table", MAX_LINKS);
             continue;
         }
-        s->links[id] = link;
+        s->links[at].id = id;
+        s->links[at].link = link;
     }
     free(request);
     return NULL;
@@ -875,9 +884,9 @@ int main(int argc, char **argv) {
     pthread_join(server_thread, NULL);
     ps_server_stop(s.server);
     for (int i = 0; i < MAX_LINKS; i++)
-        if (s.links[i]) {
-            ps_link_detach(s.links[i]);
-            free(s.links[i]);
+        if (s.links[i].link) {
+            ps_link_detach(s.links[i].link);
+            free(s.links[i].link);
         }
     ps_stage_release(s.sum);
     ps_stage_release(s.sum_element);
