@@ -1,8 +1,8 @@
 """A program under an existing launcher: rank, size and job from each launcher's variables; the
 rendezvous through rank 0 (by a file, or a given endpoint), its errors, each with what is
-missing; the ready barrier across hosts, without which a rank may build at a server that does
-not admit it yet; and for real, `mpirun -np 4 python app.py` with Open MPI (its srun twin is in
-tests/test_slurm.py)."""
+missing; the ready barrier, without which a rank may build at a server that does not admit it
+or know the run's servers yet; and for real, `mpirun -np 4 python app.py` with Open MPI (its
+srun twin is in tests/test_slurm.py)."""
 
 import os
 import re
@@ -317,6 +317,50 @@ def test_no_rank_builds_at_a_server_before_it_admits_the_run(monkeypatch):
     for t in threads:
         t.join(timeout=60)
     assert results == {1: (7,)}
+
+
+def test_no_rank_builds_at_a_server_before_it_knows_the_run(monkeypatch, tmp_path):
+    """Four ranks on one host, by paper-2w's bucket policy two on n0 and two on n1 (rank 2
+    hosts n1's server). Rank 2 is slow to take in the run's servers after the exchange, and
+    rank 3 acquires the sum at once: n1's server builds the rest of its path at n0's, which it
+    can only once it knows where n0's server is and trusts it."""
+    from paths.model.cluster_map import open_map
+    from paths.runtime import rank_wiring
+    from paths.runtime.build import BuildContext
+    from paths.runtime.process_context import make_runtime
+
+    exchange = Rendezvous.exchange
+
+    def slow_on_rank_2(meeting, servers, check):
+        everyone = exchange(meeting, servers, check)
+        if meeting.found.rank == 2:
+            time.sleep(1)
+        return everyone
+
+    monkeypatch.setattr(Rendezvous, "exchange", slow_on_rank_2)
+    environ = {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}
+    results: dict = {}
+
+    def rank(r: int) -> None:
+        runtime = make_runtime(open_map("paper-2w"), 4, sums=["TOTAL"], context=BuildContext())
+        try:
+            wiring = rank_wiring.wire(runtime, Discovered("mpirun", r, 4, "one host", True), environ)
+            try:
+                runtime.via = wiring.via
+                total = runtime.acquire("TOTAL", "q", r)
+                total.move((r + 1,))
+                results[r] = total.observe(timeout=5)
+            finally:
+                wiring.close()
+        except Exception as e:
+            results[r] = e
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results == {r: (10,) for r in range(4)}
 
 
 def test_ranks_on_other_hosts_admit_only_each_other(tmp_path):

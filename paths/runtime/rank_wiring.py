@@ -8,8 +8,10 @@ with rank 0 (paths/runtime/rendezvous.py) tells every rank where all of them are
 servers listen on loopback; across hosts on every interface, each proved by a CURVE key of its
 own, and admitting only the run's ranks: each rank presents a CURVE client key of its own,
 whose public half the rendezvous hands every rank. A server admits no client until its rank has
-the keys, and a refused handshake is not tried again: so across hosts the ranks meet once more
-(Rendezvous.ready) once every server admits the keys, and only then does any rank build.
+the keys (a refused handshake is not tried again), and builds the rest of a path at another
+node's server only once its rank knows where that server is (and trusts it): so the ranks meet
+once more (Rendezvous.ready) once every server knows the run's servers and admits the keys, and
+only then does any rank build.
 
 A rank whose node's server is in another process reaches the stages of its node through it
 (a remote hop to its own node): the ranks of a node then merge into one tree there, as the
@@ -76,18 +78,18 @@ def wire(runtime, found: Discovered, environ: Mapping[str, str]) -> Wiring:
             rendezvous = f"rank 0 at {meeting.endpoint}"
         for server in hosted if client else ():
             server.allow_clients(clients)
-        if meeting is not None and client:
-            meeting.ready()  # no rank builds at a server that does not admit it yet
+        for context in [runtime.context, *(server.context for server in hosted)]:
+            context.resolve = servers.resolve
+            context.trusted_endpoints = tuple(servers.endpoints.values())
+            context.curve_client = client
+        if meeting is not None:
+            meeting.ready()  # no rank builds at a server that does not admit it or know the run's servers yet
     except BaseException:
         if meeting is not None:
             meeting.close()
         for server in hosted:
             server.close()
         raise
-    for context in [runtime.context, *(server.context for server in hosted)]:
-        context.resolve = servers.resolve
-        context.trusted_endpoints = tuple(servers.endpoints.values())
-        context.curve_client = client
     via = None if any(server.context is runtime.context for server in hosted) else node
     return Wiring(servers, via, rendezvous, hosted, meeting)
 

@@ -1,7 +1,7 @@
 """The rendezvous of the ranks of a program started by srun or mpirun (no PATHS launcher): every
-rank tells rank 0 which node servers it hosts, and rank 0 tells every rank all of them. Across
-hosts a barrier follows once every rank's servers admit the run's client keys, so that no rank
-builds at a server that still refuses it. At the end (paths_finalize, or the end of a Python
+rank tells rank 0 which node servers it hosts, and rank 0 tells every rank all of them. A
+barrier follows once every rank's servers know the run's servers (and, across hosts, admit the
+run's client keys), so that no rank builds at a server that would still refuse it. At the end (paths_finalize, or the end of a Python
 program) it is also the last barrier, so that no rank closes a server that another still uses.
 
 How the ranks find rank 0:
@@ -17,7 +17,7 @@ naming what is missing, or ends early when a rank (or rank 0) is gone; the last 
 as long as the slowest rank runs.
 
 The messages are JSON lines over TCP: {"rank", "size", "check", "servers"} to rank 0, then
-{"servers"} (or {"error"}) back; across hosts {"ready": true} to rank 0, then {"ready": true}
+{"servers"} (or {"error"}) back; {"ready": true} to rank 0, then {"ready": true}
 (or {"error"}) back; {"done": true} both ways at the end. Across hosts, "servers" also holds
 each rank's CURVE client public key, the ones the servers then admit.
 """
@@ -265,8 +265,8 @@ class Rendezvous:
     # ---- ready ------------------------------------------------------------------------------------
 
     def ready(self) -> None:
-        """The barrier after the exchange, once this rank's servers admit the run's client keys:
-        returns when every rank has come to it. Rank 0 waits for every rank at most the timeout,
+        """The barrier after the exchange, once this rank's servers know the run's servers (and
+        admit its client keys): returns when every rank has come to it. Rank 0 waits for every rank at most the timeout,
         the others for rank 0's verdict (a little longer, so that its verdict, naming who was
         missing, comes first)."""
         if self.found.rank == 0:
