@@ -2,6 +2,8 @@
 
     rank_app.py sum                 says what it found, adds rank+1 into the sum TOTAL, prints
                                     `rank R of N on NODE by LAUNCHER total T rendezvous X`
+    rank_app.py fail R              as sum, but rank R raises `RuntimeError: rank R fails` once
+                                    it found the others (and so never adds its part)
     rank_app.py env                 prints its PATHS_* variables, one `NAME=value` a line
     rank_app.py sleep [R STATUS]    prints `up PID`, then sleeps (rank R exits with STATUS once
                                     every rank is up: it prints `failing` first, on stderr)
@@ -18,8 +20,10 @@ import paths
 
 
 def main(what: str, *args: str) -> int:
-    if what == "sum":
+    if what in ("sum", "fail"):
         info = paths.runtime_info()
+        if what == "fail" and info.rank == int(args[0]):
+            raise RuntimeError(f"rank {info.rank} fails")
         total = paths.acquire("TOTAL", "q")
         total.move((info.rank + 1,))
         print(f"rank {info.rank} of {info.size} on {info.node} by {info.launcher} total "

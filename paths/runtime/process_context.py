@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -312,7 +313,9 @@ def start_program(argv: list[str]) -> list[int]:
 
 def end_program() -> None:
     """paths_finalize: give back the program's handles; with other ranks, wait for all of them
-    (the servers this process hosts may serve them) and close its servers."""
+    (the servers this process hosts may serve them) and close its servers. A Python program
+    that ends on an exception it did not handle (the interpreter sets sys.last_value) waits for
+    none: its launcher then ends the run."""
     global _program, _program_wiring
     if _program is None:
         return
@@ -320,4 +323,4 @@ def end_program() -> None:
     _program = None
     wiring, _program_wiring = _program_wiring, None
     if wiring is not None:
-        wiring.close()
+        wiring.close(failed=hasattr(sys, "last_value"))

@@ -43,10 +43,13 @@ class Wiring:
     hosted: list[PathServer] = field(default_factory=list)  # the servers this process runs
     meeting: Optional[Rendezvous] = None
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         """At the end of the program: wait for every rank (the servers here may serve them), then
-        close the servers."""
-        if self.meeting is not None:
+        close the servers. A program that `failed` waits for no rank: the others may be waiting
+        for it (its part of a sum), and its end is what ends the run."""
+        if self.meeting is not None and failed:
+            self.meeting.close()
+        elif self.meeting is not None:
             self.meeting.finish()
         for server in self.hosted:
             server.close()
