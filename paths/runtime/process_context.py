@@ -193,6 +193,7 @@ _program: Optional[Runtime] = None
 _program_thread = 0
 _program_info: Optional[RuntimeInfo] = None
 _program_wiring = None
+_failure_before = None  # sys.last_value when the program started: an exception not of its run
 
 
 def current() -> Runtime:
@@ -277,7 +278,8 @@ def start_program(argv: list[str]) -> list[int]:
     NULL context. Returns the indices (in main's argv) of the arguments that are the program's
     own. With --paths-thread/--paths-threads the program says its rank itself, and nothing is
     started or found: its paths stay in this process."""
-    global _program, _program_thread, _program_info, _program_wiring
+    global _program, _program_thread, _program_info, _program_wiring, _failure_before
+    _failure_before = getattr(sys, "last_value", None)
     options, others = program_options(argv)
     if "--paths-thread" in options or "--paths-threads" in options:
         thread, threads = _whole(options, "--paths-thread", 0), _whole(options, "--paths-threads", 1)
@@ -314,8 +316,8 @@ def start_program(argv: list[str]) -> list[int]:
 def end_program() -> None:
     """paths_finalize: give back the program's handles; with other ranks, wait for all of them
     (the servers this process hosts may serve them) and close its servers. A Python program
-    that ends on an exception it did not handle (the interpreter sets sys.last_value) waits for
-    none: its launcher then ends the run."""
+    that ends on an exception it did not handle (the interpreter sets sys.last_value, to another
+    than before the program started) waits for none: its launcher then ends the run."""
     global _program, _program_wiring
     if _program is None:
         return
@@ -323,4 +325,4 @@ def end_program() -> None:
     _program = None
     wiring, _program_wiring = _program_wiring, None
     if wiring is not None:
-        wiring.close(failed=hasattr(sys, "last_value"))
+        wiring.close(failed=getattr(sys, "last_value", None) is not _failure_before)
