@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from hook_modules import PASS_THROUGH_HOOKS
 
 from paths import BuildContext, make_path, stage
 from paths.model.cluster_map import MapError, builtin_map, load_map_text
@@ -33,17 +34,7 @@ links:
 
 
 def test_the_default_path_of_each_kind_of_element(user_module):
-    user_module("map_hooks", """
-        import paths
-
-        @paths.acquire_hook
-        def acquire(request):
-            return request.default()
-
-        @paths.release_hook
-        def release(request, handle):
-            pass
-    """)
+    user_module("map_hooks", PASS_THROUGH_HOOKS)
     text = MAP + "elements:\n  S: {reduce: sum}\n  T: {reduce: sum, home: b0}\n  H: {home: a1}\n" \
                  "acquire: map_hooks:acquire\nrelease: map_hooks:release\n"
     cluster_map = load_map_text(text, source="two.yaml")

@@ -3,15 +3,17 @@ presents the per-link secret that the BUILD answer handed over; the secret of on
 other; a link admits one connection and then no more; a Unix-socket link from a TCP-bound server;
 pipelined moves that leave together with what follows them, and batched moves that wait for the
 caller's next request; the checks of `proto` itself; a connection that takes its time, waited for
-until the timeout whatever signals come.
+until the timeout whatever signals come; a link a server names on another host, reached on the
+server's own.
 
 Raw connections speak the wire protocol by hand (tests/wire_frames.py); the server is a
 remote_peer.py child that tells its counters."""
 
 from __future__ import annotations
 
-import signal
+import contextlib
 import re
+import signal
 import socket
 import threading
 import time
@@ -153,35 +155,44 @@ def test_no_client_for_a_direct_link_ends_it_as_abandoned(peer_server, zmq_conte
     assert time.monotonic() - built >= 9.0  # not before its client's time was up
 
 
-def test_a_server_cannot_send_its_clients_connection_to_another_host(zmq_context):
-    """A server (one the client trusts, gone hostile) answers BUILD with a link on another host:
-    the client connects to the link's port on the server's own host, never to that other host."""
-    elsewhere = socket.socket()
-    elsewhere.bind(("127.0.0.2", 0))
-    elsewhere.listen(4)
+@contextlib.contextmanager
+def server_naming_link(zmq_context, link: str):
+    """A server's main endpoint that answers one BUILD with a direct link at `link` (and a secret
+    of zeros); yields its port."""
     main = zmq_context.socket(zmq.ROUTER)
     main.linger = 0
     main_port = main.bind_to_random_port("tcp://127.0.0.1")
 
     def answer_build() -> None:
         client, frame = main.recv_multipart()
-        link = f"tcp://127.0.0.2:{elsewhere.getsockname()[1]}".encode()
-        main.send_multipart([client, encode(BUILD, bytes(SECRET_BYTES) + link, request_id=decode(frame)["request_id"],
-                                            handle_id=1)])
+        main.send_multipart([client, encode(BUILD, bytes(SECRET_BYTES) + link.encode(),
+                                            request_id=decode(frame)["request_id"], handle_id=1)])
 
     server = threading.Thread(target=answer_build)
     server.start()
     try:
-        port = elsewhere.getsockname()[1]
-        with pytest.raises(ConnectionError, match=re.escape(f"cannot connect to 'tcp://127.0.0.1:{port}'")):
+        yield main_port
+    finally:
+        server.join(PATIENCE_S)
+        main.close()
+
+
+def test_a_server_cannot_send_its_clients_connection_to_another_host(zmq_context):
+    """A server (one the client trusts, gone hostile) answers BUILD with a link on another host:
+    the client connects to the link's port on the server's own host, never to that other host."""
+    elsewhere = socket.socket()
+    elsewhere.bind(("127.0.0.2", 0))
+    elsewhere.listen(4)
+    port = elsewhere.getsockname()[1]
+    try:
+        with server_naming_link(zmq_context, f"tcp://127.0.0.2:{port}") as main_port, \
+                pytest.raises(ConnectionError, match=re.escape(f"cannot connect to 'tcp://127.0.0.1:{port}'")):
             build_path(make_path(stage("remote", host=f"tcp://127.0.0.1:{main_port}", proto="tcp", timeout_ms=2000),
                                  stage("core", name="ELSEWHERE", format="q")), pastset=paths.PastSet())
         elsewhere.setblocking(False)
         with pytest.raises(BlockingIOError):
             elsewhere.accept()  # nobody came
     finally:
-        server.join(PATIENCE_S)
-        main.close()
         elsewhere.close()
 
 
@@ -197,30 +208,17 @@ def test_a_signal_does_not_cut_short_the_wait_for_a_direct_connection(zmq_contex
     for connection in queued:
         connection.setblocking(False)
         connection.connect_ex(("127.0.0.1", port))
-    main = zmq_context.socket(zmq.ROUTER)
-    main.linger = 0
-    main_port = main.bind_to_random_port("tcp://127.0.0.1")
-
-    def answer_build() -> None:  # a server whose link's endpoint is that listener
-        client, frame = main.recv_multipart()
-        link = f"tcp://127.0.0.1:{port}".encode()
-        main.send_multipart([client, encode(BUILD, bytes(SECRET_BYTES) + link, request_id=decode(frame)["request_id"],
-                                            handle_id=1)])
-
-    server = threading.Thread(target=answer_build)
-    server.start()
     handler = signal.signal(signal.SIGALRM, lambda *_: None)
-    signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)
     started = time.monotonic()
-    try:
-        with pytest.raises(ConnectionError, match="direct connection: cannot connect"):
+    try:  # a server whose link's endpoint is that listener
+        with server_naming_link(zmq_context, f"tcp://127.0.0.1:{port}") as main_port, \
+                pytest.raises(ConnectionError, match="direct connection: cannot connect"):
+            signal.setitimer(signal.ITIMER_REAL, 0.02, 0.02)
             build_path(make_path(stage("remote", host=f"tcp://127.0.0.1:{main_port}", proto="tcp", timeout_ms=2000),
                                  stage("core", name="SLOW", format="q")), pastset=paths.PastSet())
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, handler)
-        server.join(PATIENCE_S)
-        main.close()
         for connection in queued + [listener]:
             connection.close()
     assert time.monotonic() - started >= 1.5  # not before its timeout (2 s) was up

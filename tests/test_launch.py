@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from hook_modules import PASS_THROUGH_HOOKS
 from test_launcher import FAKE_SSH, LOOPBACK_MAP
 
 from paths.cli.sbatch import batch_script
@@ -394,27 +395,17 @@ def test_the_sbatch_script_matches_the_placement(policy, threads, fields):
 
 
 def test_the_sbatch_script_gives_the_ranks_their_sums_and_hooks_as_paths_launch_does(user_module):
-    user_module("rank_hooks", """
-        import paths
-
-        @paths.acquire_hook
-        def traced(request):
-            return request.default()
-
-        @paths.release_hook
-        def note(request, handle):
-            pass
-    """)
+    user_module("rank_hooks", PASS_THROUGH_HOOKS)
     done = subprocess.run([sys.executable, "-m", "paths", "sbatch", "--map", "paper-4w", "--threads", "8", "--policy",
-                           "cyclic", "--sum", "TOTAL", "--sum", "my count", "--acquire", "rank_hooks:traced", "--",
+                           "cyclic", "--sum", "TOTAL", "--sum", "my count", "--acquire", "rank_hooks:acquire", "--",
                            "python", "app.py"], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines()[-6:] == ["export PATHS_MAP=paper-4w", "export PATHS_POLICY=cyclic",
                                              "export PATHS_SUM='TOTAL,my count'",
-                                             "export PATHS_ACQUIRE=rank_hooks:traced", "unset PATHS_RELEASE",
+                                             "export PATHS_ACQUIRE=rank_hooks:acquire", "unset PATHS_RELEASE",
                                              "srun --distribution=cyclic python app.py"]
-    script = batch_script("paper-4w", 2, "block", ["./prog"], release="rank_hooks:note")
-    assert script.splitlines()[-3:] == ["export PATHS_RELEASE=rank_hooks:note", "unset PATHS_SUM PATHS_ACQUIRE",
+    script = batch_script("paper-4w", 2, "block", ["./prog"], release="rank_hooks:release")
+    assert script.splitlines()[-3:] == ["export PATHS_RELEASE=rank_hooks:release", "unset PATHS_SUM PATHS_ACQUIRE",
                                         "srun --distribution=block ./prog"]
 
 
