@@ -241,8 +241,10 @@ def test_a_run_past_its_timeout_is_stopped(app, probe):
     (["--threads", "1", "--timeout", "-1", "--", "true"], "--timeout: expected a positive number of seconds, got '-1'"),
     (["--threads", "1", "--timeout", "nan", "--", "true"], "--timeout: expected a positive number of seconds, got "
                                                            "'nan'"),
+    (["--threads", "1", "--sum", "a,b", "--", "true"], "--sum: expected an element name without commas (PATHS_SUM "
+                                                      "separates names by them), got 'a,b'"),
 ], ids=["no command", "empty command", "no threads", "too many threads", "unknown map", "unknown policy",
-        "zero timeout", "negative timeout", "NaN timeout"])
+        "zero timeout", "negative timeout", "NaN timeout", "a sum name with a comma"])
 def test_bad_usage_is_one_line_and_exit_2(args, problem):
     done = launch(*args)
     assert done.returncode == 2

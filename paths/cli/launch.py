@@ -112,10 +112,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def sum_name(text: str) -> str:
+    """An argparse type: an element name the ranks get in PATHS_SUM, a comma-separated list."""
+    if not text or "," in text:
+        raise argparse.ArgumentTypeError(f"expected an element name without commas (PATHS_SUM separates names "
+                                         f"by them), got {text!r}")
+    return text
+
+
 def add_rank_options(parser: argparse.ArgumentParser) -> None:
     """--sum, --acquire and --release: what the ranks reduce and which hooks they take (paths
     launch and paths sbatch give them to the ranks as rank_variables says)."""
-    parser.add_argument("--sum", action="append", default=[], metavar="NAME",
+    parser.add_argument("--sum", action="append", default=[], metavar="NAME", type=sum_name,
                         help="reduce element NAME as a sum; repeatable")
     parser.add_argument("--acquire", metavar="PKG.MOD:FUNC", help="the acquire hook (default: the map's)")
     parser.add_argument("--release", metavar="PKG.MOD:FUNC", help="the release hook (default: the map's)")
