@@ -25,8 +25,8 @@ costs far more than its tuples: a hand-off to batch's sender thread and a remote
 about 6 us each (with the delay, the caller sends its buffers into the delay's wire itself, and
 the delay's courier delivers them one round trip at a time). Larger factors make messages fewer
 until the last buffer, whose tuples still travel and are appended after the caller is done,
-grows: on 2 cores the least time per round came at 4096 without the delay (2048 12% and 8192 23%
-slower) and at 2048 with it (4096 and 8192 3-5% slower). The `info` lines give 4096 and 8192
+grows: on 2 cores the least time per round came at 4096 without the delay (2048 12-17% and 8192
+19-23% slower) and at 2048 with it (4096 and 8192 2-6% slower). The `info` lines give 4096 and 8192
 against the best factor of the range: where the curve turns. (ARMI's optimum at 256 came from the
 work each call costs its receiver, an RMI's dispatch, which a PastSet move barely has.)
 
