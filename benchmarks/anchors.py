@@ -99,21 +99,24 @@ def _median_us(done: subprocess.CompletedProcess, what: str) -> float:
     raise RuntimeError(f"{what} failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-400:]}")
 
 
-def _round_trip_us(program: Path, what: str, rounds: int, bytes_: int) -> float:
+def _round_trip_us(program: Path, what: str, rounds: int, bytes_: int, mode: tuple[str, ...] = ()) -> float:
     """Median microseconds per round trip: the program's echo end in one process, its client
-    in another."""
-    with ReadyChild([str(program), "echo"], f"{what} echo") as echo:
+    in another (both given the words of `mode`)."""
+    with ReadyChild([str(program), "echo", *mode], f"{what} echo") as echo:
         endpoint = echo.ready()
-        done = subprocess.run([str(program), "client", endpoint, str(rounds), str(bytes_)],
+        done = subprocess.run([str(program), "client", endpoint, str(rounds), str(bytes_), *mode],
                               capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
         echo.process.wait(timeout=10)
     return _median_us(done, f"the {what} client")
 
 
-def tcp_ping_pong_us(rounds: int, bytes_: int = FRAME_BYTES) -> float:
+def tcp_ping_pong_us(rounds: int, bytes_: int = FRAME_BYTES, poll: bool = False) -> float:
     """Median microseconds per C ping-pong of `bytes_` over loopback TCP between two processes,
-    with reads that block in the kernel: the physical limit of a round trip here."""
-    return _round_trip_us(_program(TCP_SOURCE, _c_compiler()), "TCP ping-pong", rounds, bytes_)
+    with reads that block in the kernel, or with `poll` reads that spin (no wake-up): the faster
+    of the two is the physical limit of a round trip here (which one depends on the machine: an
+    idle virtual CPU may take tens of microseconds to wake)."""
+    return _round_trip_us(_program(TCP_SOURCE, _c_compiler()), "TCP ping-pong", rounds, bytes_,
+                          ("poll",) if poll else ())
 
 
 def zmq_round_trip_us(rounds: int, bytes_: int = FRAME_BYTES) -> float:

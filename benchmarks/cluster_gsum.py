@@ -119,9 +119,10 @@ def measure(configs: list[Config], rounds: int, repeat: int, progress) -> tuple[
     """Every column's runs, taken in turns per configuration: {(config, column): [us, ...]},
     and the anchors' runs {name: [us, ...]}."""
     runs: dict = {}
-    anchor_runs: dict = {"ping_pong": [], "zmq_raw": []}
+    anchor_runs: dict = {"ping_pong": [], "ping_pong_polling": [], "zmq_raw": []}
     for r in range(repeat):
         anchor_runs["ping_pong"].append(anchors.tcp_ping_pong_us(ANCHOR_ROUNDS))
+        anchor_runs["ping_pong_polling"].append(anchors.tcp_ping_pong_us(ANCHOR_ROUNDS, poll=True))
         anchor_runs["zmq_raw"].append(anchors.zmq_round_trip_us(ANCHOR_ROUNDS))
         for config in configs:
             columns = {(name, proto): (lambda t=tree, p=proto: gsum_us(config, p, t, rounds))
@@ -146,7 +147,8 @@ def report(configs: list[Config], runs: dict, anchor_runs: dict, args) -> tuple[
     lines = [f"GSum on emulated nodes (one process per node, its own server, loopback), threads and MPI ranks "
              f"pinned as the nodes are; median of {args.repeat} runs x {args.rounds} rounds, us per global sum",
              f"anchors, same run: C ping-pong over TCP, 48 B, blocking reads "
-             f"{statistics.median(anchor_runs['ping_pong']):.1f} us; raw ZeroMQ round trip, 2 processes "
+             f"{statistics.median(anchor_runs['ping_pong']):.1f} us, spinning reads "
+             f"{statistics.median(anchor_runs['ping_pong_polling']):.1f} us; raw ZeroMQ round trip, 2 processes "
              f"{statistics.median(anchor_runs['zmq_raw']):.1f} us",
              "mpi: MPI_Allreduce over TCP (btl tcp,self), the same processes and contributors (2 threads per "
              "node: hybrid ranks of 2 OpenMP threads); mpi_ranks: plain ranks = contributors",

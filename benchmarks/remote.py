@@ -4,8 +4,8 @@ move and an observe through a remote stage (window 1 and 2), a GSum of 2 process
 through one server (the paper's Figure 1), pipelined moves from one client, and move_many of 256
 tuples at a time from one client (each batch one frame, acknowledged once) — beside a C
 ping-pong of the same 48-byte frames (a remote stage's frame: 40-byte header and one "q" tuple)
-over a loopback TCP socket with blocking reads, the physical limit here, and a raw ZeroMQ
-round trip.
+over a loopback TCP socket, with blocking reads and with spinning ones, the faster of the two
+the physical limit here (the ratios' anchor), and a raw ZeroMQ round trip.
 
     python -m benchmarks.remote [--pairs N] [--rounds N] [--moves N] [--repeat N]
 
@@ -132,7 +132,10 @@ def measure(args) -> dict[str, list[float]]:
         for handle in many.values():
             many_per_second(handle, min(10_000, args.moves))
         for n in range(args.repeat):
-            take("ping_pong", anchors.tcp_ping_pong_us(args.pairs))
+            blocking, polling = anchors.tcp_ping_pong_us(args.pairs), anchors.tcp_ping_pong_us(args.pairs, poll=True)
+            take("ping_pong_blocking", blocking)
+            take("ping_pong_polling", polling)
+            take("ping_pong", min(blocking, polling))
             take("zmq_raw", anchors.zmq_round_trip_us(args.pairs))
             for proto in PROTOS:
                 for window in (1, 2):
@@ -161,7 +164,9 @@ def report(args, runs: dict[str, list[float]]) -> list[str]:
              f"{anchors.FRAME_BYTES}-byte frames, server `paths serve` in its own process; median of {args.repeat} "
              f"runs",
              f"  ({args.pairs} round trips or pairs, {args.rounds} GSum rounds, {args.moves} moves per run)",
-             f"anchors, same run: C ping-pong over TCP, blocking reads (the physical limit)  "
+             f"anchors, same run: C ping-pong over TCP, blocking reads {value('ping_pong_blocking'):.1f} us, "
+             f"spinning reads {value('ping_pong_polling'):.1f} us",
+             f"                   the faster of the two in each run (the physical limit)  "
              f"{value('ping_pong'):.1f} us",
              f"                   raw ZeroMQ round trip, 2 processes                     "
              f"{value('zmq_raw'):.1f} us ({ratio('zmq_raw'):.2f}x the ping-pong)",

@@ -38,7 +38,7 @@ def test_no_measured_run_of_the_remote_benchmark_is_a_handles_first(probe, monke
         return 1.0 if first else 1000.0
 
     monkeypatch.setattr(remote, "bench", SimpleNamespace(pairs_ns=ns, link_moves_ns=ns, link_batches_ns=ns))
-    monkeypatch.setattr(remote.anchors, "tcp_ping_pong_us", lambda rounds: 1.0)
+    monkeypatch.setattr(remote.anchors, "tcp_ping_pong_us", lambda rounds, poll=False: 1.0)
     monkeypatch.setattr(remote.anchors, "zmq_round_trip_us", lambda rounds: 1.0)
     monkeypatch.setattr(remote, "remote_gsum_us", lambda endpoint, proto, element, rounds: 1.0)
     runs = remote.measure(remote.parse_arguments(["--repeat", "2"]))
@@ -52,8 +52,10 @@ def test_remote_benchmark_reports_both_transports_against_the_anchors(probe):
     done = run("benchmarks.remote", "--pairs", "300", "--rounds", "100", "--moves", "3000", "--repeat", "1")
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    ping_pong = float(re.search(r"C ping-pong over TCP, blocking reads \(the physical limit\)\s+([\d.]+) us", out)[1])
-    assert ping_pong > 0
+    anchors = re.search(r"C ping-pong over TCP, blocking reads ([\d.]+) us, spinning reads ([\d.]+) us\n"
+                        r"\s+the faster of the two in each run \(the physical limit\)\s+([\d.]+) us", out)
+    blocking, spinning, ping_pong = map(float, anchors.groups())
+    assert ping_pong == min(blocking, spinning) > 0  # one run: its own faster anchor
     assert re.search(r"raw ZeroMQ round trip, 2 processes\s+[\d.]+ us", out)
     row = re.search(r"one remote operation, window=1 \(half a pair\)\s+([\d.]+) us\s+([\d.]+) us\s+([\d.]+)x", out)
     tcp, zmq, ratio = map(float, row.groups())
@@ -85,7 +87,8 @@ def test_cluster_gsum_quick_compares_tcp_zmq_allreduce_and_mpi_and_writes_csv(pr
     done = run("benchmarks.cluster_gsum", "--quick", "--csv", str(out_csv))
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert re.search(r"C ping-pong over TCP, 48 B, blocking reads [\d.]+ us; raw ZeroMQ round trip, 2 processes "
+    assert re.search(r"C ping-pong over TCP, 48 B, blocking reads [\d.]+ us, spinning reads [\d.]+ us; raw ZeroMQ "
+                     r"round trip, 2 processes "
                      r"[\d.]+ us", out)
     rows = list(csv.DictReader(out_csv.open()))
     assert [(r["nodes"], r["threads_per_node"], r["contributors"], r["tree"]) for r in rows] == \
@@ -132,7 +135,7 @@ def test_cluster_gsum_names_the_configurations_it_leaves_out():
     assert [(c.nodes, c.threads) for c in args.configs] == [(2, 1), (16, 1), (2, 2)]
     runs = {(config, column): [1.0] for config in args.configs
             for column in [*((tree, proto) for tree in config.trees() for proto in ("tcp", "zmq")), "mpi"]}
-    lines, _ = report(args.configs, runs, {"ping_pong": [1.0], "zmq_raw": [1.0]}, args)
+    lines, _ = report(args.configs, runs, {"ping_pong": [1.0], "ping_pong_polling": [1.0], "zmq_raw": [1.0]}, args)
     assert "not measured (more than 1 thread per node runs at 8 nodes and fewer): 16 x 2 (nodes x threads per " \
            "node)" in lines
 

@@ -1,16 +1,19 @@
 /* ping_pong.c — the physical limit for a remote stage's round trip here: a C ping-pong of small
  * frames between two processes over a loopback TCP socket, nothing else on the path.
  *
- *   ping_pong echo                         binds tcp://127.0.0.1 (a free port), prints
+ *   ping_pong echo [poll]                  binds tcp://127.0.0.1 (a free port), prints
  *                                          "READY <endpoint>", takes one connection and sends
  *                                          back every byte it reads until the client closes
- *   ping_pong client ENDPOINT ROUNDS BYTES ROUNDS round trips of BYTES each (after 100 of
+ *   ping_pong client ENDPOINT ROUNDS BYTES [poll]
+ *                                          ROUNDS round trips of BYTES each (after 100 of
  *                                          warm-up), prints "median_us <median>"
  *
- * Reads block in the kernel (a round trip wakes each side once); TCP_NODELAY on both ends.
- * Built by benchmarks/anchors.py: cc -O2 -I benchmarks ping_pong.c.
+ * Reads block in the kernel (a round trip wakes each side once), or with `poll` spin on
+ * non-blocking reads (no wake-up: what a waiting remote stage does first); TCP_NODELAY on both
+ * ends. Built by benchmarks/anchors.py: cc -O2 -I benchmarks ping_pong.c.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -30,6 +33,15 @@ static int write_all(int fd, const char *buffer, size_t length) {
         sent += (size_t)n;
     }
     return 0;
+}
+
+static int read_flags; /* 0: reads block; MSG_DONTWAIT: they spin until data comes */
+
+/* recv, spinning while a non-blocking read finds nothing yet. */
+static ssize_t receive(int fd, char *buffer, size_t length) {
+    ssize_t n;
+    while ((n = recv(fd, buffer, length, read_flags)) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {}
+    return n;
 }
 
 static void no_delay(int fd) {
@@ -59,7 +71,7 @@ static int echo(void) {
     no_delay(fd);
     static char buffer[BUFFER_BYTES];
     ssize_t n;
-    while ((n = recv(fd, buffer, sizeof buffer, 0)) > 0)
+    while ((n = receive(fd, buffer, sizeof buffer)) > 0)
         if (write_all(fd, buffer, (size_t)n) != 0) break;
     close(fd);
     return 0;
@@ -88,7 +100,7 @@ static int client(const char *endpoint, long rounds, long bytes) {
         double begin = now_us();
         if (write_all(fd, buffer, (size_t)bytes) != 0) return 1;
         for (long got = 0; got < bytes;) {
-            ssize_t n = recv(fd, buffer + got, (size_t)(bytes - got), 0);
+            ssize_t n = receive(fd, buffer + got, (size_t)(bytes - got));
             if (n <= 0) {
                 fprintf(stderr, "ping_pong client: the echo closed the connection\n");
                 return 1;
@@ -104,8 +116,10 @@ static int client(const char *endpoint, long rounds, long bytes) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 2 && strcmp(argv[1], "echo") == 0) return echo();
-    if (argc == 5 && strcmp(argv[1], "client") == 0) return client(argv[2], atol(argv[3]), atol(argv[4]));
-    fprintf(stderr, "usage: ping_pong echo | ping_pong client ENDPOINT ROUNDS BYTES\n");
+    int polls = argc > 2 && strcmp(argv[argc - 1], "poll") == 0;
+    read_flags = polls ? MSG_DONTWAIT : 0;
+    if (argc == 2 + polls && strcmp(argv[1], "echo") == 0) return echo();
+    if (argc == 5 + polls && strcmp(argv[1], "client") == 0) return client(argv[2], atol(argv[3]), atol(argv[4]));
+    fprintf(stderr, "usage: ping_pong echo [poll] | ping_pong client ENDPOINT ROUNDS BYTES [poll]\n");
     return 2;
 }
