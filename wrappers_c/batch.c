@@ -334,6 +334,10 @@ static int64_t send_aged(batch_stage *b) {
             if (now + BUSY_RETRY_NS < next) next = now + BUSY_RETRY_NS; /* in an operation: soon again */
             continue;
         }
+        if (!atomic_load_explicit(&c->live, memory_order_acquire)) { /* it left meanwhile: its slot may be */
+            atomic_store_explicit(&c->owner, OWNER_FREE, memory_order_release); /* a new caller's, being set up */
+            continue;
+        }
         int due = 0;
         if (c->count && c->oldest_ns + b->flush_ns <= now) {
             hand_off(b, c, slot);
