@@ -110,6 +110,17 @@ launch:
     assert cluster_map.source == "<string>"
 
 
+def test_a_delay_written_with_an_exponent_and_no_dot_is_a_number():
+    """YAML 1.1 reads 1e-3 as text (1.0e-3 as a number); a map takes it as the number it is, and
+    only unquoted: '1e-3' in quotes is text."""
+    links = "links:\n  - between: [4w, 9w]\n    delay_ms: {}\n"
+    text = BASE.replace("clusters:", "clusters:\n  9w: {nodes: 'm[0-1]', cpus: 2}", 1)
+    assert load_map_text(text + links.format("1e-3")).links[0].delay_ms == 0.001
+    assert load_map_text(text + links.format("2E+1")).links[0].delay_ms == 20.0
+    with pytest.raises(MapError, match=r"delay_ms: expected a number of milliseconds from 0 to 60000, got '1e-3'"):
+        load_map_text(text + links.format("'1e-3'"))
+
+
 def test_defaults():
     cluster_map = load_map_text(BASE)
     assert cluster_map.home == "n0"

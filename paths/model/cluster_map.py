@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import reprlib
 import shlex
 import string
@@ -48,6 +49,7 @@ MAX_MAP_NODES = MAX_HOSTS  # nodes in all the map's clusters together
 MAX_NODE_CPUS = 1 << 16    # cpus of one node
 MAX_MAP_CPUS = 1 << 20     # cpus of all the map's nodes together (placement deals them out one by one)
 
+_EXPONENT_ONLY = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")  # a number in YAML 1.2, text in YAML 1.1
 NESTED_TOO_DEEPLY = "lists and mappings nested too deeply (a map is plain YAML: mappings, lists, strings and numbers)"
 
 _shown = reprlib.Repr()  # how messages show a value: long strings and deep lists cut
@@ -314,6 +316,8 @@ class _Field:
 
     def milliseconds(self, maximum: float) -> float:
         value = self.value()
+        if isinstance(value, str) and self.node.style is None and _EXPONENT_ONLY.fullmatch(value):
+            value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as text; YAML 1.2 and the user, as a number
         if (
             isinstance(value, bool)
             or not isinstance(value, (int, float))
