@@ -138,6 +138,8 @@ def edited(*changes):
 
 
 BROKEN = {
+    "a control character in the name": (edited(("name: t\n", 'name: "t\\n#SBATCH --x"\n')), 1, "name",
+                                         "expected a map name without control characters, got"),
     "missing name": (
         edited(("name: t\n", "")),
         1,

@@ -300,6 +300,8 @@ class _Field:
         value = self.value()
         if not isinstance(value, str) or not value:
             self.expect(expected)
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):  # a line break, a tab, a NUL: tables and scripts break
+            self.expect(f"{expected} without control characters")
         return value
 
     def member(self, names: list[str], expected: str) -> str:
