@@ -27,7 +27,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
-from ..model.cluster_map import TREE_FORMS, ClusterMap, MapError, open_map
+from ..model.cluster_map import MAX_FANIN, TREE_FORMS, ClusterMap, MapError, open_map
 from ..experiments.experiment import Measurement, RunSettings, checked_kernel, plans_for, run_experiment, trace_prefix
 from ..runtime.kernel import load_kernel, parse_kernel_args
 from ..experiments.launcher import LaunchError
@@ -53,14 +53,15 @@ def parse_thread_counts(text: str) -> list[int]:
     return list(dict.fromkeys(counts))
 
 
-def positive(name: str, maximum: float = math.inf):
+def positive(name: str, maximum: float = math.inf, minimum: int = 1):
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            value = 0
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name}: expected a positive integer, got {text!r}")
+            value = minimum - 1
+        if value < minimum:
+            expected = "a positive integer" if minimum == 1 else f"an integer from {minimum} to {maximum}"
+            raise argparse.ArgumentTypeError(f"{name}: expected {expected}, got {text!r}")
         if value > maximum:
             raise argparse.ArgumentTypeError(f"{name}: expected at most {maximum}, got {text!r}")
         return value
@@ -122,7 +123,7 @@ def _map_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", help="placement: block (fill a node first), cyclic (round-robin; "
                                          "bucket and even are the same two), or a Python dotted name; "
                                          "default: the map's")
-    parser.add_argument("--max-fanin", type=positive("--max-fanin"), help="most contributors per sum stage "
+    parser.add_argument("--max-fanin", type=positive("--max-fanin", MAX_FANIN, minimum=2), help="most contributors per sum stage "
                                                                           "(default: the map's)")
     parser.add_argument("--tree-form", choices=TREE_FORMS,
                         help="how the nodes' partial sums meet: sums (reduce-sum stages joined by remote hops), "
