@@ -643,7 +643,7 @@ def test_a_program_of_its_own_as_ranks_of_paths_launch(program, tmp_path):
 
 
 @pytest.mark.parametrize("args, line", [
-    (["--paths-map", "no-such-map"], "paths_init: no built-in map 'no-such-map': expected one of local, "
+    (["--paths-map", "no-such-map"], "paths_init: --paths-map: no built-in map 'no-such-map': expected one of local, "
                                      "multicluster, paper-2w, paper-4w, paper-8w"),
     (["--paths-thread", "3"], "paths_init: --paths-thread 3: expected 0 <= thread < --paths-threads (1)"),
     (["--paths-acquire", "nowhere:hook"], "paths_init: acquire hook 'nowhere:hook': cannot import module 'nowhere' "

@@ -142,6 +142,15 @@ def test_a_program_alone_with_paths_map(app, tmp_path):
     assert done.stdout == "rank 0 of 1 on n0 by  total 1 rendezvous none: one rank\n"
 
 
+def test_a_map_that_cannot_be_read_names_what_gave_it(app, tmp_path):
+    """PATHS_MAP (a launcher's or the user's) or --paths-map naming no file: the error says which."""
+    missing = tmp_path / "nowhere.yaml"
+    done = subprocess.run([sys.executable, app, "sum"], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PATHS_MAP=str(missing)))
+    assert done.returncode != 0
+    assert f"MapError: PATHS_MAP: {missing}: cannot read the cluster map: No such file or directory" in done.stderr
+
+
 # ---- output ----------------------------------------------------------------------------------------
 
 def test_every_line_is_tagged_with_its_rank_on_its_stream(app):

@@ -24,7 +24,7 @@ from typing import Callable, NamedTuple, Optional
 from .. import _native
 from .acquire_hook import AcquireRequest, default_acquire, default_release, named_hook, reachable_nodes
 from .build import BuildContext, default_context
-from ..model.cluster_map import ClusterMap, open_map
+from ..model.cluster_map import ClusterMap, MapError, open_map
 from ..model.named_function import raised_where
 from .kernel import current_context, parse_kernel_args
 from ..model.path_edit import with_traces
@@ -289,7 +289,12 @@ def start_program(argv: list[str]) -> list[int]:
     else:
         found = discover()
     one = {name: values[0] for name, values in options.items()}
-    runtime = make_runtime(open_map(one.get("--paths-map")), found.size, sums=options.get("--paths-sum", []),
+    try:
+        cluster_map = open_map(one.get("--paths-map"))
+    except MapError as e:  # named by an option, or by the variable a launcher or the user set
+        given = "--paths-map" if any(arg.partition("=")[0] == "--paths-map" for arg in argv) else MAP
+        raise MapError(f"{given}: {e}") from None
+    runtime = make_runtime(cluster_map, found.size, sums=options.get("--paths-sum", []),
                            policy=one.get("--paths-policy"), acquire=one.get("--paths-acquire"),
                            release=one.get("--paths-release"))
     args = parse_kernel_args(options.get("--paths-arg", []), "--paths-arg")
