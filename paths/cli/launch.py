@@ -46,7 +46,7 @@ from ..runtime.node_servers import NodeServers
 from ..model.placement import MAX_THREADS, PlacementWarning
 from ..runtime.rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
 from ..runtime.process_context import make_runtime
-from .run import make_folder, positive, seconds
+from .run import add_rank_options, make_folder, positive, seconds
 
 
 class RankFailed(Exception):
@@ -112,26 +112,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def sum_name(text: str) -> str:
-    """An argparse type: an element name the ranks get in PATHS_SUM, a comma-separated list."""
-    if not text or "," in text:
-        raise argparse.ArgumentTypeError(f"expected an element name without commas (PATHS_SUM separates names "
-                                         f"by them), got {text!r}")
-    return text
-
-
-def add_rank_options(parser: argparse.ArgumentParser) -> None:
-    """--sum, --acquire and --release: what the ranks reduce and which hooks they take (paths
-    launch and paths sbatch give them to the ranks as rank_variables says)."""
-    parser.add_argument("--sum", action="append", default=[], metavar="NAME", type=sum_name,
-                        help="reduce element NAME as a sum; repeatable")
-    parser.add_argument("--acquire", metavar="PKG.MOD:FUNC", help="the acquire hook (default: the map's)")
-    parser.add_argument("--release", metavar="PKG.MOD:FUNC", help="the release hook (default: the map's)")
-
-
 def rank_variables(sums: Sequence[str], acquire: str | None, release: str | None) -> dict[str, str | None]:
-    """The variables that give the ranks add_rank_options' options: PATHS_SUM (comma-separated),
-    PATHS_ACQUIRE, PATHS_RELEASE; None for one not given."""
+    """The variables that give the ranks --sum, --acquire and --release (run.add_rank_options):
+    PATHS_SUM (comma-separated), PATHS_ACQUIRE, PATHS_RELEASE; None for one not given."""
     return {SUMS: ",".join(sums) or None, ACQUIRE: acquire or None, RELEASE: release or None}
 
 

@@ -81,6 +81,25 @@ def seconds(name: str):
     return parse
 
 
+def sum_name(text: str) -> str:
+    """An argparse type: an element name for --sum (the ranks of paths launch and paths sbatch get
+    them in PATHS_SUM, separated by commas)."""
+    if not text or "," in text:
+        raise argparse.ArgumentTypeError(f"expected an element name without commas (PATHS_SUM separates names "
+                                         f"by them), got {text!r}")
+    return text
+
+
+def add_rank_options(parser: argparse.ArgumentParser) -> None:
+    """--sum, --acquire and --release: what the threads (or ranks) reduce and which hooks they
+    take, as paths run, paths launch and paths sbatch read them."""
+    parser.add_argument("--sum", action="append", default=[], metavar="NAME", type=sum_name,
+                        help="reduce element NAME as a sum (as the map's elements: NAME: {reduce: sum}); repeatable")
+    parser.add_argument("--acquire", metavar="PKG.MOD:FUNC", help="the acquire hook (default: the map's, else "
+                                                                  "sums as reduction trees, elements at their homes)")
+    parser.add_argument("--release", metavar="PKG.MOD:FUNC", help="the release hook (default: the map's)")
+
+
 def check_output_file(option: str, path: str | None) -> None:
     """A ValueError now, not a failure after a long run, for an output file (an option's, if
     given) that has no folder to be written in, or that is a folder."""
@@ -144,11 +163,7 @@ def run_command(argv: list[str]) -> int:
     parser.add_argument("--darts", type=positive("--darts"), default=10_000_000, help="mcpi: darts per run")
     parser.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                         help="an argument the kernel reads with paths_arg (ctx.arg); repeatable")
-    parser.add_argument("--sum", action="append", default=[], metavar="NAME",
-                        help="reduce element NAME as a sum (as the map's elements: NAME: {reduce: sum}); repeatable")
-    parser.add_argument("--acquire", metavar="PKG.MOD:FUNC", help="the acquire hook (default: the map's, else "
-                                                                  "sums as reduction trees, elements at their homes)")
-    parser.add_argument("--release", metavar="PKG.MOD:FUNC", help="the release hook (default: the map's)")
+    add_rank_options(parser)
     parser.add_argument("--launch", choices=("local", "ssh", "slurm"), help="how nodes start (default: the map's)")
     parser.add_argument("--timeout", type=seconds("--timeout"), default=120.0,
                         help="seconds any one step may take (kernels get it as --arg timeout, and the "

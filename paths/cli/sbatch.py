@@ -29,11 +29,11 @@ from collections import Counter
 from collections.abc import Sequence
 
 from ..model.cluster_map import MapError, map_reference, open_map
-from .launch import add_rank_options, options_and_command, rank_variables
+from .launch import options_and_command, rank_variables
 from ..model.placement import MAX_THREADS, bucket, even, resolve_policy
 from ..runtime.process_context import make_runtime
 from ..runtime.rank_discovery import MAP, POLICY
-from .run import positive
+from .run import add_rank_options, positive
 
 DISTRIBUTIONS = {bucket: "block", even: "cyclic"}  # policy -> Slurm's name for the same order
 # What sbatch reads in an #SBATCH line as the end of an option, a quote, an escape or a comment.
