@@ -136,13 +136,17 @@ class _Node:
         self.lines.extend(line.decode("utf-8", "replace") for line in self._received.feed(data))
         return bool(data)
 
-    def pass_on_errors(self, ended: bool = False) -> None:
-        """Each whole line the node wrote on its standard error since the last call (a kernel's
-        prints, say), and once it has `ended` the rest, on this process's standard error, led by
-        the node's name."""
+    def _new_errors(self, ended: bool) -> list[str]:
+        """Each whole line the node wrote on its standard error since the last look, and once it
+        has `ended` the rest."""
         lines = self._error_lines.feed(self._unread_errors.read())
-        for line in lines + (self._error_lines.rest() if ended else []):
-            sys.stderr.write(f"[{self.name}] {line.decode('utf-8', 'replace')}\n")
+        return [line.decode("utf-8", "replace") for line in lines + (self._error_lines.rest() if ended else [])]
+
+    def pass_on_errors(self, ended: bool = False) -> None:
+        """The node's new lines on standard error (a kernel's prints, say) on this process's, led
+        by the node's name."""
+        for line in self._new_errors(ended):
+            sys.stderr.write(f"[{self.name}] {line}\n")
         sys.stderr.flush()
 
     def send(self, request: dict) -> None:
@@ -160,8 +164,7 @@ class _Node:
             pass
         tail = ""
         if self.process.returncode is not None:  # what it wrote last, not passed on yet
-            tail = b"".join(line + b"\n" for line in self._error_lines.feed(self._unread_errors.read()))
-            tail = (tail + b"".join(self._error_lines.rest())).decode("utf-8", "replace").strip()[-600:]
+            tail = "\n".join(self._new_errors(ended=True)).strip()[-600:]
         code = f" (exit {self.process.returncode})" if self.process.returncode is not None else ""
         return f"node {self.name} {what}{code}" + (f":\n{tail}" if tail else "")
 

@@ -12,10 +12,6 @@ class LineBuffer:
     def __init__(self) -> None:
         self._partial = bytearray()  # the start of a line whose end has not come yet
 
-    def __bool__(self) -> bool:
-        """A line is started and not ended."""
-        return bool(self._partial)
-
     def feed(self, data: bytes) -> list[bytes]:
         """The lines `data` ends (without their line breaks); the rest is kept for later."""
         end = data.rfind(b"\n")
