@@ -52,12 +52,11 @@ def adopt_orphans() -> None:
 def children() -> list[int]:
     """The processes whose parent is this one, zombies included."""
     found = []
-    for entry in os.listdir("/proc"):
+    for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/stat") as stat:  # the parent follows the command's ")"
-                if entry.isdigit() and int(stat.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                if int(stat.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
                     found.append(int(entry))
         except (OSError, IndexError, ValueError):  # gone meanwhile
             continue
     return found
-
