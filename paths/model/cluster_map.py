@@ -467,9 +467,10 @@ def _proto(field: _Field) -> str:
     )
 
 
-MAX_BATCH = 1 << 20         # a batch stage's largest max_moves
-MAX_FLUSH_US = 60_000_000   # and its longest flush_us
-MAX_DELAY_MS = 60_000       # a delay stage's longest ms (and jitter_ms, which is at most its ms)
+# What a link may ask of the stages it puts on the path, as their kinds declare it.
+MAX_BATCH = kinds()["batch"].params["max_moves"].max
+MAX_FLUSH_US = kinds()["batch"].params["flush_us"].max
+MAX_DELAY_MS = kinds()["delay"].params["ms"].max  # and jitter_ms, which is at most its ms
 
 
 def _links(field: _Field, cluster_names: list[str]) -> tuple[Link, ...]:
