@@ -193,7 +193,7 @@ int run_python_kernel(paths_kernel_ctx *c) {
         return paths_fail(c, PS_EINVAL, "a Python kernel returns None or a status (an int from %d to %d), "
                           "it returned %s", INT_MIN, INT_MAX, shown(result).c_str());
     } catch (py::error_already_set &e) {
-        std::string where = py::module_::import("paths.runtime.kernel").attr("raised_where")(e.value(), e.trace()).cast<std::string>();
+        std::string where = py::module_::import("paths.model.named_function").attr("raised_where")(e.value(), e.trace()).cast<std::string>();
         return paths_fail(c, PATHS_EFAILED, "%s", where.c_str());
     } catch (std::exception &e) {  // nothing may escape into the C caller
         return paths_fail(c, PATHS_EFAILED, "%s", e.what());

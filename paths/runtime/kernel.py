@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from .. import _native
-from ..model.named_function import import_function, raised_where  # noqa: F401 (raised_where: also named here)
+from ..model.named_function import import_function
 
 BUILTIN_LIBRARY = Path(_native.__file__).resolve().parent / "libpaths_kernels.so"
 
