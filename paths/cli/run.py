@@ -142,8 +142,8 @@ def _map_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", help="placement: block (fill a node first), cyclic (round-robin; "
                                          "bucket and even are the same two), or a Python dotted name; "
                                          "default: the map's")
-    parser.add_argument("--max-fanin", type=positive("--max-fanin", MAX_FANIN, minimum=2), help="most contributors per sum stage "
-                                                                          "(default: the map's)")
+    parser.add_argument("--max-fanin", type=positive("--max-fanin", MAX_FANIN, minimum=2),
+                        help="most contributors per sum stage (default: the map's)")
     parser.add_argument("--tree-form", choices=TREE_FORMS,
                         help="how the nodes' partial sums meet: sums (reduce-sum stages joined by remote hops), "
                              "allreduce (one allreduce group, recursive doubling) or allreduce-tree (one group, "

@@ -117,8 +117,9 @@ class RankProcesses:
     def stop(self) -> None:
         """Stop every rank still running, and what any rank started that is still there (its
         process group, whose id is the rank's pid, and the orphans the node adopted): SIGTERM,
-        then SIGKILL after STOP_SECONDS; every rank and orphan reaped. Safe from a signal handler (the node's SIGTERM): it waits with waitpid
-        itself, not through the Popen objects, whose lock the interrupted code may hold."""
+        then SIGKILL after STOP_SECONDS; every rank and orphan reaped. Safe from a signal handler
+        (the node's SIGTERM): it waits with waitpid itself, not through the Popen objects, whose
+        lock the interrupted code may hold."""
         ranks = {rank.process.pid for rank in self.ranks}
         running = [rank.process.pid for rank in self.ranks if rank.process.returncode is None]
         groups = list(ranks)

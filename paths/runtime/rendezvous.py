@@ -1,8 +1,9 @@
 """The rendezvous of the ranks of a program started by srun or mpirun (no PATHS launcher): every
 rank tells rank 0 which node servers it hosts, and rank 0 tells every rank all of them. A
 barrier follows once every rank's servers know the run's servers (and, across hosts, admit the
-run's client keys), so that no rank builds at a server that would still refuse it. At the end (paths_finalize, or the end of a Python
-program) it is also the last barrier, so that no rank closes a server that another still uses.
+run's client keys), so that no rank builds at a server that would still refuse it. At the end
+(paths_finalize, or the end of a Python program) it is also the last barrier, so that no rank
+closes a server that another still uses.
 
 How the ranks find rank 0:
     PATHS_RENDEZVOUS=tcp://HOST:PORT   rank 0 listens there, the others connect there;
@@ -266,9 +267,9 @@ class Rendezvous:
 
     def ready(self) -> None:
         """The barrier after the exchange, once this rank's servers know the run's servers (and
-        admit its client keys): returns when every rank has come to it. Rank 0 waits for every rank at most the timeout,
-        the others for rank 0's verdict (a little longer, so that its verdict, naming who was
-        missing, comes first)."""
+        admit its client keys): returns when every rank has come to it. Rank 0 waits for every
+        rank at most the timeout, the others for rank 0's verdict (a little longer, so that its
+        verdict, naming who was missing, comes first)."""
         if self.found.rank == 0:
             self._gather_ready(time.monotonic() + self.timeout)
             return
