@@ -2,8 +2,8 @@
 ranks on an emulated multi-node map, output tagged `[rank]` or kept per rank, exit statuses,
 and reaping measured with `ps`: after SIGINT, after a rank's failure and after SIGKILL of the
 launcher, nothing of the run is left 2 seconds later (`paths run`'s nodes too). Also `paths
-sbatch`'s script for block and cyclic, with the ranks' sums and hooks, and a program alone with
-PATHS_MAP.
+sbatch`'s script for block and cyclic, with the ranks' sums and hooks, and the host of each rank
+it gives srun, run with stand-ins for scontrol and srun; and a program alone with PATHS_MAP.
 """
 
 import json
@@ -389,20 +389,79 @@ def sbatch_fields(script: str) -> dict[str, str]:
     return dict(line[len("#SBATCH --"):].split("=", 1) for line in script.splitlines() if line.startswith("#SBATCH"))
 
 
+def rank_environment(script: str) -> list[str]:
+    return [line for line in script.splitlines() if line.startswith(("export PATHS_", "unset PATHS_"))]
+
+
 @pytest.mark.parametrize("policy, threads, fields", [
-    ("block", 6, {"nodes": "2", "ntasks": "6", "ntasks-per-node": "4", "distribution": "block"}),
-    ("bucket", 16, {"nodes": "4", "ntasks": "16", "ntasks-per-node": "4", "distribution": "block"}),
-    ("cyclic", 6, {"nodes": "6", "ntasks": "6", "ntasks-per-node": "1", "distribution": "cyclic"}),
-    ("even", 10, {"nodes": "8", "ntasks": "10", "ntasks-per-node": "2", "distribution": "cyclic"}),
+    ("block", 6, {"nodes": "2", "ntasks": "8", "ntasks-per-node": "4"}),  # 4 + 2: room for 4 on each
+    ("bucket", 16, {"nodes": "4", "ntasks": "16", "ntasks-per-node": "4"}),
+    ("cyclic", 6, {"nodes": "6", "ntasks": "6", "ntasks-per-node": "1"}),
+    ("even", 10, {"nodes": "8", "ntasks": "16", "ntasks-per-node": "2"}),
 ])
-def test_the_sbatch_script_matches_the_placement(policy, threads, fields):
+def test_the_sbatch_script_asks_for_room_for_the_placement(policy, threads, fields):
     script = batch_script("paper-4w", threads, policy, ["python", "app.py", "--rounds", "5"])
     assert sbatch_fields(script) == {"job-name": "paths-paper-4w", **fields}
     assert script.startswith("#!/bin/bash\n")
-    lines = script.splitlines()
-    assert lines[-4:] == ["export PATHS_MAP=paper-4w", f"export PATHS_POLICY={policy}",
-                          "unset PATHS_SUM PATHS_ACQUIRE PATHS_RELEASE",
-                          f"srun --distribution={fields['distribution']} python app.py --rounds 5"]
+    assert rank_environment(script) == ["export PATHS_MAP=paper-4w", f"export PATHS_POLICY={policy}",
+                                        "unset PATHS_SUM PATHS_ACQUIRE PATHS_RELEASE"]
+    assert script.endswith(f"\nsrun --distribution=arbitrary --ntasks={threads} python app.py --rounds 5\n")
+
+
+FAKE_SCONTROL = """#!/bin/sh
+# scontrol show hostnames LIST, for a LIST of host names separated by commas
+[ "$1 $2" = "show hostnames" ] || exit 2
+echo "$3" | tr , '\\n'
+"""
+FAKE_SRUN = """#!/bin/sh
+echo "srun$(printf ' [%s]' "$@")"
+echo "$SLURM_HOSTFILE"
+cat "$SLURM_HOSTFILE"
+"""
+
+
+@pytest.fixture
+def run_batch_script(tmp_path):
+    """Runs a batch script as in an allocation of the hosts `nodelist` (comma-separated) and
+    checks that it leaves no file in its TMPDIR: scontrol lists the hosts, srun prints its
+    arguments, the host file's path and its lines."""
+    stand_ins, temporary = tmp_path / "bin", tmp_path / "tmp"
+    stand_ins.mkdir()
+    temporary.mkdir()
+    for name, text in (("scontrol", FAKE_SCONTROL), ("srun", FAKE_SRUN)):
+        (stand_ins / name).write_text(text)
+        (stand_ins / name).chmod(0o755)
+
+    def run(script: str, nodelist: str) -> subprocess.CompletedProcess:
+        (tmp_path / "job.sh").write_text(script)
+        done = subprocess.run(["bash", str(tmp_path / "job.sh")], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PATH": f"{stand_ins}:{os.environ['PATH']}",
+                                   "TMPDIR": str(temporary), "SLURM_JOB_NODELIST": nodelist})
+        assert list(temporary.iterdir()) == []
+        return done
+    return run
+
+
+@pytest.mark.parametrize("policy, threads, nodelist, hosts", [
+    # n0 x4, n1 x2 (Slurm's own block layout may put 3 + 3); the hosts in the allocation's order
+    ("block", 6, "hb,ha,hc", ["hb"] * 4 + ["ha"] * 2),
+    ("cyclic", 10, ",".join(f"h{i}" for i in range(8)), [f"h{i}" for i in range(8)] + ["h0", "h1"]),
+])
+def test_the_sbatch_script_runs_each_rank_on_the_host_of_its_node(run_batch_script, tmp_path, policy, threads,
+                                                                   nodelist, hosts):
+    done = run_batch_script(batch_script("paper-4w", threads, policy, ["./prog", "a b"]), nodelist)
+    assert (done.returncode, done.stderr) == (0, "")
+    srun, host_file, *lines = done.stdout.splitlines()
+    assert srun == f"srun [--distribution=arbitrary] [--ntasks={threads}] [./prog] [a b]"
+    assert Path(host_file).parent == tmp_path / "tmp"
+    assert lines == hosts
+
+
+def test_the_sbatch_script_stops_before_srun_on_an_allocation_of_too_few_hosts(run_batch_script):
+    done = run_batch_script(batch_script("paper-4w", 6, "block", ["./prog"]), "ha")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == ("paths sbatch: the allocation's hosts (ha) are fewer than the nodes map paper-4w "
+                           "places its ranks on (n0, n1)\n")
 
 
 def test_the_sbatch_script_gives_the_ranks_their_sums_and_hooks_as_paths_launch_does(user_module):
@@ -411,13 +470,12 @@ def test_the_sbatch_script_gives_the_ranks_their_sums_and_hooks_as_paths_launch_
                            "cyclic", "--sum", "TOTAL", "--sum", "my count", "--acquire", "rank_hooks:acquire", "--",
                            "python", "app.py"], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.splitlines()[-6:] == ["export PATHS_MAP=paper-4w", "export PATHS_POLICY=cyclic",
+    assert rank_environment(done.stdout) == ["export PATHS_MAP=paper-4w", "export PATHS_POLICY=cyclic",
                                              "export PATHS_SUM='TOTAL,my count'",
-                                             "export PATHS_ACQUIRE=rank_hooks:acquire", "unset PATHS_RELEASE",
-                                             "srun --distribution=cyclic python app.py"]
+                                             "export PATHS_ACQUIRE=rank_hooks:acquire", "unset PATHS_RELEASE"]
     script = batch_script("paper-4w", 2, "block", ["./prog"], release="rank_hooks:release")
-    assert script.splitlines()[-3:] == ["export PATHS_RELEASE=rank_hooks:release", "unset PATHS_SUM PATHS_ACQUIRE",
-                                        "srun --distribution=block ./prog"]
+    assert rank_environment(script)[-2:] == ["export PATHS_RELEASE=rank_hooks:release",
+                                             "unset PATHS_SUM PATHS_ACQUIRE"]
 
 
 @pytest.mark.parametrize("command", ["launch", "sbatch"])
@@ -446,9 +504,9 @@ def test_the_sbatch_options_survive_a_command_of_several_lines_and_a_map_name_of
     lines = script.splitlines()
     header = lines[:next(i for i, line in enumerate(lines) if not line.startswith("#"))]
     assert sbatch_fields("\n".join(header)) == {"job-name": "paths-my_map__1", "nodes": "1", "ntasks": "2",
-                                                "ntasks-per-node": "2", "distribution": "block"}
+                                                "ntasks-per-node": "2"}
     assert header[1] == "# 2 ranks of python -c 'import sys\\nprint(1)' on map my map #1, policy bucket:"
-    assert script.endswith("srun --distribution=block python -c 'import sys\nprint(1)'\n")
+    assert script.endswith("srun --distribution=arbitrary --ntasks=2 python -c 'import sys\nprint(1)'\n")
 
 
 def test_paths_sbatch_prints_the_script_and_refuses_a_policy_slurm_cannot_follow(tmp_path, user_module):
@@ -457,9 +515,10 @@ def test_paths_sbatch_prints_the_script_and_refuses_a_policy_slurm_cannot_follow
     done = subprocess.run([sys.executable, "-m", "paths", "sbatch", "--map", str(the_map), "--threads", "5", "--",
                            "./prog", "a b"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert sbatch_fields(done.stdout) == {"job-name": "paths-two", "nodes": "2", "ntasks": "5",
-                                          "ntasks-per-node": "3", "distribution": "cyclic"}
-    assert f"export PATHS_MAP={the_map}\n" in done.stdout and "srun --distribution=cyclic ./prog 'a b'\n" in done.stdout
+    assert sbatch_fields(done.stdout) == {"job-name": "paths-two", "nodes": "2", "ntasks": "6",
+                                          "ntasks-per-node": "3"}
+    assert f"export PATHS_MAP={the_map}\n" in done.stdout
+    assert done.stdout.endswith("\nsrun --distribution=arbitrary --ntasks=5 ./prog 'a b'\n")
     user_module("backwards", """
         def placement(cluster_map, n_threads):
             return [cluster_map.nodes[-1 - t % 8].name for t in range(n_threads)]

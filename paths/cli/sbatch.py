@@ -1,19 +1,22 @@
-"""`paths sbatch`: a Slurm batch script that places a program's ranks as the map does.
+"""`paths sbatch`: a Slurm batch script that runs each of a program's ranks on the host of the
+node the map places it on.
 
     paths sbatch --map paper-4w --threads 6 --policy cyclic --sum TOTAL -- python app.py > job.sh
     sbatch job.sh
 
 The map places N threads on its nodes; the script asks Slurm for as many nodes as the placement
-uses (--nodes), N tasks (--ntasks) with at most as many on a node as the placement puts on its
-busiest one (--ntasks-per-node), and the placement's order (--distribution=block for block,
-cyclic for cyclic). Slurm then gives rank r a host of the allocation in the same order as the
-map gives it a node, the allocation's hosts taking the map's used nodes in map order (as
-`paths launch --launch slurm` does). The script exports PATHS_MAP and PATHS_POLICY, and
-PATHS_SUM, PATHS_ACQUIRE and PATHS_RELEASE as `paths launch` gives them its ranks (--sum,
---acquire, --release; unset when not given, whatever the environment sbatch passes on), and runs
-the program with srun: each rank finds its rank, its node and the other ranks by itself
-(paths/runtime/rank_discovery.py, paths/runtime/rendezvous.py), with the rendezvous file in the folder sbatch was
-called from.
+uses (--nodes) and, on each, as many tasks as the placement puts on its busiest node
+(--ntasks-per-node, with --ntasks their product: given fewer, Slurm may spread the tasks otherwise
+and leave a node too few CPUs for its ranks). Inside the allocation the map's used nodes take the
+allocation's hosts in map order (`scontrol show hostnames`); the script writes rank r's host on
+line r of a temporary host file (removed when the script ends) and starts the N ranks with
+`srun --distribution=arbitrary`, which puts each task on its line's host (SLURM_HOSTFILE). An
+allocation with fewer hosts than the placement's nodes ends the script with a line on stderr and
+status 1, before any rank starts. The script exports PATHS_MAP and PATHS_POLICY, and PATHS_SUM,
+PATHS_ACQUIRE and PATHS_RELEASE as `paths launch` gives them its ranks (--sum, --acquire,
+--release; unset when not given, whatever the environment sbatch passes on): each rank finds its
+rank, its node and the other ranks by itself (paths/runtime/rank_discovery.py,
+paths/runtime/rendezvous.py), with the rendezvous file in the folder sbatch was called from.
 
 A policy of one's own (pkg.mod:func) has no Slurm distribution: such a map runs with
 `paths launch --launch slurm` inside an allocation.
@@ -35,7 +38,6 @@ from ..runtime.process_context import make_runtime
 from ..runtime.rank_discovery import MAP, POLICY
 from .run import add_rank_options, positive
 
-DISTRIBUTIONS = {bucket: "block", even: "cyclic"}  # policy -> Slurm's name for the same order
 # What sbatch reads in an #SBATCH line as the end of an option, a quote, an escape or a comment.
 NOT_IN_AN_OPTION = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -45,8 +47,7 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
     """The script's text; ValueError (MapError) for a map, policy, count or hook that cannot be."""
     cluster_map = open_map(map_name)
     chosen = policy or cluster_map.policy
-    distribution = DISTRIBUTIONS.get(resolve_policy(chosen))
-    if distribution is None:
+    if resolve_policy(chosen) not in (bucket, even):
         raise ValueError(f"policy {chosen!r} has no Slurm distribution (block or cyclic): run the map with "
                          "`paths launch --launch slurm` inside an allocation instead")
     runtime = make_runtime(cluster_map, threads, sums=sums, policy=chosen, acquire=acquire, release=release)
@@ -54,6 +55,7 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
     variables = rank_variables(sums, acquire, release)
     unset = [name for name, value in variables.items() if value is None]
     used = [node.name for node in cluster_map.nodes if node.name in per_node]
+    busiest = max(per_node.values())
     # A line break in a comment would end it: bash would run the rest, and sbatch would stop
     # reading the #SBATCH lines there.
     summary = f"{threads} ranks of {shlex.join(command)} on map {cluster_map.name}, policy {chosen}:"
@@ -63,16 +65,37 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
         f"#   {', '.join(f'{node} x{per_node[node]}' for node in used)}",
         f"#SBATCH --job-name=paths-{NOT_IN_AN_OPTION.sub('_', cluster_map.name)}",
         f"#SBATCH --nodes={len(used)}",
-        f"#SBATCH --ntasks={threads}",
-        f"#SBATCH --ntasks-per-node={max(per_node.values())}",
-        f"#SBATCH --distribution={distribution}",
+        f"#SBATCH --ntasks={len(used) * busiest}",
+        f"#SBATCH --ntasks-per-node={busiest}",
         f"export {MAP}={shlex.quote(map_reference(map_name))}",
         f"export {POLICY}={shlex.quote(chosen)}",
         *(f"export {name}={shlex.quote(value)}" for name, value in variables.items() if value is not None),
         *([f"unset {' '.join(unset)}"] if unset else []),
-        f"srun --distribution={distribution} {shlex.join(command)}",
+        *host_file_commands(cluster_map.name, used, runtime.placements),
+        f"srun --distribution=arbitrary --ntasks={threads} {shlex.join(command)}",
         "",
     ])
+
+
+def host_file_commands(map_name: str, used: list[str], placements: Sequence[str]) -> list[str]:
+    """Bash that writes rank r's host on line r of a temporary file (removed at exit) and names it
+    in SLURM_HOSTFILE, the used nodes taking the allocation's hosts in order; too few hosts end
+    the script with status 1."""
+    index = {node: i for i, node in enumerate(used)}
+    needed = shlex.quote(f"nodes map {map_name} places its ranks on ({', '.join(used)})")
+    return [
+        "# Rank r runs on the host of its node: the map's used nodes take the allocation's hosts in order.",
+        'mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+        f"if (( ${{#hosts[@]}} < {len(used)} )); then",
+        f"    echo \"paths sbatch: the allocation's hosts (${{hosts[*]}}) are fewer than the\" {needed} >&2",
+        "    exit 1",
+        "fi",
+        "SLURM_HOSTFILE=$(mktemp) || exit 1",
+        """trap 'rm -f "$SLURM_HOSTFILE"' EXIT""",
+        f"for node in {' '.join(str(index[node]) for node in placements)}; do echo \"${{hosts[node]}}\"; done "
+        '> "$SLURM_HOSTFILE"',
+        "export SLURM_HOSTFILE",
+    ]
 
 
 def sbatch_command(argv: list[str]) -> int:
