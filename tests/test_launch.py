@@ -2,8 +2,9 @@
 ranks on an emulated multi-node map, output tagged `[rank]` or kept per rank, exit statuses,
 and reaping measured with `ps`: after SIGINT, after a rank's failure and after SIGKILL of the
 launcher, nothing of the run is left 2 seconds later (`paths run`'s nodes too). Also `paths
-sbatch`'s script for block and cyclic, with the ranks' sums and hooks, and the host of each rank
-it gives srun, run with stand-ins for scontrol and srun; and a program alone with PATHS_MAP.
+sbatch`'s script for block, cyclic and a policy of one's own, with the ranks' sums and hooks,
+and the host of each rank it gives srun, run with stand-ins for scontrol and srun; and a program
+alone with PATHS_MAP.
 """
 
 import json
@@ -509,7 +510,7 @@ def test_the_sbatch_options_survive_a_command_of_several_lines_and_a_map_name_of
     assert script.endswith("srun --distribution=arbitrary --ntasks=2 python -c 'import sys\nprint(1)'\n")
 
 
-def test_paths_sbatch_prints_the_script_and_refuses_a_policy_slurm_cannot_follow(tmp_path, user_module):
+def test_paths_sbatch_prints_the_script(tmp_path):
     the_map = tmp_path / "two.yaml"
     the_map.write_text("name: two\nclusters: {c: {nodes: 'h[0-1]', cpus: 3}}\nroot: h0\npolicy: cyclic\n")
     done = subprocess.run([sys.executable, "-m", "paths", "sbatch", "--map", str(the_map), "--threads", "5", "--",
@@ -519,12 +520,20 @@ def test_paths_sbatch_prints_the_script_and_refuses_a_policy_slurm_cannot_follow
                                           "ntasks-per-node": "3"}
     assert f"export PATHS_MAP={the_map}\n" in done.stdout
     assert done.stdout.endswith("\nsrun --distribution=arbitrary --ntasks=5 ./prog 'a b'\n")
+
+
+def test_the_sbatch_script_places_the_ranks_by_a_policy_of_ones_own(run_batch_script, user_module):
     user_module("backwards", """
         def placement(cluster_map, n_threads):
             return [cluster_map.nodes[-1 - t % 8].name for t in range(n_threads)]
     """)
     done = subprocess.run([sys.executable, "-m", "paths", "sbatch", "--map", "paper-4w", "--threads", "5", "--policy",
                            "backwards:placement", "--", "./prog"], capture_output=True, text=True, timeout=60)
-    assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == ("paths sbatch: policy 'backwards:placement' has no Slurm distribution (block or cyclic): "
-                           "run the map with `paths launch --launch slurm` inside an allocation instead\n")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert sbatch_fields(done.stdout) == {"job-name": "paths-paper-4w", "nodes": "5", "ntasks": "5",
+                                          "ntasks-per-node": "1"}
+    assert "export PATHS_POLICY=backwards:placement\n" in done.stdout
+    ran = run_batch_script(done.stdout, "h0,h1,h2,h3,h4")
+    assert (ran.returncode, ran.stderr) == (0, "")
+    # ranks 0..4 on n7..n3, and the used nodes n3..n7 on the hosts h0..h4
+    assert ran.stdout.splitlines()[2:] == ["h4", "h3", "h2", "h1", "h0"]

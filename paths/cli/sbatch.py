@@ -4,22 +4,20 @@ node the map places it on.
     paths sbatch --map paper-4w --threads 6 --policy cyclic --sum TOTAL -- python app.py > job.sh
     sbatch job.sh
 
-The map places N threads on its nodes; the script asks Slurm for as many nodes as the placement
-uses (--nodes) and, on each, as many tasks as the placement puts on its busiest node
-(--ntasks-per-node, with --ntasks their product: given fewer, Slurm may spread the tasks otherwise
-and leave a node too few CPUs for its ranks). Inside the allocation the map's used nodes take the
-allocation's hosts in map order (`scontrol show hostnames`); the script writes rank r's host on
-line r of a temporary host file (removed when the script ends) and starts the N ranks with
-`srun --distribution=arbitrary`, which puts each task on its line's host (SLURM_HOSTFILE). An
-allocation with fewer hosts than the placement's nodes ends the script with a line on stderr and
-status 1, before any rank starts. The script exports PATHS_MAP and PATHS_POLICY, and PATHS_SUM,
-PATHS_ACQUIRE and PATHS_RELEASE as `paths launch` gives them its ranks (--sum, --acquire,
---release; unset when not given, whatever the environment sbatch passes on): each rank finds its
-rank, its node and the other ranks by itself (paths/runtime/rank_discovery.py,
-paths/runtime/rendezvous.py), with the rendezvous file in the folder sbatch was called from.
-
-A policy of one's own (pkg.mod:func) has no Slurm distribution: such a map runs with
-`paths launch --launch slurm` inside an allocation.
+The map places N threads on its nodes (--policy: block, cyclic, pkg.mod:func, or the map's);
+the script asks Slurm for as many nodes as the placement uses (--nodes) and, on each, as many
+tasks as the placement puts on its busiest node (--ntasks-per-node, with --ntasks their product:
+given fewer, Slurm may spread the tasks otherwise and leave a node too few CPUs for its ranks).
+Inside the allocation the map's used nodes take the allocation's hosts in map order (`scontrol
+show hostnames`); the script writes rank r's host on line r of a temporary host file (removed
+when the script ends) and starts the N ranks with `srun --distribution=arbitrary`, which puts
+each task on its line's host (SLURM_HOSTFILE). An allocation with fewer hosts than the
+placement's nodes ends the script with a line on stderr and status 1, before any rank starts.
+The script exports PATHS_MAP and PATHS_POLICY, and PATHS_SUM, PATHS_ACQUIRE and PATHS_RELEASE as
+`paths launch` gives them its ranks (--sum, --acquire, --release; unset when not given, whatever
+the environment sbatch passes on): each rank finds its rank, its node and the other ranks by
+itself (paths/runtime/rank_discovery.py, paths/runtime/rendezvous.py), with the rendezvous file
+in the folder sbatch was called from.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from collections.abc import Sequence
 
 from ..model.cluster_map import MapError, map_reference, open_map
 from .launch import options_and_command, rank_variables
-from ..model.placement import MAX_THREADS, bucket, even, resolve_policy
+from ..model.placement import MAX_THREADS
 from ..runtime.process_context import make_runtime
 from ..runtime.rank_discovery import MAP, POLICY
 from .run import add_rank_options, positive
@@ -47,9 +45,6 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
     """The script's text; ValueError (MapError) for a map, policy, count or hook that cannot be."""
     cluster_map = open_map(map_name)
     chosen = policy or cluster_map.policy
-    if resolve_policy(chosen) not in (bucket, even):
-        raise ValueError(f"policy {chosen!r} has no Slurm distribution (block or cyclic): run the map with "
-                         "`paths launch --launch slurm` inside an allocation instead")
     runtime = make_runtime(cluster_map, threads, sums=sums, policy=chosen, acquire=acquire, release=release)
     per_node = Counter(runtime.placements)
     variables = rank_variables(sums, acquire, release)
@@ -103,7 +98,8 @@ def sbatch_command(argv: list[str]) -> int:
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
     parser.add_argument("--threads", type=positive("--threads", MAX_THREADS), required=True, help="how many ranks")
-    parser.add_argument("--policy", help="block or cyclic (bucket, even); default: the map's")
+    parser.add_argument("--policy", help="placement: block, cyclic (bucket and even are the same two) or "
+                                         "pkg.mod:func; default: the map's")
     add_rank_options(parser)
     args, command = options_and_command(parser, argv)
     try:
