@@ -307,6 +307,20 @@ BROKEN = {
         "links[0].flush_us",
         "flush_us needs batch on the same link",
     ),
+    "flush_us as a link's only field": (
+        edited(("root: n0", "  x:\n    nodes: x0\n    cpus: 1\nroot: n0"))
+        + "links:\n  - {between: [4w, x], flush_us: 50}\n",
+        11,
+        "links[0].flush_us",
+        "flush_us needs batch on the same link",
+    ),
+    "jitter_ms as a link's only field": (
+        edited(("root: n0", "  x:\n    nodes: x0\n    cpus: 1\nroot: n0"))
+        + "links:\n  - {between: [4w, x], jitter_ms: 1}\n",
+        11,
+        "links[0].jitter_ms",
+        "jitter_ms needs delay_ms on the same link",
+    ),
     "negative flush_us": (
         edited(("root: n0", "  x:\n    nodes: x0\n    cpus: 1\nroot: n0"))
         + "links:\n  - {between: [4w, x], batch: 8, flush_us: -1}\n",

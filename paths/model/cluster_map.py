@@ -477,6 +477,10 @@ def _links(field: _Field, cluster_names: list[str]) -> tuple[Link, ...]:
     links: list[Link] = []
     for item in field.items("a list of {between: [cluster, cluster], delay_ms, jitter_ms, proto, batch, flush_us}"):
         fields = item.fields(required=("between",), optional=("delay_ms", "jitter_ms", "proto", "batch", "flush_us"))
+        if "jitter_ms" in fields and "delay_ms" not in fields:
+            fields["jitter_ms"].fail("jitter_ms needs delay_ms on the same link")
+        if "flush_us" in fields and "batch" not in fields:
+            fields["flush_us"].fail("flush_us needs batch on the same link")
         if not {"delay_ms", "proto", "batch"} & set(fields):
             item.fail("missing field 'delay_ms' (a link needs delay_ms, proto, batch or several of them)")
         between = fields["between"]
@@ -489,15 +493,11 @@ def _links(field: _Field, cluster_names: list[str]) -> tuple[Link, ...]:
             between.fail("expected two different clusters")
         if any(set(link.clusters) == set(pair) for link in links):
             item.fail(f"a second link between {pair[0]} and {pair[1]}")
-        if "jitter_ms" in fields and "delay_ms" not in fields:
-            fields["jitter_ms"].fail("jitter_ms needs delay_ms on the same link")
         delay = fields["delay_ms"].milliseconds(MAX_DELAY_MS) if "delay_ms" in fields else None
         jitter = fields["jitter_ms"].milliseconds(MAX_DELAY_MS) if "jitter_ms" in fields else 0.0
         if delay is not None and jitter > delay:
             fields["jitter_ms"].fail(f"expected at most the link's delay_ms ({delay:g}), got {jitter:g}")
         proto = _proto(fields["proto"]) if "proto" in fields else None
-        if "flush_us" in fields and "batch" not in fields:
-            fields["flush_us"].fail("flush_us needs batch on the same link")
         batch = fields["batch"].integer(1, f"an integer from 1 to {MAX_BATCH}: the moves sent across together",
                                         MAX_BATCH) if "batch" in fields else None
         flush_us = fields["flush_us"].integer(0, f"an integer from 0 to {MAX_FLUSH_US} (microseconds; 0: no timer)",
