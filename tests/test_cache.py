@@ -163,6 +163,27 @@ def test_a_range_refused_as_axed_teaches_the_cache_the_axe_point(space):
     assert h.observe(30) == (30, 0.0) and h.stage.counters()["misses"] == 1
 
 
+@pytest.mark.parametrize("mode", ["none", "window"])
+def test_a_read_through_the_cache_refused_as_axed_stops_it_serving_older_copies(space, mode):
+    element = space.enter("C", "qd")
+    element.move_many([(i, 0.0) for i in range(50)])
+    h = prefetching(space, mode=mode, **({"window": 40} if mode == "window" else {}))
+    assert [h.observe(i) for i in range(40)] == [(i, 0.0) for i in range(40)]  # copies of 0 .. 39
+    element.axe(30)  # not through the cache: its copies stay
+    assert h.observe(5) == (5, 0.0)
+    with pytest.raises(paths.AxedError, match="first live index is 30"):
+        h.observe_range(10, 5)  # passes through, refused: the cache learns the axe point
+    for i in (5, 29):
+        with pytest.raises(paths.AxedError):
+            h.observe(i)
+    assert h.observe(30) == (30, 0.0)
+    element.axe(45)
+    with pytest.raises(paths.AxedError, match="first live index is 45"):
+        h.observe(44)  # not held: read below, refused
+    with pytest.raises(paths.AxedError):
+        h.observe(35)
+
+
 def test_prefetch_with_concurrent_moves_serves_every_tuple_right(space):
     element_name, n = "W", 5000
     writer_handle = build_path(make_path(stage("core", name=element_name, format="qd")), pastset=space)

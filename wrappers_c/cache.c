@@ -4,8 +4,9 @@
  * Tuples are immutable once moved, so a copy of tuple i is correct forever: the cache needs no
  * invalidation. It is direct-mapped (tuple i lives in entry i % capacity) and preallocated. Only
  * observe(i) is served here; next-observes (the shared cursor) and every other operation pass
- * straight through. An axe made through the cache stops it serving what it freed, and a range
- * refused as axed tells it the axe point: it never serves an axed tuple it knows of.
+ * straight through. An axe made through the cache stops it serving what it freed, and a read
+ * through it refused as axed (a range, or an indexed observe) tells it the axe point: it never
+ * serves an axed tuple it knows of.
  *
  * prefetch: "none": a miss reads its one tuple. "window": a miss at i reads the tuples i .. i +
  * window - 1 that exist (waiting for i only) with observe_range, one request per range bound
@@ -47,6 +48,12 @@ static void learn_axe_point(cache_stage *c, int64_t index) {
     }
 }
 
+/* An indexed read below refused as axed says the axe point in its value, where known (past the
+ * index refused). */
+static void learn_from(cache_stage *c, const ps_op *op, int rc) {
+    if (rc == PS_EAXED && op->value > op->argument) learn_axe_point(c, op->value);
+}
+
 /* Copies tuple `index` out if an entry holds it (never one before the axe point, never one < 0). */
 static int lookup(cache_stage *c, int64_t index, void *out) {
     if (index < atomic_load_explicit(&c->axed, memory_order_acquire)) return 0;
@@ -79,7 +86,7 @@ static int fetch_once(cache_stage *c, ps_link *down, int64_t first, uint32_t n, 
     int rc = ps_link_call(down, &op);
     atomic_fetch_add_explicit(&c->ranges, 1, memory_order_relaxed);
     *got = rc == PS_OK || rc == PS_EAXED ? op.value : 0;
-    if (rc == PS_EAXED) learn_axe_point(c, op.value);
+    learn_from(c, &op, rc);
     if (rc != PS_OK) return rc;
     keep(c, first, op.value, c->staging);
     atomic_fetch_add_explicit(&c->fetched, op.value, memory_order_relaxed);
@@ -123,6 +130,13 @@ static int cache_observe_at(ps_link *link, ps_op *op) {
     }
     int rc = ps_stage_pass(link, op);
     if (rc == PS_OK && index >= 0) keep(c, index, 1, op->out); /* a stage below may take index -1 */
+    learn_from(c, op, rc);
+    return rc;
+}
+
+static int cache_observe_range(ps_link *link, ps_op *op) {
+    int rc = ps_stage_pass(link, op);
+    learn_from((cache_stage *)link->stage, op, rc);
     return rc;
 }
 
@@ -137,6 +151,7 @@ static int cache_axe(ps_link *link, ps_op *op) {
 static int cache_call(ps_link *link, ps_op *op) {
     switch (op->kind) {
     case PS_OP_OBSERVE_AT: return cache_observe_at(link, op);
+    case PS_OP_OBSERVE_RANGE: return cache_observe_range(link, op);
     case PS_OP_AXE: return cache_axe(link, op);
     default: return ps_stage_pass(link, op);
     }
