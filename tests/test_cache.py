@@ -220,10 +220,20 @@ def test_a_window_beyond_the_range_bound_goes_in_several_requests(space):
 
 
 def test_window_larger_than_capacity_is_refused(space):
-    with pytest.raises(ValueError, match=r"stage 'cache': window \(64\) must not exceed capacity \(8\)"):
-        prefetching(space, capacity=8)
+    with pytest.raises(ValueError, match=r"stage 'cache': window \(9\) must not exceed capacity \(8\)"):
+        prefetching(space, capacity=8, window=9)
     with pytest.raises(ValueError, match="parameter 'prefetch' must be one of none, all, window, got 'some'"):
         prefetching(space, mode="some")
+
+
+@pytest.mark.parametrize("mode", ["window", "all"])
+def test_a_window_not_given_is_at_most_the_capacity(space, mode):
+    space.enter("C", "qd").move_many([(i, 0.0) for i in range(20)])
+    h = prefetching(space, mode=mode, capacity=8)  # the default window, 64, would push itself out
+    assert h.observe(12) == (12, 0.0)
+    assert h.observe(15) == (15, 0.0)
+    counters = h.stage.counters()
+    assert counters["misses"] == 1 and counters["fetched"] == (8 if mode == "window" else 16)
 
 
 def test_a_window_over_remote_is_one_request(space):

@@ -12,7 +12,8 @@
  * window - 1 that exist (waiting for i only) with observe_range, one request per range bound
  * (PS_OP_RANGE_MAX_BYTES); the observes inside it are then local. "all": as "window", and when its
  * first caller attaches it reads the history there is, up to capacity tuples from the start. One
- * caller fetches a range at a time; another that misses meanwhile reads its one tuple.
+ * caller fetches a range at a time; another that misses meanwhile reads its one tuple. A window
+ * not given is 64 tuples, or the capacity when that is less.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -202,11 +203,17 @@ static prefetch mode_of(const ps_params *params) {
     return strcmp(mode, "all") == 0 ? PREFETCH_ALL : strcmp(mode, "window") == 0 ? PREFETCH_WINDOW : PREFETCH_NONE;
 }
 
+/* The window: as given, else its default, at most the capacity. */
+static int64_t window_of(const ps_params *params) {
+    int64_t window = ps_params_int(params, "window"), capacity = ps_params_int(params, "capacity");
+    return ps_params_given(params, "window") || window <= capacity ? window : capacity;
+}
+
 /* The tuples one range request fetches: a window ("all": the capacity), within the range bound. */
 static uint32_t staging_tuples(const ps_params *params, size_t tuple_size) {
     prefetch mode = mode_of(params);
     if (mode == PREFETCH_NONE) return 0;
-    int64_t want = ps_params_int(params, mode == PREFETCH_ALL ? "capacity" : "window");
+    int64_t want = mode == PREFETCH_ALL ? ps_params_int(params, "capacity") : window_of(params);
     return want < ps_op_range_max(tuple_size) ? (uint32_t)want : ps_op_range_max(tuple_size);
 }
 
@@ -222,7 +229,7 @@ static int cache_create(const ps_params *params, const ps_build_context *context
         snprintf(error, error_size, "stage 'cache': needs a stage below it (a path ends with 'core')");
         return PS_EINVAL;
     }
-    int64_t capacity = ps_params_int(params, "capacity"), window = ps_params_int(params, "window");
+    int64_t capacity = ps_params_int(params, "capacity"), window = window_of(params);
     if (mode_of(params) != PREFETCH_NONE && window > capacity) {
         snprintf(error, error_size, "stage 'cache': window (%lld) must not exceed capacity (%lld): a range fetched "
                  "would push itself out", (long long)window, (long long)capacity);
@@ -259,8 +266,8 @@ static const ps_param_spec CACHE_PARAMS[] = {
     {"prefetch", PS_PARAM_STR, 0, "none", 0, -1, "none|all|window",
      "none: a miss reads one tuple; window: a miss at i reads i .. i+window-1 in one request; all: as window, "
      "and the history there is when the first caller attaches", PS_PARAM_GIVEN},
-    {"window", PS_PARAM_INT, 0, "64", 1, 1 << 20, NULL, "tuples a miss fetches with prefetch (at most capacity)",
-     PS_PARAM_GIVEN},
+    {"window", PS_PARAM_INT, 0, "64", 1, 1 << 20, NULL,
+     "tuples a miss fetches with prefetch (at most capacity; not given: 64, or capacity if less)", PS_PARAM_GIVEN},
 };
 
 const ps_stage_kind ps_kind_cache = {

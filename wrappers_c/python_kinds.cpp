@@ -100,7 +100,7 @@ public:
         for (auto item : params) {
             names_.push_back(py::str(item.first));
             std::string what = "stage '" + kind_name + "': parameter '" + names_.back() + "'";
-            ps_param_value v{nullptr, PS_PARAM_STR, 0, 0.0, nullptr};
+            ps_param_value v{nullptr, PS_PARAM_STR, 0, 0.0, nullptr, 0};
             py::handle value = item.second;
             if (py::isinstance<py::bool_>(value)) {
                 throw py::type_error(what + " must not be a bool");

@@ -85,6 +85,7 @@ typedef struct ps_param_value {
     int64_t i;
     double f;
     const char *s;
+    int defaulted;             /* 1: not given, its default filled in */
 } ps_param_value;
 
 typedef struct ps_params {
@@ -97,6 +98,8 @@ typedef struct ps_params {
 int64_t ps_params_int(const ps_params *p, const char *name);
 double ps_params_float(const ps_params *p, const char *name);
 const char *ps_params_str(const ps_params *p, const char *name);
+/* Whether the path gave the parameter (0: it has its default). */
+int ps_params_given(const ps_params *p, const char *name);
 
 /* What a constructor may need besides its parameters. Fields not set (zero) ask for nothing. */
 typedef struct ps_build_context {

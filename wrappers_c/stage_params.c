@@ -27,6 +27,11 @@ const char *ps_params_str(const ps_params *p, const char *name) {
     return v && v->s ? v->s : "";
 }
 
+int ps_params_given(const ps_params *p, const char *name) {
+    const ps_param_value *v = find_value(p, name);
+    return v && !v->defaulted;
+}
+
 static const char *type_name(ps_param_type t) {
     return t == PS_PARAM_INT ? "an integer" : t == PS_PARAM_FLOAT ? "a number" : "a string";
 }
@@ -100,7 +105,7 @@ static size_t with_defaults(const ps_stage_kind *kind, const ps_params *given, p
     for (size_t k = 0; k < kind->param_count && n < MAX_PARAMS; k++) {
         const ps_param_spec *spec = &kind->params[k];
         if (!spec->default_value || find_value(given, spec->name)) continue;
-        ps_param_value v = {spec->name, spec->type, 0, 0.0, NULL};
+        ps_param_value v = {spec->name, spec->type, 0, 0.0, NULL, 1};
         if (spec->type == PS_PARAM_INT) v.i = strtoll(spec->default_value, NULL, 10);
         else if (spec->type == PS_PARAM_FLOAT) v.f = strtod(spec->default_value, NULL);
         else v.s = spec->default_value;
