@@ -226,6 +226,13 @@ def test_window_larger_than_capacity_is_refused(space):
         prefetching(space, mode="some")
 
 
+def test_a_window_without_prefetch_is_refused(space):
+    with pytest.raises(ValueError, match=r"stage 'cache': window \(4\) needs prefetch 'window' or 'all'"):
+        prefetching(space, mode="none", window=4)
+    with pytest.raises(ValueError, match=r"window \(4\) needs prefetch"):
+        build_path(make_path(stage("cache", window=4), stage("core", name="C", format="qd")), pastset=space)
+
+
 @pytest.mark.parametrize("mode", ["window", "all"])
 def test_a_window_not_given_is_at_most_the_capacity(space, mode):
     space.enter("C", "qd").move_many([(i, 0.0) for i in range(20)])

@@ -230,6 +230,11 @@ static int cache_create(const ps_params *params, const ps_build_context *context
         return PS_EINVAL;
     }
     int64_t capacity = ps_params_int(params, "capacity"), window = window_of(params);
+    if (mode_of(params) == PREFETCH_NONE && ps_params_given(params, "window")) {
+        snprintf(error, error_size, "stage 'cache': window (%lld) needs prefetch 'window' or 'all' (with prefetch "
+                 "'none' a miss reads its one tuple)", (long long)window);
+        return PS_EINVAL;
+    }
     if (mode_of(params) != PREFETCH_NONE && window > capacity) {
         snprintf(error, error_size, "stage 'cache': window (%lld) must not exceed capacity (%lld): a range fetched "
                  "would push itself out", (long long)window, (long long)capacity);
