@@ -64,9 +64,10 @@ def test_variables_that_say_nothing_sensible_are_named(environ, problem):
 
 # ---- the rendezvous ------------------------------------------------------------------------------
 
-def meet(size: int, environ: dict, checks=None, absent=(), then=None):
+def meet(size: int, environ: dict, checks=None, absent=(), then=None, failures=None, ended=None):
     """Every rank but `absent` exchanges at once (a thread each), then does then(rank, meeting)
-    if given, then finishes; each rank's answer (then's, if given) or error."""
+    if given, then finishes (failing with failures[rank] if given; when it ended in ended[rank]);
+    each rank's answer (then's, if given) or error."""
     answers: dict = {}
 
     def rank(r: int) -> None:
@@ -77,10 +78,12 @@ def meet(size: int, environ: dict, checks=None, absent=(), then=None):
                                           (checks or {}).get(r, "map m"))
             if then is not None:
                 answers[r] = then(r, meeting)
-            meeting.finish()
+            meeting.finish((failures or {}).get(r, ""))
         except RendezvousError as e:
             answers[r] = e
             meeting.close()
+        if ended is not None:
+            ended[r] = time.monotonic()
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(size) if r not in absent]
     for t in threads:
@@ -115,9 +118,13 @@ def test_rank_0_ignores_what_is_no_rank_of_its_run(tmp_path):
 
     environ = {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}
     result = {}
-    gather = threading.Thread(target=lambda: result.update(
-        answer=Rendezvous(Discovered("srun", 0, 2, "42.0", True), environ).exchange(
-            {"endpoints": {"n0": "tcp://127.0.0.1:7000"}, "keys": {}}, "map m")))
+
+    def rank_0() -> None:
+        meeting = Rendezvous(Discovered("srun", 0, 2, "42.0", True), environ)
+        result["answer"] = meeting.exchange({"endpoints": {"n0": "tcp://127.0.0.1:7000"}, "keys": {}}, "map m")
+        meeting.finish()
+
+    gather = threading.Thread(target=rank_0)
     gather.start()
     file = tmp_path / ".paths-rendezvous-srun-42.0"
     while not file.exists():
@@ -261,6 +268,47 @@ def test_the_last_barrier_is_not_taken_for_ready(tmp_path):
     for r in (0, 1):
         assert str(answers[r]) == (f"paths: rank {r} of 3 (srun, job 42.0): rank 2 sent something other than "
                                    f'{{"ready": true}}'), answers
+
+
+# ---- the last barrier -------------------------------------------------------------------------------
+
+def test_a_rank_that_fails_ends_the_last_barrier_for_every_rank_at_once(tmp_path):
+    """Rank 1 fails at its end while rank 3 still works (it waits, say, for rank 1's part of a
+    sum, which never comes). Rank 1 waits for no rank, and rank 0 tells every rank at once: ranks
+    0 and 2 wait no more for rank 3, and rank 3 learns it as soon as it comes to the barrier."""
+    ended: dict = {}
+    started = time.monotonic()
+    answers = meet(4, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}, then=lambda r, meeting: r == 3 and time.sleep(3),
+                   failures={1: "RuntimeError: boom (at app.py:3)"}, ended=ended)
+    assert answers[1] is False and ended[1] - started < 2, (answers, ended)
+    for r in (0, 2, 3):
+        assert str(answers[r]) == f"paths: rank {r} of 4 (srun, job 42.0): rank 1 failed: RuntimeError: boom (at app.py:3)"
+    assert ended[0] - started < 2 and ended[2] - started < 2 and 3 <= ended[3] - started < 5, ended
+
+
+def test_a_rank_gone_ends_the_last_barrier_for_every_rank_at_once(tmp_path):
+    """Rank 2 is gone without a word (killed, say): the others wait no more for rank 3."""
+    ended: dict = {}
+    started = time.monotonic()
+    answers = meet(4, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)},
+                   then=lambda r, meeting: (r == 2 and leave(meeting)) or (r == 3 and time.sleep(3)), ended=ended)
+    for r in (0, 1):
+        assert str(answers[r]) == f"paths: rank {r} of 4 (srun, job 42.0): rank 2 is gone before the last barrier"
+        assert ended[r] - started < 2, ended
+
+
+def test_rank_0_that_fails_tells_every_rank(tmp_path):
+    answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}, failures={0: "exit status 3"})
+    assert {r: str(answers[r]) for r in (1, 2)} == {
+        r: f"paths: rank {r} of 3 (srun, job 42.0): rank 0 failed: exit status 3" for r in (1, 2)}
+
+
+def test_ranks_that_succeed_wait_for_the_slowest_at_the_last_barrier(tmp_path):
+    ended: dict = {}
+    answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}, then=lambda r, meeting: r == 2 and time.sleep(1),
+                   ended=ended)
+    assert answers == {0: False, 1: False, 2: None}
+    assert min(ended.values()) >= ended[2] - 0.1, ended
 
 
 def test_no_rank_builds_at_a_server_before_it_admits_the_run(monkeypatch):

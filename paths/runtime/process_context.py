@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
 from .. import _native
+from . import program_failure
 from .acquire_hook import AcquireRequest, default_acquire, default_release, named_hook, reachable_nodes
 from .build import BuildContext, default_context
 from ..model.cluster_map import ClusterMap, MapError, open_map
@@ -32,6 +33,7 @@ from ..model.path_spec import PathSpec, make_path, stage
 from ..model.placement import PlacementWarning, place
 from .rank_discovery import ACQUIRE, MAP, POLICY, RELEASE, SUMS, Discovered, discover
 from .rank_wiring import wire
+from .rendezvous import RendezvousError
 from ..model.reduction_tree import plan_reduction
 from ..model.stage_kinds import kinds
 
@@ -193,7 +195,6 @@ _program: Optional[Runtime] = None
 _program_thread = 0
 _program_info: Optional[RuntimeInfo] = None
 _program_wiring = None
-_failure_before = None  # sys.last_value when the program started: an exception not of its run
 
 
 def current() -> Runtime:
@@ -201,7 +202,7 @@ def current() -> Runtime:
     environment its launcher gave it (paths launch, srun, mpirun; or PATHS_MAP)."""
     if _program is None and (discover().launcher or MAP in os.environ):
         start_program([])
-        atexit.register(end_program)
+        atexit.register(_end_at_exit)
     if _program is None:
         raise ValueError("paths.acquire: this process takes part in no run (a program of its own calls "
                          "paths_init first, or runs under paths launch, srun or mpirun, or with PATHS_MAP; "
@@ -278,8 +279,8 @@ def start_program(argv: list[str]) -> list[int]:
     NULL context. Returns the indices (in main's argv) of the arguments that are the program's
     own. With --paths-thread/--paths-threads the program says its rank itself, and nothing is
     started or found: its paths stay in this process."""
-    global _program, _program_thread, _program_info, _program_wiring, _failure_before
-    _failure_before = getattr(sys, "last_value", None)
+    global _program, _program_thread, _program_info, _program_wiring
+    program_failure.watch()
     options, others = program_options(argv)
     if "--paths-thread" in options or "--paths-threads" in options:
         thread, threads = _whole(options, "--paths-thread", 0), _whole(options, "--paths-threads", 1)
@@ -305,9 +306,9 @@ def start_program(argv: list[str]) -> list[int]:
         _native.serve_process(found.rank, runtime.threads, node, args,
                               lambda t, element, format: runtime.acquire(element, format, t),
                               lambda t, handle: runtime.release(handle, t))
-    except BaseException:
+    except BaseException as e:
         if wiring:
-            wiring.close()
+            wiring.close(raised_where(e))
         raise
     cluster_map = runtime.cluster_map
     _program, _program_thread, _program_wiring = runtime, found.rank, wiring
@@ -318,11 +319,11 @@ def start_program(argv: list[str]) -> list[int]:
     return [i + 1 for i in others]
 
 
-def end_program() -> None:
+def end_program(failure: str = "") -> None:
     """paths_finalize: give back the program's handles; with other ranks, wait for all of them
-    (the servers this process hosts may serve them) and close its servers. A Python program
-    that ends on an exception it did not handle (the interpreter sets sys.last_value, to another
-    than before the program started) waits for none: its launcher then ends the run."""
+    (the servers this process hosts may serve them) and close its servers. A program that fails
+    (`failure` says why, else paths/runtime/program_failure.py) waits for none: it tells the
+    others, and its launcher then ends the run. RendezvousError when another rank failed."""
     global _program, _program_wiring
     if _program is None:
         return
@@ -330,4 +331,12 @@ def end_program() -> None:
     _program = None
     wiring, _program_wiring = _program_wiring, None
     if wiring is not None:
-        wiring.close(failed=getattr(sys, "last_value", None) is not _failure_before)
+        wiring.close(failure or program_failure.failure())
+
+
+def _end_at_exit() -> None:
+    """end_program at the end of a Python program: another rank's failure in one line."""
+    try:
+        end_program()
+    except RendezvousError as e:
+        print(e, file=sys.stderr, flush=True)

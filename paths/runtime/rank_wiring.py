@@ -43,16 +43,17 @@ class Wiring:
     hosted: list[PathServer] = field(default_factory=list)  # the servers this process runs
     meeting: Optional[Rendezvous] = None
 
-    def close(self, failed: bool = False) -> None:
+    def close(self, failure: str = "") -> None:
         """At the end of the program: wait for every rank (the servers here may serve them), then
-        close the servers. A program that `failed` waits for no rank: the others may be waiting
-        for it (its part of a sum), and its end is what ends the run."""
-        if self.meeting is not None and failed:
-            self.meeting.close()
-        elif self.meeting is not None:
-            self.meeting.finish()
-        for server in self.hosted:
-            server.close()
+        close the servers. A program that fails (`failure` says why) waits for no rank: the
+        others may be waiting for it (its part of a sum); it tells them (Rendezvous.finish).
+        RendezvousError when another rank failed or is gone."""
+        try:
+            if self.meeting is not None:
+                self.meeting.finish(failure)
+        finally:
+            for server in self.hosted:
+                server.close()
 
 
 def wire(runtime, found: Discovered, environ: Mapping[str, str]) -> Wiring:

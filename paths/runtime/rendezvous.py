@@ -15,12 +15,13 @@ How the ranks find rank 0:
                                        folder every rank sees, as a home folder on a cluster.
 Every wait is bounded by PATHS_RENDEZVOUS_TIMEOUT seconds (default 60) and ends with a message
 naming what is missing, or ends early when a rank (or rank 0) is gone; the last barrier waits
-as long as the slowest rank runs.
+as long as the slowest rank runs, unless a rank fails or is gone: then it ends for every rank.
 
 The messages are JSON lines over TCP: {"rank", "size", "check", "servers"} to rank 0, then
-{"servers"} (or {"error"}) back; {"ready": true} to rank 0, then {"ready": true}
-(or {"error"}) back; {"done": true} both ways at the end. Across hosts, "servers" also holds
-each rank's CURVE client public key, the ones the servers then admit.
+{"servers"} (or {"error"}) back; {"ready": true} to rank 0, then {"ready": true} (or {"error"})
+back; at the end {"done": true} (or {"failed": why}) to rank 0, then {"done": true} (or
+{"error"}) back. Across hosts, "servers" also holds each rank's CURVE client public key, the
+ones the servers then admit.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ MESSAGE_BYTES = 1 << 20  # the most a message may take (a hello names a few serv
 # What a hello's servers hold: node -> endpoint, node -> the CURVE key proving its server, and
 # (across hosts) rank -> the CURVE client key it presents, which every server admits.
 SERVER_PARTS = ("endpoints", "keys", "clients")
-READY = {"ready": True}
+READY, DONE = {"ready": True}, {"done": True}
+FAILED = "failed"  # {"failed": why} from a rank that fails at its end
 VERDICT_SECONDS = 5.0  # how much longer than rank 0 the others wait for its verdict (on their hello, on ready)
 
 
@@ -271,7 +273,7 @@ class Rendezvous:
         rank at most the timeout, the others for rank 0's verdict (a little longer, so that its
         verdict, naming who was missing, comes first)."""
         if self.found.rank == 0:
-            self._gather_ready(time.monotonic() + self.timeout)
+            self._collect(READY, time.monotonic() + self.timeout, "before it was ready")
             return
         waited = self.timeout + VERDICT_SECONDS
         try:
@@ -282,22 +284,28 @@ class Rendezvous:
                              f"({TIMEOUT} to wait longer)") from None
         except OSError:
             answer = None
-        if answer is None:
-            raise self._fail("rank 0 is gone before every rank was ready")
-        if answer != READY:
-            raise self._fail(str(answer.get("error", f"rank 0 answered something other than {json.dumps(READY)}")))
+        self._verdict(READY, answer, "before every rank was ready")
 
-    def _gather_ready(self, deadline: float) -> None:
-        """Rank 0: every rank's READY, read as they come; then the verdict to every rank."""
+    def _verdict(self, expected: dict, answer: Optional[dict], gone: str) -> None:
+        """A rank but rank 0: rank 0's answer is `expected`, else it says what went wrong."""
+        if answer is None:
+            raise self._fail(f"rank 0 is gone {gone}")
+        if answer != expected:
+            raise self._fail(str(answer.get("error", f"rank 0 answered something other than {json.dumps(expected)}")))
+
+    def _collect(self, expected: dict, deadline: Optional[float], gone: str) -> None:
+        """Rank 0: `expected` from every rank, read as they come, until `deadline` (None: no
+        limit, as long as the slowest rank takes); then the verdict to every rank, at once when
+        a rank failed (it said so) or is gone: `expected`, or what went wrong, which it raises."""
         waiting = {peer.socket: rank for rank, peer in self.peers.items()}
         problem = ""
         while waiting and not problem:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 missing = ", ".join(str(r) for r in sorted(waiting.values()))
                 problem = f"ranks {missing} did not get ready within {self.timeout:g} s ({TIMEOUT} to wait longer)"
                 break
-            readable, _, _ = select.select(list(waiting), [], [], min(left, 0.5))
+            readable, _, _ = select.select(list(waiting), [], [], 0.5 if left is None else min(left, 0.5))
             for connection in readable:
                 rank = waiting[connection]
                 peer = self.peers[rank]
@@ -305,44 +313,49 @@ class Rendezvous:
                 if b"\n" not in peer.buffer:
                     if came:
                         continue  # the rest of its message is still on its way
-                    problem = f"rank {rank} is gone before it was ready"
+                    problem = f"rank {rank} is gone {gone}"
                     break
-                if peer.take() != READY:
-                    problem = f"rank {rank} sent something other than {json.dumps(READY)}"
+                message = peer.take()
+                if message != expected:
+                    problem = (f"rank {rank} failed: {message[FAILED]}" if message and FAILED in message else
+                               f"rank {rank} sent something other than {json.dumps(expected)}")
                     break
                 del waiting[connection]
-        for peer in self.peers.values():
-            try:
-                peer.send({"error": problem} if problem else READY)
-            except OSError:
-                pass  # that rank is gone
+        self._tell_peers({"error": problem} if problem else expected)
         if problem:
             raise self._fail(problem)
 
     # ---- the end ----------------------------------------------------------------------------------
 
-    def finish(self) -> None:
-        """The last barrier: returns when every rank has come to it, or is gone."""
-        if self.found.rank != 0:
+    def finish(self, failure: str = "") -> None:
+        """The last barrier: returns when every rank has come to it. A rank that fails (`failure`
+        says why, in one line) waits for none: the others may be waiting for it (its part of a
+        sum). It tells rank 0 (rank 0: every rank), and rank 0 ends the barrier for every rank at
+        once, as it does when a rank is gone: each raises a RendezvousError naming that rank."""
+        try:
+            if failure and self.found.rank == 0:
+                self._tell_peers({"error": f"rank 0 failed: {failure}"})
+            elif failure:
+                self._tell_peers({FAILED: failure})
+            elif self.found.rank == 0:
+                self._collect(DONE, None, "before the last barrier")
+            else:
+                try:
+                    self.peers[0].send(DONE)
+                    answer = self.peers[0].receive(None)
+                except OSError:
+                    answer = None
+                self._verdict(DONE, answer, "before the last barrier")
+        finally:
+            self.close()
+
+    def _tell_peers(self, message: dict) -> None:
+        """Rank 0: every other rank; the others: rank 0."""
+        for peer in self.peers.values():
             try:
-                self.peers[0].send({"done": True})
-                self.peers[0].receive(None)
+                peer.send(message)
             except OSError:
-                pass
-        else:
-            came = []
-            for peer in self.peers.values():
-                try:
-                    if peer.receive(None) is not None:
-                        came.append(peer)
-                except OSError:
-                    pass  # that rank is gone
-            for peer in came:
-                try:
-                    peer.send({"done": True})
-                except OSError:
-                    pass
-        self.close()
+                pass  # that rank is gone
 
     def close(self) -> None:
         for peer in self.peers.values():
