@@ -426,18 +426,22 @@ def test_ranks_on_other_hosts_admit_only_each_other(tmp_path):
         assert re.fullmatch(rf"rank {r} of 2 on n{r} by mpirun total 3 rendezvous rank 0 at tcp://[^:]+:\d+\n", out)
 
 
-def test_a_rank_that_fails_ends_at_once_though_the_others_wait_for_it(tmp_path):
-    """Rank 1 raises once wired, and rank 0 waits in the sum for rank 1's part. Rank 1 must not
-    wait for rank 0 at the last barrier: it ends at once with its error and status 1, and so
-    its launcher ends the run (here the test ends rank 0)."""
+@pytest.mark.parametrize("how, status, said", [
+    ([], 1, "RuntimeError: rank 1 fails\n"), (["3"], 3, ""), (["rank 1 gives up"], 1, "rank 1 gives up\n"),
+], ids=["raises", "sys.exit(3)", "sys.exit(message)"])
+def test_a_rank_that_fails_ends_at_once_though_the_others_wait_for_it(tmp_path, how, status, said):
+    """Rank 1 fails once wired (raises, or calls sys.exit with a failing status), and rank 0
+    waits in the sum for rank 1's part. Rank 1 must not wait for rank 0 at the last barrier: it
+    ends at once with its error and status, and so its launcher ends the run (here the test ends
+    rank 0)."""
     env = {**os.environ, "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "PMIX_NAMESPACE": "fails",
            "PATHS_MAP": "paper-2w", "PATHS_SUM": "TOTAL", "PATHS_RENDEZVOUS_DIR": str(tmp_path)}
-    ranks = [subprocess.Popen([sys.executable, APP, "fail", "1"], env={**env, "OMPI_COMM_WORLD_RANK": str(r)},
+    ranks = [subprocess.Popen([sys.executable, APP, "fail", "1", *how], env={**env, "OMPI_COMM_WORLD_RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
     try:
         out, err = ranks[1].communicate(timeout=20)
-        assert (ranks[1].returncode, out) == (1, ""), err
-        assert err.endswith("RuntimeError: rank 1 fails\n"), err
+        assert (ranks[1].returncode, out) == (status, ""), err
+        assert err.endswith(said), err
         assert ranks[0].poll() is None  # still waiting for rank 1's part
     finally:
         for rank in ranks:
@@ -460,12 +464,14 @@ def test_mpirun_ranks_find_each_other_and_sum(openmpi, tmp_path, policy, nodes):
     assert list(tmp_path.iterdir()) == []  # the rendezvous file is gone
 
 
-def test_mpirun_ends_when_a_rank_fails(openmpi, tmp_path):
-    """Rank 1 raises while the others wait in the sum for its part (each at most 60 s): mpirun
-    ends the run as soon as rank 1 ends, with its error and a status that is not 0."""
+@pytest.mark.parametrize("how, said", [([], "RuntimeError: rank 1 fails"), (["3"], "")], ids=["raises", "sys.exit(3)"])
+def test_mpirun_ends_when_a_rank_fails(openmpi, tmp_path, how, said):
+    """Rank 1 fails (raises, or calls sys.exit(3)) while the others wait in the sum for its part
+    (each at most 60 s): mpirun ends the run as soon as rank 1 ends, with its error and a status
+    that is not 0."""
     env = {**os.environ, **openmpi, "PATHS_MAP": "paper-4w", "PATHS_SUM": "TOTAL"}
     started = time.monotonic()
-    done = subprocess.run(["mpirun", "-np", "4", sys.executable, APP, "fail", "1"], capture_output=True, text=True,
-                          timeout=120, env=env, cwd=tmp_path)
-    assert done.returncode != 0 and "RuntimeError: rank 1 fails" in done.stderr, done.stdout + done.stderr
+    done = subprocess.run(["mpirun", "-np", "4", sys.executable, APP, "fail", "1", *how], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=tmp_path)
+    assert done.returncode != 0 and said in done.stderr, done.stdout + done.stderr
     assert time.monotonic() - started < 30

@@ -202,6 +202,7 @@ def current() -> Runtime:
     environment its launcher gave it (paths launch, srun, mpirun; or PATHS_MAP)."""
     if _program is None and (discover().launcher or MAP in os.environ):
         start_program([])
+        program_failure.watch_exits()
         atexit.register(_end_at_exit)
     if _program is None:
         raise ValueError("paths.acquire: this process takes part in no run (a program of its own calls "
