@@ -642,6 +642,48 @@ def test_a_program_of_its_own_as_ranks_of_paths_launch(program, tmp_path):
     assert {m[5] for m in found} == {str(3 * 332833500)}
 
 
+@pytest.fixture(scope="module")
+def rank_program(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rank_program")
+    compile_c("-Wall", "-Wextra", "-Werror", str(C_TESTS / "rank_program.c"), *config("--cflags", "--libs"),
+              "-o", "rank_program", cwd=folder)
+    return folder / "rank_program"
+
+
+def start_ranks(program: Path, size: int, *args: str, folder: Path) -> list[subprocess.Popen]:
+    """`size` ranks of the C program under mpirun's variables (no mpirun), on map paper-2w."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHOME"}
+    env.update({"OMPI_COMM_WORLD_SIZE": str(size), "OMPI_COMM_WORLD_LOCAL_SIZE": str(size),
+                "PMIX_NAMESPACE": folder.name, "PATHS_MAP": "paper-2w", "PATHS_SUM": "TOTAL",
+                "PATHS_RENDEZVOUS_DIR": str(folder)})
+    return [subprocess.Popen([str(program), *args], env={**env, "OMPI_COMM_WORLD_RANK": str(r)},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(size)]
+
+
+def test_a_program_that_ends_without_paths_finalize_is_finalized_on_its_way_out(rank_program, tmp_path):
+    """Both ranks return 0 from main without paths_finalize: each still meets the other at the
+    last barrier on its way out, and exits 0 (not killed by Python's end in a static destructor)."""
+    ranks = start_ranks(rank_program, 2, "unfinalized", folder=tmp_path)
+    outcomes = [rank.communicate(timeout=60) for rank in ranks]
+    assert [(rank.returncode, out) for rank, (out, _) in zip(ranks, outcomes)] == [
+        (0, f"rank {r} total 3\n") for r in range(2)], outcomes
+
+
+def test_a_program_rank_that_returns_a_failure_ends_at_once_though_the_others_wait_for_it(rank_program,
+                                                                                          tmp_path):
+    """Rank 1 returns 3 without paths_finalize before it adds its part, which rank 0 waits for.
+    It ends at once with status 3, and so its launcher ends the run (here the test ends rank 0)."""
+    ranks = start_ranks(rank_program, 2, "fail", "1", "3", folder=tmp_path)
+    try:
+        out, err = ranks[1].communicate(timeout=20)
+        assert (ranks[1].returncode, out, err) == (3, "", "")
+        assert ranks[0].poll() is None  # still waiting for rank 1's part
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.communicate()
+
+
 @pytest.mark.parametrize("args, line", [
     (["--paths-map", "no-such-map"], "paths_init: --paths-map: no built-in map 'no-such-map': expected one of local, "
                                      "multicluster, paper-2w, paper-4w, paper-8w"),

@@ -155,8 +155,11 @@ int64_t paths_now_ns(void);                        /* a monotonic clock */
  * Without --paths-thread the program is a rank of `paths launch`, srun or mpirun (rank 0 of 1
  * under none): its rank, the size and the node servers come from the launcher's environment
  * (docs/launch.md), and paths_finalize waits for the other ranks. It returns PATHS_OK, or a
- * status after printing one line that says what to fix. Compile and link with
- * `cc prog.c $(python -m paths config --cflags --libs)`. */
+ * status after printing one line that says what to fix. A program that ends without
+ * paths_finalize (returns from main, calls exit) is finalized on its way out: with status 0 as
+ * paths_finalize would; with another it has failed, and waits for no rank but tells them, so
+ * that none waits for it (its part of a sum) and its launcher ends the run at once. Compile and
+ * link with `cc prog.c $(python -m paths config --cflags --libs)`. */
 int paths_init(int *argc, char ***argv);
 void paths_finalize(void);
 

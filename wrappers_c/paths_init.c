@@ -2,7 +2,10 @@
  * installed `paths` package next to this library, and lets paths.runtime read the program's
  * --paths-* options (the map, its thread and node, the hooks), which it takes out of argv. From
  * then on the program's paths_* calls with a NULL context go to that runtime; the GIL is free
- * while the program runs, taken only to acquire and release handles. */
+ * while the program runs, taken only to acquire and release handles. A program that ends
+ * without paths_finalize (returns from main, calls exit) is finalized on its way out, by an
+ * exit handler that sees its exit status: one other than 0 is its failure, which the other
+ * ranks are told instead of being waited for. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
@@ -15,6 +18,7 @@
 
 static int initialized;
 static int started_python;     /* paths_init started the interpreter: paths_finalize ends it */
+static int exit_handled;       /* finalize_at_exit is registered (once per process) */
 static PyThreadState *program; /* the main thread's Python state while the program runs */
 
 /* Prints the pending Python exception as one line, "call: message" (a ValueError says what to
@@ -89,6 +93,30 @@ static void stop_python(void) {
     started_python = 0;
 }
 
+/* end_program(failure) of paths.runtime (with other ranks: the last barrier, or, with a failure
+ * of one line, telling them why instead), then the end of the interpreter if paths_init started it. */
+static void finalize(const char *failure) {
+    if (!initialized) return;
+    initialized = 0;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *runtime = PyImport_ImportModule("paths.runtime.process_context");
+    PyObject *done = runtime ? PyObject_CallMethod(runtime, "end_program", "s", failure) : NULL;
+    if (!done) report_python_error("paths_finalize");
+    Py_XDECREF(done);
+    Py_XDECREF(runtime);
+    PyGILState_Release(gil);
+    stop_python();
+}
+
+/* The program ends without paths_finalize: with the status it gave exit (or main returned). */
+static void finalize_at_exit(int status, void *unused) {
+    (void)unused;
+    if (!initialized || !Py_IsInitialized()) return; /* finalized, or Python ended by the program itself */
+    char failure[64] = "";
+    if (status & 0xff) snprintf(failure, sizeof failure, "exit status %d without paths_finalize", status & 0xff);
+    finalize(failure);
+}
+
 int paths_init(int *argc, char ***argv) {
     if (initialized) {
         fprintf(stderr, "paths_init: called twice (call paths_finalize first)\n");
@@ -118,18 +146,8 @@ int paths_init(int *argc, char ***argv) {
     if (started_python) program = PyEval_SaveThread();
     initialized = rc == PATHS_OK;
     if (!initialized) stop_python();
+    if (initialized && !exit_handled) exit_handled = on_exit(finalize_at_exit, NULL) == 0;
     return rc;
 }
 
-void paths_finalize(void) {
-    if (!initialized) return;
-    initialized = 0;
-    PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject *runtime = PyImport_ImportModule("paths.runtime.process_context");
-    PyObject *done = runtime ? PyObject_CallMethod(runtime, "end_program", NULL) : NULL;
-    if (!done) report_python_error("paths_finalize");
-    Py_XDECREF(done);
-    Py_XDECREF(runtime);
-    PyGILState_Release(gil);
-    stop_python();
-}
+void paths_finalize(void) { finalize(""); }

@@ -1,0 +1,32 @@
+/* rank_program.c — a program of its own (a main) that tests/test_kernels.py runs as ranks under
+ * mpirun's variables, as tests/rank_app.py is run in Python:
+ *     rank_program sum           every rank adds rank+1 into the sum TOTAL, prints
+ *                                `rank R total T` (waiting at most 60 s for it), calls
+ *                                paths_finalize and returns 0
+ *     rank_program unfinalized   as sum, but returns 0 without paths_finalize
+ *     rank_program fail R S      as sum, but rank R returns S without paths_finalize before it
+ *                                adds its part (the others wait for it)
+ */
+#include <paths.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char **argv) {
+    if (paths_init(&argc, &argv) != PATHS_OK) return 2; /* it said why */
+    const char *what = argc > 1 ? argv[1] : "";
+    int rank = paths_thread(NULL);
+    if (strcmp(what, "fail") == 0 && argc == 4 && rank == atoi(argv[2])) return atoi(argv[3]);
+    paths_handle *total = paths_acquire(NULL, "TOTAL", "q");
+    int64_t mine = rank + 1, all = 0;
+    int rc = total ? paths_move(total, &mine, PATHS_FOREVER) : PATHS_EFAILED;
+    if (rc == PATHS_OK) rc = paths_observe(total, &all, 60 * 1000000000LL);
+    if (rc != PATHS_OK) {
+        fprintf(stderr, "rank %d: the sum TOTAL: %s %s\n", rank, paths_strerror(rc), paths_last_error(NULL));
+        return 1;
+    }
+    printf("rank %d total %lld\n", rank, (long long)all);
+    fflush(stdout);
+    if (strcmp(what, "unfinalized") != 0) paths_finalize();
+    return 0;
+}
