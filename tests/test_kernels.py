@@ -684,6 +684,21 @@ def test_a_program_rank_that_returns_a_failure_ends_at_once_though_the_others_wa
             rank.communicate()
 
 
+def test_a_program_rank_that_says_it_fails_waits_for_no_rank_at_paths_finalize(rank_program, tmp_path):
+    """Rank 1 says why it fails with paths_fail(NULL, ...), then calls paths_finalize before it
+    adds its part to the sum rank 0 waits for: paths_finalize waits for no rank, so rank 1 ends
+    at once."""
+    ranks = start_ranks(rank_program, 2, "said", "1", folder=tmp_path)
+    try:
+        out, err = ranks[1].communicate(timeout=20)
+        assert (ranks[1].returncode, out, err) == (1, "", "rank 1 gives up\n")
+        assert ranks[0].poll() is None  # still waiting for rank 1's part
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.communicate()
+
+
 @pytest.mark.parametrize("args, line", [
     (["--paths-map", "no-such-map"], "paths_init: --paths-map: no built-in map 'no-such-map': expected one of local, "
                                      "multicluster, paper-2w, paper-4w, paper-8w"),

@@ -26,17 +26,40 @@ static paths_kernel_ctx *context(const paths_kernel_ctx *c) {
     return own ? own : &no_context;
 }
 
+const char *ps_kernel_program_failure(void) {
+    const paths_kernel_ctx *own = atomic_load(&process_context);
+    if (!own || !own->failed) return NULL;
+    return own->error[0] ? own->error : "paths_fail with no reason";
+}
+
+/* The context's error line; an argument may be that line itself (paths_last_error). */
+static void say(paths_kernel_ctx *c, const char *format, va_list args) {
+    char line[sizeof c->error];
+    vsnprintf(line, sizeof line, format, args);
+    memcpy(c->error, line, sizeof line);
+}
+
 int paths_fail(paths_kernel_ctx *c, int status, const char *format, ...) {
     c = context(c);
     va_list args;
     va_start(args, format);
-    vsnprintf(c->error, sizeof c->error, format, args);
+    say(c, format, args);
+    va_end(args);
+    c->failed = 1;
+    return status;
+}
+
+/* Why a call failed, as paths_fail says it, but the thread has not said that it fails. */
+__attribute__((format(printf, 3, 4))) static int explain(paths_kernel_ctx *c, int status, const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    say(c, format, args);
     va_end(args);
     return status;
 }
 
 static int no_run(paths_kernel_ctx *c, const char *call) {
-    return paths_fail(c, PS_EINVAL, "%s: no PATHS run here: a program of its own calls paths_init first", call);
+    return explain(c, PS_EINVAL, "%s: no PATHS run here: a program of its own calls paths_init first", call);
 }
 
 int paths_thread(const paths_kernel_ctx *c) { return context(c)->thread; }
@@ -61,30 +84,30 @@ const char *paths_arg(const paths_kernel_ctx *c, const char *key) {
 
 int paths_arg_int(paths_kernel_ctx *c, const char *key, int64_t *out) {
     if (!out)
-        return paths_fail(context(c), PS_EINVAL, "paths_arg_int('%s'): expected where to put the value, got NULL",
-                          key ? key : "(null)");
+        return explain(context(c), PS_EINVAL, "paths_arg_int('%s'): expected where to put the value, got NULL",
+                       key ? key : "(null)");
     const char *text = paths_arg(c, key);
     if (!text) return PS_OK;
     char *end = NULL;
     errno = 0;
     long long value = strtoll(text, &end, 10);
     if (!*text || *end || errno)
-        return paths_fail(context(c), PS_EINVAL, "--arg %s=%s: expected a whole number", key, text);
+        return explain(context(c), PS_EINVAL, "--arg %s=%s: expected a whole number", key, text);
     *out = value;
     return PS_OK;
 }
 
 int paths_arg_double(paths_kernel_ctx *c, const char *key, double *out) {
     if (!out)
-        return paths_fail(context(c), PS_EINVAL, "paths_arg_double('%s'): expected where to put the value, got NULL",
-                          key ? key : "(null)");
+        return explain(context(c), PS_EINVAL, "paths_arg_double('%s'): expected where to put the value, got NULL",
+                       key ? key : "(null)");
     const char *text = paths_arg(c, key);
     if (!text) return PS_OK;
     char *end = NULL;
     errno = 0;
     double value = strtod(text, &end);
     if (!*text || *end || errno)
-        return paths_fail(context(c), PS_EINVAL, "--arg %s=%s: expected a number", key, text);
+        return explain(context(c), PS_EINVAL, "--arg %s=%s: expected a number", key, text);
     *out = value;
     return PS_OK;
 }
@@ -101,7 +124,7 @@ static ps_link *acquire_link(paths_kernel_ctx *c, const char *element, const cha
     ps_link *link = run->hooks.acquire(run->hooks.data, c->thread, element, format, status, c->error,
                                        sizeof c->error);
     if (!link && !c->error[0])
-        paths_fail(c, *status, "paths_acquire('%s', '%s'): %s", element, format, ps_status_name(*status));
+        explain(c, *status, "paths_acquire('%s', '%s'): %s", element, format, ps_status_name(*status));
     return link;
 }
 
@@ -112,15 +135,15 @@ paths_handle *paths_acquire(paths_kernel_ctx *c, const char *element, const char
         return NULL;
     }
     if (!element || !*element || !format || !*format) {
-        paths_fail(c, PS_EINVAL, "paths_acquire: expected an element name and a format, got '%s', '%s'",
-                        element ? element : "(null)", format ? format : "(null)");
+        explain(c, PS_EINVAL, "paths_acquire: expected an element name and a format, got '%s', '%s'",
+                element ? element : "(null)", format ? format : "(null)");
         return NULL;
     }
     if (c->held_count == c->held_capacity) { /* room first: nothing can fail once the link exists */
         int capacity = c->held_capacity ? 2 * c->held_capacity : 8;
         ps_link **grown = realloc(c->held, (size_t)capacity * sizeof *grown);
         if (!grown) {
-            paths_fail(c, PS_ENOMEM, "paths_acquire('%s', '%s'): out of memory", element, format);
+            explain(c, PS_ENOMEM, "paths_acquire('%s', '%s'): out of memory", element, format);
             return NULL;
         }
         c->held = grown;
@@ -140,7 +163,7 @@ void paths_release(paths_kernel_ctx *c, paths_handle *h) {
         c->run->hooks.release(c->run->hooks.data, c->thread, (ps_link *)h);
         return;
     }
-    c->misuse = paths_fail(c, PS_EINVAL, "paths_release: given a handle thread %d does not hold", c->thread);
+    c->misuse = explain(c, PS_EINVAL, "paths_release: given a handle thread %d does not hold", c->thread);
 }
 
 void ps_context_release_all(paths_kernel_ctx *c) {
@@ -202,11 +225,11 @@ static int run_barrier(paths_kernel_ctx *c, int64_t timeout_ns) {
     if (rc == PS_OK) c->barrier_moved = 0;
     if (rc != PS_OK) {
         const char *why = ps_stage_error(c->barrier->stage);
-        return paths_fail(c, rc, "paths_barrier: %s%s%s", ps_status_name(rc), *why ? ": " : "", why);
+        return explain(c, rc, "paths_barrier: %s%s%s", ps_status_name(rc), *why ? ": " : "", why);
     }
     if (total != c->run->threads)
-        return paths_fail(c, PATHS_EFAILED, "paths_barrier: %lld threads arrived, the run has %d",
-                               (long long)total, c->run->threads);
+        return explain(c, PATHS_EFAILED, "paths_barrier: %lld threads arrived, the run has %d",
+                       (long long)total, c->run->threads);
     return PS_OK;
 }
 
@@ -214,11 +237,11 @@ int paths_barrier(paths_kernel_ctx *c, int64_t timeout_ns) {
     c = context(c);
     if (!c->run) return no_run(c, "paths_barrier");
     if (timeout_ns < 0 && timeout_ns != PATHS_FOREVER)
-        return paths_fail(c, PS_EINVAL, "paths_barrier: timeout %lld ns: expected 0 or more, or PATHS_FOREVER",
-                          (long long)timeout_ns);
+        return explain(c, PS_EINVAL, "paths_barrier: timeout %lld ns: expected 0 or more, or PATHS_FOREVER",
+                       (long long)timeout_ns);
     if (c->run->spans_processes) return run_barrier(c, timeout_ns);
     int rc = local_barrier(&c->run->barrier, c->run->local, timeout_ns);
-    if (rc != PS_OK) paths_fail(c, rc, "paths_barrier: %s", ps_status_name(rc));
+    if (rc != PS_OK) explain(c, rc, "paths_barrier: %s", ps_status_name(rc));
     return rc;
 }
 
@@ -235,8 +258,8 @@ static int column_name(const char *name) {
 void paths_report(paths_kernel_ctx *c, const char *name, double value) {
     c = context(c);
     if (!column_name(name)) {
-        c->misuse = paths_fail(c, PS_EINVAL, "paths_report: expected a column name of 1 to %d letters, "
-                                    "digits and _ . - / %%, got '%s'", PS_REPORT_NAME_MAX, name ? name : "(null)");
+        c->misuse = explain(c, PS_EINVAL, "paths_report: expected a column name of 1 to %d letters, "
+                            "digits and _ . - / %%, got '%s'", PS_REPORT_NAME_MAX, name ? name : "(null)");
         return;
     }
     for (int i = 0; i < c->report_count; i++) {
@@ -247,8 +270,8 @@ void paths_report(paths_kernel_ctx *c, const char *name, double value) {
     }
     if (c->report_count == PS_REPORTS_MAX) {  /* the first column over the limit names it, not a later one */
         if (c->misuse == PS_OK)
-            c->misuse = paths_fail(c, PS_EINVAL, "paths_report('%s'): a thread reports at most %d columns", name,
-                                   PS_REPORTS_MAX);
+            c->misuse = explain(c, PS_EINVAL, "paths_report('%s'): a thread reports at most %d columns", name,
+                                PS_REPORTS_MAX);
         return;
     }
     ps_report *report = &c->reports[c->report_count++];

@@ -80,6 +80,8 @@ const char *ps_kernel_run_report(const ps_kernel_run *run, int local, int index,
 /* The run's one context serves a program of its own: paths_* calls with a NULL context use it.
  * NULL clears it. The run must outlive its use. */
 void ps_kernel_run_serve_process(ps_kernel_run *run);
+/* Why the program of its own fails, once it said so with paths_fail(NULL, ...); else NULL. */
+const char *ps_kernel_program_failure(void);
 
 /* Gives back (through the release hook) every handle the kernels still hold, and frees the run. */
 void ps_kernel_run_free(ps_kernel_run *run);

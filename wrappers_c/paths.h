@@ -128,7 +128,9 @@ void paths_release(paths_kernel_ctx *c, paths_handle *h);
 const char *paths_last_error(const paths_kernel_ctx *c);
 
 /* Says why the kernel fails, as one line (printf-style), for the run's error message; returns
- * `status`:  return paths_fail(c, PATHS_EINVAL, "--arg rounds: expected > 0, got %lld", r); */
+ * `status`:  return paths_fail(c, PATHS_EINVAL, "--arg rounds: expected > 0, got %lld", r);
+ * An argument may be paths_last_error(c). A program of its own (NULL context) that calls it has
+ * failed: paths_finalize then tells the other ranks this line and waits for none (see below). */
 int paths_fail(paths_kernel_ctx *c, int status, const char *format, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -155,11 +157,12 @@ int64_t paths_now_ns(void);                        /* a monotonic clock */
  * Without --paths-thread the program is a rank of `paths launch`, srun or mpirun (rank 0 of 1
  * under none): its rank, the size and the node servers come from the launcher's environment
  * (docs/launch.md), and paths_finalize waits for the other ranks. It returns PATHS_OK, or a
- * status after printing one line that says what to fix. A program that ends without
- * paths_finalize (returns from main, calls exit) is finalized on its way out: with status 0 as
- * paths_finalize would; with another it has failed, and waits for no rank but tells them, so
- * that none waits for it (its part of a sum) and its launcher ends the run at once. Compile and
- * link with `cc prog.c $(python -m paths config --cflags --libs)`. */
+ * status after printing one line that says what to fix. A program that fails waits for no
+ * rank but tells them, so that none waits for it (its part of a sum) and its launcher ends the
+ * run at once: one that said so with paths_fail(NULL, ...) before paths_finalize, or that ends
+ * without paths_finalize (returns from main, calls exit) with a status other than 0 (it is
+ * finalized on its way out; with status 0 as paths_finalize would). Compile and link with
+ * `cc prog.c $(python -m paths config --cflags --libs)`. */
 int paths_init(int *argc, char ***argv);
 void paths_finalize(void);
 

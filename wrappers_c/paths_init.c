@@ -4,8 +4,8 @@
  * then on the program's paths_* calls with a NULL context go to that runtime; the GIL is free
  * while the program runs, taken only to acquire and release handles. A program that ends
  * without paths_finalize (returns from main, calls exit) is finalized on its way out, by an
- * exit handler that sees its exit status: one other than 0 is its failure, which the other
- * ranks are told instead of being waited for. */
+ * exit handler that sees its exit status: one other than 0 is its failure, as is what it said
+ * with paths_fail(NULL, ...), which the other ranks are told instead of being waited for. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernel_run.h"
 #include "paths.h"
 
 static int initialized;
@@ -94,13 +95,15 @@ static void stop_python(void) {
 }
 
 /* end_program(failure) of paths.runtime (with other ranks: the last barrier, or, with a failure
- * of one line, telling them why instead), then the end of the interpreter if paths_init started it. */
+ * of one line, telling them why instead), then the end of the interpreter if paths_init started it.
+ * What the program said with paths_fail(NULL, ...) is its failure first. */
 static void finalize(const char *failure) {
     if (!initialized) return;
     initialized = 0;
+    const char *said = ps_kernel_program_failure();
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *runtime = PyImport_ImportModule("paths.runtime.process_context");
-    PyObject *done = runtime ? PyObject_CallMethod(runtime, "end_program", "s", failure) : NULL;
+    PyObject *done = runtime ? PyObject_CallMethod(runtime, "end_program", "s", said ? said : failure) : NULL;
     if (!done) report_python_error("paths_finalize");
     Py_XDECREF(done);
     Py_XDECREF(runtime);

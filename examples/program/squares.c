@@ -7,14 +7,16 @@
  * It moves the squares of 0 .. N-1 into element "squares", reads them back and adds them, then
  * contributes the sum to the sum element TOTAL (a run of one thread here) and prints
  *   squares: node localhost, thread 0 of 1, sum 332833500, total 332833500
- * It exits 1 when a call fails (saying which and why), 2 for bad options.
+ * It exits 1 when a call fails (saying which and why: paths_fail tells the other ranks too, so
+ * that paths_finalize waits for none of them), 2 for bad options.
  */
 #include <paths.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 static int failed(const char *call, int status) {
-    fprintf(stderr, "squares: %s: %s %s\n", call, paths_strerror(status), paths_last_error(NULL));
+    paths_fail(NULL, status, "squares: %s: %s %s", call, paths_strerror(status), paths_last_error(NULL));
+    fprintf(stderr, "%s\n", paths_last_error(NULL));
     paths_finalize();
     return 1;
 }

@@ -6,6 +6,8 @@
  *     rank_program unfinalized   as sum, but returns 0 without paths_finalize
  *     rank_program fail R S      as sum, but rank R returns S without paths_finalize before it
  *                                adds its part (the others wait for it)
+ *     rank_program said R        as sum, but rank R says `rank R gives up` with paths_fail (and
+ *                                prints it), calls paths_finalize and returns 1 before its part
  */
 #include <paths.h>
 #include <stdio.h>
@@ -17,6 +19,12 @@ int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "";
     int rank = paths_thread(NULL);
     if (strcmp(what, "fail") == 0 && argc == 4 && rank == atoi(argv[2])) return atoi(argv[3]);
+    if (strcmp(what, "said") == 0 && argc == 3 && rank == atoi(argv[2])) {
+        paths_fail(NULL, PATHS_EFAILED, "rank %d gives up", rank);
+        fprintf(stderr, "%s\n", paths_last_error(NULL));
+        paths_finalize();
+        return 1;
+    }
     paths_handle *total = paths_acquire(NULL, "TOTAL", "q");
     int64_t mine = rank + 1, all = 0;
     int rc = total ? paths_move(total, &mine, PATHS_FOREVER) : PATHS_EFAILED;
