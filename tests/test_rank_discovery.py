@@ -246,7 +246,8 @@ def test_a_rank_that_never_gets_ready_is_named_within_the_timeout(tmp_path):
     for r in (0, 1):
         assert str(answers[r]) == (f"paths: rank {r} of 3 (srun, job 42.0): ranks 2 did not get ready within 1 s "
                                    f"(PATHS_RENDEZVOUS_TIMEOUT to wait longer)"), answers
-        assert 1 <= times[r][1] - times[r][0] < 2, times
+        # rank 0 gives up the timeout after it began to wait, and rank 1 hears so then
+        assert times[r][1] - times[0][0] >= 1 and times[r][1] - times[r][0] < 2, times
 
 
 def test_a_rank_gone_before_it_is_ready_is_named_at_once(tmp_path):
