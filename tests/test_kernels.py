@@ -669,29 +669,20 @@ def test_a_program_that_ends_without_paths_finalize_is_finalized_on_its_way_out(
         (0, f"rank {r} total 3\n") for r in range(2)], outcomes
 
 
-def test_a_program_rank_that_returns_a_failure_ends_at_once_though_the_others_wait_for_it(rank_program,
-                                                                                          tmp_path):
-    """Rank 1 returns 3 without paths_finalize before it adds its part, which rank 0 waits for.
-    It ends at once with status 3, and so its launcher ends the run (here the test ends rank 0)."""
-    ranks = start_ranks(rank_program, 2, "fail", "1", "3", folder=tmp_path)
+@pytest.mark.parametrize("how, status, err", [
+    (("fail", "1", "3"), 3, ""),            # returns 3 without paths_finalize
+    (("said", "1"), 1, "rank 1 gives up\n"),  # says why with paths_fail(NULL, ...), then paths_finalize
+], ids=["returns a failure", "says it fails"])
+def test_a_program_rank_that_fails_ends_at_once_though_the_others_wait_for_it(rank_program, tmp_path, how, status,
+                                                                              err):
+    """Rank 1 fails before it adds its part to the sum rank 0 waits for: returning a failure
+    without paths_finalize, or saying so with paths_fail(NULL, ...) before paths_finalize. It
+    waits for no rank and ends at once with its status, and so its launcher ends the run (here
+    the test ends rank 0)."""
+    ranks = start_ranks(rank_program, 2, *how, folder=tmp_path)
     try:
-        out, err = ranks[1].communicate(timeout=20)
-        assert (ranks[1].returncode, out, err) == (3, "", "")
-        assert ranks[0].poll() is None  # still waiting for rank 1's part
-    finally:
-        for rank in ranks:
-            rank.kill()
-            rank.communicate()
-
-
-def test_a_program_rank_that_says_it_fails_waits_for_no_rank_at_paths_finalize(rank_program, tmp_path):
-    """Rank 1 says why it fails with paths_fail(NULL, ...), then calls paths_finalize before it
-    adds its part to the sum rank 0 waits for: paths_finalize waits for no rank, so rank 1 ends
-    at once."""
-    ranks = start_ranks(rank_program, 2, "said", "1", folder=tmp_path)
-    try:
-        out, err = ranks[1].communicate(timeout=20)
-        assert (ranks[1].returncode, out, err) == (1, "", "rank 1 gives up\n")
+        out, got_err = ranks[1].communicate(timeout=20)
+        assert (ranks[1].returncode, out, got_err) == (status, "", err)
         assert ranks[0].poll() is None  # still waiting for rank 1's part
     finally:
         for rank in ranks:
