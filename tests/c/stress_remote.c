@@ -34,11 +34,12 @@
  *   allreduce  groups of allreduce members, each in a thread of its own, all finding each other
  *           through this process's server (PEER): 6 by recursive doubling over tcp (two past the
  *           largest power of two), 7 up and down a tree of fan-in 3 over ipc, 4 whose every call
- *           has a timeout of 1 us and is retried until it goes through (joining and rounds left
- *           half done and taken up again). Every round's total exact at every member, its double
- *           field the same bits at every member, and rank 0's element one total per round, in
- *           order. Before the first group starts, connections that present garbage, a wrong
- *           secret or no partner's rank are made to its rank 0: each refused and counted.
+ *           has a timeout of 1 us and is retried, the core yielded between tries, until it goes
+ *           through (joining and rounds left half done and taken up again). Every round's total
+ *           exact at every member, its double field the same bits at every member, and rank 0's
+ *           element one total per round, in order. Before the first group starts, connections
+ *           that present garbage, a wrong secret or no partner's rank are made to its rank 0: each
+ *           refused and counted.
  *   auth    a second server, over CURVE, admits only the client keys it lists (zap_handler.c),
  *           listed before the first client comes, while a thread replaces its list over and
  *           over: every PING of a client with a listed key is answered, no PING of a client
@@ -46,6 +47,7 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -647,13 +649,12 @@ static void *member_thread(void *arg) {
     int64_t timeout = job->impatient ? 1000 : WAIT;
     for (int64_t r = 0; r < job->rounds; r++) {
         partial mine = {r * 100 + job->rank, 1.0 / (3 + job->rank + r % 7)}, total = {-1, 0.0};
+        /* An impatient member that spun through its tries would hold a core the partners it
+         * waits for need: on a loaded machine, for whole time slices per round. */
         int rc;
-        do rc = link_move(&link, &mine, timeout);
-        while (rc == PS_ETIMEDOUT && job->impatient);
-        if (rc == PS_OK) {
-            do rc = link_observe(&link, &total, timeout);
-            while (rc == PS_ETIMEDOUT && job->impatient);
-        }
+        while ((rc = link_move(&link, &mine, timeout)) == PS_ETIMEDOUT && job->impatient) sched_yield();
+        if (rc == PS_OK)
+            while ((rc = link_observe(&link, &total, timeout)) == PS_ETIMEDOUT && job->impatient) sched_yield();
         int64_t expected = r * 100 * job->size + job->size * (job->size - 1) / 2;
         CHECK(rc == PS_OK && total.count == expected, "allreduce member %d of %d round %" PRId64 ": %s, total %"
               PRId64 " (expected %" PRId64 "): %s", job->rank, job->size, r, ps_status_name(rc), total.count, expected,
