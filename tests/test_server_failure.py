@@ -6,7 +6,7 @@ seen at once, and zmq).
 The server is a `paths serve` child killed with SIGKILL while clients are blocked in it: a
 thread of this process in observe(), a GSum of two C threads, and a client process. A client
 killed mid-run ends its link on the server (abandoned); a stray connection to a link before its
-client does not."""
+client does not, and one that stays does not keep the link of a client gone."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import time
 import pytest
 import zmq
 from child_processes import ChildProcesses, process_exists
-from wire_frames import BUILD, decode, encode
+from wire_frames import BUILD, PING, ZMQ, dealer, decode, encode, open_link, zmq_answer
 
 import paths
 import paths.runtime.server
@@ -193,5 +193,29 @@ def test_a_stray_connection_before_the_client_is_not_the_client():
             stray.close()
             time.sleep(0.3)  # nothing to wait for: the link must NOT end; give the disconnect time to land
             assert server.native.counters()["abandoned"] == 0 and server.native.counters()["live"] == 1
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_a_stray_connection_that_stays_does_not_keep_the_link_of_a_client_gone():
+    """A connection to a link's socket that is not the client's (a port scan that holds on, a
+    client of another server that reconnects to the port its server had) is still open when
+    the client goes away: the link ends all the same, as its client's connection closed."""
+    ctx = zmq.Context()
+    try:
+        with paths.runtime.server.PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
+            link_id, where, _ = open_link(ctx, server.endpoint, "STAYS", ZMQ)
+            client, stray = dealer(ctx, where), dealer(ctx, where)
+            client.send(encode(PING, request_id=2, handle_id=link_id))
+            assert decode(zmq_answer(client), answer=True)["status"] == 0  # served: the client's link
+            stray.send(encode(PING, request_id=3))
+            zmq_answer(stray)  # answered (a frame of no link of its): the stray is connected
+            client.close()  # as when its process ends
+            deadline = time.monotonic() + PATIENCE_S
+            while server.native.counters()["live"]:
+                assert time.monotonic() < deadline, "the stray keeps the link of a client gone"
+                time.sleep(0.01)
+            assert server.native.counters()["abandoned"] == 1
+            stray.close()
     finally:
         ctx.destroy(linger=0)

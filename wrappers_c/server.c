@@ -217,35 +217,47 @@ static void *watch_peers(link_worker *w) {
     return NULL;
 }
 
-/* Reads one monitor event; returns the change in connected peers (+1, -1, or 0). */
-static int peer_change(void *monitor) {
+/* What a ZeroMQ link knows of the connections to its socket; its serving thread's own. */
+typedef struct link_peers {
+    int open;        /* connections accepted and not closed yet */
+    int client_fd;   /* the connection the client's last request came on (-1: none known) */
+    int client_left; /* that connection closed */
+} link_peers;
+
+/* Reads one monitor event into the peers: a connection accepted or closed. */
+static void peer_change(void *monitor, link_peers *peers) {
     zmq_msg_t event, address;
     zmq_msg_init(&event);
     zmq_msg_init(&address);
-    int change = 0;
-    if (zmq_msg_recv(&event, monitor, 0) >= 0 && zmq_msg_size(&event) >= 2) {
+    if (zmq_msg_recv(&event, monitor, 0) >= 0 && zmq_msg_size(&event) >= 6) {
         const unsigned char *data = zmq_msg_data(&event);
-        uint16_t code = (uint16_t)(data[0] | (data[1] << 8));
-        change = code == ZMQ_EVENT_ACCEPTED ? 1 : code == ZMQ_EVENT_DISCONNECTED ? -1 : 0;
+        uint16_t code;
+        uint32_t fd;
+        memcpy(&code, data, sizeof code);
+        memcpy(&fd, data + 2, sizeof fd);
+        peers->open += code == ZMQ_EVENT_ACCEPTED ? 1 : code == ZMQ_EVENT_DISCONNECTED ? -1 : 0;
+        if (code == ZMQ_EVENT_DISCONNECTED && (int)fd == peers->client_fd) peers->client_left = 1;
     }
     if (zmq_msg_more(&event)) zmq_msg_recv(&address, monitor, 0);
     zmq_msg_close(&event);
     zmq_msg_close(&address);
-    return change;
 }
 
-/* Whether the link's client is gone for good, after reading the connection events so far:
- * every connection closed after the client was served (its process ended: nobody will release
- * the link), or no client ever came (it gave up on BUILD, or died before connecting). A stray
- * connection that comes and goes before the client is no client. */
-static int client_gone(link_worker *w, int *peers, int served, int64_t first_peer_due) {
+/* Whether the link's client is gone for good, after reading the connection events so far: the
+ * connection its requests came on closed (its process ended: nobody will release the link), or,
+ * with no such connection known, every connection closed after the client was served, or no
+ * client ever came (it gave up on BUILD, or died before connecting). A stray connection is no
+ * client: one that comes and goes before the client does not end the link, nor does one that
+ * stays keep it once the client's connection closed. */
+static int client_gone(link_worker *w, link_peers *peers, int served, int64_t first_peer_due) {
     if (!w->peers_monitor) return 0;
     for (;;) {
         zmq_pollitem_t item = {w->peers_monitor, 0, ZMQ_POLLIN, 0};
         if (zmq_poll(&item, 1, 0) <= 0) break;
-        *peers += peer_change(w->peers_monitor);
+        peer_change(w->peers_monitor, peers);
     }
-    if (*peers > 0) return 0;
+    if (peers->client_left) return 1;
+    if (peers->open > 0) return 0;
     return served || ps_now_ns() > first_peer_due;
 }
 
@@ -316,9 +328,9 @@ static int send_range(link_worker *w, const ps_frame *request, const ps_op *firs
 
 /* Counts a received frame, runs it when well formed (request NULL: it was not) and from the
  * link's client (`owner`: else it is misaddressed) and sends its answer. A RELEASE that took
- * effect sets *released; a request addressed to the link sets *served. Returns what sending
- * returned. */
-static int answer_request(link_worker *w, const ps_frame *request, int owner, int *released, int *served,
+ * effect sets *released; *from_client says whether the request was addressed to the link.
+ * Returns what sending returned. */
+static int answer_request(link_worker *w, const ps_frame *request, int owner, int *released, int *from_client,
                           const answer_sink *sink) {
     ps_server *s = w->server;
     atomic_fetch_add(&s->frames, 1);
@@ -327,12 +339,13 @@ static int answer_request(link_worker *w, const ps_frame *request, int owner, in
     int ran = 0;
     uint8_t code = 0;
     uint64_t request_id = 0;
+    *from_client = 0;
     if (request) {
         code = request->op;
         request_id = request->request_id;
         if (owner) rc = run_request(w, request, &op, &ran);
         *released = request->op == PS_WIRE_RELEASE && rc == PS_OK;
-        *served |= owner && request->handle_id == w->id;
+        *from_client = owner && request->handle_id == w->id;
     }
     if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
     /* A frame refused unrun (or unreadable) may have been one of a stream: a frame that continues
@@ -387,7 +400,8 @@ static int answers_direct(void *to, struct iovec *parts, int count) { return ps_
  * stops; returns 1 when the client was gone. */
 static int serve_zmq(link_worker *w) {
     ps_server *s = w->server;
-    int released = 0, peers = 0, abandoned = 0, served = 0;
+    int released = 0, abandoned = 0, served = 0;
+    link_peers peers = {0, -1, 0};
     int64_t first_peer_due = ps_now_ns() + PEER_SILENCE_MS * MS;
     /* A receive that waits a slice by itself: no poll before each request. */
     int slice_ms = POLL_SLICE_MS;
@@ -410,7 +424,12 @@ static int serve_zmq(link_worker *w) {
         int owner = !w->user[0] || (user && strcmp(user, w->user) == 0);
         zmq_peer peer = {w->socket, &routing_id, w->answer};
         answer_sink sink = {answer_zmq, answers_zmq, &peer};
-        answer_request(w, whole ? &request : NULL, owner, &released, &served, &sink);
+        int from_client;
+        answer_request(w, whole ? &request : NULL, owner, &released, &from_client, &sink);
+        if (from_client) { /* the connection it came on is the client's (-1 where ZeroMQ names none) */
+            served = 1;
+            peers.client_fd = zmq_msg_get(&frame, ZMQ_SRCFD);
+        }
         zmq_msg_close(&routing_id);
         zmq_msg_close(&frame);
     }
@@ -507,7 +526,7 @@ static int serve_direct(link_worker *w) {
     ps_server *s = w->server;
     ps_channel client;
     if (!admit(w, &client)) return !atomic_load(&s->stopping);
-    int released = 0, served = 1, gone = 0;
+    int released = 0, from_client, gone = 0;
     answer_sink sink = {answer_direct, answers_direct, &client};
     while (!released && !gone && !atomic_load(&s->stopping)) {
         ps_frame request;
@@ -518,7 +537,7 @@ static int serve_direct(link_worker *w) {
             break;
         }
         int64_t begun = ps_now_ns();
-        gone = answer_request(w, received == PS_OK ? &request : NULL, 1, &released, &served, &sink) != PS_OK;
+        gone = answer_request(w, received == PS_OK ? &request : NULL, 1, &released, &from_client, &sink) != PS_OK;
         /* An answer that waited goes out now: the requests behind it may wait too, and the client
          * waits for each answer at most timeout_ms, no more than twice a request's slice. */
         if (!gone && ps_now_ns() - begun > LATE_NS) gone = ps_channel_flush(&client, 0) != PS_OK;
