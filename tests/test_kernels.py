@@ -410,6 +410,16 @@ def test_every_operation_of_a_handle_from_c(built, space):
     assert element.last() == 10 and element.first() == 1  # what the kernel did, seen from Python
 
 
+def test_a_kernel_reads_why_an_operation_failed_where_the_status_cannot_say(built, space):
+    """paths_handle_error gives a C kernel the stage's explanation that Python's exception carries:
+    a batch's failed send and how many of its moves took effect (the kernel checks the line)."""
+    kernel = load_kernel(str(built / "libkernels.so") + ":handle_error")
+    element = paths.build_path(make_path(stage("batch", max_moves=3, buffers=1), stage("reduce-sum", num_threads=2),
+                                         stage("core", name="S", format="q")), pastset=space)
+    done = run_kernel(kernel, [0], 1, "here", {}, lambda thread, name, format: element, lambda thread, handle: None)
+    assert done.reports == {0: [("explained", 1.0)]}
+
+
 def test_a_negative_timeout_other_than_forever_is_refused_not_waited_out(built, probe):
     """A deadline already passed (deadline - paths_now_ns() < 0) is no request to wait for ever:
     every call that waits refuses it with PATHS_EINVAL at once (the kernel checks each, on an

@@ -104,6 +104,12 @@ int paths_axe(paths_handle *h, int64_t index);    /* free the tuples before inde
 size_t paths_tuple_size(const paths_handle *h);
 const char *paths_format(const paths_handle *h);
 const char *paths_strerror(int status);           /* "PATHS_ETIMEDOUT: a timeout passed", ... */
+/* What a status alone cannot say about a failed operation on h, as one line: the last failure a
+ * stage of h's path explained (which server did not answer; a batch's failed send and how many of
+ * its moves took effect); "" when none did, or h is NULL. Stages are shared by the handles merged
+ * into them, so the line may be another handle's. It is the calling thread's copy, kept until the
+ * thread calls paths_handle_error again. */
+const char *paths_handle_error(const paths_handle *h);
 
 /* ---- the kernel's context ------------------------------------------------------------------ */
 

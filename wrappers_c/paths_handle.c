@@ -2,7 +2,7 @@
  * operation is one operation value through the link's call, with nothing in between. */
 #include "paths.h"
 
-#include "stage.h"
+#include "stage_base.h"
 
 /* paths.h's numbers are the core's: a status passes through unchanged. */
 _Static_assert(PATHS_FOREVER == PS_FOREVER, "PATHS_FOREVER is the core's PS_FOREVER");
@@ -97,6 +97,13 @@ int paths_axe(paths_handle *h, int64_t index) {
 
 size_t paths_tuple_size(const paths_handle *h) { return h ? ps_stage_format(const_link_of(h)->stage)->size : 0; }
 const char *paths_format(const paths_handle *h) { return h ? ps_stage_format(const_link_of(h)->stage)->text : ""; }
+
+const char *paths_handle_error(const paths_handle *h) {
+    static _Thread_local char line[PS_STAGE_ERROR_MAX];
+    line[0] = 0;
+    if (h) ps_stage_error_copy(const_link_of(h)->stage, line, sizeof line);
+    return line;
+}
 
 int64_t paths_now_ns(void) { return ps_now_ns(); }
 

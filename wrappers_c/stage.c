@@ -110,6 +110,15 @@ const char *ps_stage_error(const ps_stage *stage) {
         if (stage->error[0]) return stage->error;
     return "";
 }
+void ps_stage_error_copy(ps_stage *stage, char *out, size_t size) {
+    if (size) *out = 0;
+    for (int found = 0; stage && !found; stage = stage->below) {
+        pthread_mutex_lock(&stage->links_lock);
+        found = stage->error[0] != 0;
+        if (found && size) snprintf(out, size, "%s", stage->error);
+        pthread_mutex_unlock(&stage->links_lock);
+    }
+}
 
 /* A slot for a new caller: a pass-through stage's freed one first, else the next one. A
  * joining stage's slots are contributor numbers and are never given twice. */

@@ -194,6 +194,9 @@ const ps_tuple_format *ps_stage_format(const ps_stage *stage);
 /* The last failure explained by the stage or by a stage below it ("" if none): what a status
  * code alone cannot say, such as which server did not answer. */
 const char *ps_stage_error(const ps_stage *stage);
+/* The same line copied into out (size bytes, cut to fit), each stage's read under its lock, for a
+ * thread that may read it while another thread's failure is being explained. */
+void ps_stage_error_copy(ps_stage *stage, char *out, size_t size);
 
 /* Attaches a new caller: fills link with a fresh slot and a reference. PS_ESTATE when the
  * stage's fan-in is already used up. */

@@ -14,8 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int failed(const char *call, int status) {
-    paths_fail(NULL, status, "squares: %s: %s %s", call, paths_strerror(status), paths_last_error(NULL));
+/* Says which call failed and why (a handle's stages explain what its status cannot), then ends. */
+static int failed(const char *call, int status, const paths_handle *h) {
+    paths_fail(NULL, status, "squares: %s: %s %s", call, paths_strerror(status),
+               h ? paths_handle_error(h) : paths_last_error(NULL));
     fprintf(stderr, "%s\n", paths_last_error(NULL));
     paths_finalize();
     return 1;
@@ -31,21 +33,21 @@ int main(int argc, char **argv) {
     }
     paths_handle *squares = paths_acquire(NULL, "squares", "q");
     paths_handle *total = paths_acquire(NULL, "TOTAL", "q");
-    if (!squares || !total) return failed("paths_acquire", PATHS_EFAILED);
+    if (!squares || !total) return failed("paths_acquire", PATHS_EFAILED, NULL);
     int64_t sum = 0, value = 0, all = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t square = i * i;
         int rc = paths_move(squares, &square, PATHS_FOREVER);
-        if (rc != PATHS_OK) return failed("paths_move", rc);
+        if (rc != PATHS_OK) return failed("paths_move", rc, squares);
     }
     for (int64_t i = 0; i < n; i++) {
         int rc = paths_observe(squares, &value, 10 * 1000000000LL);
-        if (rc != PATHS_OK) return failed("paths_observe", rc);
+        if (rc != PATHS_OK) return failed("paths_observe", rc, squares);
         sum += value;
     }
     int rc = paths_move(total, &sum, PATHS_FOREVER);
     if (rc == PATHS_OK) rc = paths_observe(total, &all, 10 * 1000000000LL);
-    if (rc != PATHS_OK) return failed("the sum TOTAL", rc);
+    if (rc != PATHS_OK) return failed("the sum TOTAL", rc, total);
     printf("squares: node %s, thread %d of %d, sum %lld, total %lld\n", paths_node(NULL), paths_thread(NULL),
            paths_threads(NULL), (long long)sum, (long long)all);
     paths_release(NULL, squares);

@@ -153,6 +153,26 @@ int null_arguments(paths_kernel_ctx *c) {
     return PATHS_OK;
 }
 
+/* Element S's path (the test's) holds 3 moves in a batch above a sum of 2 contributors that only
+ * this thread feeds: the sum refuses the second buffer of a move_many, and paths_handle_error says
+ * how many of that buffer's moves took effect, which the status alone cannot. Reports that it
+ * checked; fails quoting any other line. */
+int handle_error(paths_kernel_ctx *c) {
+    paths_handle *h = paths_acquire(c, "S", "q");
+    if (!h) return PATHS_EFAILED;
+    if (*paths_handle_error(h) || *paths_handle_error(NULL))
+        return paths_fail(c, PATHS_EFAILED, "explained before any failure: '%s'", paths_handle_error(h));
+    int64_t tuples[6] = {0, 1, 2, 3, 4, 5};
+    int rc = paths_move(h, &tuples[0], PATHS_FOREVER);
+    if (rc == PATHS_OK) rc = paths_move_many(h, &tuples[1], 5, PATHS_FOREVER);
+    if (rc != PATHS_ESTATE) return paths_fail(c, PATHS_EFAILED, "move_many: %s", paths_strerror(rc));
+    const char *why = paths_handle_error(h);
+    if (!strstr(why, "batch: 0 of 3 moves sent down together took effect"))
+        return paths_fail(c, PATHS_EFAILED, "paths_handle_error said '%s'", why);
+    paths_report(c, "explained", 1.0);
+    return PATHS_OK;
+}
+
 /* Three barriers; at each thread 0 waits in turns of 10 ms (calling again after each timeout),
  * while the other threads come 200 ms late. Thread 0 reports the turns that timed out. */
 int barrier_in_turns(paths_kernel_ctx *c) {
