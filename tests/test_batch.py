@@ -5,6 +5,7 @@ that fails is reported by the caller's next operation with how many of its moves
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -226,6 +227,20 @@ def test_a_move_many_whose_own_send_fails_counts_only_its_tuples_that_took_effec
         h.move_many([(v,) for v in range(1, 6)])
     counters = h.stage.counters()
     assert (counters["moves_sent"], counters["dropped"]) == (3, 3)
+
+
+def test_an_observe_that_reports_a_failed_send_says_so_and_not_that_it_moved_nothing(space):
+    """The sender's second buffer does not fit in the sum's 4 rounds ahead: the caller's observe
+    fails with the sum's status, explained as that send's failure, without the hint for an observe
+    that answers no move of its caller (it made six)."""
+    h = build_path(make_path(stage("batch", max_moves=3, buffers=2), stage("reduce-sum", num_threads=2),
+                             stage("core", name="S", format="q")), pastset=space)
+    h.move_many([(v,) for v in range(6)])
+    eventually(lambda: h.stage.counters()["dropped"] == 3, "the sender's refused send")
+    with pytest.raises(RuntimeError) as refused:
+        h.observe()
+    assert re.fullmatch(r"thread \d+ observe \(batch: 0 of 3 moves sent down together took effect, then the send "
+                        r"failed \(wrong state\)\): wrong state", str(refused.value)), refused.value
 
 
 def test_contributors_batched_above_a_sum_get_every_round_total(space):

@@ -90,7 +90,9 @@ public:
             ps_op op = operation(PS_OP_OBSERVE);
             op.out = buffer.data();
             int rc = waiting(op, timeout);
-            if (rc == PS_ESTATE) fail(rc, label_ + " observe: each observe answers one earlier move");
+            // A sum's refusal, unless a stage explains it (a batch reporting its earlier failed send)
+            if (rc == PS_ESTATE && Backend::explanation().empty())
+                fail(rc, label_ + " observe: each observe answers one earlier move");
             if (rc != PS_OK) fail(rc, label_ + " observe");
             return codec_.unpack(buffer.data());
         }
