@@ -90,3 +90,25 @@ def test_fence_reports_a_send_that_failed():
     with pytest.raises(ConnectionError, match=r"fence of 1 handle \(batch: 0 of 1 moves sent down together took "
                                               r"effect, then the send failed"):
         paths.fence(h, timeout=PATIENCE_S)
+
+
+def test_a_fence_of_several_handles_names_the_one_that_failed_and_why(space):
+    """The second handle's send fails; the first has an older failure explained (a sum refused its
+    batch's send, reported already). The fence names the second handle and its failure, not the
+    first handle's old one."""
+    old = build_path(make_path(stage("batch", max_moves=3, buffers=1), stage("reduce-sum", num_threads=2),
+                               stage("core", name="S", format="q")), pastset=space)
+    old.move(0)
+    with pytest.raises(RuntimeError, match="batch: 0 of 3 moves sent down together took effect"):
+        old.move_many([(v,) for v in range(1, 6)])
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
+        gone = build_path(make_path(stage("batch", max_moves=100),
+                                    stage("remote", host=server.endpoint, timeout_ms=2000),
+                                    stage("core", name="F", format="q")))
+        gone.move(1)
+        paths.fence(gone, timeout=PATIENCE_S)
+        gone.move(2)
+    with pytest.raises(ConnectionError, match=r"^fence of 2 handles, at handle 1 \(thread \d+\) \(batch: 0 of 1 moves "
+                                              r"sent down together took effect, then the send failed \(remote "
+                                              r"failure\): remote tcp://127\.0\.0\.1:\d+"):
+        paths.fence([old, gone], timeout=PATIENCE_S)

@@ -57,24 +57,12 @@ int paths_observe_at(paths_handle *h, int64_t index, void *out, int64_t timeout_
     return ps_link_call(link_of(h), &op);
 }
 
-/* Every handle's held-back moves go down before any fence waits (a fence through a sum may wait
- * for another handle's move of the round); the first handle's own fence sends its moves. */
 int paths_fence(paths_handle *const *handles, size_t n, int64_t timeout_ns) {
     if (bad_timeout(timeout_ns) || (n && !handles)) return PS_EINVAL;
     for (size_t i = 0; i < n; i++)
         if (!handles[i]) return PS_EINVAL; /* before any handle's moves go down */
-    int64_t deadline = ps_deadline(timeout_ns);
-    for (size_t i = 1; i < n; i++) {
-        ps_op flush = {.kind = PS_OP_FLUSH, .timeout_ns = ps_remaining(deadline)};
-        int rc = ps_link_call(link_of(handles[i]), &flush);
-        if (rc != PS_OK) return rc;
-    }
-    for (size_t i = 0; i < n; i++) {
-        ps_op fence = {.kind = PS_OP_FENCE, .timeout_ns = ps_remaining(deadline)};
-        int rc = ps_link_call(link_of(handles[i]), &fence);
-        if (rc != PS_OK) return rc;
-    }
-    return PS_OK;
+    size_t failed;
+    return ps_links_fence((ps_link *const *)handles, n, timeout_ns, &failed);
 }
 
 /* first, last: the value of an operation that takes nothing in. */

@@ -64,18 +64,18 @@ void fence(const py::object &handles, const py::object &timeout) {
             held.push_back(item.cast<std::shared_ptr<Handle>>());
         }
     }
-    std::vector<paths_handle *> links;
+    std::vector<ps_link *> links;
     for (auto &handle : held)
         if (!handle->link()) raise_text(PyExc_RuntimeError, "fence: " + handle->label() + ": " + handle->explanation());
-    for (auto &handle : held) links.push_back(reinterpret_cast<paths_handle *>(handle->link()));
-    int rc = wait_in_slices([&](int64_t slice) { return paths_fence(links.data(), links.size(), slice); }, timeout,
-                            PS_FOREVER);
+    for (auto &handle : held) links.push_back(handle->link());
+    size_t failed = 0;
+    int rc = wait_in_slices([&](int64_t slice) { return ps_links_fence(links.data(), links.size(), slice, &failed); },
+                            timeout, PS_FOREVER);
     if (rc == PS_OK) return;
-    std::string why;
-    for (auto &handle : held)
-        if (why.empty()) why = handle->explanation();
-    raise_status(rc, "fence of " + std::to_string(held.size()) + " handle" + (held.size() == 1 ? "" : "s") +
-                         (why.empty() || rc == PS_ETIMEDOUT ? "" : " (" + why + ")"));
+    std::string what = "fence of " + std::to_string(held.size()) + " handle" + (held.size() == 1 ? "" : "s");
+    if (held.size() > 1) what += ", at handle " + std::to_string(failed) + " (" + held[failed]->label() + ")";
+    std::string why = rc == PS_ETIMEDOUT ? "" : held[failed]->explanation();
+    raise_status(rc, why.empty() ? what : what + " (" + why + ")");
 }
 
 }  // namespace

@@ -196,6 +196,24 @@ int ps_link_call(ps_link *link, ps_op *op) {
     return rc;
 }
 
+static int call_by(ps_link *link, ps_op_kind kind, int64_t deadline) {
+    ps_op op = {.kind = kind, .timeout_ns = ps_remaining(deadline)};
+    return ps_link_call(link, &op);
+}
+
+int ps_links_fence(ps_link *const *links, size_t n, int64_t timeout_ns, size_t *failed) {
+    int64_t deadline = ps_deadline(timeout_ns);
+    for (size_t i = 1; i < 2 * n; i++) { /* the flushes of links 1 .. n-1, then the fences of 0 .. n-1 */
+        size_t at = i < n ? i : i - n;
+        int rc = call_by(links[at], i < n ? PS_OP_FLUSH : PS_OP_FENCE, deadline);
+        if (rc != PS_OK) {
+            *failed = at;
+            return rc;
+        }
+    }
+    return PS_OK;
+}
+
 int ps_op_fallback(ps_link *link, ps_op *op) {
     ps_stage *s = link->stage;
     int64_t deadline = ps_deadline(op->timeout_ns);

@@ -209,6 +209,11 @@ void ps_link_detach(ps_link *link);
  * (all of `in` on PS_OK) and returns the status. */
 int ps_link_call(ps_link *link, ps_op *op);
 
+/* A fence over n links (paths_fence): what each holds back goes down, the first's with its own
+ * fence (a fence through a sum may wait for another link's move of the round), then each is
+ * fenced. Returns the first failure, with the index of the link it came from in *failed. */
+int ps_links_fence(ps_link *const *links, size_t n, int64_t timeout_ns, size_t *failed);
+
 /* Reads the generic and the kind's counters: returns how many were written (at most max). */
 int ps_stage_counters(ps_stage *stage, ps_counter *out, int max);
 
