@@ -326,6 +326,7 @@ static int64_t read_locked(ps_element *e, const int64_t *field) {
 int64_t ps_first(ps_element *e) { return read_locked(e, &e->first); }
 int64_t ps_last(ps_element *e) { return read_locked(e, &e->last); }
 int64_t ps_axed(ps_element *e) { return read_locked(e, &e->axed); }
+const int64_t *ps_axe_point(ps_element *e) { return &e->axed; }
 int64_t ps_delta(ps_element *e) { return read_locked(e, &e->delta); }
 
 int ps_set_delta(ps_element *e, int64_t bound) {
@@ -344,7 +345,7 @@ int ps_axe(ps_element *e, int64_t index) {
         pthread_mutex_unlock(&e->lock);
         return PS_EINDEX;
     }
-    if (index > e->axed) e->axed = index;
+    if (index > e->axed) __atomic_store_n(&e->axed, index, __ATOMIC_RELEASE); /* read unlocked: ps_axe_point */
     free_chunks_before(e, freed_below(e));
     pthread_mutex_unlock(&e->lock);
     return PS_OK;

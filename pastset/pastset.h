@@ -112,6 +112,10 @@ int ps_observe_range(ps_element *e, int64_t index, uint32_t max, void *out, int6
 int64_t ps_first(ps_element *e);   /* index of the next unread tuple */
 int64_t ps_last(ps_element *e);    /* number of tuples moved */
 int64_t ps_axed(ps_element *e);    /* the axe point: observe_at refuses the tuples before it */
+/* The word that holds the axe point, for a reader that may not take the element's lock on each
+ * look (a cache's hit): read it with __atomic_load_n(word, __ATOMIC_ACQUIRE). It lives as long
+ * as the element. */
+const int64_t *ps_axe_point(ps_element *e);
 /* Sets the bound on unread tuples (0 = unbounded); wakes movers the new bound admits. */
 int ps_set_delta(ps_element *e, int64_t bound);
 int64_t ps_delta(ps_element *e);

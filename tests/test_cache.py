@@ -64,11 +64,42 @@ def test_axe_through_the_cache_stops_serving_freed_tuples(space):
     assert h.stage.counters()["hits"] == 1
 
 
-def test_a_copy_outlives_an_axe_made_elsewhere(space):
-    h = cached(space)
+@pytest.mark.parametrize("between", [[], [("trace", {"file": "cache-axe.bin"})], [("batch", {"max_moves": 4})],
+                                     [("cache", {"capacity": 4})], [("delay", {"ms": 0.1})]],
+                         ids=["none", "trace", "batch", "cache", "delay"])
+def test_an_axe_made_elsewhere_on_an_element_here_stops_the_copies_at_once(space, between, tmp_path, monkeypatch):
+    """The element is in this process and the stages between pass indexed reads and axes down
+    unchanged: the cache sees the element's axe point on every hit, whoever axed."""
+    monkeypatch.chdir(tmp_path)  # where a trace is written
+    h = build_path(make_path(stage("cache", capacity=8), *[stage(kind, **params) for kind, params in between],
+                             stage("core", name="C", format="qd")), pastset=space)
+    h.move((7, 7.0))
+    h.move((8, 8.0))
+    assert h.observe(0) == (7, 7.0) and h.observe(1) == (8, 8.0)
+    space.enter("C", "qd").axe(1)  # not through the cache
+    with pytest.raises(paths.AxedError, match="first live index is 1"):
+        h.observe(0)
+    assert h.observe(1) == (8, 8.0)
+    assert h.stage.counters()["hits"] == 1
+
+
+@paths.stage_kind("test-cache-own-reads")
+class OwnIndexedReads:
+    """Answers indexed observes itself (here: from below, unchanged)."""
+
+    def observe_at(self, below, index):
+        return below.observe(index)
+
+
+def test_a_copy_outlives_an_axe_made_elsewhere_past_a_stage_with_its_own_indexed_reads(space):
+    """A Python stage that answers observe(i) itself may not serve the element's indices: the
+    cache does not take the element's axe point through it, and its copies stay what the tuples
+    were until a read through it is refused as axed."""
+    h = build_path(make_path(stage("cache", capacity=8), stage("test-cache-own-reads"),
+                             stage("core", name="C", format="qd")), pastset=space)
     h.move((7, 7.0))
     assert h.observe(0) == (7, 7.0)
-    space.enter("C", "qd").axe(1)  # not through the cache: it cannot know
+    space.enter("C", "qd").axe(1)
     assert h.observe(0) == (7, 7.0)  # tuples are immutable: the copy is still the tuple that was
 
 
@@ -164,24 +195,29 @@ def test_a_range_refused_as_axed_teaches_the_cache_the_axe_point(space):
 
 
 @pytest.mark.parametrize("mode", ["none", "window"])
-def test_a_read_through_the_cache_refused_as_axed_stops_it_serving_older_copies(space, mode):
-    element = space.enter("C", "qd")
-    element.move_many([(i, 0.0) for i in range(50)])
-    h = prefetching(space, mode=mode, **({"window": 40} if mode == "window" else {}))
-    assert [h.observe(i) for i in range(40)] == [(i, 0.0) for i in range(40)]  # copies of 0 .. 39
-    element.axe(30)  # not through the cache: its copies stay
-    assert h.observe(5) == (5, 0.0)
-    with pytest.raises(paths.AxedError, match="first live index is 30"):
-        h.observe_range(10, 5)  # passes through, refused: the cache learns the axe point
-    for i in (5, 29):
+def test_across_remote_a_read_refused_as_axed_stops_the_cache_serving_older_copies(space, mode):
+    """Across a remote stage the element's axe point is not seen: an axe made at the element leaves
+    the copies as they were until a read through the cache is refused as axed."""
+    with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
+        element = space.enter("C", "qd")
+        element.move_many([(i, 0.0) for i in range(50)])
+        h = build_path(make_path(stage("cache", capacity=1024, prefetch=mode, **({"window": 40} if mode == "window"
+                                                                                  else {})),
+                                 stage("remote", host=server.endpoint), stage("core", name="C", format="qd")))
+        assert [h.observe(i) for i in range(40)] == [(i, 0.0) for i in range(40)]  # copies of 0 .. 39
+        element.axe(30)  # at the element, past the remote stage: its copies stay
+        assert h.observe(5) == (5, 0.0)
+        with pytest.raises(paths.AxedError, match="first live index is 30"):
+            h.observe_range(10, 5)  # passes through, refused: the cache learns the axe point
+        for i in (5, 29):
+            with pytest.raises(paths.AxedError):
+                h.observe(i)
+        assert h.observe(30) == (30, 0.0)
+        element.axe(45)
+        with pytest.raises(paths.AxedError, match="first live index is 45"):
+            h.observe(44)  # not held: read below, refused
         with pytest.raises(paths.AxedError):
-            h.observe(i)
-    assert h.observe(30) == (30, 0.0)
-    element.axe(45)
-    with pytest.raises(paths.AxedError, match="first live index is 45"):
-        h.observe(44)  # not held: read below, refused
-    with pytest.raises(paths.AxedError):
-        h.observe(35)
+            h.observe(35)
 
 
 def test_prefetch_with_concurrent_moves_serves_every_tuple_right(space):
@@ -252,3 +288,42 @@ def test_a_window_over_remote_is_one_request(space):
         assert [h.observe(i) for i in range(1500)] == [(i, 2.0) for i in range(1500)]
         assert server.native.counters()["frames"] - requests_before == 1
         assert h.stage.counters()["ranges"] == 1
+
+
+def test_readers_through_caches_never_get_a_tuple_once_an_axe_past_it_returned(space):
+    """An axer frees the history 50 tuples at a time while readers go over it through caches that
+    hold copies of all of it: each read is the right tuple or AxedError, and a read begun after an
+    axe returned never gets a tuple that axe freed."""
+    n, step = 2000, 50
+    element = space.enter("A", "qd")
+    element.move_many([(i, i * 0.5) for i in range(n)])
+    readers = [prefetching(space, name="A", mode="all", capacity=n, window=64) for _ in range(3)]
+    axed = [0]  # what the axer has finished: a floor for any read begun later
+    wrong = []
+
+    def axe():
+        for point in range(step, n + 1, step):
+            element.axe(point)
+            axed[0] = point
+
+    def read(h):
+        for sweep in range(5):
+            for i in range(0, n, 7):
+                floor = axed[0]
+                try:
+                    got = h.observe(i, timeout=PATIENCE_S)
+                except paths.AxedError:
+                    continue
+                if got != (i, i * 0.5) or i < floor:
+                    wrong.append((i, got, floor))
+
+    threads = [threading.Thread(target=axe)] + [threading.Thread(target=read, args=(h,)) for h in readers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
+    assert all(h.stage.counters()["fetched"] == n for h in readers)
+    for h in readers:
+        with pytest.raises(paths.AxedError):
+            h.observe(n - 1)

@@ -61,6 +61,8 @@ int ps_bridge_stage_create(const ps_bridge *bridge, void *impl, ps_stage *below,
         ps_stage_abandon(&s->base);
         return rc;
     }
+    if (s->answered & (1u << PS_OP_OBSERVE_AT | 1u << PS_OP_OBSERVE_RANGE | 1u << PS_OP_AXE))
+        s->base.axe_point = NULL; /* its own indexed reads or axes: the element's axe point may not be its */
     *out = &s->base;
     return PS_OK;
 }

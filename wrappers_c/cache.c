@@ -4,9 +4,11 @@
  * Tuples are immutable once moved, so a copy of tuple i is correct forever: the cache needs no
  * invalidation. It is direct-mapped (tuple i lives in entry i % capacity) and preallocated. Only
  * observe(i) is served here; next-observes (the shared cursor) and every other operation pass
- * straight through. An axe made through the cache stops it serving what it freed, and a read
- * through it refused as axed (a range, or an indexed observe) tells it the axe point: it never
- * serves an axed tuple it knows of.
+ * straight through. It never serves a tuple before the axe point it knows: that of an axe made
+ * through it, the element's own where the stages below pass indexed reads and axes to an element
+ * in this process unchanged (an axe made anywhere, looked at on every hit), and that of a read
+ * through it refused as axed (a range, or an indexed observe: across a remote stage, how an axe
+ * made elsewhere is learned).
  *
  * prefetch: "none": a miss reads its one tuple. "window": a miss at i reads the tuples i .. i +
  * window - 1 that exist (waiting for i only) with observe_range, one request per range bound
@@ -55,9 +57,16 @@ static void learn_from(cache_stage *c, const ps_op *op, int rc) {
     if (rc == PS_EAXED && op->value > op->argument) learn_axe_point(c, op->value);
 }
 
+/* The highest axe point known: learned, or the element's own where the path below shows it. */
+static int64_t axe_point(cache_stage *c) {
+    int64_t known = atomic_load_explicit(&c->axed, memory_order_acquire);
+    int64_t now = c->base.axe_point ? __atomic_load_n(c->base.axe_point, __ATOMIC_ACQUIRE) : 0;
+    return now > known ? now : known;
+}
+
 /* Copies tuple `index` out if an entry holds it (never one before the axe point, never one < 0). */
 static int lookup(cache_stage *c, int64_t index, void *out) {
-    if (index < atomic_load_explicit(&c->axed, memory_order_acquire)) return 0;
+    if (index < axe_point(c)) return 0;
     size_t size = c->base.tuple_size;
     int64_t entry = index % c->capacity;
     pthread_mutex_lock(&c->lock);
@@ -170,7 +179,7 @@ static int cache_attach(ps_stage *stage, uint32_t slot) {
     for (int64_t first = 0; ps_link_call(down, &last) == PS_OK && first < last.value;) {
         int64_t want = last.value - first < c->capacity ? last.value - first : c->capacity;
         if (fetch_range(c, down, first, want, NULL, deadline) != PS_EAXED) break;
-        int64_t axed = atomic_load(&c->axed);
+        int64_t axed = axe_point(c);
         if (axed <= first) break;
         first = axed;
     }

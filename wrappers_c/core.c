@@ -121,6 +121,7 @@ static int core_create(const ps_params *params, const ps_build_context *context,
     }
     stage->element = element;
     ps_stage_init(&stage->base, &ps_kind_core, &parsed, 0, NULL);
+    stage->base.axe_point = ps_axe_point(element);
     *out = &stage->base;
     return PS_OK;
 }

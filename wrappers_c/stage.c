@@ -24,6 +24,7 @@ int ps_stage_init(ps_stage *stage, const ps_stage_kind *kind, const ps_tuple_for
     stage->free_count = 0;
     stage->below = below;
     stage->moves_queued = 0; /* a kind whose moves are queued says so after this */
+    stage->axe_point = below && kind->role == PS_PASS_THROUGH ? below->axe_point : NULL; /* the core sets its own */
     if (kind->role == PS_PASS_THROUGH) {
         if (!stage->max_links || stage->max_links > PS_PASS_THROUGH_CALLERS) stage->max_links = PS_PASS_THROUGH_CALLERS;
         stage->free_slots = malloc(PS_PASS_THROUGH_CALLERS * sizeof *stage->free_slots);

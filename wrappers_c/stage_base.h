@@ -34,6 +34,8 @@ struct ps_stage {
     char error[PS_STAGE_ERROR_MAX]; /* the last failure worth explaining, for messages (a server's refusal) */
     int moves_queued;              /* its moves return once on their way, before they take effect (a
                                       pipelined delay): a stage above need not send them from a thread */
+    const int64_t *axe_point;      /* the element's axe point (ps_axe_point), where the stage passes
+                                      indexed reads and axes to it unchanged; NULL: not seen from here */
 };
 
 /* A pass-through stage serves at most this many callers at once (a slot freed by a caller that
