@@ -2,9 +2,10 @@
 
     rank_app.py sum                 says what it found, adds rank+1 into the sum TOTAL, prints
                                     `rank R of N on NODE by LAUNCHER total T rendezvous X`
-    rank_app.py fail R [CODE]       as sum, but rank R fails once it found the others (and so
+    rank_app.py fail R [CODE [exit]] as sum, but rank R fails once it found the others (and so
                                     never adds its part): it raises `RuntimeError: rank R fails`,
-                                    or calls sys.exit(CODE) (a number, else a message)
+                                    or calls sys.exit(CODE) (a number, else a message), or the
+                                    builtin exit(CODE) when `exit` follows
     rank_app.py env                 prints its PATHS_* variables, one `NAME=value` a line
     rank_app.py sleep [R STATUS]    prints `up PID`, then sleeps (rank R exits with STATUS once
                                     every rank is up: it prints `failing` first, on stderr)
@@ -24,7 +25,7 @@ def main(what: str, *args: str) -> int:
     if what in ("sum", "fail"):
         info = paths.runtime_info()
         if what == "fail" and info.rank == int(args[0]) and len(args) > 1:
-            sys.exit(int(args[1]) if args[1].isdigit() else args[1])
+            (exit if args[2:] == ("exit",) else sys.exit)(int(args[1]) if args[1].isdigit() else args[1])
         if what == "fail" and info.rank == int(args[0]):
             raise RuntimeError(f"rank {info.rank} fails")
         total = paths.acquire("TOTAL", "q")

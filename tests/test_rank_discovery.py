@@ -429,9 +429,10 @@ def test_ranks_on_other_hosts_admit_only_each_other(tmp_path):
 
 @pytest.mark.parametrize("how, status, said", [
     ([], 1, "RuntimeError: rank 1 fails\n"), (["3"], 3, ""), (["rank 1 gives up"], 1, "rank 1 gives up\n"),
-], ids=["raises", "sys.exit(3)", "sys.exit(message)"])
+    (["3", "exit"], 3, ""),
+], ids=["raises", "sys.exit(3)", "sys.exit(message)", "exit(3)"])
 def test_a_rank_that_fails_ends_at_once_though_the_others_wait_for_it(tmp_path, how, status, said):
-    """Rank 1 fails once wired (raises, or calls sys.exit with a failing status), and rank 0
+    """Rank 1 fails once wired (raises, or calls sys.exit or exit() with a failing status), and rank 0
     waits in the sum for rank 1's part. Rank 1 must not wait for rank 0 at the last barrier: it
     ends at once with its error and status, and so its launcher ends the run (here the test ends
     rank 0)."""

@@ -3,15 +3,15 @@ the others at the last barrier (paths/runtime/rendezvous.py), so that none waits
 
 A program fails when it ends on an exception it did not handle (the interpreter sets
 sys.last_value, to another than before the program started: not one that an interactive
-session or a test process handled before), or by sys.exit with a status other than 0 (or a
-message). The end of a program (atexit) cannot see its exit status, so watch_exits() has
-sys.exit keep what it raises in the main thread; the last such counts, also one the program
-caught and went on from. A SystemExit the program raises itself is not seen: it ends as one
-that succeeds.
+session or a test process handled before), or by sys.exit, exit() or quit() with a status other
+than 0 (or a message). The end of a program (atexit) cannot see its exit status, so watch_exits() has those
+keep what they raise in the main thread; the last such counts, also one the program caught and
+went on from. A SystemExit the program raises itself is not seen: it ends as one that succeeds.
 """
 
 from __future__ import annotations
 
+import builtins
 import functools
 import sys
 import threading
@@ -20,7 +20,7 @@ from typing import Optional
 from ..model.named_function import raised_where
 
 _before = None  # sys.last_value when the program started
-_exiting: Optional[SystemExit] = None  # what sys.exit raised last in the main thread, once watched
+_exiting: Optional[tuple[str, SystemExit]] = None  # the exit that raised last in the main thread, and what
 
 
 def watch() -> None:
@@ -29,24 +29,37 @@ def watch() -> None:
     _before, _exiting = getattr(sys, "last_value", None), None
 
 
-def watch_exits() -> None:
-    """From now on sys.exit in the main thread is seen too (a Python program's)."""
-    exit = sys.exit
-    if getattr(exit, "watched", False):
-        return
+class _Watched:
+    """An exit function (sys.exit, the builtins exit and quit) that keeps the SystemExit it raises
+    in the main thread; it shows as the function it wraps."""
 
-    @functools.wraps(exit)
-    def watched(*status):
+    watched = True
+
+    def __init__(self, exit, name: str):
+        self._exit, self._name = exit, name
+        functools.update_wrapper(self, exit, updated=())
+
+    def __call__(self, *status):
         global _exiting
         try:
-            exit(*status)
+            self._exit(*status)
         except SystemExit as e:
             if threading.current_thread() is threading.main_thread():
-                _exiting = e
+                _exiting = self._name, e
             raise
 
-    watched.watched = True
-    sys.exit = watched
+    def __repr__(self) -> str:
+        return repr(self._exit)
+
+
+def watch_exits() -> None:
+    """From now on sys.exit, exit() and quit() in the main thread are seen too (a Python program's)."""
+    if not getattr(sys.exit, "watched", False):
+        sys.exit = _Watched(sys.exit, "sys.exit")
+    for name in ("exit", "quit"):  # the site module's; absent under python -S
+        exit = getattr(builtins, name, None)
+        if exit is not None and not getattr(exit, "watched", False):
+            setattr(builtins, name, _Watched(exit, name))
 
 
 def failure() -> str:
@@ -54,5 +67,7 @@ def failure() -> str:
     value = getattr(sys, "last_value", None)
     if value is not _before:
         return raised_where(value)
-    code = _exiting.code if _exiting is not None else None
-    return "" if code is None or code == 0 else f"sys.exit({code!r})"
+    if _exiting is None:
+        return ""
+    name, exiting = _exiting
+    return "" if exiting.code is None or exiting.code == 0 else f"{name}({exiting.code!r})"
