@@ -84,7 +84,8 @@ static unsigned char *buffer_of(const batch_stage *b, const caller *c, uint32_t 
 /* ---- the stage's error: what a failed send did ----------------------------------------------- */
 
 static void explain(batch_stage *b, int status, uint32_t done, uint32_t of) {
-    const char *below = ps_stage_error(b->base.below);
+    char below[PS_STAGE_ERROR_MAX];
+    ps_stage_error(b->base.below, below, sizeof below);
     pthread_mutex_lock(&b->base.links_lock);
     snprintf(b->base.error, sizeof b->base.error, "batch: %u of %u moves sent down together took effect, then the "
              "send failed (%s)%s%s", done, of, ps_status_name(status), *below ? ": " : "", below);

@@ -154,7 +154,8 @@ static int come_back(ps_link *link, const ps_op *op, int rc, int64_t deadline) {
 /* ---- pipelined: moves on the wire -------------------------------------------------------------- */
 
 static void explain(delay_stage *d, int status, uint32_t done, uint32_t of) {
-    const char *below = ps_stage_error(d->base.below);
+    char below[PS_STAGE_ERROR_MAX];
+    ps_stage_error(d->base.below, below, sizeof below);
     pthread_mutex_lock(&d->base.links_lock);
     snprintf(d->base.error, sizeof d->base.error, "delay: %u of %u moves sent ahead took effect, then their "
              "delivery failed (%s)%s%s", done, of, ps_status_name(status), *below ? ": " : "", below);

@@ -224,7 +224,8 @@ static int run_barrier(paths_kernel_ctx *c, int64_t timeout_ns) {
     if (rc == PS_OK) rc = ps_link_call(c->barrier, &observe);
     if (rc == PS_OK) c->barrier_moved = 0;
     if (rc != PS_OK) {
-        const char *why = ps_stage_error(c->barrier->stage);
+        char why[PS_STAGE_ERROR_MAX];
+        ps_stage_error(c->barrier->stage, why, sizeof why);
         return explain(c, rc, "paths_barrier: %s%s%s", ps_status_name(rc), *why ? ": " : "", why);
     }
     if (total != c->run->threads)

@@ -72,7 +72,8 @@ static void settle(paths_kernel_ctx *c) {
     if (c->status == PS_OK && c->misuse != PS_OK) c->status = c->misuse;
     if (c->status == PS_OK || c->error[0]) return;
     for (int i = 0; i < c->held_count; i++) {
-        const char *why = ps_stage_error(c->held[i]->stage);
+        char why[PS_STAGE_ERROR_MAX];
+        ps_stage_error(c->held[i]->stage, why, sizeof why);
         if (!*why) continue;
         paths_fail(c, c->status, "%s", why);
         return;

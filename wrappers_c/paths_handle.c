@@ -89,7 +89,7 @@ const char *paths_format(const paths_handle *h) { return h ? ps_stage_format(con
 const char *paths_handle_error(const paths_handle *h) {
     static _Thread_local char line[PS_STAGE_ERROR_MAX];
     line[0] = 0;
-    if (h) ps_stage_error_copy(const_link_of(h)->stage, line, sizeof line);
+    if (h) ps_stage_error(const_link_of(h)->stage, line, sizeof line);
     return line;
 }
 

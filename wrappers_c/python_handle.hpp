@@ -18,6 +18,13 @@ extern "C" {
 
 namespace paths_native {
 
+// What the stage or one below it could say about its last failure ("" if nothing).
+inline std::string stage_error(ps_stage *stage) {
+    char line[PS_STAGE_ERROR_MAX];
+    ps_stage_error(stage, line, sizeof line);
+    return line;
+}
+
 // One reference to a built C stage, owned by Python. Keeps the PastSet alive for the core.
 class Stage {
 public:
@@ -63,7 +70,7 @@ public:
                 throw py::value_error("attach to stage '" + stage_->kind() + "': its fan-in of " +
                                       std::to_string(stage_->max_links()) + " callers (or one below it) is used up");
             if (rc != PS_OK) {
-                std::string why = ps_stage_error(stage_->get());
+                std::string why = stage_error(stage_->get());
                 raise_status(rc, "attach to stage '" + stage_->kind() + "'" + (why.empty() ? "" : ": " + why));
             }
             owns_ = true;
@@ -97,7 +104,7 @@ public:
     // What the stage could say about its last failure (a remote names its server).
     std::string explanation() const {
         if (!link_) return "a Python stage's `below` is a handle only during the call it was given to";
-        return ps_stage_error(stage_->get());
+        return stage_error(stage_->get());
     }
     // The view a Python stage gets of its link below has the link only while a call it serves runs
     // (nullptr otherwise: its caller's handle, and the link with it, may be gone): lends it one.

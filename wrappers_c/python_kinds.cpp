@@ -170,7 +170,7 @@ std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict
             message = "stage '" + kind_name + "' (" + native.given() + ")" + tuples + ": out of memory";
         }
         if (message.empty()) {
-            std::string why = below ? ps_stage_error(below->get()) : "";
+            std::string why = below ? stage_error(below->get()) : "";
             message = "stage '" + kind_name + "': " + ps_status_name(rc) + (why.empty() ? "" : ": " + why);
         }
         raise_text(rc == PS_EREMOTE ? PyExc_ConnectionError : rc == PS_ENOMEM ? PyExc_MemoryError : PyExc_ValueError,

@@ -106,12 +106,7 @@ uint32_t ps_stage_link_count(const ps_stage *stage) {
     return live;
 }
 const ps_tuple_format *ps_stage_format(const ps_stage *stage) { return &stage->format; }
-const char *ps_stage_error(const ps_stage *stage) {
-    for (; stage; stage = stage->below)
-        if (stage->error[0]) return stage->error;
-    return "";
-}
-void ps_stage_error_copy(ps_stage *stage, char *out, size_t size) {
+void ps_stage_error(ps_stage *stage, char *out, size_t size) {
     if (size) *out = 0;
     for (int found = 0; stage && !found; stage = stage->below) {
         pthread_mutex_lock(&stage->links_lock);
@@ -197,22 +192,20 @@ int ps_link_call(ps_link *link, ps_op *op) {
     return rc;
 }
 
-static int call_by(ps_link *link, ps_op_kind kind, int64_t deadline) {
+/* Links[i] does an operation that takes nothing in, by the deadline; on failure *failed is i. */
+static int call_at(ps_link *const *links, size_t i, ps_op_kind kind, int64_t deadline, size_t *failed) {
     ps_op op = {.kind = kind, .timeout_ns = ps_remaining(deadline)};
-    return ps_link_call(link, &op);
+    int rc = ps_link_call(links[i], &op);
+    if (rc != PS_OK) *failed = i;
+    return rc;
 }
 
 int ps_links_fence(ps_link *const *links, size_t n, int64_t timeout_ns, size_t *failed) {
     int64_t deadline = ps_deadline(timeout_ns);
-    for (size_t i = 1; i < 2 * n; i++) { /* the flushes of links 1 .. n-1, then the fences of 0 .. n-1 */
-        size_t at = i < n ? i : i - n;
-        int rc = call_by(links[at], i < n ? PS_OP_FLUSH : PS_OP_FENCE, deadline);
-        if (rc != PS_OK) {
-            *failed = at;
-            return rc;
-        }
-    }
-    return PS_OK;
+    int rc = PS_OK;
+    for (size_t i = 1; i < n && rc == PS_OK; i++) rc = call_at(links, i, PS_OP_FLUSH, deadline, failed);
+    for (size_t i = 0; i < n && rc == PS_OK; i++) rc = call_at(links, i, PS_OP_FENCE, deadline, failed);
+    return rc;
 }
 
 int ps_op_fallback(ps_link *link, ps_op *op) {

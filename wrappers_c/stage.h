@@ -191,12 +191,14 @@ const char *ps_stage_kind_name(const ps_stage *stage);
 uint32_t ps_stage_max_links(const ps_stage *stage);
 uint32_t ps_stage_link_count(const ps_stage *stage);
 const ps_tuple_format *ps_stage_format(const ps_stage *stage);
+/* A stage's explanation of its last failure holds this much: a server's refusal is up to 1,024
+ * bytes (wire.md), and the stage names itself before it. */
+enum { PS_STAGE_ERROR_MAX = 1280 };
 /* The last failure explained by the stage or by a stage below it ("" if none): what a status
- * code alone cannot say, such as which server did not answer. */
-const char *ps_stage_error(const ps_stage *stage);
-/* The same line copied into out (size bytes, cut to fit), each stage's read under its lock, for a
- * thread that may read it while another thread's failure is being explained. */
-void ps_stage_error_copy(ps_stage *stage, char *out, size_t size);
+ * code alone cannot say, such as which server did not answer. Copied into out (size bytes, cut
+ * to fit; PS_STAGE_ERROR_MAX holds any), each stage's line read under its lock: another thread
+ * may be explaining a failure of its own meanwhile. */
+void ps_stage_error(ps_stage *stage, char *out, size_t size);
 
 /* Attaches a new caller: fills link with a fresh slot and a reference. PS_ESTATE when the
  * stage's fan-in is already used up. */

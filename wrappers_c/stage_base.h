@@ -9,10 +9,6 @@
 
 #include "stage.h"
 
-/* A stage's explanation of its last failure holds this much: a server's refusal is up to 1,024
- * bytes (wire.md), and the stage names itself before it. */
-enum { PS_STAGE_ERROR_MAX = 1280 };
-
 /* The part of every stage that the generic code owns. Kinds embed it first in their struct. */
 struct ps_stage {
     const ps_stage_kind *kind;

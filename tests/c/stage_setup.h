@@ -116,11 +116,19 @@ static ps_stage *create_sum(ps_space *space, int fan_in, ps_stage *below) {
     return create_stage(space, "reduce-sum", values, 1, below);
 }
 
+/* What the stage or one below it said of its last failure: the calling thread's copy, until its
+ * next call. */
+static const char *stage_error(ps_stage *stage) {
+    static _Thread_local char line[PS_STAGE_ERROR_MAX];
+    ps_stage_error(stage, line, sizeof line);
+    return line;
+}
+
 static void attach_or_die(ps_stage *stage, ps_link *link) {
     int rc = ps_stage_attach(stage, link);
     if (rc != PS_OK) {
         fprintf(stderr, "FAIL: attach to '%s': %s (%s)\n", ps_stage_kind_name(stage), ps_status_name(rc),
-                ps_stage_error(stage));
+                stage_error(stage));
         exit(1);
     }
 }

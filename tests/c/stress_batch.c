@@ -320,8 +320,8 @@ static void run_failing(ps_space *space) {
          * operation fails). The refusing stage took moves 0 and 1 of it, then refused. */
         if (rc == PS_OK) rc = link_simple(&link, PS_OP_FLUSH, WAIT);
         CHECK(rc == PS_ECLOSED, "failing, buffers=%d: %s, expected PS_ECLOSED", buffers, ps_status_name(rc));
-        CHECK(strstr(ps_stage_error(batch), "batch: 2 of 5 moves sent down together took effect") != NULL,
-              "failing, buffers=%d: the error says '%s'", buffers, ps_stage_error(batch));
+        CHECK(strstr(stage_error(batch), "batch: 2 of 5 moves sent down together took effect") != NULL,
+              "failing, buffers=%d: the error says '%s'", buffers, stage_error(batch));
         CHECK(counter_of(batch, "dropped") == 3, "failing, buffers=%d: %" PRId64 " dropped, expected 3", buffers,
               counter_of(batch, "dropped"));
         rc = link_simple(&link, PS_OP_FENCE, WAIT);

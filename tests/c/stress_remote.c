@@ -175,7 +175,7 @@ static void *sum_thread(void *arg) {
         if (rc == PS_OK) rc = link_observe(&link, &total, WAIT);
         int64_t expected = r * 1000 * THREADS + THREADS * (THREADS - 1) / 2;
         CHECK(rc == PS_OK && total == expected, "sum thread %d round %" PRId64 ": %s, total %" PRId64 " (expected %"
-              PRId64 "): %s", job->thread, r, ps_status_name(rc), total, expected, ps_stage_error(job->remote));
+              PRId64 "): %s", job->thread, r, ps_status_name(rc), total, expected, stage_error(job->remote));
         if (rc != PS_OK) break;
     }
     ps_link_detach(&link);
@@ -376,7 +376,7 @@ static void *batching_thread(void *arg) {
         ps_op fence = {.kind = PS_OP_FENCE, .timeout_ns = WAIT};
         rc = ps_link_call(&link, &fence);
     }
-    CHECK(rc == PS_OK, "batched %d: %s: %s", job->index, ps_status_name(rc), ps_stage_error(job->top));
+    CHECK(rc == PS_OK, "batched %d: %s: %s", job->index, ps_status_name(rc), stage_error(job->top));
     ps_link_detach(&link);
     return NULL;
 }
@@ -447,9 +447,9 @@ static void run_batched(const char *endpoint, int64_t values) {
     ps_op range = {.kind = PS_OP_OBSERVE_RANGE, .argument = 0, .count = ps_op_range_max(8) + 1, .out = room,
                    .timeout_ns = WAIT};
     int rc = ps_link_call(&link, &range);
-    CHECK(rc == PS_EINVAL && strstr(ps_stage_error(remotes[0]), "observe_range: asked for 524289 tuples; one answer "
+    CHECK(rc == PS_EINVAL && strstr(stage_error(remotes[0]), "observe_range: asked for 524289 tuples; one answer "
                                                                 "carries 1 to 524288 tuples of 8 bytes (4 MiB)"),
-          "batched: a range beyond the bound: %s, '%s'", ps_status_name(rc), ps_stage_error(remotes[0]));
+          "batched: a range beyond the bound: %s, '%s'", ps_status_name(rc), stage_error(remotes[0]));
     int64_t last = -1;
     CHECK(link_value(&link, PS_OP_LAST, &last) == PS_OK && last == total, "batched: the link goes on: last %" PRId64,
           last);
@@ -561,7 +561,7 @@ static void *stream_writer(void *arg) {
             moved += done;
             CHECK(rc == PS_ETIMEDOUT || (rc == PS_OK && moved == n), "streams: writer %d moving %" PRId64 " at %"
                   PRId64 ": %s (%" PRId64 " done): %s", job->index, n, next, ps_status_name(rc), moved,
-                  ps_stage_error(job->stage));
+                  stage_error(job->stage));
         }
         CHECK(rc == PS_OK, "streams: writer %d: %" PRId64 " at %" PRId64 " not moved within %lld ms", job->index, n,
               next, WAIT / MS);
@@ -658,7 +658,7 @@ static void *member_thread(void *arg) {
         int64_t expected = r * 100 * job->size + job->size * (job->size - 1) / 2;
         CHECK(rc == PS_OK && total.count == expected, "allreduce member %d of %d round %" PRId64 ": %s, total %"
               PRId64 " (expected %" PRId64 "): %s", job->rank, job->size, r, ps_status_name(rc), total.count, expected,
-              ps_stage_error(job->member));
+              stage_error(job->member));
         if (rc != PS_OK) break;
         job->shares[r] = total.share;
     }

@@ -983,7 +983,7 @@ static void *links_counters(void *arg) {
             }
             uint32_t max = ps_stage_max_links(s->watched[i]);
             CHECK(max == 0 || ps_stage_link_count(s->watched[i]) <= max, "links: more links than the fan-in");
-            CHECK(ps_stage_error(s->watched[i])[0] == 0, "links: stage error '%s'", ps_stage_error(s->watched[i]));
+            CHECK(stage_error(s->watched[i])[0] == 0, "links: stage error '%s'", stage_error(s->watched[i]));
         }
         s->readings++;
         if (s->readings % 4 == 0) sched_yield();
