@@ -95,14 +95,20 @@ class RankOutput:
             file.close()
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="paths launch", usage="paths launch [options] -- CMD [ARGS...]",
-                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_placement_options(parser: argparse.ArgumentParser) -> None:
+    """--map, --threads, --policy and the rank options: where the ranks of a command go, as paths
+    launch and paths sbatch read them."""
     parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
     parser.add_argument("--threads", type=positive("--threads", MAX_THREADS), required=True, help="how many ranks")
     parser.add_argument("--policy", help="placement: block, cyclic (bucket and even are the same two) or "
                                          "pkg.mod:func; default: the map's")
     add_rank_options(parser)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="paths launch", usage="paths launch [options] -- CMD [ARGS...]",
+                                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_placement_options(parser)
     parser.add_argument("--launch", choices=("local", "ssh", "slurm"), help="how nodes start (default: the map's)")
     parser.add_argument("--output-dir", metavar="DIR", help="write each rank's output to DIR/rank.<rank>.log "
                                                            "(each made empty first) instead of prefixing it "

@@ -30,11 +30,9 @@ from collections import Counter
 from collections.abc import Sequence
 
 from ..model.cluster_map import MapError, map_reference, open_map
-from .launch import options_and_command, rank_variables
-from ..model.placement import MAX_THREADS
+from .launch import add_placement_options, options_and_command, rank_variables
 from ..runtime.process_context import make_runtime
 from ..runtime.rank_discovery import MAP, POLICY
-from .run import add_rank_options, positive
 
 # What sbatch reads in an #SBATCH line as the end of an option, a quote, an escape or a comment.
 NOT_IN_AN_OPTION = re.compile(r"[^A-Za-z0-9._-]")
@@ -96,11 +94,7 @@ def host_file_commands(map_name: str, used: list[str], placements: Sequence[str]
 def sbatch_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="paths sbatch", usage="paths sbatch [options] -- CMD [ARGS...]",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
-    parser.add_argument("--threads", type=positive("--threads", MAX_THREADS), required=True, help="how many ranks")
-    parser.add_argument("--policy", help="placement: block, cyclic (bucket and even are the same two) or "
-                                         "pkg.mod:func; default: the map's")
-    add_rank_options(parser)
+    add_placement_options(parser)
     args, command = options_and_command(parser, argv)
     try:
         script = batch_script(args.map, args.threads, args.policy, command, args.sum, args.acquire, args.release)
