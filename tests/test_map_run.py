@@ -240,6 +240,8 @@ def test_bad_options_exit_2_before_any_node_starts(probe, tmp_path, args, words)
     assert done.returncode == 2, (done.stdout, done.stderr)
     for word in words:
         assert word in done.stderr, done.stderr
+    error = done.stderr.splitlines()[-1]
+    assert all(error.count(a) <= 1 for a in args if a.startswith("--")), error  # each option named once
     assert probe.alive() == [] and probe.started() == {}
 
 

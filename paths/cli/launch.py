@@ -99,7 +99,7 @@ def add_placement_options(parser: argparse.ArgumentParser) -> None:
     """--map, --threads, --policy and the rank options: where the ranks of a command go, as paths
     launch and paths sbatch read them."""
     parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
-    parser.add_argument("--threads", type=positive("--threads", MAX_THREADS), required=True, help="how many ranks")
+    parser.add_argument("--threads", type=positive(MAX_THREADS), required=True, help="how many ranks")
     parser.add_argument("--policy", help="placement: block, cyclic (bucket and even are the same two) or "
                                          "pkg.mod:func; default: the map's")
     add_rank_options(parser)
@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", metavar="DIR", help="write each rank's output to DIR/rank.<rank>.log "
                                                            "(each made empty first) instead of prefixing it "
                                                            "with [rank]")
-    parser.add_argument("--timeout", type=seconds("--timeout"), help="stop the ranks after this many seconds, exit 1 "
+    parser.add_argument("--timeout", type=seconds, help="stop the ranks after this many seconds, exit 1 "
                                                       "(default: no limit)")
     return parser
 

@@ -44,16 +44,17 @@ def parse_thread_counts(text: str) -> list[int]:
             first, last = int(low), int(high if dash else low)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"--threads: expected counts and ranges like 1-32 or 1,2,4,8, got {text!r}") from None
+                f"expected counts and ranges like 1-32 or 1,2,4,8, got {text!r}") from None
         if first < 1 or last < first:
-            raise argparse.ArgumentTypeError(f"--threads: expected positive counts, low-high ranges; got {part!r}")
+            raise argparse.ArgumentTypeError(f"expected positive counts, low-high ranges; got {part!r}")
         if last > MAX_THREADS:
-            raise argparse.ArgumentTypeError(f"--threads: expected counts up to {MAX_THREADS}, got {part!r}")
+            raise argparse.ArgumentTypeError(f"expected counts up to {MAX_THREADS}, got {part!r}")
         counts.extend(range(first, last + 1))
     return list(dict.fromkeys(counts))
 
 
-def positive(name: str, maximum: float = math.inf, minimum: int = 1):
+def positive(maximum: float = math.inf, minimum: int = 1):
+    """An argparse type: an integer from minimum to maximum (argparse names the option)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -61,24 +62,22 @@ def positive(name: str, maximum: float = math.inf, minimum: int = 1):
             value = minimum - 1
         if value < minimum:
             expected = "a positive integer" if minimum == 1 else f"an integer from {minimum} to {maximum}"
-            raise argparse.ArgumentTypeError(f"{name}: expected {expected}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
         if value > maximum:
-            raise argparse.ArgumentTypeError(f"{name}: expected at most {maximum}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected at most {maximum}, got {text!r}")
         return value
     return parse
 
 
-def seconds(name: str):
-    """A positive number of seconds (inf: no limit)."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not value > 0:  # and not NaN
-            raise argparse.ArgumentTypeError(f"{name}: expected a positive number of seconds, got {text!r}")
-        return value
-    return parse
+def seconds(text: str) -> float:
+    """An argparse type: a positive number of seconds (inf: no limit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:  # and not NaN
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 def sum_name(text: str) -> str:
@@ -142,7 +141,7 @@ def _map_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", help="placement: block (fill a node first), cyclic (round-robin; "
                                          "bucket and even are the same two), or a Python dotted name; "
                                          "default: the map's")
-    parser.add_argument("--max-fanin", type=positive("--max-fanin", MAX_FANIN, minimum=2),
+    parser.add_argument("--max-fanin", type=positive(MAX_FANIN, minimum=2),
                         help="most contributors per sum stage (default: the map's)")
     parser.add_argument("--tree-form", choices=TREE_FORMS,
                         help="how the nodes' partial sums meet: sums (reduce-sum stages joined by remote hops), "
@@ -158,14 +157,14 @@ def run_command(argv: list[str]) -> int:
     _map_options(parser)
     parser.add_argument("--threads", type=parse_thread_counts, default=[1, 2, 4],
                         help="thread counts: ranges and lists, e.g. 1-32 or 1,2,4,8 (default 1,2,4)")
-    parser.add_argument("--repeat", type=positive("--repeat"), default=5, help="runs per thread count (default 5)")
-    parser.add_argument("--rounds", type=positive("--rounds"), default=1000, help="gsum: global sums per run")
-    parser.add_argument("--darts", type=positive("--darts"), default=10_000_000, help="mcpi: darts per run")
+    parser.add_argument("--repeat", type=positive(), default=5, help="runs per thread count (default 5)")
+    parser.add_argument("--rounds", type=positive(), default=1000, help="gsum: global sums per run")
+    parser.add_argument("--darts", type=positive(), default=10_000_000, help="mcpi: darts per run")
     parser.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                         help="an argument the kernel reads with paths_arg (ctx.arg); repeatable")
     add_rank_options(parser)
     parser.add_argument("--launch", choices=("local", "ssh", "slurm"), help="how nodes start (default: the map's)")
-    parser.add_argument("--timeout", type=seconds("--timeout"), default=120.0,
+    parser.add_argument("--timeout", type=seconds, default=120.0,
                         help="seconds any one step may take (kernels get it as --arg timeout, and the "
                              "run's repeat, 0, 1, ..., as --arg repeat)")
     parser.add_argument("--trace", metavar="DIR", help="trace every node's callers and every link between nodes "
@@ -405,7 +404,7 @@ def show_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="paths show", description="Print a map's placement of N threads and "
                                      "the reduction tree their paths build.")
     _map_options(parser)
-    parser.add_argument("--threads", type=positive("--threads", MAX_THREADS), required=True, help="how many threads")
+    parser.add_argument("--threads", type=positive(MAX_THREADS), required=True, help="how many threads")
     parser.add_argument("--dot", action="store_true", help="print Graphviz DOT instead of text")
     args = parser.parse_args(argv)
     try:
