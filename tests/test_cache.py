@@ -4,6 +4,7 @@ With prefetch, a miss fetches a window of the history in one request (the histor
 at build with "all"), never serving an axed tuple, right under concurrent moves, in one
 request per range bound."""
 
+import contextlib
 import threading
 
 import pytest
@@ -220,6 +221,31 @@ def test_across_remote_a_read_refused_as_axed_stops_the_cache_serving_older_copi
             h.observe(35)
 
 
+@pytest.mark.parametrize("mode", ["none", "all"])
+def test_across_remote_an_axe_by_another_handle_on_the_remote_stage_stops_the_copies_at_once(space, mode):
+    """Handles of this process that reach the element through one remote stage share what its
+    answers showed of the axe point: an axe made through any of them stops the cache's copies,
+    and so does a read of one of them refused as axed."""
+    with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
+        space.enter("C", "qd").move_many([(i, 0.0) for i in range(50)])
+        rest = [stage("remote", host=server.endpoint), stage("core", name="C", format="qd")]
+        h = build_path(make_path(stage("cache", capacity=1024, prefetch=mode), *rest))
+        other = build_path(make_path(*rest))
+        assert [h.observe(i) for i in range(40)] == [(i, 0.0) for i in range(40)]
+        assert h.stage.counters()["misses"] == (40 if mode == "none" else 0)
+        other.axe(30)
+        for i in (0, 29):
+            with pytest.raises(paths.AxedError, match="first live index is 30"):
+                h.observe(i)
+        assert h.observe(30) == (30, 0.0)
+        space.enter("C", "qd").axe(35)  # at the element: seen by the next read that goes down
+        with pytest.raises(paths.AxedError, match="first live index is 35"):
+            other.observe(31)
+        with pytest.raises(paths.AxedError, match="first live index is 35"):
+            h.observe(33)  # a copy, stopped by what the other handle's read showed
+        assert h.observe(36) == (36, 0.0)
+
+
 def test_prefetch_with_concurrent_moves_serves_every_tuple_right(space):
     element_name, n = "W", 5000
     writer_handle = build_path(make_path(stage("core", name=element_name, format="qd")), pastset=space)
@@ -290,40 +316,51 @@ def test_a_window_over_remote_is_one_request(space):
         assert h.stage.counters()["ranges"] == 1
 
 
-def test_readers_through_caches_never_get_a_tuple_once_an_axe_past_it_returned(space):
+@pytest.mark.parametrize("across", ["here", "remote"])
+def test_readers_through_caches_never_get_a_tuple_once_an_axe_past_it_returned(space, across):
     """An axer frees the history 50 tuples at a time while readers go over it through caches that
     hold copies of all of it: each read is the right tuple or AxedError, and a read begun after an
-    axe returned never gets a tuple that axe freed."""
+    axe returned never gets a tuple that axe freed. Across remote, the axer and the readers reach
+    the element through one remote stage."""
     n, step = 2000, 50
     element = space.enter("A", "qd")
     element.move_many([(i, i * 0.5) for i in range(n)])
-    readers = [prefetching(space, name="A", mode="all", capacity=n, window=64) for _ in range(3)]
-    axed = [0]  # what the axer has finished: a floor for any read begun later
-    wrong = []
+    with contextlib.ExitStack() as stack:
+        if across == "here":
+            readers = [prefetching(space, name="A", mode="all", capacity=n, window=64) for _ in range(3)]
+            axer = element
+        else:
+            server = stack.enter_context(PathServer("tcp://127.0.0.1:*", pastset=space).start())
+            rest = [stage("remote", host=server.endpoint), stage("core", name="A", format="qd")]
+            readers = [build_path(make_path(stage("cache", capacity=n, prefetch="all", window=64, id=f"reader {r}"),
+                                            *rest)) for r in range(3)]
+            axer = build_path(make_path(*rest))
+        axed = [0]  # what the axer has finished: a floor for any read begun later
+        wrong = []
 
-    def axe():
-        for point in range(step, n + 1, step):
-            element.axe(point)
-            axed[0] = point
+        def axe():
+            for point in range(step, n + 1, step):
+                axer.axe(point)
+                axed[0] = point
 
-    def read(h):
-        for sweep in range(5):
-            for i in range(0, n, 7):
-                floor = axed[0]
-                try:
-                    got = h.observe(i, timeout=PATIENCE_S)
-                except paths.AxedError:
-                    continue
-                if got != (i, i * 0.5) or i < floor:
-                    wrong.append((i, got, floor))
+        def read(h):
+            for sweep in range(5):
+                for i in range(0, n, 7):
+                    floor = axed[0]
+                    try:
+                        got = h.observe(i, timeout=PATIENCE_S)
+                    except paths.AxedError:
+                        continue
+                    if got != (i, i * 0.5) or i < floor:
+                        wrong.append((i, got, floor))
 
-    threads = [threading.Thread(target=axe)] + [threading.Thread(target=read, args=(h,)) for h in readers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert wrong == []
-    assert all(h.stage.counters()["fetched"] == n for h in readers)
-    for h in readers:
-        with pytest.raises(paths.AxedError):
-            h.observe(n - 1)
+        threads = [threading.Thread(target=axe)] + [threading.Thread(target=read, args=(h,)) for h in readers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert wrong == []
+        assert all(h.stage.counters()["fetched"] == n for h in readers)
+        for h in readers:
+            with pytest.raises(paths.AxedError):
+                h.observe(n - 1)

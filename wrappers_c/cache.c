@@ -6,9 +6,9 @@
  * observe(i) is served here; next-observes (the shared cursor) and every other operation pass
  * straight through. It never serves a tuple before the axe point it knows: that of an axe made
  * through it, the element's own where the stages below pass indexed reads and axes to an element
- * in this process unchanged (an axe made anywhere, looked at on every hit), and that of a read
- * through it refused as axed (a range, or an indexed observe: across a remote stage, how an axe
- * made elsewhere is learned).
+ * in this process unchanged (an axe made anywhere, looked at on every hit), or, past a remote
+ * stage, what that stage's answers to any of its callers showed of it (an axe done, a read
+ * refused as axed; looked at on every hit too), and that of a read through it refused as axed.
  *
  * prefetch: "none": a miss reads its one tuple. "window": a miss at i reads the tuples i .. i +
  * window - 1 that exist (waiting for i only) with observe_range, one request per range bound
@@ -42,14 +42,10 @@ typedef struct cache_stage {
     _Atomic int fetching;
     _Atomic int fetched_all;   /* "all": the first caller has read the history */
     _Atomic int64_t hits, misses, ranges, fetched;
-    _Atomic int64_t axed;      /* the highest axe point known: older copies are not served */
+    int64_t axed;              /* the highest axe point known: older copies are not served */
 } cache_stage;
 
-static void learn_axe_point(cache_stage *c, int64_t index) {
-    int64_t seen = atomic_load(&c->axed);
-    while (seen < index && !atomic_compare_exchange_weak(&c->axed, &seen, index)) {
-    }
-}
+static void learn_axe_point(cache_stage *c, int64_t index) { ps_axe_point_raise(&c->axed, index); }
 
 /* An indexed read below refused as axed says the axe point in its value, where known (past the
  * index refused). */
@@ -59,7 +55,7 @@ static void learn_from(cache_stage *c, const ps_op *op, int rc) {
 
 /* The highest axe point known: learned, or the element's own where the path below shows it. */
 static int64_t axe_point(cache_stage *c) {
-    int64_t known = atomic_load_explicit(&c->axed, memory_order_acquire);
+    int64_t known = __atomic_load_n(&c->axed, __ATOMIC_ACQUIRE);
     int64_t now = c->base.axe_point ? __atomic_load_n(c->base.axe_point, __ATOMIC_ACQUIRE) : 0;
     return now > known ? now : known;
 }

@@ -57,6 +57,8 @@ typedef struct remote_stage {
     connection *connections;         /* one per caller slot */
     _Atomic int64_t requests, answers, failures;
     _Atomic int64_t streams_cut;     /* move_many streams a frame cut short (the frames after it not run) */
+    int64_t axe_known;               /* the highest axe point of the element an answer showed: an axe done,
+                                        a read refused as axed (base.axe_point: a cache above looks at it) */
 } remote_stage;
 
 static remote_stage *remote_of(ps_link *link) { return (remote_stage *)link->stage; }
@@ -236,6 +238,8 @@ static int round_trips(ps_link *link, ps_op *op) {
             return rc;
         if (shape & PS_OP_VALUE_OUT || status == PS_EAXED || (shape & PS_OP_TUPLES_OUT && status != PS_OK))
             op->value = answer.value; /* EAXED: the first live index */
+        if (status == PS_EAXED || (sending == PS_OP_AXE && status == PS_OK))
+            ps_axe_point_raise(&r->axe_known, status == PS_EAXED ? answer.value : op->argument);
         else if (n && (status == PS_OK || answer.value == 1)) op->done = 1;
         if (sending == PS_OP_EXCHANGE && op->done) sending = PS_OP_OBSERVE; /* what is left of it */
         if (status == PS_ETIMEDOUT && ps_remaining(deadline) != 0) continue; /* time is left */
@@ -546,6 +550,7 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
     r->path_spec = strdup(ps_params_str(params, "path"));
     r->connections = calloc(PS_PASS_THROUGH_CALLERS, sizeof *r->connections);
     int rc = ps_stage_init(&r->base, &ps_kind_remote, &format, PS_PASS_THROUGH_CALLERS, NULL);
+    r->base.axe_point = &r->axe_known; /* every link reaches the one element the remainder names */
     if (rc == PS_OK && (!r->path_spec || !r->connections)) rc = PS_ENOMEM;
     if (rc == PS_OK && strlen(r->path_spec) > PS_SPEC_MAX) {
         snprintf(error, error_size, "stage 'remote': the path remainder is longer than %d bytes", PS_SPEC_MAX);

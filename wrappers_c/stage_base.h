@@ -31,8 +31,17 @@ struct ps_stage {
     int moves_queued;              /* its moves return once on their way, before they take effect (a
                                       pipelined delay): a stage above need not send them from a thread */
     const int64_t *axe_point;      /* the element's axe point (ps_axe_point), where the stage passes
-                                      indexed reads and axes to it unchanged; NULL: not seen from here */
+                                      indexed reads and axes to it unchanged, or a stage's own word
+                                      that only ever rises to a point the element had (remote's);
+                                      NULL: not seen from here */
 };
+
+/* Raises an axe-point word (read with __atomic_load_n) to `index`, if that is higher. */
+static inline void ps_axe_point_raise(int64_t *word, int64_t index) {
+    int64_t seen = __atomic_load_n(word, __ATOMIC_RELAXED);
+    while (seen < index && !__atomic_compare_exchange_n(word, &seen, index, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    }
+}
 
 /* A pass-through stage serves at most this many callers at once (a slot freed by a caller that
  * left is given to the next one). */
