@@ -27,8 +27,13 @@ the delay's courier delivers them one round trip at a time). Larger factors make
 until the last buffer, whose tuples still travel and are appended after the caller is done,
 grows: on 2 cores the least time per round came at 4096 without the delay (2048 12-17% and 8192
 19-23% slower) and at 2048 with it (4096 and 8192 2-6% slower). The `info` lines give 4096 and 8192
-against the best factor of the range: where the curve turns. (ARMI's optimum at 256 came from the
-work each call costs its receiver, an RMI's dispatch, which a PastSet move barely has.)
+against the best factor of the range: where the curve turns. A second `info` line fits the
+sweep at the largest k to round = base + (k / F) x message + F x tuple (each message's cost, and
+that of a tuple of the last buffer, which travels after the caller is done): the best factor is
+then about sqrt(k x message / tuple), on 2 cores about 3,000 (a message 4-7 us, a tuple 3-10 ns).
+ARMI's optimum at 256 came from the work each call costs its receiver, an RMI's dispatch, which
+a PastSet move barely has: for the best factor to lie at 1024 or below at k = 10,000, a message
+would have to cost at most about 100 tuples, well under a microsecond.
 
 Aurora's Figure 6 method (a read cache loaded in bulk). A 704 x 704 matrix of 'i' (one row per
 tuple) lives on a node that runs no threads; on 2 and 4 emulated node processes (one thread
@@ -232,6 +237,37 @@ def mm2_expected_checksum(n: int) -> float:
 # ---- the report -----------------------------------------------------------------------------
 
 
+@dataclass
+class RoundModel:
+    """round = base + (k / F) x message + F x tuple, fitted to a sweep over the factor F: each
+    message's cost, and the cost of a tuple of the last buffer, which still travels after the
+    caller is done. The best factor is then about sqrt(k x message / tuple): the bigger a message's
+    cost against a tuple's, the bigger the best factor (ARMI's receiver paid a call's dispatch per
+    tuple, so its best factor was small)."""
+    base_ms: float
+    message_ms: float
+    tuple_ms: float
+    worst_error: float  # the largest relative distance of a measured round from the model's
+
+    def best_factor(self, k: int) -> float:
+        return math.sqrt(k * self.message_ms / self.tuple_ms) if self.message_ms > 0 < self.tuple_ms else math.inf
+
+
+def fit_round_model(k: int, rounds: dict) -> RoundModel:
+    """The model fitted to {factor: ms per round}, each round weighted by its own size (least
+    squares of the relative error), so that the largest factors' short rounds count as much as the
+    smallest factors' long ones."""
+    import numpy
+
+    factors = sorted(rounds)
+    measured = numpy.array([rounds[f] for f in factors])
+    terms = numpy.array([[1.0, k / f, f] for f in factors])
+    weights = 1.0 / measured
+    (base, message, tuple_), *_ = numpy.linalg.lstsq(terms * weights[:, None], measured * weights, rcond=None)
+    worst = float(numpy.max(numpy.abs(terms @ (base, message, tuple_) / measured - 1.0)))
+    return RoundModel(float(base), float(message), float(tuple_), worst)
+
+
 def target(name: str, met: bool, shown: str) -> str:
     return f"  {'PASS' if met else 'MISS'}  {name}: {shown}"
 
@@ -328,6 +364,15 @@ def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict) -> t
             lines.append(f"  info  past {sizes.factors[-1]} at k = {top} (delay {delay:g} ms), a round against {first}'s: " +
                          ", ".join(f"{f} {med[delay, top, f, 2] / med[delay, top, first, 2] - 1:+.1%}"
                                    for f in sizes.beyond))
+        swept = sizes.factors + sizes.beyond
+        if len(swept) > 3:  # more rounds than the model's three costs
+            model = fit_round_model(top, {f: med[delay, top, f, 2] for f in swept})
+            lines.append(f"  info  why, at k = {top} (delay {delay:g} ms): a round = {model.base_ms * 1e3:.0f} us + "
+                         f"(k / factor) x {model.message_ms * 1e3:.2f} us a message + factor x "
+                         f"{model.tuple_ms * 1e6:.2f} ns a tuple of the last buffer (fitted to factors "
+                         f"{swept[0]}..{swept[-1]}, within {model.worst_error:.0%}): " +
+                         (f"the best factor is about sqrt(k x message / tuple) = {model.best_factor(top):.0f}"
+                          if math.isfinite(model.best_factor(top)) else "no cost grows with the factor"))
     for delay, bound in ((0.0, 0.5), (0.2, 0.15)):
         worst = max(ratios[n, delay] for n in sizes.nodes)
         lines.append(target(f"prefetch <= {bound}x the per-row load, delay {delay:g} ms ({', '.join(map(str, sizes.nodes))} "

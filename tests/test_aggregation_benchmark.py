@@ -87,3 +87,15 @@ def test_quick_runs_once_unless_repeat_says_otherwise():
     assert parse_arguments(["--quick"]).repeat == 1
     chosen = parse_arguments(["--quick", "--repeat", "2"])
     assert chosen.repeat == 2 and chosen.sizes.ks == QUICK["ks"]
+
+
+def test_the_round_model_recovers_the_costs_a_sweep_was_made_of():
+    from benchmarks.aggregation import FACTORS, fit_round_model
+
+    k, base, message, tuple_ = 10_000, 0.1, 0.005, 5e-6  # ms: 100 us, 5 us a message, 5 ns a tuple
+    model = fit_round_model(k, {f: base + k / f * message + f * tuple_ for f in FACTORS + (4096, 8192)})
+    assert (model.base_ms, model.message_ms, model.tuple_ms) == pytest.approx((base, message, tuple_), rel=1e-6)
+    assert model.worst_error < 1e-9
+    assert model.best_factor(k) == pytest.approx(math.sqrt(k * message / tuple_))  # 3162: past 2048
+    flat = fit_round_model(k, {f: base + k / f * message for f in FACTORS})  # no cost grows with the factor
+    assert not math.isfinite(flat.best_factor(k)) or flat.best_factor(k) > 1e6
