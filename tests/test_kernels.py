@@ -8,6 +8,7 @@ The C sources are tests/c/kernels.c (small kernels, each checking one thing), te
 (a stale build) and the examples: examples/jacobi/, examples/extension/, examples/program/.
 """
 
+import contextlib
 import csv
 import os
 import re
@@ -23,6 +24,7 @@ import pytest
 
 import paths
 from paths import make_path, stage
+from paths.runtime.server import PathServer
 from paths.runtime.kernel import Kernel, KernelError, load_kernel, parse_kernel_args, run_kernel
 from paths.runtime.trace_file import read_trace
 
@@ -90,6 +92,8 @@ def test_the_exact_declarations_of_the_api():
         "int paths_move(paths_handle *h, const void *tuple, int64_t timeout_ns);",
         "int paths_observe(paths_handle *h, void *out, int64_t timeout_ns);",
         "int paths_observe_at(paths_handle *h, int64_t index, void *out, int64_t timeout_ns);",
+        "int paths_observe_range(paths_handle *h, int64_t index, size_t n, void *out, size_t *got, int64_t timeout_ns);",
+        "size_t paths_range_max(const paths_handle *h);",
         "int paths_first(paths_handle *h, int64_t *out);", "int paths_last(paths_handle *h, int64_t *out);",
         "int paths_axe(paths_handle *h, int64_t index);", "size_t paths_tuple_size(const paths_handle *h);",
         "const char *paths_format(const paths_handle *h);", "const char *paths_strerror(int status);",
@@ -418,6 +422,25 @@ def test_a_kernel_reads_why_an_operation_failed_where_the_status_cannot_say(buil
                                          stage("core", name="S", format="q")), pastset=space)
     done = run_kernel(kernel, [0], 1, "here", {}, lambda thread, name, format: element, lambda thread, handle: None)
     assert done.reports == {0: [("explained", 1.0)]}
+
+
+@pytest.mark.parametrize("across", ["here", "remote"])
+def test_a_kernel_reads_a_range_in_one_operation(built, space, across):
+    """paths_observe_range: the tuples from an index that exist, at most n, as one operation; an
+    axed index and a timeout are told apart by their status."""
+    kernel = load_kernel(str(built / "libkernels.so") + ":range_read")
+    with contextlib.ExitStack() as stack:
+        core = stage("core", name="R", format="q")
+        if across == "remote":
+            server = stack.enter_context(PathServer("tcp://127.0.0.1:*", pastset=space).start())
+            element = paths.build_path(make_path(stage("remote", host=server.endpoint), core))
+        else:
+            element = paths.build_path(make_path(core), pastset=space)
+        element.move_many(list(range(10)))
+        element.axe(2)
+        done = run_kernel(kernel, [0], 1, "here", {}, lambda thread, name, format: element,
+                          lambda thread, handle: None)
+        assert done.reports == {0: [("from_3", 7.0), ("from_8", 2.0), ("checked", 1.0)]}
 
 
 def test_a_negative_timeout_other_than_forever_is_refused_not_waited_out(built, probe):

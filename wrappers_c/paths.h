@@ -91,6 +91,13 @@ int paths_move(paths_handle *h, const void *tuple, int64_t timeout_ns);     /* a
 int paths_move_many(paths_handle *h, const void *tuples, size_t n, int64_t timeout_ns);
 int paths_observe(paths_handle *h, void *out, int64_t timeout_ns);          /* the next unread one */
 int paths_observe_at(paths_handle *h, int64_t index, void *out, int64_t timeout_ns); /* tuple `index` */
+/* Reads tuples index, index+1, ... as one operation (Aurora's bulk load; through a remote stage
+ * one request, its answer streamed): it waits until tuple `index` exists, then copies every one
+ * of the next n that exists at that moment to `out` (room for n tuples) and sets *got to how many
+ * it copied (1 to n; 0 on failure). n runs from 1 to paths_range_max(h), 4 MiB of tuples; else
+ * PATHS_EINVAL, nothing read. An index before the axe point: PATHS_EAXED. */
+int paths_observe_range(paths_handle *h, int64_t index, size_t n, void *out, size_t *got, int64_t timeout_ns);
+size_t paths_range_max(const paths_handle *h);                                /* 0 for NULL */
 /* A fence over n handles (ARMI's rmi_fence, the end of a write scope): whatever a stage on their
  * paths holds back (a batch's buffered moves) goes down, and it returns once every move made
  * through them before it has been applied at its element. A move into a sum counts as applied

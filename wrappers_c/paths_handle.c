@@ -57,6 +57,18 @@ int paths_observe_at(paths_handle *h, int64_t index, void *out, int64_t timeout_
     return ps_link_call(link_of(h), &op);
 }
 
+int paths_observe_range(paths_handle *h, int64_t index, size_t n, void *out, size_t *got, int64_t timeout_ns) {
+    if (got) *got = 0;
+    if (bad_timeout(timeout_ns) || !h || !out || !got || n == 0 || n > paths_range_max(h)) return PS_EINVAL;
+    ps_op op = {.kind = PS_OP_OBSERVE_RANGE, .argument = index, .out = out, .count = (uint32_t)n,
+                .timeout_ns = timeout_ns};
+    int rc = ps_link_call(link_of(h), &op);
+    if (rc == PS_OK) *got = (size_t)op.value;
+    return rc;
+}
+
+size_t paths_range_max(const paths_handle *h) { return h ? ps_op_range_max(paths_tuple_size(h)) : 0; }
+
 int paths_fence(paths_handle *const *handles, size_t n, int64_t timeout_ns) {
     if (bad_timeout(timeout_ns) || (n && !handles)) return PS_EINVAL;
     for (size_t i = 0; i < n; i++)
