@@ -26,6 +26,11 @@
  *           over tcp and ipc ask for ranges of three slices and more (observe_range) from anywhere
  *           in what exists: every answer consecutive from where it was asked, none missing, as
  *           long as what existed (the server reads a range a slice at a time, beside the moves).
+ *   axes    the ranges' element, its first 4000 tuples axed further and further through a remote
+ *           stage while readers read them over and over by index through caches above that same
+ *           stage that hold copies of all of them (one prefetching all, one windows): every read the
+ *           right tuple or refused as axed, and none begun after an axe returned gets a tuple that
+ *           axe freed.
  *   streams writers move distinct values in move_many's of 1 to 9000 (up to 5 frames, streamed)
  *           through remote stages (tcp and ipc), each call with a timeout of 5 ms and what is
  *           left of it called again, into an element bounded to 2500 unread, whose reader pauses
@@ -53,6 +58,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <zmq.h>
 
@@ -532,6 +538,74 @@ static void run_ranges(ps_stage *element, const char *endpoint, int64_t tuples) 
     for (int r = 0; r < RANGE_READERS; r++) ps_stage_release(remotes[r]);
 }
 
+/* ---- axes ------------------------------------------------------------------------------------------ */
+
+enum { AXE_READERS = 2, AXE_TUPLES = 4000, AXE_STEP = 50 }; /* the caches hold copies of all of them (at most) */
+
+typedef struct axes_job {
+    ps_stage *stage;        /* the remote stage (the axer), or a cache above it (a reader) */
+    int64_t tuples;
+    _Atomic int64_t *axed;  /* the axer's progress: a floor for any read begun later */
+    atomic_bool *axer_done;
+} axes_job;
+
+static void *axer(void *arg) {
+    axes_job *job = arg;
+    ps_link link;
+    attach_or_die(job->stage, &link);
+    for (int64_t point = AXE_STEP; point <= job->tuples; point += AXE_STEP) {
+        ps_op axe = {.kind = PS_OP_AXE, .argument = point};
+        int rc = ps_link_call(&link, &axe);
+        CHECK(rc == PS_OK, "axes: axe(%" PRId64 "): %s", point, ps_status_name(rc));
+        if (rc != PS_OK) break;
+        atomic_store(job->axed, point);
+        struct timespec pause = {0, 200000}; /* the readers sweep their copies meanwhile */
+        nanosleep(&pause, NULL);
+    }
+    atomic_store(job->axer_done, true);
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static void *axed_reader(void *arg) {
+    axes_job *job = arg;
+    ps_link link;
+    attach_or_die(job->stage, &link);
+    bool right = true;
+    for (bool last_sweep = false; right && !last_sweep;) {
+        last_sweep = atomic_load(job->axer_done);
+        for (int64_t i = 0; right && i < job->tuples; i += 7) {
+            int64_t floor = atomic_load(job->axed), value = -1;
+            int rc = link_observe_at(&link, i, &value, WAIT);
+            right = rc == PS_EAXED || (rc == PS_OK && value == i && i >= floor);
+            CHECK(right, "axes: observe_at(%" PRId64 ") after an axe at %" PRId64 " returned: %s, %" PRId64, i, floor,
+                  ps_status_name(rc), value);
+        }
+    }
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static void run_axes(const char *endpoint, int64_t moved) {
+    atomic_store(&scene_running, "axes");
+    int64_t tuples = moved < AXE_TUPLES ? moved : AXE_TUPLES;
+    _Atomic int64_t axed = 0;
+    atomic_bool axer_done = false;
+    ps_stage *remote = remote_stage(endpoint, "tcp", RANGES_SPEC, 1, 1);
+    axes_job jobs[AXE_READERS + 1] = {{remote, tuples, &axed, &axer_done}};
+    pthread_t threads[AXE_READERS + 1];
+    for (int r = 1; r <= AXE_READERS; r++) {
+        ps_param_value values[] = {int_param("capacity", 4096), str_param("prefetch", r == 1 ? "all" : "window"),
+                                   int_param("window", 1000)};
+        jobs[r] = (axes_job){create_stage(NULL, "cache", values, 3, remote), tuples, &axed, &axer_done};
+        start_thread(&threads[r], axed_reader, &jobs[r]);
+    }
+    start_thread(&threads[0], axer, &jobs[0]);
+    for (int t = 0; t <= AXE_READERS; t++) pthread_join(threads[t], NULL);
+    for (int r = 1; r <= AXE_READERS; r++) ps_stage_release(jobs[r].stage);
+    ps_stage_release(remote);
+}
+
 /* ---- streams -------------------------------------------------------------------------------------- */
 
 enum { STREAM_WRITERS = 3, STREAM_MOST = 9000, STREAM_BOUND = 2500, PAUSE_EVERY = 2000 };
@@ -875,6 +949,7 @@ int main(int argc, char **argv) {
     run_churn(&s, endpoint, rounds / 8);
     run_batched(endpoint, rounds);
     run_ranges(s.ranges, endpoint, rounds * 40);
+    run_axes(endpoint, rounds * 40); /* what the ranges moved */
     run_streams(s.streams, endpoint, rounds * 8);
     run_allreduce(space, endpoint, rounds);
     run_auth(rounds / 50 + 1);
