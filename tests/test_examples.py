@@ -18,6 +18,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
     ("global_sum_tree.py", "every total checked"),
     ("remote_sum.py", "requests=1001, answers=1001, failures=0"),
     ("python_stage.py", "the element holds (40, 5.0)"),
+    ("aggregation.py", "batch: 10000 moves in 40 messages"),
+    ("aggregation.py", "cache: 10000 tuples fetched in 1 request(s), 10000 reads served here, 0 went to the server"),
 ])
 def test_example_runs(script, says):
     done = subprocess.run([sys.executable, str(EXAMPLES / script)], capture_output=True, text=True, timeout=120)
