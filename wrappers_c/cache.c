@@ -45,12 +45,10 @@ typedef struct cache_stage {
     int64_t axed;              /* the highest axe point known: older copies are not served */
 } cache_stage;
 
-static void learn_axe_point(cache_stage *c, int64_t index) { ps_axe_point_raise(&c->axed, index); }
-
 /* An indexed read below refused as axed says the axe point in its value, where known (past the
  * index refused). */
 static void learn_from(cache_stage *c, const ps_op *op, int rc) {
-    if (rc == PS_EAXED && op->value > op->argument) learn_axe_point(c, op->value);
+    if (rc == PS_EAXED && op->value > op->argument) ps_axe_point_raise(&c->axed, op->value);
 }
 
 /* The highest axe point known: learned, or the element's own where the path below shows it. */
@@ -150,7 +148,7 @@ static int cache_observe_range(ps_link *link, ps_op *op) {
  * it would without the cache). */
 static int cache_axe(ps_link *link, ps_op *op) {
     int rc = ps_stage_pass(link, op);
-    if (rc == PS_OK) learn_axe_point((cache_stage *)link->stage, op->argument);
+    if (rc == PS_OK) ps_axe_point_raise(&((cache_stage *)link->stage)->axed, op->argument);
     return rc;
 }
 
