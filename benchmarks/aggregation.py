@@ -25,9 +25,9 @@ costs far more than its tuples: a hand-off to batch's sender thread and a remote
 about 6 us each (with the delay, the caller sends its buffers into the delay's wire itself, and
 the delay's courier delivers them one round trip at a time). Larger factors make messages fewer
 until the last buffer, whose tuples still travel and are appended after the caller is done,
-grows: on 2 cores the least time per round came at 4096 without the delay (2048 12-17% and 8192
-19-23% slower) and at 2048 with it (4096 and 8192 2-6% slower). The `info` lines give 4096 and 8192
-against the best factor of the range: where the curve turns. A second `info` line fits the
+grows: on 2 cores the least time per round came at 4096 without the delay (2048 12-18% and 8192
+19-23% slower), and with it at 2048 to 8192, within a few per cent of each other from run to run.
+The `info` lines give 4096 and 8192 against the best factor of the range: where the curve turns. A second `info` line fits the
 sweep at the largest k to round = base + (k / F) x message + F x tuple (each message's cost, and
 that of a tuple of the last buffer, which travels after the caller is done): the best factor is
 then about sqrt(k x message / tuple), on 2 cores about 3,000 (a message 4-7 us, a tuple 3-10 ns).

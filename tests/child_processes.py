@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -83,6 +84,15 @@ class Child:
 
     def signal(self, number: int) -> None:
         self.process.send_signal(number)
+
+    def stop(self) -> None:
+        """SIGSTOP, and return once the child is stopped (a signal is delivered some time after it is sent)."""
+        self.signal(signal.SIGSTOP)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name} did not stop within {START_TIMEOUT_S} s")
+            time.sleep(0.001)
 
     def reap(self) -> None:
         if self.process.poll() is None:

@@ -5,9 +5,12 @@ at build with "all"), never serving an axed tuple, right under concurrent moves,
 request per range bound."""
 
 import contextlib
+import signal
 import threading
+import time
 
 import pytest
+from child_processes import ChildProcesses
 
 import paths
 from paths import build_path, make_path, stage
@@ -102,6 +105,70 @@ def test_a_copy_outlives_an_axe_made_elsewhere_past_a_stage_with_its_own_indexed
     assert h.observe(0) == (7, 7.0)
     space.enter("C", "qd").axe(1)
     assert h.observe(0) == (7, 7.0)  # tuples are immutable: the copy is still the tuple that was
+
+
+@paths.stage_kind("test-cache-axe-answer-lost")
+class AxeAnswerLost:
+    """Passes an axe on, then fails as if its answer had been lost on the way back."""
+
+    def axe(self, below, index):
+        below.axe(index)
+        raise TimeoutError("the axe's answer was lost")
+
+
+def test_an_axe_through_the_cache_that_failed_but_may_have_freed_the_tuples_stops_the_copies(space):
+    """An axe that fails may still have taken effect (its answer lost): the cache serves no copy it
+    may have freed; reads of them go down, and the element says what they are."""
+    h = build_path(make_path(stage("cache", capacity=8), stage("test-cache-axe-answer-lost"),
+                             stage("core", name="C", format="qd")), pastset=space)
+    h.move_many([(i, 0.0) for i in range(4)])
+    assert [h.observe(i) for i in range(4)] == [(i, 0.0) for i in range(4)]
+    with pytest.raises(TimeoutError):
+        h.axe(2)
+    with pytest.raises(paths.AxedError, match="first live index is 2"):
+        h.observe(1)
+    assert h.observe(2) == (2, 0.0) and h.stage.counters()["hits"] == 1
+
+
+def test_an_axe_refused_for_its_index_leaves_the_copies_served(space):
+    h = cached(space)
+    h.move((0, 0.0))
+    assert h.observe(0) == (0, 0.0)
+    with pytest.raises(IndexError):
+        h.axe(5)  # past the history: refused, nothing freed
+    assert h.observe(0) == (0, 0.0) and h.stage.counters()["hits"] == 1
+
+
+def test_across_remote_an_axe_whose_answer_was_lost_stops_the_copies_of_another_handle():
+    """An axe sent through a remote stage whose answer never came (the server stopped until the
+    client gave up, then went on and did it) stops the copies of a cache above that stage, for
+    every handle that shares it."""
+    with ChildProcesses() as children:
+        server, endpoint = children.paths_serve()
+        rest = [stage("remote", host=endpoint, timeout_ms=400), stage("core", name="C", format="qd")]
+        axer = build_path(make_path(*rest))
+        h = build_path(make_path(stage("cache", capacity=64), *rest))
+        probe = build_path(make_path(stage("remote", host=endpoint, timeout_ms=401), stage("core", name="C",
+                                                                                           format="qd")))
+        axer.move_many([(i, 0.0) for i in range(10)])
+        assert [h.observe(i) for i in range(10)] == [(i, 0.0) for i in range(10)]
+        server.stop()
+        try:
+            with pytest.raises(ConnectionError):
+                axer.axe(5)  # no answer within timeout_ms
+        finally:
+            server.signal(signal.SIGCONT)
+        deadline = time.monotonic() + PATIENCE_S
+        while True:  # the server reads the axe once it runs again (probe: another remote stage)
+            try:
+                probe.observe(4)
+            except paths.AxedError:
+                break
+            assert time.monotonic() < deadline, "the server never did the axe"
+            time.sleep(0.01)
+        with pytest.raises(paths.AxedError, match="first live index is 5"):
+            h.observe(4)
+        assert h.observe(5) == (5, 0.0)
 
 
 def test_missing_tuple_waits_and_times_out(space):

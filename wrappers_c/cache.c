@@ -145,10 +145,10 @@ static int cache_observe_range(ps_link *link, ps_op *op) {
 }
 
 /* Axing through the cache also stops it serving the freed tuples (an observe of one raises, as
- * it would without the cache). */
+ * it would without the cache), and so does an axe through it that failed but may have freed them. */
 static int cache_axe(ps_link *link, ps_op *op) {
     int rc = ps_stage_pass(link, op);
-    if (rc == PS_OK) ps_axe_point_raise(&((cache_stage *)link->stage)->axed, op->argument);
+    if (ps_axe_may_have_taken_effect(rc)) ps_axe_point_raise(&((cache_stage *)link->stage)->axed, op->argument);
     return rc;
 }
 

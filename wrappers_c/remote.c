@@ -57,8 +57,9 @@ typedef struct remote_stage {
     connection *connections;         /* one per caller slot */
     _Atomic int64_t requests, answers, failures;
     _Atomic int64_t streams_cut;     /* move_many streams a frame cut short (the frames after it not run) */
-    int64_t axe_known;               /* the highest axe point of the element an answer showed: an axe done,
-                                        a read refused as axed (base.axe_point: a cache above looks at it) */
+    int64_t axe_known;               /* the highest axe point of the element an answer showed: an axe done
+                                        (or sent, its answer lost), a read refused as axed (base.axe_point: a
+                                        cache above looks at it) */
 } remote_stage;
 
 static remote_stage *remote_of(ps_link *link) { return (remote_stage *)link->stage; }
@@ -238,8 +239,8 @@ static int round_trips(ps_link *link, ps_op *op) {
             return rc;
         if (shape & PS_OP_VALUE_OUT || status == PS_EAXED || (shape & PS_OP_TUPLES_OUT && status != PS_OK))
             op->value = answer.value; /* EAXED: the first live index */
-        if (status == PS_EAXED || (sending == PS_OP_AXE && status == PS_OK))
-            ps_axe_point_raise(&r->axe_known, status == PS_EAXED ? answer.value : op->argument);
+        if (status == PS_EAXED)
+            ps_axe_point_raise(&r->axe_known, answer.value);
         else if (n && (status == PS_OK || answer.value == 1)) op->done = 1;
         if (sending == PS_OP_EXCHANGE && op->done) sending = PS_OP_OBSERVE; /* what is left of it */
         if (status == PS_ETIMEDOUT && ps_remaining(deadline) != 0) continue; /* time is left */
@@ -346,7 +347,10 @@ static int remote_call(ps_link *link, ps_op *op) {
         widen_for_range(remote_of(link), &remote_of(link)->connections[link->slot], op->count);
     }
     if (ps_op_kinds[op->kind].shape & PS_OP_TUPLES_IN) return op->count ? stream_tuples(link, op) : PS_OK;
-    return round_trips(link, op);
+    int rc = round_trips(link, op);
+    if (op->kind == PS_OP_AXE && ps_axe_may_have_taken_effect(rc)) /* done, or its answer lost */
+        ps_axe_point_raise(&remote_of(link)->axe_known, op->argument);
+    return rc;
 }
 
 /* An answer's payload as text (a refusal's reason), cut to fit. */

@@ -36,6 +36,14 @@ struct ps_stage {
                                       NULL: not seen from here */
 };
 
+/* Whether an axe that returned rc may have taken effect: done, or with its outcome unknown (an
+ * answer lost, a timeout, a stage's error after it passed the axe on). Only a refusal of its index,
+ * or of the operation, says nothing was done. A stage that keeps copies raises its axe point on
+ * either, so that it never serves a copy such an axe may have freed (reads of them go down). */
+static inline int ps_axe_may_have_taken_effect(int rc) {
+    return rc != PS_EINDEX && rc != PS_ENOTSUP && rc != PS_ESTATE;
+}
+
 /* Raises an axe-point word (read with __atomic_load_n) to `index`, if that is higher. */
 static inline void ps_axe_point_raise(int64_t *word, int64_t index) {
     int64_t seen = __atomic_load_n(word, __ATOMIC_RELAXED);
