@@ -229,6 +229,66 @@ def test_a_move_many_whose_own_send_fails_counts_only_its_tuples_that_took_effec
     assert (counters["moves_sent"], counters["dropped"]) == (3, 3)
 
 
+@pytest.mark.parametrize("buffers", [1, 2])
+def test_a_move_many_counts_only_its_tuples_that_took_effect_whoever_sent_them(space, buffers):
+    """Four buffers of three above a sum that holds 4 rounds ahead: the first goes, the second is
+    refused whole. With buffers=2 the sender sends both while the move_many fills the third (which
+    is dropped, if the move_many handed it over before it heard): 3 of 12 moved either way."""
+    h = build_path(make_path(stage("batch", max_moves=3, buffers=buffers), stage("reduce-sum", num_threads=2),
+                             stage("core", name="S", format="q")), pastset=space)
+    after = r"(, and the 3 moves made after them were dropped)?" if buffers == 2 else ""
+    with pytest.raises(RuntimeError, match=re.escape("(3 of 12 tuples moved)") + r".*batch: 0 of 3 moves sent down "
+                       r"together took effect, then the send failed \(wrong state\)" + after + r"\)"):
+        h.move_many([(v,) for v in range(12)])
+    counters = h.stage.counters()
+    assert counters["moves_sent"] == 3 and counters["dropped"] in ((3, 6) if buffers == 2 else (3,))
+
+
+def test_moves_after_a_failed_send_are_dropped_until_the_caller_hears_of_it(space):
+    """What took effect of a caller's moves is a prefix of them. The sender's send of a's moves 4-6
+    is refused (the sum holds 4 rounds ahead); move 7, made before a heard of it and sent by the
+    timer, is dropped too: it must not become a's fourth contribution. Once a heard, its next move
+    is."""
+    path = make_path(stage("batch", max_moves=3, buffers=3, flush_us=50000), stage("reduce-sum", num_threads=2),
+                     stage("core", name="S", format="q"))
+    a, b = build_path(path, pastset=space), build_path(path, pastset=space)
+    a.move_many([(v,) for v in range(1, 8)])  # 1-3 and 4-6 handed to the sender, 7 left to the timer
+    eventually(lambda: a.stage.counters()["dropped"] == 4, "the refused send and the move after it")
+    for r in range(1, 5):
+        b.move(100 * r)
+    element = space.enter("S", "q")
+    eventually(lambda: element.last() == 3, "three rounds")
+    with pytest.raises(RuntimeError, match=r"batch: 0 of 3 moves sent down together took effect, then the send "
+                                           r"failed \(wrong state\), and the 1 moves made after them were dropped"):
+        a.last()
+    a.move(8)
+    paths.fence([a, b], timeout=PATIENCE_S)
+    assert [element.observe(i) for i in range(4)] == [(101,), (202,), (303,), (408,)]
+
+
+def test_a_timer_does_not_poll_a_caller_blocked_in_an_operation(space):
+    """With flush_us, a caller blocked in an observe holds its buffer, empty (the observe sent what
+    it held). Another caller's move wakes the sender, which finds the blocked one busy: it does not
+    look at it again and again while it waits (it did, every 100 us: most of a CPU)."""
+    h, other = batched(space, max_moves=16, flush_us=1000000), batched(space, max_moves=16, flush_us=1000000)
+    assert h.stage is other.stage
+    timed_out = []
+
+    def observe():
+        try:
+            h.observe(5, timeout=2.0)
+        except TimeoutError:
+            timed_out.append(True)
+
+    started = time.process_time()
+    blocked = threading.Thread(target=observe)
+    blocked.start()
+    time.sleep(0.2)
+    other.move(1)
+    blocked.join()
+    assert timed_out and time.process_time() - started < 0.3
+
+
 def test_an_observe_that_reports_a_failed_send_says_so_and_not_that_it_moved_nothing(space):
     """The sender's second buffer does not fit in the sum's 4 rounds ahead: the caller's observe
     fails with the sum's status, explained as that send's failure, without the hint for an observe

@@ -19,9 +19,11 @@
  * itself, and only then goes down.
  *
  * Failures. A send that times out keeps what did not go (at the front of the buffer, for the next
- * try; the sender tries again). Any other failure drops what did not go, and the caller's next
+ * try; the sender tries again). Any other failure drops what did not go, and so the moves the
+ * caller made after them until it hears of the failure (buffers handed over, the one filling), so
+ * that what took effect of a caller's moves is always a prefix of them: the caller's next
  * operation (or the one that sent it) returns its status, with how many of the buffer's moves
- * took effect said in the stage's error.
+ * took effect, and how many after them were dropped, said in the stage's error.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -39,11 +41,10 @@ enum { OWNER_FREE = 0, OWNER_CALLER, OWNER_SENDER };
 static const int64_t SEND_SLICE_NS = 100000000LL;      /* the sender looks at `leaving` this often */
 static const int64_t UNTIMED_WAIT_NS = 10000000000LL;  /* first, last, delta, axe wait this long at most */
 static const int64_t RELEASE_WAIT_NS = 1000000000LL;   /* a caller that goes sends what it holds within this */
-static const int64_t BUSY_RETRY_NS = 100000;           /* the sender looks again at a caller in an operation */
 
-/* One caller's buffers. Its thread owns everything but the fields the sender shares: `handed`
- * (caller to sender), `sent` and the failure record (sender to caller), and, with flush_us, the
- * filling buffer while the sender holds `owner`. */
+/* One caller's buffers. Its thread owns everything but the fields the sender shares: `handed`,
+ * `resume_at` (caller to sender), `sent`, `applied`, `halted` and the failure record (sender to
+ * caller), and, with flush_us, the filling buffer while the sender holds `owner`. */
 typedef struct caller {
     _Alignas(CACHE_LINE) unsigned char *tuples; /* buffers * capacity tuples; NULL: no caller here */
     uint32_t count;              /* tuples in the filling buffer, which is buffer handed % buffers */
@@ -54,6 +55,16 @@ typedef struct caller {
     _Atomic uint32_t handed;     /* buffers handed to the sender so far */
     _Atomic int owner;           /* flush_us only: OWNER_CALLER during an operation, OWNER_SENDER while
                                     the sender takes the filling buffer */
+    _Atomic int missed;          /* flush_us only: the sender's timer found the caller in an operation
+                                    (the caller wakes it when done) */
+    _Atomic int64_t due_ns;      /* flush_us only: oldest_ns + flush_us, INT64_MAX while the filling
+                                    buffer is empty (what the timer reads of a caller in an operation) */
+    uint64_t made;               /* moves taken into the buffers so far */
+    _Atomic uint64_t applied;    /* moves that took effect below so far (a prefix of those made) */
+    _Atomic int halted;          /* a send of the sender's failed: it drops the buffers handed before the
+                                    caller heard of it (before resume_at, once resume_known) */
+    _Atomic int resume_known;
+    _Atomic uint32_t resume_at;
     _Atomic int live;            /* a caller is attached (the sender's timer looks only at those) */
     _Atomic int leaving;         /* the caller goes: the sender gives up a send it cannot finish */
     _Alignas(CACHE_LINE) _Atomic uint32_t sent; /* handed buffers the sender is done with */
@@ -83,12 +94,13 @@ static unsigned char *buffer_of(const batch_stage *b, const caller *c, uint32_t 
 
 /* ---- the stage's error: what a failed send did ----------------------------------------------- */
 
-static void explain(batch_stage *b, int status, uint32_t done, uint32_t of) {
-    char below[PS_STAGE_ERROR_MAX];
+static void explain(batch_stage *b, int status, uint32_t done, uint32_t of, uint64_t after) {
+    char below[PS_STAGE_ERROR_MAX], dropped[96] = "";
     ps_stage_error(b->base.below, below, sizeof below);
+    if (after) snprintf(dropped, sizeof dropped, ", and the %llu moves made after them were dropped", (unsigned long long)after);
     pthread_mutex_lock(&b->base.links_lock);
     snprintf(b->base.error, sizeof b->base.error, "batch: %u of %u moves sent down together took effect, then the "
-             "send failed (%s)%s%s", done, of, ps_status_name(status), *below ? ": " : "", below);
+             "send failed (%s)%s%s%s", done, of, ps_status_name(status), dropped, *below ? ": " : "", below);
     pthread_mutex_unlock(&b->base.links_lock);
 }
 
@@ -99,38 +111,50 @@ static void forget_explanation(batch_stage *b) {
     pthread_mutex_unlock(&b->base.links_lock);
 }
 
-/* A failure of the sender's that the caller has not heard of: its status (explained), or PS_OK. */
+/* The filling buffer is empty: nothing of it is due. */
+static void empty(caller *c) {
+    c->count = 0;
+    atomic_store_explicit(&c->due_ns, INT64_MAX, memory_order_relaxed);
+}
+
+/* A failure of the sender's that the caller has not heard of: its status (explained), or PS_OK.
+ * The moves the caller made after the failed ones go too: the buffers handed over since (the
+ * sender drops them), the one filling. */
 static int take_failure(batch_stage *b, caller *c) {
     uint32_t done, of;
     int status = ps_deferred_failure_take(&c->failure, &done, &of);
     if (status == PS_OK) return PS_OK;
-    explain(b, status, done, of);
+    atomic_store_explicit(&c->resume_at, atomic_load_explicit(&c->handed, memory_order_relaxed), memory_order_relaxed);
+    atomic_store_explicit(&c->resume_known, 1, memory_order_release);
+    atomic_fetch_add_explicit(&b->dropped, c->count, memory_order_relaxed);
+    empty(c);
+    uint64_t lost = c->made - atomic_load_explicit(&c->applied, memory_order_acquire);
+    explain(b, status, done, of, lost > of - done ? lost - (of - done) : 0);
     return status;
 }
 
 /* ---- sending a buffer down ------------------------------------------------------------------ */
 
-/* Sends n tuples down the caller's link as one operation (a lone move for one tuple); returns its
- * status, with the tuples that took effect in *took. */
-static int send_down(batch_stage *b, ps_link *down, const unsigned char *tuples, uint32_t n, int64_t timeout_ns,
-                     uint32_t *took) {
+/* Sends n of the caller's tuples down its link as one operation (a lone move for one tuple);
+ * returns its status, with the tuples that took effect in *took. */
+static int send_down(batch_stage *b, caller *c, ps_link *down, const unsigned char *tuples, uint32_t n,
+                     int64_t timeout_ns, uint32_t *took) {
     ps_op op = {.kind = n == 1 ? PS_OP_MOVE : PS_OP_MOVE_MANY, .in = tuples, .count = n, .timeout_ns = timeout_ns};
     int rc = ps_link_call(down, &op);
     *took = op.done;
+    atomic_fetch_add_explicit(&c->applied, op.done, memory_order_release);
     atomic_fetch_add_explicit(&b->moves_sent, op.done, memory_order_relaxed);
     if (rc == PS_OK) atomic_fetch_add_explicit(&b->sends, 1, memory_order_relaxed);
     return rc;
 }
 
 /* The caller sends its filling buffer itself, by the deadline. A timeout keeps what did not go at
- * the front of the buffer; another failure drops it (*dropped: how many, the buffer's last) and is
- * returned, explained. */
-static int send_filling(batch_stage *b, caller *c, ps_link *down, int64_t deadline, uint32_t *dropped) {
-    *dropped = 0;
+ * the front of the buffer; another failure drops it and is returned, explained. */
+static int send_filling(batch_stage *b, caller *c, ps_link *down, int64_t deadline) {
     if (c->count == 0) return PS_OK;
     unsigned char *tuples = buffer_of(b, c, atomic_load_explicit(&c->handed, memory_order_relaxed));
     uint32_t took;
-    int rc = send_down(b, down, tuples, c->count, ps_remaining(deadline), &took);
+    int rc = send_down(b, c, down, tuples, c->count, ps_remaining(deadline), &took);
     if (rc == PS_ETIMEDOUT) {
         size_t size = b->base.tuple_size;
         memmove(tuples, tuples + (size_t)took * size, (size_t)(c->count - took) * size);
@@ -138,11 +162,10 @@ static int send_filling(batch_stage *b, caller *c, ps_link *down, int64_t deadli
         return rc;
     }
     if (rc != PS_OK) {
-        *dropped = c->count - took;
-        atomic_fetch_add_explicit(&b->dropped, *dropped, memory_order_relaxed);
-        explain(b, rc, took, c->count);
+        atomic_fetch_add_explicit(&b->dropped, c->count - took, memory_order_relaxed);
+        explain(b, rc, took, c->count, 0);
     }
-    c->count = 0;
+    empty(c);
     return rc;
 }
 
@@ -156,7 +179,7 @@ static void mark_work(batch_stage *b, uint32_t slot) {
 static void hand_off(batch_stage *b, caller *c, uint32_t slot) {
     uint32_t handed = atomic_load_explicit(&c->handed, memory_order_relaxed);
     c->counts[handed % b->buffers] = c->count;
-    c->count = 0;
+    empty(c);
     atomic_store_explicit(&c->handed, handed + 1, memory_order_release);
     atomic_fetch_add_explicit(&b->handoffs, 1, memory_order_relaxed);
     mark_work(b, slot);
@@ -175,10 +198,9 @@ static int wait_sent(caller *c, uint32_t on_way, int64_t deadline) {
 
 /* Everything the caller holds goes down by the deadline: what it handed over, then the rest. */
 static int send_all(batch_stage *b, caller *c, ps_link *down, int64_t deadline) {
-    uint32_t dropped;
     int rc = wait_sent(c, 0, deadline);
     if (rc == PS_OK) rc = take_failure(b, c);
-    return rc == PS_OK ? send_filling(b, c, down, deadline, &dropped) : rc;
+    return rc == PS_OK ? send_filling(b, c, down, deadline) : rc;
 }
 
 /* ---- the caller's operations ---------------------------------------------------------------- */
@@ -195,25 +217,35 @@ static void take_owner(caller *c) {
     }
 }
 
+/* The operation is over. If the sender's timer found it going on meanwhile (send_aged), the sender
+ * looks again now at a buffer whose oldest move is due (else at its next look, one flush_us on):
+ * it does not poll a caller in an operation. */
+static void give_owner(batch_stage *b, caller *c) {
+    atomic_store(&c->owner, OWNER_FREE); /* seq_cst: against the sender's `missed`, then its look */
+    if (!atomic_load(&c->missed)) return;
+    int64_t due = atomic_load_explicit(&c->due_ns, memory_order_relaxed); /* the buffer may be the sender's now */
+    if (due == INT64_MAX || due <= ps_now_ns()) {
+        atomic_store_explicit(&c->missed, 0, memory_order_relaxed);
+        if (due != INT64_MAX) ps_waitpoint_wake(&b->work_wp);
+    }
+}
+
 /* A buffer's first tuple came: with flush_us, the sender must look at it by oldest + flush_us. */
 static void note_first(batch_stage *b, caller *c) {
     c->oldest_ns = ps_now_ns();
+    atomic_store_explicit(&c->due_ns, c->oldest_ns + b->flush_ns, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst); /* against the sender's look at this buffer (sender_loop) */
     if (atomic_load(&b->timer_due) > c->oldest_ns + b->flush_ns) ps_waitpoint_wake(&b->work_wp);
 }
 
-/* A full buffer goes down: to the sender (buffers >= 2), else sent now by the moves `op`. A timeout
- * of the caller's own send keeps it full; another failure drops its last moves, and those of op's
- * among them (op's are the buffer's last, at most op->done) did not take effect. */
-static int send_full(batch_stage *b, caller *c, ps_link *link, ps_op *op, int64_t deadline) {
+/* A full buffer goes down: to the sender (buffers >= 2), else sent now by the caller. A timeout of
+ * the caller's own send keeps it full. */
+static int send_full(batch_stage *b, caller *c, ps_link *link, int64_t deadline) {
     if (b->buffers > 1) {
         hand_off(b, c, link->slot);
         return PS_OK;
     }
-    uint32_t dropped;
-    int rc = send_filling(b, c, ps_stage_down(link), deadline, &dropped);
-    op->done -= dropped < op->done ? dropped : op->done;
-    return rc;
+    return send_filling(b, c, ps_stage_down(link), deadline);
 }
 
 /* The operation's deadline, read from the clock when first needed (0: not yet): a move that only
@@ -223,31 +255,45 @@ static int64_t deadline_of(int64_t *deadline, const ps_op *op) {
     return *deadline;
 }
 
+/* Returns rc; after a failure (not a timeout), op->done counts only those of the moves op took
+ * since it came (when the caller had made `made` and op had done `done`) that took effect. */
+static int settle(caller *c, ps_op *op, uint64_t made, uint32_t done, int rc) {
+    if (rc == PS_OK || rc == PS_ETIMEDOUT) return rc;
+    uint64_t applied = atomic_load_explicit(&c->applied, memory_order_acquire);
+    uint64_t took = applied > made ? applied - made : 0;
+    if (took < op->done - done) op->done = done + (uint32_t)took;
+    return rc;
+}
+
 /* Moves (one, or a move_many's): copied into the caller's buffers, which go down as they fill. A
- * timeout with the buffers full and still on their way returns with op->done of them taken. */
+ * timeout with the buffers full and still on their way returns with op->done of them taken; a
+ * failure, with op->done of them that took effect. */
 static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
     int rc = take_failure(b, c);
     if (rc != PS_OK) return rc;
     int64_t deadline = 0;
-    uint32_t n = ps_op_tuples_in(op);
+    uint32_t n = ps_op_tuples_in(op), done = op->done;
+    uint64_t made = c->made;
     size_t size = b->base.tuple_size;
     const unsigned char *in = op->in;
     while (op->done < n) {
-        if (c->count == b->capacity && (rc = send_full(b, c, link, op, deadline_of(&deadline, op))) != PS_OK) return rc;
+        if (c->count == b->capacity && (rc = send_full(b, c, link, deadline_of(&deadline, op))) != PS_OK)
+            return settle(c, op, made, done, rc);
         if (c->count == 0) { /* the buffer to fill next may still be on its way */
             if ((rc = wait_sent(c, b->buffers - 1, deadline_of(&deadline, op))) != PS_OK) return rc;
-            if ((rc = take_failure(b, c)) != PS_OK) return rc;
+            if ((rc = take_failure(b, c)) != PS_OK) return settle(c, op, made, done, rc);
         }
         uint32_t k = n - op->done < b->capacity - c->count ? n - op->done : b->capacity - c->count;
         unsigned char *buffer = buffer_of(b, c, atomic_load_explicit(&c->handed, memory_order_relaxed));
         memcpy(buffer + (size_t)c->count * size, in + (size_t)op->done * size, (size_t)k * size);
         if (c->count == 0 && b->flush_ns) note_first(b, c);
         c->count += k;
+        c->made += k;
         op->done += k;
     }
     /* Full: it goes now. The moves are taken either way: a timeout leaves them for the next try. */
-    rc = c->count == b->capacity ? send_full(b, c, link, op, deadline_of(&deadline, op)) : PS_OK;
-    return rc == PS_ETIMEDOUT ? PS_OK : rc;
+    rc = c->count == b->capacity ? send_full(b, c, link, deadline_of(&deadline, op)) : PS_OK;
+    return rc == PS_ETIMEDOUT ? PS_OK : settle(c, op, made, done, rc);
 }
 
 /* Any other operation: what the caller holds goes down first, then the operation. */
@@ -271,16 +317,30 @@ static int batch_call(ps_link *link, ps_op *op) {
     int moves_only = shape & (PS_OP_TUPLE_IN | PS_OP_TUPLES_IN) && !(shape & (PS_OP_TUPLE_OUT | PS_OP_TUPLES_OUT));
     if (b->flush_ns) take_owner(c);
     int rc = moves_only ? buffer_moves(b, c, link, op) : send_then_pass(b, c, link, op);
-    if (b->flush_ns) atomic_store_explicit(&c->owner, OWNER_FREE, memory_order_release);
+    if (b->flush_ns) give_owner(b, c);
     return rc;
 }
 
 /* ---- the sender thread ---------------------------------------------------------------------- */
 
-/* Records a failed send for its caller's next operation. */
+/* Records a failed send for its caller's next operation; until the caller hears of it, the buffers
+ * it hands over are dropped (halted). */
 static void record_failure(batch_stage *b, caller *c, int status, uint32_t done, uint32_t of) {
     atomic_fetch_add_explicit(&b->dropped, of - done, memory_order_relaxed);
-    ps_deferred_failure_record(&c->failure, status, done, of);
+    atomic_store_explicit(&c->resume_known, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->halted, 1, memory_order_relaxed);
+    ps_deferred_failure_record(&c->failure, status, done, of); /* publishes both */
+}
+
+/* Whether the caller's handed buffer `sequence` is dropped: handed after a failed send and before
+ * the caller heard of it (take_failure says from where on it sends again). */
+static int dropped_unsent(caller *c, uint32_t sequence) {
+    if (!atomic_load_explicit(&c->halted, memory_order_relaxed)) return 0;
+    if (!atomic_load_explicit(&c->resume_known, memory_order_acquire) ||
+        (int32_t)(sequence - atomic_load_explicit(&c->resume_at, memory_order_relaxed)) < 0)
+        return 1;
+    atomic_store_explicit(&c->halted, 0, memory_order_relaxed);
+    return 0;
 }
 
 /* Sends every buffer the caller in `slot` handed over, in order: each in slices until it went,
@@ -294,9 +354,15 @@ static void send_handed(batch_stage *b, uint32_t slot) {
     while (sent != atomic_load_explicit(&c->handed, memory_order_acquire)) {
         const unsigned char *tuples = buffer_of(b, c, sent);
         uint32_t n = c->counts[sent % b->buffers], done = c->resume, took;
+        if (dropped_unsent(c, sent)) {
+            atomic_fetch_add_explicit(&b->dropped, n, memory_order_relaxed);
+            atomic_store_explicit(&c->sent, ++sent, memory_order_release);
+            ps_waitpoint_wake(&c->sent_wp);
+            continue;
+        }
         int rc;
         do {
-            rc = send_down(b, down, tuples + (size_t)done * b->base.tuple_size, n - done, SEND_SLICE_NS, &took);
+            rc = send_down(b, c, down, tuples + (size_t)done * b->base.tuple_size, n - done, SEND_SLICE_NS, &took);
             done += took;
         } while (rc == PS_ETIMEDOUT && !atomic_load(&c->leaving) && !atomic_load(&b->stopping) &&
                  !atomic_load(&b->going));
@@ -331,10 +397,13 @@ static int64_t send_aged(batch_stage *b) {
         caller *c = &b->callers[slot];
         if (!atomic_load_explicit(&c->live, memory_order_acquire)) continue;
         int expected = OWNER_FREE;
+        atomic_store(&c->missed, 1); /* before the look: a caller in an operation wakes this thread after it */
         if (!atomic_compare_exchange_strong(&c->owner, &expected, OWNER_SENDER)) {
-            if (now + BUSY_RETRY_NS < next) next = now + BUSY_RETRY_NS; /* in an operation: soon again */
+            int64_t due = atomic_load_explicit(&c->due_ns, memory_order_relaxed), again = due > now ? due : now + b->flush_ns;
+            if (due != INT64_MAX && again < next) next = again; /* a buffer with moves: look again then anyway */
             continue;
         }
+        atomic_store_explicit(&c->missed, 0, memory_order_relaxed);
         if (!atomic_load_explicit(&c->live, memory_order_acquire)) { /* it left meanwhile: its slot may be */
             atomic_store_explicit(&c->owner, OWNER_FREE, memory_order_release); /* a new caller's, being set up */
             continue;
@@ -381,7 +450,10 @@ static int batch_attach(ps_stage *stage, uint32_t slot) {
     caller *c = &b->callers[slot];
     c->tuples = malloc((size_t)b->buffers * b->capacity * b->base.tuple_size);
     if (!c->tuples) return PS_ENOMEM;
-    c->count = 0;
+    empty(c);
+    c->made = 0;
+    atomic_store(&c->applied, 0);
+    atomic_store(&c->halted, 0);
     atomic_store(&c->leaving, 0);
     atomic_store_explicit(&c->live, 1, memory_order_release);
     return PS_OK;
@@ -403,8 +475,8 @@ static void batch_detach(ps_stage *stage, uint32_t slot) {
         atomic_fetch_sub(&b->going, 1);
     }
     if (take_failure(b, c) != PS_OK) fprintf(stderr, "paths: a caller left stage 'batch' unaware: %s\n", b->base.error);
-    uint32_t held = c->count, dropped;
-    int rc = send_filling(b, c, &b->base.caller_links[slot], deadline, &dropped);
+    uint32_t held = c->count;
+    int rc = send_filling(b, c, &b->base.caller_links[slot], deadline);
     if (rc == PS_ETIMEDOUT) {
         atomic_fetch_add_explicit(&b->dropped, c->count, memory_order_relaxed);
         fprintf(stderr, "paths: stage 'batch': %u of the %u moves a caller held when it left did not go down within "
@@ -415,7 +487,7 @@ static void batch_detach(ps_stage *stage, uint32_t slot) {
     free(c->tuples);
     c->tuples = NULL;
     c->count = 0;
-    if (b->flush_ns) atomic_store_explicit(&c->owner, OWNER_FREE, memory_order_release);
+    if (b->flush_ns) give_owner(b, c);
 }
 
 /* ---- the kind ------------------------------------------------------------------------------- */
