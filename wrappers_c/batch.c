@@ -474,7 +474,7 @@ static void batch_detach(ps_stage *stage, uint32_t slot) {
         wait_sent(c, 0, PS_FOREVER);
         atomic_fetch_sub(&b->going, 1);
     }
-    if (take_failure(b, c) != PS_OK) fprintf(stderr, "paths: a caller left stage 'batch' unaware: %s\n", b->base.error);
+    if (take_failure(b, c) != PS_OK) ps_stage_print_error(&b->base, "a caller left stage 'batch' unaware");
     uint32_t held = c->count;
     int rc = send_filling(b, c, &b->base.caller_links[slot], deadline);
     if (rc == PS_ETIMEDOUT) {
@@ -482,7 +482,7 @@ static void batch_detach(ps_stage *stage, uint32_t slot) {
         fprintf(stderr, "paths: stage 'batch': %u of the %u moves a caller held when it left did not go down within "
                 "%lld ms: lost\n", c->count, held, (long long)(RELEASE_WAIT_NS / 1000000));
     } else if (rc != PS_OK) {
-        fprintf(stderr, "paths: a caller left stage 'batch': %s\n", b->base.error);
+        ps_stage_print_error(&b->base, "a caller left stage 'batch'");
     }
     free(c->tuples);
     c->tuples = NULL;

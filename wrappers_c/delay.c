@@ -331,7 +331,7 @@ static void delay_detach(ps_stage *stage, uint32_t slot) {
         drop_queued(d, slot);
         wait_delivered(d, c, PS_FOREVER);
     }
-    if (take_failure(d, c) != PS_OK) fprintf(stderr, "paths: a caller left stage 'delay' unaware: %s\n", d->base.error);
+    if (take_failure(d, c) != PS_OK) ps_stage_print_error(&d->base, "a caller left stage 'delay' unaware");
     atomic_store(&c->leaving, 0);
 }
 

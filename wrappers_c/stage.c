@@ -116,6 +116,12 @@ void ps_stage_error(ps_stage *stage, char *out, size_t size) {
     }
 }
 
+void ps_stage_print_error(ps_stage *stage, const char *what) {
+    char why[PS_STAGE_ERROR_MAX];
+    ps_stage_error(stage, why, sizeof why);
+    fprintf(stderr, "paths: %s: %s\n", what, why);
+}
+
 /* A slot for a new caller: a pass-through stage's freed one first, else the next one. A
  * joining stage's slots are contributor numbers and are never given twice. */
 static int claim_slot(ps_stage *stage, uint32_t *out) {

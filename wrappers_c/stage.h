@@ -199,6 +199,9 @@ enum { PS_STAGE_ERROR_MAX = 1280 };
  * to fit; PS_STAGE_ERROR_MAX holds any), each stage's line read under its lock: another thread
  * may be explaining a failure of its own meanwhile. */
 void ps_stage_error(ps_stage *stage, char *out, size_t size);
+/* Prints `paths: <what>: <that explanation>` on stderr: a failure a caller that leaves can no
+ * longer be told of. */
+void ps_stage_print_error(ps_stage *stage, const char *what);
 
 /* Attaches a new caller: fills link with a fresh slot and a reference. PS_ESTATE when the
  * stage's fan-in is already used up. */
