@@ -266,6 +266,39 @@ def test_moves_after_a_failed_send_are_dropped_until_the_caller_hears_of_it(spac
     assert [element.observe(i) for i in range(4)] == [(101,), (202,), (303,), (408,)]
 
 
+GATE, AT_GATE = threading.Event(), threading.Event()
+
+
+@paths.stage_kind("test-batch-gate")
+class Gate:
+    """Holds the moves of caller 0 (the first field) until GATE opens."""
+
+    def move_many(self, below, tuples):
+        if tuples[0][0] == 0:
+            AT_GATE.set()
+            GATE.wait(PATIENCE_S)
+        below.move_many(tuples)
+
+
+def test_one_callers_slow_send_holds_up_no_other_callers(space):
+    """The sender thread is stuck sending caller 0's buffer; caller 1, whose fence would wait for
+    its own buffer behind it, sends it itself, and its moves are applied while caller 0's wait."""
+    path = make_path(stage("batch", max_moves=2, buffers=2), stage("test-batch-gate"), stage("core", name="G", format="qq"))
+    slow, fast = build_path(path, pastset=space), build_path(path, pastset=space)
+    GATE.clear()
+    AT_GATE.clear()
+    try:
+        slow.move_many([(0, 0), (0, 1)])  # handed to the sender, which waits at the gate
+        assert AT_GATE.wait(PATIENCE_S)
+        fast.move_many([(1, 0), (1, 1)])
+        paths.fence([fast], timeout=5.0)
+        assert space.enter("G", "qq").observe_range(0, 2) == [(1, 0), (1, 1)]
+    finally:
+        GATE.set()
+    paths.fence([slow], timeout=PATIENCE_S)
+    assert space.enter("G", "qq").observe_range(2, 2) == [(0, 0), (0, 1)]
+
+
 def test_a_timer_does_not_poll_a_caller_blocked_in_an_operation(space):
     """With flush_us, a caller blocked in an observe holds its buffer, empty (the observe sent what
     it held). Another caller's move wakes the sender, which finds the blocked one busy: it does not

@@ -12,8 +12,11 @@
  * whose moves return once on their way (moves_queued: a pipelined delay), where a send costs the
  * caller no wait and a sender thread would only add a hand-off. Else, with buffers >= 2, it hands
  * the full buffer to the stage's sender thread and fills the next one meanwhile; the sender sends
- * the buffers handed to it, each caller's in order, and a caller waits only when all its buffers
- * are still on their way. With flush_us > 0 the sender also sends a buffer whose oldest move has
+ * the buffers handed to it, each caller's in order. A caller that would wait for them (all its
+ * buffers on their way, or another operation to make) sends its oldest itself when the sender is
+ * not sending one of its buffers (busy with another caller's, say): one thread at a time sends a
+ * caller's buffers (`sending`), so they go in order, and one caller's slow send holds up no other
+ * caller's. With flush_us > 0 the sender also sends a buffer whose oldest move has
  * waited flush_us; it takes the buffer only while its caller is in no operation (`owner`). An
  * operation other than a move first waits for what its caller handed over, then sends the rest
  * itself, and only then goes down.
@@ -43,15 +46,17 @@ static const int64_t UNTIMED_WAIT_NS = 10000000000LL;  /* first, last, delta, ax
 static const int64_t RELEASE_WAIT_NS = 1000000000LL;   /* a caller that goes sends what it holds within this */
 
 /* One caller's buffers. Its thread owns everything but the fields the sender shares: `handed`,
- * `resume_at` (caller to sender), `sent`, `applied`, `halted` and the failure record (sender to
- * caller), and, with flush_us, the filling buffer while the sender holds `owner`. */
+ * `resume_at` (caller to sender), `sent`, `applied`, `halted` and the failure record (whoever
+ * holds `sending` to the caller), and, with flush_us, the filling buffer while the sender holds
+ * `owner`. */
 typedef struct caller {
     _Alignas(CACHE_LINE) unsigned char *tuples; /* buffers * capacity tuples; NULL: no caller here */
     uint32_t count;              /* tuples in the filling buffer, which is buffer handed % buffers */
     int64_t oldest_ns;           /* when its first tuple came (flush_us only) */
     uint32_t counts[MAX_BUFFERS];/* tuples in each handed buffer */
-    uint32_t resume;             /* the sender's: tuples of the oldest handed buffer it sent before it put
-                                    the rest aside (send_handed) */
+    uint32_t resume;             /* the sending thread's: tuples of the oldest handed buffer sent before
+                                    the rest was put aside (send_oldest) */
+    _Atomic int sending;         /* a thread (the sender, or the caller) sends the handed buffers */
     _Atomic uint32_t handed;     /* buffers handed to the sender so far */
     _Atomic int owner;           /* flush_us only: OWNER_CALLER during an operation, OWNER_SENDER while
                                     the sender takes the filling buffer */
@@ -185,22 +190,99 @@ static void hand_off(batch_stage *b, caller *c, uint32_t slot) {
     mark_work(b, slot);
 }
 
-/* Waits until at most `on_way` of the caller's handed buffers are still on their way. */
-static int wait_sent(caller *c, uint32_t on_way, int64_t deadline) {
+/* ---- sending the buffers handed over --------------------------------------------------------- */
+
+/* Records a failed send for its caller's next operation; until the caller hears of it, the buffers
+ * it hands over are dropped (halted). */
+static void record_failure(batch_stage *b, caller *c, int status, uint32_t done, uint32_t of) {
+    atomic_fetch_add_explicit(&b->dropped, of - done, memory_order_relaxed);
+    atomic_store_explicit(&c->resume_known, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->halted, 1, memory_order_relaxed);
+    ps_deferred_failure_record(&c->failure, status, done, of); /* publishes both */
+}
+
+/* Whether the caller's handed buffer `sequence` is dropped: handed after a failed send and before
+ * the caller heard of it (take_failure says from where on it sends again). */
+static int dropped_unsent(caller *c, uint32_t sequence) {
+    if (!atomic_load_explicit(&c->halted, memory_order_relaxed)) return 0;
+    if (!atomic_load_explicit(&c->resume_known, memory_order_acquire) ||
+        (int32_t)(sequence - atomic_load_explicit(&c->resume_at, memory_order_relaxed)) < 0)
+        return 1;
+    atomic_store_explicit(&c->halted, 0, memory_order_relaxed);
+    return 0;
+}
+
+/* One thread at a time sends a caller's handed buffers: the one that claimed it. */
+static int claim_sending(caller *c) {
+    int idle = 0;
+    return atomic_compare_exchange_strong(&c->sending, &idle, 1);
+}
+
+/* The claimer stops: a buffer handed over meanwhile, or put aside, goes to the sender, and a
+ * caller waiting for it may send it itself. */
+static void unclaim_sending(batch_stage *b, caller *c, uint32_t slot) {
+    atomic_store(&c->sending, 0);
+    if (atomic_load(&c->sent) != atomic_load(&c->handed)) {
+        mark_work(b, slot);
+        ps_waitpoint_wake(&c->sent_wp);
+    }
+}
+
+/* The claimer sends the caller's oldest handed buffer, from where a send put aside left it: the
+ * sender (by_caller 0) in slices until it went, failed, or its caller left; while another caller
+ * leaves, one that takes more than a slice is put aside, so that the leaving caller's sends are
+ * not held up behind it. The caller itself, by its deadline. PS_OK when done with the buffer (sent,
+ * or failed: recorded, the rest dropped), PS_ETIMEDOUT when put aside. */
+static int send_oldest(batch_stage *b, caller *c, uint32_t slot, int64_t by_caller) {
+    uint32_t sent = atomic_load_explicit(&c->sent, memory_order_relaxed);
+    uint32_t n = c->counts[sent % b->buffers], done = c->resume, took;
+    if (dropped_unsent(c, sent)) {
+        atomic_fetch_add_explicit(&b->dropped, n - done, memory_order_relaxed);
+    } else {
+        const unsigned char *tuples = buffer_of(b, c, sent);
+        int rc;
+        do {
+            rc = send_down(b, c, &b->base.caller_links[slot], tuples + (size_t)done * b->base.tuple_size, n - done,
+                           by_caller ? ps_remaining(by_caller) : SEND_SLICE_NS, &took);
+            done += took;
+        } while (rc == PS_ETIMEDOUT && !by_caller && !atomic_load(&c->leaving) && !atomic_load(&b->stopping) &&
+                 !atomic_load(&b->going));
+        if (rc == PS_ETIMEDOUT && !atomic_load(&c->leaving) && !atomic_load(&b->stopping)) {
+            c->resume = done;
+            return PS_ETIMEDOUT;
+        }
+        if (rc != PS_OK) record_failure(b, c, rc, done, n);
+    }
+    c->resume = 0;
+    atomic_store_explicit(&c->sent, sent + 1, memory_order_release);
+    ps_waitpoint_wake(&c->sent_wp);
+    return PS_OK;
+}
+
+/* Waits until at most `on_way` of the caller's handed buffers are still on their way, sending its
+ * oldest itself, by the deadline, whenever no other thread is sending them (not once it leaves). */
+static int wait_sent(batch_stage *b, caller *c, uint32_t slot, uint32_t on_way, int64_t deadline) {
     uint32_t spins = 0;
     for (;;) {
         uint32_t seen = ps_waitpoint_sequence(&c->sent_wp);
         uint32_t handed = atomic_load_explicit(&c->handed, memory_order_relaxed);
         if (handed - atomic_load_explicit(&c->sent, memory_order_acquire) <= on_way) return PS_OK;
+        if (!atomic_load(&c->leaving) && claim_sending(c)) {
+            int rc = handed - atomic_load_explicit(&c->sent, memory_order_relaxed) <= on_way
+                         ? PS_OK : send_oldest(b, c, slot, deadline);
+            unclaim_sending(b, c, slot);
+            if (rc != PS_OK) return rc;
+            continue;
+        }
         if (ps_waitpoint_wait(&c->sent_wp, seen, deadline, &spins) == PS_ETIMEDOUT) return PS_ETIMEDOUT;
     }
 }
 
 /* Everything the caller holds goes down by the deadline: what it handed over, then the rest. */
-static int send_all(batch_stage *b, caller *c, ps_link *down, int64_t deadline) {
-    int rc = wait_sent(c, 0, deadline);
+static int send_all(batch_stage *b, caller *c, ps_link *link, int64_t deadline) {
+    int rc = wait_sent(b, c, link->slot, 0, deadline);
     if (rc == PS_OK) rc = take_failure(b, c);
-    return rc == PS_OK ? send_filling(b, c, down, deadline) : rc;
+    return rc == PS_OK ? send_filling(b, c, ps_stage_down(link), deadline) : rc;
 }
 
 /* ---- the caller's operations ---------------------------------------------------------------- */
@@ -280,7 +362,7 @@ static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
         if (c->count == b->capacity && (rc = send_full(b, c, link, deadline_of(&deadline, op))) != PS_OK)
             return settle(c, op, made, done, rc);
         if (c->count == 0) { /* the buffer to fill next may still be on its way */
-            if ((rc = wait_sent(c, b->buffers - 1, deadline_of(&deadline, op))) != PS_OK) return rc;
+            if ((rc = wait_sent(b, c, link->slot, b->buffers - 1, deadline_of(&deadline, op))) != PS_OK) return rc;
             if ((rc = take_failure(b, c)) != PS_OK) return settle(c, op, made, done, rc);
         }
         uint32_t k = n - op->done < b->capacity - c->count ? n - op->done : b->capacity - c->count;
@@ -300,7 +382,7 @@ static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
 static int send_then_pass(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
     int waits = ps_op_kinds[op->kind].shape & PS_OP_WAITS;
     int64_t deadline = ps_deadline(waits ? op->timeout_ns : UNTIMED_WAIT_NS);
-    int rc = send_all(b, c, ps_stage_down(link), deadline);
+    int rc = send_all(b, c, link, deadline);
     if (rc != PS_OK) return rc;
     int64_t timeout_ns = op->timeout_ns;
     if (waits) op->timeout_ns = ps_remaining(deadline);
@@ -323,59 +405,16 @@ static int batch_call(ps_link *link, ps_op *op) {
 
 /* ---- the sender thread ---------------------------------------------------------------------- */
 
-/* Records a failed send for its caller's next operation; until the caller hears of it, the buffers
- * it hands over are dropped (halted). */
-static void record_failure(batch_stage *b, caller *c, int status, uint32_t done, uint32_t of) {
-    atomic_fetch_add_explicit(&b->dropped, of - done, memory_order_relaxed);
-    atomic_store_explicit(&c->resume_known, 0, memory_order_relaxed);
-    atomic_store_explicit(&c->halted, 1, memory_order_relaxed);
-    ps_deferred_failure_record(&c->failure, status, done, of); /* publishes both */
-}
-
-/* Whether the caller's handed buffer `sequence` is dropped: handed after a failed send and before
- * the caller heard of it (take_failure says from where on it sends again). */
-static int dropped_unsent(caller *c, uint32_t sequence) {
-    if (!atomic_load_explicit(&c->halted, memory_order_relaxed)) return 0;
-    if (!atomic_load_explicit(&c->resume_known, memory_order_acquire) ||
-        (int32_t)(sequence - atomic_load_explicit(&c->resume_at, memory_order_relaxed)) < 0)
-        return 1;
-    atomic_store_explicit(&c->halted, 0, memory_order_relaxed);
-    return 0;
-}
-
-/* Sends every buffer the caller in `slot` handed over, in order: each in slices until it went,
- * failed, or its caller left. While another caller leaves, a send that takes more than a slice is
- * put aside (the rest of it, for the sender's next look), so that the leaving caller's sends are
- * not held up behind it. */
+/* Sends every buffer the caller in `slot` handed over, in order, unless the caller is sending them
+ * itself. */
 static void send_handed(batch_stage *b, uint32_t slot) {
     caller *c = &b->callers[slot];
-    ps_link *down = &b->base.caller_links[slot];
-    uint32_t sent = atomic_load_explicit(&c->sent, memory_order_relaxed);
-    while (sent != atomic_load_explicit(&c->handed, memory_order_acquire)) {
-        const unsigned char *tuples = buffer_of(b, c, sent);
-        uint32_t n = c->counts[sent % b->buffers], done = c->resume, took;
-        if (dropped_unsent(c, sent)) {
-            atomic_fetch_add_explicit(&b->dropped, n, memory_order_relaxed);
-            atomic_store_explicit(&c->sent, ++sent, memory_order_release);
-            ps_waitpoint_wake(&c->sent_wp);
-            continue;
-        }
-        int rc;
-        do {
-            rc = send_down(b, c, down, tuples + (size_t)done * b->base.tuple_size, n - done, SEND_SLICE_NS, &took);
-            done += took;
-        } while (rc == PS_ETIMEDOUT && !atomic_load(&c->leaving) && !atomic_load(&b->stopping) &&
-                 !atomic_load(&b->going));
-        if (rc == PS_ETIMEDOUT && !atomic_load(&c->leaving) && !atomic_load(&b->stopping)) {
-            c->resume = done;
-            mark_work(b, slot);
-            return;
-        }
-        c->resume = 0;
-        if (rc != PS_OK) record_failure(b, c, rc, done, n);
-        atomic_store_explicit(&c->sent, ++sent, memory_order_release);
-        ps_waitpoint_wake(&c->sent_wp);
-    }
+    if (!claim_sending(c)) return; /* the caller gives them back when it stops (unclaim_sending) */
+    int rc = PS_OK;
+    while (rc == PS_OK && atomic_load_explicit(&c->sent, memory_order_relaxed) !=
+                              atomic_load_explicit(&c->handed, memory_order_acquire))
+        rc = send_oldest(b, c, slot, 0);
+    unclaim_sending(b, c, slot);
 }
 
 /* Sends the buffers handed over since the last look; returns whether there were any. */
@@ -468,10 +507,10 @@ static void batch_detach(ps_stage *stage, uint32_t slot) {
     if (b->flush_ns) take_owner(c);
     atomic_store(&c->live, 0);
     int64_t deadline = ps_deadline(RELEASE_WAIT_NS);
-    if (wait_sent(c, 0, deadline) != PS_OK) {
+    if (wait_sent(b, c, slot, 0, deadline) != PS_OK) {
         atomic_store(&c->leaving, 1); /* the sender gives up within a slice */
         atomic_fetch_add(&b->going, 1); /* ... and puts aside another caller's send that holds it */
-        wait_sent(c, 0, PS_FOREVER);
+        wait_sent(b, c, slot, 0, PS_FOREVER);
         atomic_fetch_sub(&b->going, 1);
     }
     if (take_failure(b, c) != PS_OK) ps_stage_print_error(&b->base, "a caller left stage 'batch' unaware");
