@@ -13,7 +13,11 @@ holding back the next, and the observe follows the moves on it. (On a link that 
 message of a caller at a time, every batch crosses alone and the largest factor always wins.) The
 speed-up per k and factor is printed and plotted (--plot). Beside it, batch's double buffering:
 buffers=1 against 2 at k = 10,000 (above the pipelined delay the caller sends its buffers itself
-either way). A run measures each cell in 5 turns, the cells of a k taking turns in alternate
+either way); and several callers of one batch stage: 4 threads, each 1,000 moves (one move_many)
+then a fence a round, through batch(max_moves=64) over a delay of 0.2 ms each way that is not
+pipelined (one message of a caller crosses at a time), buffers=1 against 2: with 2, a caller whose
+buffers are all on their way sends its oldest itself when the stage's sender thread is busy with
+another caller's, so buffers=2 should take about as long as buffers=1, not 4 times as long. A run measures each cell in 5 turns, the cells of a k taking turns in alternate
 order, each turn on a fresh handle warmed up by one untimed round; a cell's rounds in a run are 50,000 moves' worth or
 30 ms' worth (60 ms with the delay), whichever is more (at most 2,000, with the delay 1,000
 rounds). A cell's time per round is the median of its turns over the runs: on 2 cores, where the
@@ -62,9 +66,11 @@ import math
 import os
 import statistics
 import sys
+import threading
+import time
 from dataclasses import dataclass
 
-from paths import build_path, make_path, stage
+from paths import build_path, fence, make_path, stage
 from paths._native import bench
 from paths.model.cluster_map import load_map_text
 from paths.experiments.experiment import RunSettings, run_experiment
@@ -85,6 +91,10 @@ CELL_MS = {0.0: 30.0, 0.2: 60.0}            # ... or this long, whichever takes 
 MAX_ROUNDS = {0.0: 2_000, 0.2: 1_000}       # ... but at most this many
 TURNS = 5                          # ... shared by this many fresh handles, the cells taking turns
 BUFFERS_FACTOR = 256               # where buffers=1 and 2 are compared, at the largest k
+CALLERS = 4                        # several callers of one batch stage, ...
+CALLERS_K = 1_000                  # ... each this many moves then a fence a round, ...
+CALLERS_FACTOR = 64                # ... through batch(max_moves=this) over a delay that is not pipelined
+CALLERS_DELAY_MS = 0.2
 AURORA_NODES = (2, 4)
 MATRIX = 704                       # rows and columns of Aurora's matrix
 MM2_N = 256
@@ -94,7 +104,7 @@ RUN_TIMEOUT_S = 120.0
 KERNELS = str(BUILTIN_LIBRARY)
 QUICK = {"ks": (1, 10, 100), "factors": (4, 16, 64), "beyond": (), "moves_per_cell": {0.0: 2_000, 0.2: 200},
          "cell_ms": {0.0: 0.0, 0.2: 0.0}, "max_rounds": {0.0: 200, 0.2: 20}, "turns": 1, "nodes": (2,), "matrix": 64,
-         "mm2_n": 32}
+         "mm2_n": 32, "callers_rounds": 1}
 
 CSV_COLUMNS = ["experiment", "delay_ms", "k", "factor", "buffers", "nodes", "variant", "ms", "speedup", "checksum"]
 
@@ -111,6 +121,7 @@ class Sizes:
     nodes: tuple = AURORA_NODES
     matrix: int = MATRIX
     mm2_n: int = MM2_N
+    callers_rounds: int = 10           # the several callers' timed rounds a run
 
     def __post_init__(self):
         self.moves_per_cell = self.moves_per_cell or dict(MOVES_PER_CELL)
@@ -147,6 +158,45 @@ class Sweep:
         rounds = sizes.rounds_per_turn(delay_ms, k, warm_ms)
         return bench.moves_then_observe_ns(handle, k, rounds, timeout=RUN_TIMEOUT_S) / 1e6
 
+    def callers_ms_per_round(self, buffers: int, rounds: int) -> float:
+        """CALLERS threads on one batch stage (one path, so one stage tree, on a fresh element), each
+        moving CALLERS_K tuples then fencing, a round untimed (their connections and the stage's
+        threads in use) then `rounds` rounds: ms a round, from the threads' start together to the
+        last one's end."""
+        self.made += 1
+        path = make_path(stage("batch", max_moves=CALLERS_FACTOR, max_bytes=CALLERS_FACTOR * TUPLE_BYTES,
+                               buffers=buffers), stage("delay", ms=CALLERS_DELAY_MS),
+                         stage("remote", host=self.endpoint, timeout_ms=TIMEOUT_MS),
+                         stage("core", name=f"CALLERS-{self.made}", format="q"))
+        handles = [build_path(path) for _ in range(CALLERS)]
+        tuples = [(i,) for i in range(CALLERS_K)]
+        together = threading.Barrier(CALLERS + 1, timeout=RUN_TIMEOUT_S)
+        failed: list[BaseException] = []
+
+        def caller(handle):
+            try:
+                for r in range(rounds + 1):
+                    if r == 1:
+                        together.wait()
+                    handle.move_many(tuples)
+                    fence([handle], timeout=RUN_TIMEOUT_S)
+            except BaseException as e:  # noqa: BLE001 - re-raised below, in the measuring thread
+                failed.append(e)
+                together.abort()
+
+        threads = [threading.Thread(target=caller, args=(h,)) for h in handles]
+        for t in threads:
+            t.start()
+        try:
+            together.wait()
+            started = time.perf_counter()
+        finally:
+            for t in threads:
+                t.join()
+        if failed:
+            raise failed[0]
+        return (time.perf_counter() - started) * 1e3 / rounds
+
 
 def measure_sweep(sizes: Sizes, repeat: int, progress) -> dict:
     """{(delay, k, factor or None, buffers): [ms per round, one per turn of each run]}. The cells of a
@@ -168,6 +218,10 @@ def measure_sweep(sizes: Sizes, repeat: int, progress) -> dict:
                             ms = sweep.ms_per_round(delay, k, factor, sizes, buffers)
                             runs.setdefault((delay, k, factor, buffers), []).append(ms)
                     progress(f"ARMI run {r + 1}/{repeat}: delay {delay} ms, k = {k}")
+            for buffers in (1, 2) if r % 2 == 0 else (2, 1):
+                runs.setdefault(("callers", buffers), []).append(
+                    sweep.callers_ms_per_round(buffers, sizes.callers_rounds))
+            progress(f"ARMI run {r + 1}/{repeat}: {CALLERS} callers")
     return runs
 
 
@@ -308,6 +362,13 @@ def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict) -> t
         rows += [{"experiment": "armi", "delay_ms": d, "k": top, "factor": BUFFERS_FACTOR, "buffers": 1,
                   "ms": med[d, top, BUFFERS_FACTOR, 1], "speedup": med[d, top, None, 2] / med[d, top, BUFFERS_FACTOR, 1]}
                  for d in DELAYS_MS]
+    one, two = med["callers", 1], med["callers", 2]
+    lines.append(f"several callers: {CALLERS} threads on one batch(max_moves={CALLERS_FACTOR}) over a delay of "
+                 f"{CALLERS_DELAY_MS:g} ms each way that is not pipelined -> remote, each {CALLERS_K} moves then a "
+                 f"fence a round: buffers=1 {one:.2f} ms, buffers=2 {two:.2f} ms a round (buffers=2 / buffers=1: "
+                 f"{two / one:.2f}x; {CALLERS} callers on {cores} cores)")
+    rows += [{"experiment": "callers", "delay_ms": CALLERS_DELAY_MS, "k": CALLERS_K, "factor": CALLERS_FACTOR,
+              "buffers": b, "ms": med["callers", b]} for b in (1, 2)]
 
     lines += ["", f"Aurora Figure 6 method: every thread loads a {sizes.matrix} x {sizes.matrix} matrix of 'i' (one row "
               "per tuple, on a node of its own) into its cache between two barriers; ms from barrier to barrier",

@@ -39,6 +39,10 @@ def test_quick_run_reports_every_experiment_and_target(probe, tmp_path):
             shown = re.search(rf"^\s+{r['k']}\s+[\d.]+ ms((\s+[\d.]+x)+)", out.split(f"delay {float(r['delay_ms']):g} ms")
                               [1], re.M)
             assert f"{float(r['speedup']):.1f}x" in shown[1]
+    callers = {r["buffers"]: float(r["ms"]) for r in rows if r["experiment"] == "callers"}
+    assert set(callers) == {"1", "2"} and all(ms > 0 for ms in callers.values())
+    assert re.search(rf"several callers: 4 threads .* buffers=1 {callers['1']:.2f} ms, buffers=2 {callers['2']:.2f} ms "
+                     r"a round \(buffers=2 / buffers=1: [\d.]+x; 4 callers on \d+ cores\)", out)
     aurora = {(r["nodes"], r["delay_ms"], r["variant"]) for r in rows if r["experiment"] == "aurora"}
     assert aurora == {("2", d, v) for d in ("0.0", "0.2") for v in ("per_row", "prefetching")}
     mm2 = [r for r in rows if r["experiment"] == "mm2"]
