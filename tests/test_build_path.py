@@ -12,6 +12,9 @@ import pytest
 import paths
 from paths import build_path, make_path, stage
 from paths.runtime.build import handle_tree
+from paths.runtime.trace_file import read_trace
+
+PATIENCE_S = 30  # the longest any wait here may take before its test fails
 
 CORE = stage("core", name="G", format="q")
 
@@ -319,6 +322,74 @@ def test_a_below_kept_past_its_call_is_refused_not_a_crash():
                 f"observe: below 0 observe ({only}): closed", f"fence: fence: below 0: {only}",
                 f"capsule: below 0 capsule: {only}"]
     assert done.stdout.splitlines() == expected * 2 + ["moved 1"]  # its caller's handle alive, then gone
+
+
+RELEASED_AT_EXIT = """
+import sys
+import paths
+from paths import build_path, make_path, stage
+
+@paths.stage_kind("test-exit-pass")
+class Pass:
+    def move(self, below, t):
+        below.move(t)
+
+h = build_path(make_path(stage("batch", max_moves=4, buffers=int(sys.argv[2])), stage("test-exit-pass"),
+                         stage("trace", file=sys.argv[1]), stage("core", name="X", format="q")))
+for i in range(7):
+    h.move(i)
+"""
+
+
+@pytest.mark.parametrize("buffers", [1, 2])
+def test_a_handle_on_a_python_kind_of_the_script_kept_in_its_globals_is_released_at_exit(tmp_path, buffers):
+    """The stage holds the kind's instance in C, whose methods hold the script's globals, which
+    hold the handle: the collector cannot free it, so paths releases it at exit. The batch sends
+    the 3 moves it holds, and the trace below writes its file."""
+    trace = tmp_path / "exit.bin"
+    done = subprocess.run([sys.executable, "-c", RELEASED_AT_EXIT, str(trace), str(buffers)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    moves = [e.tuple for e in read_trace(trace).events if e.op == "move"]
+    assert len(moves) == 7
+
+
+GATED, AT_GATE = threading.Event(), threading.Event()
+
+
+@paths.stage_kind("test-release-gate")
+class ReleaseGate:
+    """Holds a move until GATED opens."""
+
+    def move(self, below, t):
+        AT_GATE.set()
+        GATED.wait(PATIENCE_S)
+        below.move(t)
+
+
+def test_a_handle_released_at_exit_refuses_what_comes_after_and_one_in_an_operation_is_left(space):
+    """What paths does at exit: an idle handle lets its link and path go, and refuses what comes
+    after; one in an operation in another thread keeps them (the operation ends as it would), and
+    refuses what comes after it."""
+    path = make_path(stage("test-release-gate"), stage("core", name="R", format="q"))
+    idle = build_path(path, pastset=space)
+    assert idle._release_if_idle() is True and idle.stage is None
+    with pytest.raises(RuntimeError, match=r"thread 0 last \(the handle was released\): closed"):
+        idle.last()
+    busy = build_path(path, pastset=space)
+    GATED.clear()
+    AT_GATE.clear()
+    mover = threading.Thread(target=busy.move, args=(1,))
+    mover.start()
+    try:
+        assert AT_GATE.wait(PATIENCE_S)
+        assert busy._release_if_idle() is False
+    finally:
+        GATED.set()
+        mover.join()
+    assert space.enter("R", "q").last() == 1 and busy.stage is not None
+    with pytest.raises(RuntimeError, match="closed"):
+        busy.move(2)
 
 
 def test_a_nul_byte_in_a_stage_parameter_is_refused_before_anything_is_built(space):

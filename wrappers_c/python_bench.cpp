@@ -14,6 +14,7 @@ namespace paths_native {
 namespace {
 
 ps_link *q_link_of(const std::shared_ptr<Handle> &handle, const char *loop) {
+    if (!handle->stage()) throw py::value_error(std::string(loop) + ": the handle was released");
     const ps_tuple_format *f = ps_stage_format(handle->stage()->get());
     if (f->size != 8 || f->run_count != 1 || f->runs[0].code != 'q')
         throw py::value_error(std::string(loop) + ": expected a path over a 'q' element, got format '" + f->text + "'");

@@ -101,6 +101,9 @@ void bind_handle(py::module_ &m) {
     bind_endpoint(handle, "Handle");
     handle.def_property_readonly("stage", &Handle::stage)
         .def_property_readonly("slot", &Handle::slot)
+        .def("_release_if_idle", &Handle::release_if_idle,
+             "Releases the caller's link now unless an operation of it runs in another thread (then False);\n"
+             "operations after it are refused. What paths does at exit for handles the collector cannot free.")
         .def("capsule", &handle_capsule,
              "A PyCapsule named \"paths_handle\" holding this handle's paths_handle, for C code of your own\n"
              "(paths.h); it keeps the handle alive.");

@@ -6,6 +6,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -88,10 +89,32 @@ public:
     LinkCalls(const LinkCalls &) = delete;
 
     int call(ps_op *op) {
-        if (!link_) return PS_ECLOSED;
-        int rc = ps_link_call(link_, op);
-        moved_ += op->done;
+        in_call_.fetch_add(1);  // seq_cst, against release_if_idle
+        int rc = PS_ECLOSED;
+        if (!released_.load() && link_) {
+            rc = ps_link_call(link_, op);
+            moved_ += op->done;
+        }
+        in_call_.fetch_sub(1);
         return rc;
+    }
+    // Releases the caller's link and what it holds of the path now, with the GIL held, unless an
+    // operation of it runs in another thread (then false: they stay until the handle goes).
+    // Operations after it are refused (PS_ECLOSED) either way.
+    bool release_if_idle() {
+        if (!owns_) return true;
+        released_.store(true);
+        if (in_call_.load() != 0) return false;
+        {
+            py::gil_scoped_release released;  // as when the handle goes
+            ps_link_detach(&owned_);
+        }
+        t_python_stage_error.reset();
+        owns_ = false;
+        link_ = nullptr;
+        stage_.reset();  // the last handle of a tree releases it: a trace writes its file
+        owner_ = py::object();
+        return true;
     }
     // The latest any call may wait: the caller's deadline, for the view a Python stage gets of
     // its link below (set for each call it serves); PS_FOREVER for a thread's own handle.
@@ -103,6 +126,7 @@ public:
     void reset_moved() { moved_ = 0; }
     // What the stage could say about its last failure (a remote names its server).
     std::string explanation() const {
+        if (!stage_) return "the handle was released";
         if (!link_) return "a Python stage's `below` is a handle only during the call it was given to";
         return stage_error(stage_->get());
     }
@@ -123,6 +147,8 @@ private:
     ps_link *link_;
     uint32_t slot_ = 0;
     bool owns_ = false;
+    std::atomic<int> in_call_{0};       // operations running (each begins with the GIL held)
+    std::atomic<bool> released_{false};
     int64_t deadline_ = PS_FOREVER;
     int64_t moved_ = 0;
 };

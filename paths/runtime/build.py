@@ -15,6 +15,7 @@ references, so the last handle released releases the tree, and a trace writes it
 
 from __future__ import annotations
 
+import atexit
 import glob
 import threading
 import weakref
@@ -285,6 +286,22 @@ def context_of(pastset: _native.PastSet) -> BuildContext:
         if context is None:
             context = _CONTEXTS[pastset] = BuildContext(pastset)
         return context
+
+
+@atexit.register
+def _release_at_exit() -> None:
+    """A handle whose path holds a kind written in Python, kept in the globals of the module that
+    defines the kind, is never freed when Python exits: the stage holds the kind's instance in C,
+    out of the collector's sight, and the instance's methods hold those globals. So the handles
+    build_path gave whose paths hold such a kind are released here, before the interpreter
+    finalizes (what a batch holds goes down, a trace writes its file); one in an operation in
+    another thread is left as it is."""
+    contexts = [_default_context] if _default_context is not None else []
+    for context in contexts + list(_CONTEXTS.values()):
+        for ref, key, _ in list(context._handles):
+            handle = ref()
+            if handle is not None and any(kinds()[spec.kind].python_class for spec in key[:_local_part(key)]):
+                handle._release_if_idle()
 
 
 def build_path(
