@@ -52,7 +52,6 @@ static const int64_t RELEASE_WAIT_NS = 1000000000LL;   /* a caller that goes sen
 typedef struct caller {
     _Alignas(CACHE_LINE) unsigned char *tuples; /* buffers * capacity tuples; NULL: no caller here */
     uint32_t count;              /* tuples in the filling buffer, which is buffer handed % buffers */
-    int64_t oldest_ns;           /* when its first tuple came (flush_us only) */
     uint32_t counts[MAX_BUFFERS];/* tuples in each handed buffer */
     uint32_t resume;             /* the sending thread's: tuples of the oldest handed buffer sent before
                                     the rest was put aside (send_oldest) */
@@ -62,8 +61,9 @@ typedef struct caller {
                                     the sender takes the filling buffer */
     _Atomic int missed;          /* flush_us only: the sender's timer found the caller in an operation
                                     (the caller wakes it when done) */
-    _Atomic int64_t due_ns;      /* flush_us only: oldest_ns + flush_us, INT64_MAX while the filling
-                                    buffer is empty (what the timer reads of a caller in an operation) */
+    _Atomic int64_t due_ns;      /* flush_us only: when the filling buffer's oldest move has waited
+                                    flush_us, INT64_MAX while it is empty (the timer reads it without
+                                    `owner` too, of a caller in an operation) */
     uint64_t made;               /* moves taken into the buffers so far */
     _Atomic uint64_t applied;    /* moves that took effect below so far (a prefix of those made) */
     _Atomic int halted;          /* a send of the sender's failed: it drops the buffers handed before the
@@ -312,12 +312,12 @@ static void give_owner(batch_stage *b, caller *c) {
     }
 }
 
-/* A buffer's first tuple came: with flush_us, the sender must look at it by oldest + flush_us. */
+/* A buffer's first tuple came: with flush_us, the sender must look at it once it is due. */
 static void note_first(batch_stage *b, caller *c) {
-    c->oldest_ns = ps_now_ns();
-    atomic_store_explicit(&c->due_ns, c->oldest_ns + b->flush_ns, memory_order_relaxed);
+    int64_t due = ps_now_ns() + b->flush_ns;
+    atomic_store_explicit(&c->due_ns, due, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst); /* against the sender's look at this buffer (sender_loop) */
-    if (atomic_load(&b->timer_due) > c->oldest_ns + b->flush_ns) ps_waitpoint_wake(&b->work_wp);
+    if (atomic_load(&b->timer_due) > due) ps_waitpoint_wake(&b->work_wp);
 }
 
 /* A full buffer goes down: to the sender (buffers >= 2), else sent now by the caller. A timeout of
@@ -447,15 +447,11 @@ static int64_t send_aged(batch_stage *b) {
             atomic_store_explicit(&c->owner, OWNER_FREE, memory_order_release); /* a new caller's, being set up */
             continue;
         }
-        int due = 0;
-        if (c->count && c->oldest_ns + b->flush_ns <= now) {
-            hand_off(b, c, slot);
-            due = 1;
-        } else if (c->count && c->oldest_ns + b->flush_ns < next) {
-            next = c->oldest_ns + b->flush_ns;
-        }
+        int64_t due = atomic_load_explicit(&c->due_ns, memory_order_relaxed); /* INT64_MAX: empty */
+        if (due <= now) hand_off(b, c, slot);
+        else if (due < next) next = due;
         atomic_store_explicit(&c->owner, OWNER_FREE, memory_order_release);
-        if (due) {
+        if (due <= now) {
             atomic_fetch_add_explicit(&b->timed_sends, 1, memory_order_relaxed);
             send_handed(b, slot);
         }

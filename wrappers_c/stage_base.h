@@ -31,8 +31,9 @@ struct ps_stage {
     int moves_queued;              /* its moves return once on their way, before they take effect (a
                                       pipelined delay): a stage above need not send them from a thread */
     const int64_t *axe_point;      /* the element's axe point (ps_axe_point), where the stage passes
-                                      indexed reads and axes to it unchanged, or a stage's own word
-                                      that only ever rises to a point the element had (remote's);
+                                      indexed reads and axes to it unchanged, or a stage's own word of
+                                      what its answers showed of it (remote's: it may run ahead, to an
+                                      axe whose answer was lost); copies before it are not served;
                                       NULL: not seen from here */
 };
 
