@@ -5,6 +5,7 @@ that goes while another's moves wait below."""
 from __future__ import annotations
 
 import threading
+import time
 
 import paths
 from paths import build_path
@@ -37,7 +38,11 @@ def goes_past_a_stuck_caller(space, path, element_name: str, patience: float) ->
     element.delta(1)
     waiting, going = build_path(path, pastset=space), build_path(path, pastset=space)
     waiting.move(0)
-    waiting.move(1)  # the bound is full: the helper thread waits below with it
+    waiting.move(1)  # once 0 is in, the bound is full: the helper thread waits below with 1
+    deadline = time.monotonic() + patience
+    while element.last() == 0:  # 0 in first: else the other caller's move might take its place
+        assert time.monotonic() < deadline, "the first move never went down"
+        time.sleep(0.001)
     going.move(2)  # behind it
     gone = threading.Event()
 

@@ -106,9 +106,9 @@ def test_a_full_bound_below_times_the_move_out_and_loses_nothing(space):
 
 
 def test_a_caller_going_is_not_held_up_by_another_callers_send_that_waits_below(space, capfd):
-    """One sender thread sends every caller's handed buffers. A caller that goes while its buffer
-    waits behind another caller's send that the stage below cannot take yet (a full bound nobody
-    drains) still goes, after its 1 s: its move is said on stderr as not sent; the other's still go."""
+    """A caller that goes while its buffer cannot go down (a full bound nobody drains, where
+    another caller's send, on the sender thread, waits too) still goes, after its 1 s: its move is
+    said on stderr as not sent; the other's still go."""
     path = make_path(stage("batch", max_moves=1, buffers=2), stage("core", name="B", format="q"))
     waiting = goes_past_a_stuck_caller(space, path, "B", PATIENCE_S)
     assert waiting.stage.counters()["dropped"] == 1
