@@ -45,10 +45,10 @@ typedef struct cache_stage {
     int64_t axed;              /* the highest axe point known: older copies are not served */
 } cache_stage;
 
-/* An indexed read below refused as axed says the axe point in its value, where known (past the
- * index refused). */
+/* An indexed read below refused as axed says the axe point is past the index refused: its value,
+ * where a stage below says it, else the next index. */
 static void learn_from(cache_stage *c, const ps_op *op, int rc) {
-    if (rc == PS_EAXED && op->value > op->argument) ps_axe_point_raise(&c->axed, op->value);
+    if (rc == PS_EAXED) ps_axe_point_raise(&c->axed, op->value > op->argument ? op->value : op->argument + 1);
 }
 
 /* The highest axe point known: learned, or the element's own where the path below shows it. */

@@ -17,7 +17,8 @@
  *             lost or doubled, and the consumer takes each caller's moves in order.
  *   failing   a batch over a stage kind of this test that refuses the 3rd move of every buffer: the
  *             next operation fails with its status, the stage's error says how many took effect,
- *             and the moves dropped are counted.
+ *             and the moves dropped are counted. Then a cache over that kind, which refuses a read
+ *             as axed saying no axe point: the cache serves none of its copies before that read.
  *   fence     CALLERS contributors of a reduce-sum, each through its own batch, move 3 rounds
  *             (held back), then fence: every fence returns once all rounds are down, the totals exact.
  *   prefetch  readers through a cache that prefetches windows read every tuple a writer is still
@@ -253,12 +254,14 @@ static void run_bound(ps_space *space, int64_t moves) {
 typedef struct refusing_stage {
     ps_stage base;
     _Atomic int64_t moves;
+    _Atomic int64_t axed; /* indexed reads below it are refused as axed, with no axe point said */
 } refusing_stage;
 
 static int refusing_call(ps_link *link, ps_op *op) {
     refusing_stage *r = (refusing_stage *)link->stage;
     if (op->kind == PS_OP_MOVE_MANY) return ps_op_fallback(link, op); /* as its moves, counting how many went */
     if (op->kind == PS_OP_MOVE && atomic_fetch_add(&r->moves, 1) % 3 == 2) return PS_ECLOSED;
+    if (op->kind == PS_OP_OBSERVE_AT && op->argument < atomic_load(&r->axed)) return PS_EAXED;
     return ps_stage_pass(link, op);
 }
 
@@ -274,7 +277,7 @@ static int refusing_create(const ps_params *params, const ps_build_context *cont
 static const ps_stage_kind REFUSING = {
     .version = PS_STAGE_KIND_VERSION,
     .name = "refusing",
-    .doc = "refuses every 3rd move (a test's own kind)",
+    .doc = "refuses every 3rd move, and reads before its axe point (a test's own kind)",
     .role = PS_PASS_THROUGH,
     .needs_below = 1,
     .create = refusing_create,
@@ -330,6 +333,25 @@ static void run_failing(ps_space *space) {
         ps_stage_release(batch);
         atomic_store(&((refusing_stage *)refusing)->moves, 0);
     }
+    /* A read refused as axed with no axe point said still tells a cache above that the axe point
+     * is past its index: it serves no copy before it. */
+    ps_link writer;
+    attach_or_die(core, &writer);
+    for (int64_t i = 0; i < 10; i++) CHECK(link_move(&writer, &(pair){-1, i}, WAIT) == PS_OK, "failing: move");
+    ps_link_detach(&writer);
+    ps_param_value values[] = {int_param("capacity", 16)};
+    ps_stage *cache = create_stage(space, "cache", values, 1, refusing);
+    ps_link link;
+    attach_or_die(cache, &link);
+    pair p;
+    for (int64_t i = 0; i < 5; i++) CHECK(link_observe_at(&link, i, &p, WAIT) == PS_OK, "failing: read %" PRId64, i);
+    atomic_store(&((refusing_stage *)refusing)->axed, 7);
+    CHECK(link_observe_at(&link, 6, &p, WAIT) == PS_EAXED, "failing: a read below the cache was not refused as axed");
+    for (int64_t i = 0; i < 5; i++)
+        CHECK(link_observe_at(&link, i, &p, WAIT) == PS_EAXED, "failing: the cache served its copy of tuple %" PRId64
+              " after a read of tuple 6 was refused as axed", i);
+    ps_link_detach(&link);
+    ps_stage_release(cache);
     ps_stage_release(refusing);
     ps_stage_release(core);
 }
