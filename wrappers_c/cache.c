@@ -2,7 +2,10 @@
  * of the history in one request (Aurora's read cache, loaded in one bulk transfer).
  *
  * Tuples are immutable once moved, so a copy of tuple i is correct forever: the cache needs no
- * invalidation. It is direct-mapped (tuple i lives in entry i % capacity) and preallocated. Only
+ * invalidation. It is direct-mapped (tuple i lives in entry i % capacity) and preallocated. A hit
+ * writes no shared memory: an entry is read as a seqlock's readers do (a copy, then a check that
+ * no filler wrote the entry meanwhile; fillers take the lock), and each caller counts its own
+ * hits. Only
  * observe(i) is served here; next-observes (the shared cursor) and every other operation pass
  * straight through. It never serves a tuple before the axe point it knows: that of an axe made
  * through it, the element's own where the stages below pass indexed reads and axes to an element
@@ -26,14 +29,18 @@
 #include "stage_kinds.h"
 
 typedef enum prefetch { PREFETCH_NONE, PREFETCH_WINDOW, PREFETCH_ALL } prefetch;
+enum { CACHE_LINE = 64 };
 static const int64_t ATTACH_FETCH_NS = 10000000000LL; /* prefetch "all" reads the history within this */
 
 typedef struct cache_stage {
     ps_stage base;
-    pthread_mutex_t lock;      /* guards tags and data */
+    pthread_mutex_t lock;      /* held by whoever fills entries */
     int64_t capacity;
-    int64_t *tags;             /* the tuple index each entry holds, -1 when empty */
-    unsigned char *data;
+    size_t entry_size;         /* an entry: a cache_entry, then its tuple, padded to 8 bytes */
+    unsigned char *entries;    /* capacity of them */
+    struct caller_hits {
+        _Alignas(CACHE_LINE) int64_t hits; /* written by the slot's one caller */
+    } *hits;                   /* PS_PASS_THROUGH_CALLERS of them */
     prefetch mode;
     uint32_t window;
     uint32_t staging_tuples;   /* what one range request asks for at most */
@@ -41,7 +48,7 @@ typedef struct cache_stage {
                                   caller holding `fetching` */
     _Atomic int fetching;
     _Atomic int fetched_all;   /* "all": the first caller has read the history */
-    _Atomic int64_t hits, misses, ranges, fetched;
+    _Atomic int64_t misses, ranges, fetched;
     int64_t axed;              /* the highest axe point known: older copies are not served */
 } cache_stage;
 
@@ -58,16 +65,32 @@ static int64_t axe_point(cache_stage *c) {
     return now > known ? now : known;
 }
 
-/* Copies tuple `index` out if an entry holds it (never one before the axe point, never one < 0). */
+typedef struct cache_entry {
+    uint64_t sequence; /* odd while a filler writes the entry */
+    int64_t index;     /* of the tuple held, -1: none */
+} cache_entry;         /* the tuple follows */
+
+static cache_entry *entry_of(cache_stage *c, int64_t index) {
+    return (cache_entry *)(c->entries + (size_t)(index % c->capacity) * c->entry_size);
+}
+
+/* Copies the tuple out of an entry a filler may be writing meanwhile: the copy is then thrown
+ * away (lookup checks the sequence count after it), as a seqlock's readers do. ThreadSanitizer
+ * is told so (tests/c/tsan.supp). */
+static void cache_copy_checked_after(void *out, const cache_entry *entry, size_t size) {
+    memcpy(out, entry + 1, size);
+}
+
+/* Copies tuple `index` out if an entry holds it (never one before the axe point, never one < 0).
+ * An entry being filled meanwhile is a miss. */
 static int lookup(cache_stage *c, int64_t index, void *out) {
     if (index < axe_point(c)) return 0;
-    size_t size = c->base.tuple_size;
-    int64_t entry = index % c->capacity;
-    pthread_mutex_lock(&c->lock);
-    int hit = c->tags[entry] == index;
-    if (hit) memcpy(out, c->data + entry * size, size);
-    pthread_mutex_unlock(&c->lock);
-    return hit;
+    cache_entry *entry = entry_of(c, index);
+    uint64_t sequence = __atomic_load_n(&entry->sequence, __ATOMIC_ACQUIRE);
+    if (sequence & 1 || __atomic_load_n(&entry->index, __ATOMIC_RELAXED) != index) return 0;
+    cache_copy_checked_after(out, entry, c->base.tuple_size);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return __atomic_load_n(&entry->sequence, __ATOMIC_RELAXED) == sequence;
 }
 
 /* Keeps tuples first .. first + n - 1, which are at `tuples`. */
@@ -75,9 +98,13 @@ static void keep(cache_stage *c, int64_t first, int64_t n, const unsigned char *
     size_t size = c->base.tuple_size;
     pthread_mutex_lock(&c->lock);
     for (int64_t i = 0; i < n; i++) {
-        int64_t entry = (first + i) % c->capacity;
-        c->tags[entry] = first + i;
-        memcpy(c->data + entry * size, tuples + (size_t)i * size, size);
+        cache_entry *entry = entry_of(c, first + i);
+        uint64_t sequence = entry->sequence; /* fillers hold the lock: no other writes it */
+        __atomic_store_n(&entry->sequence, sequence + 1, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        __atomic_store_n(&entry->index, first + i, __ATOMIC_RELAXED);
+        memcpy(entry + 1, tuples + (size_t)i * size, size);
+        __atomic_store_n(&entry->sequence, sequence + 2, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&c->lock);
 }
@@ -123,7 +150,8 @@ static int cache_observe_at(ps_link *link, ps_op *op) {
     cache_stage *c = (cache_stage *)link->stage;
     int64_t index = op->argument;
     if (lookup(c, index, op->out)) {
-        atomic_fetch_add_explicit(&c->hits, 1, memory_order_relaxed);
+        int64_t *hits = &c->hits[link->slot].hits;
+        __atomic_store_n(hits, *hits + 1, __ATOMIC_RELAXED);
         return PS_OK;
     }
     atomic_fetch_add_explicit(&c->misses, 1, memory_order_relaxed);
@@ -183,8 +211,10 @@ static int cache_attach(ps_stage *stage, uint32_t slot) {
 
 static int cache_counters(ps_stage *stage, ps_counter *out, int max) {
     cache_stage *c = (cache_stage *)stage;
+    int64_t hits = 0;
+    for (uint32_t slot = 0; slot < PS_PASS_THROUGH_CALLERS; slot++) hits += __atomic_load_n(&c->hits[slot].hits, __ATOMIC_RELAXED);
     const ps_counter mine[] = {
-        {"hits", atomic_load(&c->hits)},     {"misses", atomic_load(&c->misses)},
+        {"hits", hits},                      {"misses", atomic_load(&c->misses)},
         {"ranges", atomic_load(&c->ranges)}, {"fetched", atomic_load(&c->fetched)},
         {"capacity", c->capacity},
     };
@@ -195,8 +225,8 @@ static int cache_counters(ps_stage *stage, ps_counter *out, int max) {
 
 static void cache_destroy(ps_stage *stage) {
     cache_stage *c = (cache_stage *)stage;
-    free(c->tags);
-    free(c->data);
+    free(c->entries);
+    free(c->hits);
     free(c->staging);
     pthread_mutex_destroy(&c->lock);
 }
@@ -220,9 +250,11 @@ static uint32_t staging_tuples(const ps_params *params, size_t tuple_size) {
     return want < ps_op_range_max(tuple_size) ? (uint32_t)want : ps_op_range_max(tuple_size);
 }
 
+static size_t entry_size(size_t tuple_size) { return sizeof(cache_entry) + (tuple_size + 7) / 8 * 8; }
+
 static size_t cache_footprint(const ps_params *params, size_t tuple_size) {
-    return sizeof(cache_stage) + (size_t)ps_params_int(params, "capacity") * (sizeof(int64_t) + tuple_size) +
-           (size_t)staging_tuples(params, tuple_size) * tuple_size;
+    return sizeof(cache_stage) + (size_t)ps_params_int(params, "capacity") * entry_size(tuple_size) +
+           PS_PASS_THROUGH_CALLERS * sizeof(struct caller_hits) + (size_t)staging_tuples(params, tuple_size) * tuple_size;
 }
 
 static int cache_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
@@ -252,18 +284,20 @@ static int cache_create(const ps_params *params, const ps_build_context *context
     int rc = ps_stage_init(&c->base, &ps_kind_cache, ps_stage_format(below), 0, below);
     size_t size = c->base.tuple_size;
     c->staging_tuples = staging_tuples(params, size);
-    c->tags = malloc((size_t)c->capacity * sizeof *c->tags);
-    c->data = malloc((size_t)c->capacity * size);
+    c->entry_size = entry_size(size);
+    c->entries = malloc((size_t)c->capacity * c->entry_size);
+    c->hits = aligned_alloc(CACHE_LINE, PS_PASS_THROUGH_CALLERS * sizeof *c->hits);
     c->staging = c->staging_tuples ? malloc((size_t)c->staging_tuples * size) : NULL;
-    if (rc == PS_OK && (!c->tags || !c->data || (c->staging_tuples && !c->staging))) rc = PS_ENOMEM;
+    if (rc == PS_OK && (!c->entries || !c->hits || (c->staging_tuples && !c->staging))) rc = PS_ENOMEM;
     if (rc != PS_OK) {
         cache_destroy(&c->base);
         ps_stage_abandon(&c->base);
         return rc;
     }
-    for (int64_t i = 0; i < c->capacity; i++) c->tags[i] = -1;
     /* Touched now, at build, so that no fetch pays the first touch of its pages. */
-    memset(c->data, 0, (size_t)c->capacity * size);
+    memset(c->entries, 0, (size_t)c->capacity * c->entry_size);
+    for (int64_t i = 0; i < c->capacity; i++) entry_of(c, i)->index = -1;
+    memset(c->hits, 0, PS_PASS_THROUGH_CALLERS * sizeof *c->hits);
     if (c->staging) memset(c->staging, 0, (size_t)c->staging_tuples * size);
     *out = &c->base;
     return PS_OK;

@@ -23,6 +23,9 @@
  *             (held back), then fence: every fence returns once all rounds are down, the totals exact.
  *   prefetch  readers through a cache that prefetches windows read every tuple a writer is still
  *             moving: every value right; then one reader alone fetches one range per window.
+ *   churn     readers through a cache of 4 entries read 64 tuples in orders of their own, so that
+ *             their misses refill the entries the others are reading: no hit gives a tuple
+ *             another index held, or one half written.
  *   wire      the order scene's callers through a pipelined delay (moves streamed by its courier
  *             thread), alone and below a batch: every move once, in order, none dropped, also
  *             of the callers that leave without a fence.
@@ -463,6 +466,58 @@ static void run_prefetch(ps_space *space, int64_t tuples) {
     ps_stage_release(core);
 }
 
+typedef struct churn_job {
+    ps_stage *cache;
+    int64_t reads;
+    uint64_t seed;
+} churn_job;
+
+static void *churning_reader(void *arg) {
+    churn_job *job = arg;
+    ps_link link;
+    attach_or_die(job->cache, &link);
+    uint64_t state = job->seed;
+    for (int64_t r = 0; r < job->reads; r++) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        int64_t i = (int64_t)(state >> 58), p[8] = {0};
+        int rc = link_observe_at(&link, i, p, WAIT);
+        bool right = rc == PS_OK;
+        for (int w = 0; w < 8; w++) right = right && p[w] == i * 8 + w;
+        CHECK(right, "churn: tuple %" PRId64 ": %s (%" PRId64 ", ..., %" PRId64 ")", i, ps_status_name(rc), p[0], p[7]);
+        if (!right) break;
+    }
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static void run_churn(ps_space *space, int64_t reads) {
+    atomic_store(&scene_running, "churn");
+    ps_stage *core = create_core(space, "CHURN", "8q");
+    ps_link writer;
+    attach_or_die(core, &writer);
+    for (int64_t i = 0; i < 64; i++) {
+        int64_t tuple[8];
+        for (int w = 0; w < 8; w++) tuple[w] = i * 8 + w;
+        CHECK(link_move(&writer, tuple, WAIT) == PS_OK, "churn: move");
+    }
+    ps_link_detach(&writer);
+    ps_param_value values[] = {int_param("capacity", 4)};
+    ps_stage *cache = create_stage(space, "cache", values, 1, core);
+    pthread_t readers[READERS];
+    churn_job jobs[READERS];
+    for (int r = 0; r < READERS; r++) {
+        jobs[r] = (churn_job){cache, reads, (uint64_t)r + 1};
+        start_thread(&readers[r], churning_reader, &jobs[r]);
+    }
+    for (int r = 0; r < READERS; r++) pthread_join(readers[r], NULL);
+    CHECK(counter_of(cache, "hits") + counter_of(cache, "misses") == READERS * reads,
+          "churn: %" PRId64 " hits and %" PRId64 " misses for %" PRId64 " reads", counter_of(cache, "hits"),
+          counter_of(cache, "misses"), READERS * reads);
+    CHECK(counter_of(cache, "hits") > 0, "churn: no hit at all");
+    ps_stage_release(cache);
+    ps_stage_release(core);
+}
+
 int main(int argc, char **argv) {
     stress_run run = stress_begin("stress_batch", argc, argv, 4000, RUN_BUDGET);
     int64_t moves = run.rounds;
@@ -475,6 +530,7 @@ int main(int argc, char **argv) {
     run_failing(space);
     run_fence(space, moves / 100 + 1);
     run_prefetch(space, moves * 2);
+    run_churn(space, moves * 25);
     run_wire(space, moves / 4);
     int code = stress_end(&run);
     ps_space_free(space);
