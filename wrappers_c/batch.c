@@ -100,13 +100,9 @@ static unsigned char *buffer_of(const batch_stage *b, const caller *c, uint32_t 
 /* ---- the stage's error: what a failed send did ----------------------------------------------- */
 
 static void explain(batch_stage *b, int status, uint32_t done, uint32_t of, uint64_t after) {
-    char below[PS_STAGE_ERROR_MAX], dropped[96] = "";
-    ps_stage_error(b->base.below, below, sizeof below);
+    char dropped[96] = "";
     if (after) snprintf(dropped, sizeof dropped, ", and the %llu moves made after them were dropped", (unsigned long long)after);
-    pthread_mutex_lock(&b->base.links_lock);
-    snprintf(b->base.error, sizeof b->base.error, "batch: %u of %u moves sent down together took effect, then the "
-             "send failed (%s)%s%s%s", done, of, ps_status_name(status), dropped, *below ? ": " : "", below);
-    pthread_mutex_unlock(&b->base.links_lock);
+    ps_stage_explain_moves(&b->base, status, done, of, "sent down together", "the send failed", dropped);
 }
 
 /* An operation passed down failed: the stage below explains it, not an older send of ours. */

@@ -153,20 +153,11 @@ static int come_back(ps_link *link, const ps_op *op, int rc, int64_t deadline) {
 
 /* ---- pipelined: moves on the wire -------------------------------------------------------------- */
 
-static void explain(delay_stage *d, int status, uint32_t done, uint32_t of) {
-    char below[PS_STAGE_ERROR_MAX];
-    ps_stage_error(d->base.below, below, sizeof below);
-    pthread_mutex_lock(&d->base.links_lock);
-    snprintf(d->base.error, sizeof d->base.error, "delay: %u of %u moves sent ahead took effect, then their "
-             "delivery failed (%s)%s%s", done, of, ps_status_name(status), *below ? ": " : "", below);
-    pthread_mutex_unlock(&d->base.links_lock);
-}
-
 /* A failure of the courier's that the caller has not heard of: its status (explained), or PS_OK. */
 static int take_failure(delay_stage *d, wire_caller *c) {
     uint32_t done, of;
     int status = ps_deferred_failure_take(&c->failure, &done, &of);
-    if (status != PS_OK) explain(d, status, done, of);
+    if (status != PS_OK) ps_stage_explain_moves(&d->base, status, done, of, "sent ahead", "their delivery failed", "");
     return status;
 }
 

@@ -77,7 +77,8 @@ public:
             }
             return status;
         }, timeout, Backend::deadline());
-        std::string moved = std::to_string(done) + " of " + std::to_string(n) + " tuples moved";
+        std::string moved = (ps_op_done_is_at_least(rc) ? "at least " : "") + std::to_string(done) + " of " +
+                            std::to_string(n) + " tuples moved";
         if (rc == PS_ESTATE)
             fail(rc, call + ": a sum holds 4 rounds ahead of this caller's observes, and these do not fit (" + moved +
                          "): observe first");

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pastset.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -100,6 +102,11 @@ static inline uint32_t ps_op_tuples_out(const ps_op *op, int status) {
     if (status != 0) return 0;
     return shape & PS_OP_TUPLES_OUT ? (uint32_t)op->value : (shape & PS_OP_TUPLE_OUT) != 0;
 }
+
+/* Whether tuples of `in` that an operation which returned `status` did not count as done may have
+ * taken effect all the same: a remote peer failed before its answer came back (PS_EREMOTE), so
+ * `done` is only what is known. On any other status `done` is exact. */
+static inline int ps_op_done_is_at_least(int status) { return status == PS_EREMOTE; }
 
 /* The kind whose wire op code is `code`, or -1 for none. */
 int ps_op_kind_of_wire(unsigned code);

@@ -122,6 +122,19 @@ void ps_stage_print_error(ps_stage *stage, const char *what) {
     fprintf(stderr, "paths: %s: %s\n", what, why);
 }
 
+void ps_stage_explain_moves(ps_stage *stage, int status, uint32_t done, uint32_t of, const char *sent,
+                            const char *failed, const char *after) {
+    char below[PS_STAGE_ERROR_MAX], unknown[96] = "";
+    ps_stage_error(stage->below, below, sizeof below);
+    if (ps_op_done_is_at_least(status) && done < of)
+        snprintf(unknown, sizeof unknown, " (the other %u may have too: the answer was lost)", of - done);
+    pthread_mutex_lock(&stage->links_lock);
+    snprintf(stage->error, sizeof stage->error, "%s: %s%u of %u moves %s took effect%s, then %s (%s)%s%s%s",
+             stage->kind->name, *unknown ? "at least " : "", done, of, sent, unknown, failed, ps_status_name(status),
+             after, *below ? ": " : "", below);
+    pthread_mutex_unlock(&stage->links_lock);
+}
+
 /* A slot for a new caller: a pass-through stage's freed one first, else the next one. A
  * joining stage's slots are contributor numbers and are never given twice. */
 static int claim_slot(ps_stage *stage, uint32_t *out) {

@@ -45,6 +45,13 @@ static inline int ps_axe_may_have_taken_effect(int rc) {
     return rc != PS_EINDEX && rc != PS_ENOTSUP && rc != PS_ESTATE;
 }
 
+/* Sets the stage's error to say what became of `of` moves it sent down that failed with `status`:
+ * "<kind>: <done> of <of> moves <sent> took effect, then <failed> (<status>)<after>: <the
+ * explanation below>", where a lost answer makes done "at least <done>" and says the others may
+ * have taken effect too (ps_op_done_is_at_least). */
+void ps_stage_explain_moves(ps_stage *stage, int status, uint32_t done, uint32_t of, const char *sent,
+                            const char *failed, const char *after);
+
 /* Raises an axe-point word (read with __atomic_load_n) to `index`, if that is higher. */
 static inline void ps_axe_point_raise(int64_t *word, int64_t index) {
     int64_t seen = __atomic_load_n(word, __ATOMIC_RELAXED);
