@@ -65,18 +65,28 @@ static int64_t axe_point(cache_stage *c) {
     return now > known ? now : known;
 }
 
+/* An entry is its stamp, then the tuple. The stamp holds the index of the tuple held plus one
+ * (0: none) above STAMP_COUNT_BITS bits that count the entry's fills, odd while a filler writes
+ * it: a reader that finds the same stamp after its copy read a whole tuple (a fill that ended on
+ * the same stamp would have to be the 2^23-th since). Tuples from STAMP_INDEX_LIMIT on are not
+ * kept: their reads go down. */
+enum { STAMP_COUNT_BITS = 24 };
+static const uint64_t STAMP_COUNT_MASK = (1ULL << STAMP_COUNT_BITS) - 1;
+static const int64_t STAMP_INDEX_LIMIT = (1LL << (64 - STAMP_COUNT_BITS)) - 1;
+
 typedef struct cache_entry {
-    uint64_t sequence; /* odd while a filler writes the entry */
-    int64_t index;     /* of the tuple held, -1: none */
-} cache_entry;         /* the tuple follows */
+    uint64_t stamp;
+} cache_entry; /* the tuple follows */
+
+static uint64_t stamp_of(int64_t index) { return (uint64_t)(index + 1) << STAMP_COUNT_BITS; }
 
 static cache_entry *entry_of(cache_stage *c, int64_t index) {
     return (cache_entry *)(c->entries + (size_t)(index % c->capacity) * c->entry_size);
 }
 
 /* Copies the tuple out of an entry a filler may be writing meanwhile: the copy is then thrown
- * away (lookup checks the sequence count after it), as a seqlock's readers do. ThreadSanitizer
- * is told so (tests/c/tsan.supp). */
+ * away (lookup checks the stamp after it), as a seqlock's readers do. ThreadSanitizer is told
+ * so (tests/c/tsan.supp). */
 static void cache_copy_checked_after(void *out, const cache_entry *entry, size_t size) {
     memcpy(out, entry + 1, size);
 }
@@ -84,27 +94,26 @@ static void cache_copy_checked_after(void *out, const cache_entry *entry, size_t
 /* Copies tuple `index` out if an entry holds it (never one before the axe point, never one < 0).
  * An entry being filled meanwhile is a miss. */
 static int lookup(cache_stage *c, int64_t index, void *out) {
-    if (index < axe_point(c)) return 0;
+    if (index < axe_point(c) || index >= STAMP_INDEX_LIMIT) return 0;
     cache_entry *entry = entry_of(c, index);
-    uint64_t sequence = __atomic_load_n(&entry->sequence, __ATOMIC_ACQUIRE);
-    if (sequence & 1 || __atomic_load_n(&entry->index, __ATOMIC_RELAXED) != index) return 0;
+    uint64_t stamp = __atomic_load_n(&entry->stamp, __ATOMIC_ACQUIRE);
+    if (stamp & 1 || (stamp & ~STAMP_COUNT_MASK) != stamp_of(index)) return 0;
     cache_copy_checked_after(out, entry, c->base.tuple_size);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    return __atomic_load_n(&entry->sequence, __ATOMIC_RELAXED) == sequence;
+    return __atomic_load_n(&entry->stamp, __ATOMIC_RELAXED) == stamp;
 }
 
 /* Keeps tuples first .. first + n - 1, which are at `tuples`. */
 static void keep(cache_stage *c, int64_t first, int64_t n, const unsigned char *tuples) {
     size_t size = c->base.tuple_size;
     pthread_mutex_lock(&c->lock);
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n && first + i < STAMP_INDEX_LIMIT; i++) {
         cache_entry *entry = entry_of(c, first + i);
-        uint64_t sequence = entry->sequence; /* fillers hold the lock: no other writes it */
-        __atomic_store_n(&entry->sequence, sequence + 1, __ATOMIC_RELAXED);
+        uint64_t stamp = entry->stamp, count = (stamp + 1) & STAMP_COUNT_MASK; /* fillers hold the lock */
+        __atomic_store_n(&entry->stamp, (stamp & ~STAMP_COUNT_MASK) | count, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_RELEASE);
-        __atomic_store_n(&entry->index, first + i, __ATOMIC_RELAXED);
         memcpy(entry + 1, tuples + (size_t)i * size, size);
-        __atomic_store_n(&entry->sequence, sequence + 2, __ATOMIC_RELEASE);
+        __atomic_store_n(&entry->stamp, stamp_of(first + i) | ((count + 1) & STAMP_COUNT_MASK), __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&c->lock);
 }
@@ -295,8 +304,7 @@ static int cache_create(const ps_params *params, const ps_build_context *context
         return rc;
     }
     /* Touched now, at build, so that no fetch pays the first touch of its pages. */
-    memset(c->entries, 0, (size_t)c->capacity * c->entry_size);
-    for (int64_t i = 0; i < c->capacity; i++) entry_of(c, i)->index = -1;
+    memset(c->entries, 0, (size_t)c->capacity * c->entry_size); /* stamp 0: no tuple held */
     memset(c->hits, 0, PS_PASS_THROUGH_CALLERS * sizeof *c->hits);
     if (c->staging) memset(c->staging, 0, (size_t)c->staging_tuples * size);
     *out = &c->base;
