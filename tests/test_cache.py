@@ -264,8 +264,9 @@ def test_a_range_refused_as_axed_teaches_the_cache_the_axe_point(space):
 
 @pytest.mark.parametrize("mode", ["none", "window"])
 def test_across_remote_a_read_refused_as_axed_stops_the_cache_serving_older_copies(space, mode):
-    """Across a remote stage the element's axe point is not seen: an axe made at the element leaves
-    the copies as they were until a read through the cache is refused as axed."""
+    """Across a remote stage the element's axe point is not seen at once: an axe made at the element
+    leaves the copies as they were until an answer shows it, here a read through the cache
+    refused as axed."""
     with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
         element = space.enter("C", "qd")
         element.move_many([(i, 0.0) for i in range(50)])
@@ -286,6 +287,35 @@ def test_across_remote_a_read_refused_as_axed_stops_the_cache_serving_older_copi
             h.observe(44)  # not held: read below, refused
         with pytest.raises(paths.AxedError):
             h.observe(35)
+
+
+@pytest.mark.parametrize("mode", ["none", "window", "all"])
+def test_across_remote_any_answer_shows_an_axe_made_at_the_element(space, mode):
+    """Every answer of the server carries the element's axe point: after an axe made there (here by
+    the server's own process; another process's is alike), the next operation through the remote
+    stage that goes down, of any kind and of any handle on it, stops the copies before it."""
+    with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
+        element = space.enter("C", "qd")
+        element.move_many([(i, 0.0) for i in range(200)])
+        rest = [stage("remote", host=server.endpoint), stage("core", name="C", format="qd")]
+        h = build_path(make_path(stage("cache", capacity=256, prefetch=mode,
+                                       **({"window": 100} if mode == "window" else {})), *rest))
+        other = build_path(make_path(*rest))
+        assert [h.observe(i) for i in range(100)] == [(i, 0.0) for i in range(100)]
+        element.axe(50)
+        assert h.observe(10) == (10, 0.0)  # nothing went down since: the copy is served
+        assert h.last() == 200  # passes down; its answer shows the axe point
+        with pytest.raises(paths.AxedError, match="first live index is 50"):
+            h.observe(10)
+        element.axe(80)
+        other.move((200, 0.0))  # another handle on the remote stage: its answer shows it too
+        with pytest.raises(paths.AxedError, match="first live index is 80"):
+            h.observe(79)
+        assert h.observe(80) == (80, 0.0)
+        element.axe(90)
+        assert h.observe(200) == (200, 0.0)  # a read that misses (the other handle's move), answered
+        with pytest.raises(paths.AxedError, match="first live index is 90"):
+            h.observe(85)
 
 
 @pytest.mark.parametrize("mode", ["none", "all"])

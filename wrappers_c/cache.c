@@ -10,8 +10,8 @@
  * straight through. It never serves a tuple before the axe point it knows: that of an axe made
  * through it, the element's own where the stages below pass indexed reads and axes to an element
  * in this process unchanged (an axe made anywhere, looked at on every hit), or, past a remote
- * stage, what that stage's answers to any of its callers showed of it (an axe done, a read
- * refused as axed; looked at on every hit too), and that of a read through it refused as axed.
+ * stage, what that stage's answers to any of its callers showed of it (each says the axe point;
+ * looked at on every hit too), and that of a read through it refused as axed.
  *
  * prefetch: "none": a miss reads its one tuple. "window": a miss at i reads the tuples i .. i +
  * window - 1 that exist (waiting for i only) with observe_range, one request per range bound

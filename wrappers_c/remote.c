@@ -57,9 +57,9 @@ typedef struct remote_stage {
     connection *connections;         /* one per caller slot */
     _Atomic int64_t requests, answers, failures;
     _Atomic int64_t streams_cut;     /* move_many streams a frame cut short (the frames after it not run) */
-    int64_t axe_known;               /* the highest axe point of the element an answer showed: an axe done
-                                        (or sent, its answer lost), a read refused as axed (base.axe_point: a
-                                        cache above looks at it) */
+    int64_t axe_known;               /* the highest axe point of the element known here: what every answer
+                                        says, an axe sent (its answer lost), a read refused as axed
+                                        (base.axe_point: a cache above looks at it) */
 } remote_stage;
 
 static remote_stage *remote_of(ps_link *link) { return (remote_stage *)link->stage; }
@@ -119,8 +119,9 @@ static uint64_t send_request(remote_stage *r, connection *c, void *socket, uint8
 }
 
 /* Waits up to wait_ns for the answer to request `id` on `socket` (NULL: the direct connection);
- * answers to older requests are skipped. On PS_OK, *answer is valid until the next receive on
- * the connection; else the status says why none came (ps_channel_receive's). */
+ * answers to older requests are skipped. Every answer's argument is the element's axe point as
+ * the server's path shows it: the stage keeps the highest. On PS_OK, *answer is valid until the
+ * next receive on the connection; else the status says why none came (ps_channel_receive's). */
 static int wait_answer(remote_stage *r, connection *c, void *socket, uint64_t id, int64_t wait_ns, ps_frame *answer) {
     int64_t deadline = ps_now_ns() + wait_ns;
     for (;;) {
@@ -128,6 +129,7 @@ static int wait_answer(remote_stage *r, connection *c, void *socket, uint64_t id
                         : ps_channel_receive(&c->channel, deadline, answer);
         if (rc != PS_OK) return rc;
         atomic_fetch_add_explicit(&r->answers, 1, memory_order_relaxed);
+        ps_axe_point_raise(&r->axe_known, answer->argument);
         if (answer->request_id == id) return PS_OK;
     }
 }

@@ -121,6 +121,15 @@ static size_t encode_answer(unsigned char *buf, size_t capacity, uint8_t op, int
     return ps_wire_encode(&answer, buf, capacity);
 }
 
+/* A link's answer frame, into w->answer: each says the element's axe point as the link's path
+ * shows it, so that a client's caches stop serving copies of tuples an axe made elsewhere freed. */
+static size_t encode_link_answer(link_worker *w, uint8_t op, int status, uint64_t request_id, int64_t value,
+                                 const void *payload, size_t payload_length) {
+    ps_frame answer = {op, (uint16_t)status, request_id, w->id, ps_stage_axe_point(w->link->stage), value, payload,
+                       (uint32_t)payload_length};
+    return ps_wire_encode(&answer, w->answer, ps_wire_link_frame_max(w->tuple_size));
+}
+
 static int64_t bounded_timeout(int64_t requested) {
     return requested < 0 || requested > OP_SLICE_NS ? OP_SLICE_NS : requested;
 }
@@ -280,8 +289,8 @@ static int send_slice(link_worker *w, const ps_frame *request, const unsigned ch
     int count = 0;
     for (uint32_t sent = 0; sent < n; count += 2) {
         uint32_t k = n - sent < per_frame ? n - sent : per_frame;
-        ps_frame answer = {request->op, PS_OK, request->request_id, w->id, 0, n - sent - k + then, NULL,
-                           k * (uint32_t)w->tuple_size};
+        ps_frame answer = {request->op, PS_OK, request->request_id, w->id, ps_stage_axe_point(w->link->stage),
+                           n - sent - k + then, NULL, k * (uint32_t)w->tuple_size};
         ps_wire_encode_header(&answer, headers[count / 2]);
         parts[count] = (struct iovec){headers[count / 2], PS_WIRE_HEADER};
         parts[count + 1] = (struct iovec){(void *)(tuples + (size_t)sent * w->tuple_size), answer.payload_length};
@@ -361,8 +370,7 @@ static int answer_request(link_worker *w, const ps_frame *request, int owner, in
         value = shape & (PS_OP_VALUE_OUT | PS_OP_TUPLES_OUT) || rc == PS_EAXED ? op.value : (int64_t)op.done;
         payload_length = shape & PS_OP_TUPLE_OUT && rc == PS_OK ? w->tuple_size : 0;
     }
-    size_t length = encode_answer(w->answer, ps_wire_link_frame_max(w->tuple_size), code, rc, request_id, w->id,
-                                  value, w->tuple, payload_length);
+    size_t length = encode_link_answer(w, code, rc, request_id, value, w->tuple, payload_length);
     return sink->frame(sink->to, w->answer, length);
 }
 
