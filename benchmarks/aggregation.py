@@ -51,6 +51,11 @@ MM2 (Aurora's two-phase matrix multiply, a user-level workload): the C kernel be
 link batches the writes (`batch: 256`) and whose acquire hook prefetches the reads, against the
 same map with neither: the time of each, and their results, which must be identical.
 
+Cache hits side by side: 1 and 2 threads read the 1,024 'q' tuples a `cache` holds by index, over
+and over, each through its own handle on the one cache stage (C loops, no Python on their path):
+the time of a hit, and how many hits two threads make together against one (a hit writes no
+shared memory, so two threads on two cores should make about twice as many).
+
 Targets (the issue's): batching faster than no batching from k = 10; at k = 10,000 at least 3x
 faster without delay and 15x with it; the best factor strictly inside the swept range; prefetch
 at most 0.5x the per-row load without delay and 0.15x with the delay. A MISS is a finding, not
@@ -70,7 +75,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from paths import build_path, fence, make_path, stage
+from paths import PastSet, build_path, fence, make_path, stage
 from paths._native import bench
 from paths.model.cluster_map import load_map_text
 from paths.experiments.experiment import RunSettings, run_experiment
@@ -99,12 +104,15 @@ AURORA_NODES = (2, 4)
 MATRIX = 704                       # rows and columns of Aurora's matrix
 MM2_N = 256
 MM2_THREADS = 4
+HIT_THREADS = (1, 2)               # threads reading through one cache at once
+HIT_TUPLES = 1_024                 # the tuples the cache holds: all of its element's
+HIT_READS = 5_000_000              # reads per thread a run
 TIMEOUT_MS = 10_000                # the remote stages'
 RUN_TIMEOUT_S = 120.0
 KERNELS = str(BUILTIN_LIBRARY)
 QUICK = {"ks": (1, 10, 100), "factors": (4, 16, 64), "beyond": (), "moves_per_cell": {0.0: 2_000, 0.2: 200},
          "cell_ms": {0.0: 0.0, 0.2: 0.0}, "max_rounds": {0.0: 200, 0.2: 20}, "turns": 1, "nodes": (2,), "matrix": 64,
-         "mm2_n": 32, "callers_rounds": 1}
+         "mm2_n": 32, "callers_rounds": 1, "hit_reads": 200_000}
 
 CSV_COLUMNS = ["experiment", "delay_ms", "k", "factor", "buffers", "nodes", "variant", "ms", "speedup", "checksum"]
 
@@ -122,6 +130,7 @@ class Sizes:
     matrix: int = MATRIX
     mm2_n: int = MM2_N
     callers_rounds: int = 10           # the several callers' timed rounds a run
+    hit_reads: int = HIT_READS
 
     def __post_init__(self):
         self.moves_per_cell = self.moves_per_cell or dict(MOVES_PER_CELL)
@@ -279,6 +288,38 @@ def measure_mm2(sizes: Sizes, repeat: int, progress) -> dict:
     return runs
 
 
+def measure_hits(sizes: Sizes, repeat: int, progress) -> dict:
+    """{threads: [ns a read per thread, one per run]}: `threads` threads at once, each through its own
+    handle of one path (so one cache stage) over a local element whose tuple i holds i, each first
+    reading every tuple once (untimed: the cache fills), then sizes.hit_reads reads."""
+    space = PastSet()
+    space.enter("HITS", "q").move_many([(i,) for i in range(HIT_TUPLES)])
+    path = make_path(stage("cache", capacity=HIT_TUPLES), stage("core", name="HITS", format="q"))
+    runs: dict = {}
+    for r in range(repeat):
+        for threads in HIT_THREADS if r % 2 == 0 else HIT_THREADS[::-1]:
+            handles = [build_path(path, pastset=space) for _ in range(threads)]
+            for handle in handles:
+                bench.indexed_reads_ns(handle, HIT_TUPLES, HIT_TUPLES, timeout=RUN_TIMEOUT_S)
+            times: list = [None] * threads
+            together = threading.Barrier(threads, timeout=RUN_TIMEOUT_S)
+
+            def reader(i):
+                together.wait()
+                times[i] = bench.indexed_reads_ns(handles[i], sizes.hit_reads, HIT_TUPLES, timeout=RUN_TIMEOUT_S)
+
+            workers = [threading.Thread(target=reader, args=(i,)) for i in range(threads)]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+            if None in times:
+                raise RuntimeError(f"cache hits: a reader of {threads} failed")
+            runs.setdefault(threads, []).append(statistics.mean(times))
+        progress(f"cache hits run {r + 1}/{repeat}")
+    return runs
+
+
 def mm2_expected_checksum(n: int) -> float:
     """The sum of S = Q x (Q x R)'s entries, as mm2.c defines Q and R: (1^T Q) Q (R 1), exact."""
     q = [[(i + 2 * j) % 7 - 3 for j in range(n)] for i in range(n)]
@@ -330,7 +371,7 @@ def not_measured(name: str, why: str) -> str:
     return f"  ----  {name}: not measured ({why})"
 
 
-def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict) -> tuple[list[str], list[dict]]:
+def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict, hits: dict) -> tuple[list[str], list[dict]]:
     med = {key: statistics.median(values) for key, values in sweep.items()}
     rows: list[dict] = []
     cores = len(os.sched_getaffinity(0))
@@ -401,11 +442,20 @@ def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict) -> t
         batched = statistics.median(s for s, _ in mm2[delay, True])
         lines.append(f"{'':>12}{'':>8}  aggregated / plain: {batched / plain:.2f}x")
 
+    ns = {threads: statistics.median(hits[threads]) for threads in HIT_THREADS}
+    lines += ["", f"Cache hits: observe(i) of the {HIT_TUPLES} 'q' tuples a cache holds, {sizes.hit_reads} reads a thread, "
+              "each thread on its own handle of one cache stage (C loops)"]
+    lines += [f"{threads:>7} thread(s): {ns[threads]:.1f} ns a hit, {threads * 1e3 / ns[threads]:.0f} M hits/s together"
+              for threads in HIT_THREADS]
+    lines.append(f"  info  {HIT_THREADS[-1]} threads make {HIT_THREADS[-1] * ns[1] / ns[HIT_THREADS[-1]]:.2f}x the hits "
+                 f"of one ({HIT_THREADS[-1]} threads on {cores} cores)")
+    rows += [{"experiment": "hits", "variant": f"threads={threads}", "ms": ns[threads] / 1e6} for threads in HIT_THREADS]
+
     lines += ["", "Targets"]
     lines.append(target("batch faster than no batching from k = 10 (every factor, both delays)",
                         all(med[d, k, None, 2] > med[d, k, f, 2] for d in DELAYS_MS for k in sizes.ks if k >= 10
                             for f in sizes.factors),
-                        "slowest " + ", ".join(f"k={k}: {min(med[d, k, None, 2] / med[d, k, f, 2] for d in DELAYS_MS for f in sizes.factors):.1f}x"
+                        "slowest " + ", ".join(f"k={k}: {min(med[d, k, None, 2] / med[d, k, f, 2] for d in DELAYS_MS for f in sizes.factors):.2f}x"
                                               for k in sizes.ks if k >= 10)))
     for delay, bound in ((0.0, 3.0), (0.2, 15.0)):
         name = f"k = 10,000 {'without delay' if not delay else 'with 0.2 ms delay'}, >= {bound:g}x faster"
@@ -500,7 +550,8 @@ def main(argv=None) -> int:
         sweep = measure_sweep(args.sizes, args.repeat, progress)
         aurora = measure_aurora(args.sizes, args.repeat, progress)
         mm2 = measure_mm2(args.sizes, args.repeat, progress)
-        lines, rows = report(args.sizes, args.repeat, sweep, aurora, mm2)
+        hits = measure_hits(args.sizes, args.repeat, progress)
+        lines, rows = report(args.sizes, args.repeat, sweep, aurora, mm2, hits)
         write_plot(args.plot, args.sizes, sweep)
     except (LaunchError, KernelError, ChildError, RuntimeError, ConnectionError, OSError, ValueError) as e:
         print(f"benchmarks.aggregation: {e}", file=sys.stderr)

@@ -99,3 +99,13 @@ double ps_kernel_link_moves_then_observe_ns(ps_link *link, int64_t k, int64_t ro
     }
     return (double)(ps_now_ns() - start) / (double)rounds;
 }
+
+double ps_kernel_link_indexed_reads_ns(ps_link *link, int64_t reads, int64_t tuples, int64_t timeout_ns) {
+    if (reads <= 0 || tuples <= 0) return -1.0;
+    int64_t out = -1, start = ps_now_ns();
+    for (int64_t r = 0, i = 0; r < reads; r++, i = i + 1 == tuples ? 0 : i + 1) {
+        ps_op read = {.kind = PS_OP_OBSERVE_AT, .argument = i, .out = &out, .timeout_ns = timeout_ns};
+        if (ps_link_call(link, &read) != PS_OK || out != i) return -1.0;
+    }
+    return (double)(ps_now_ns() - start) / (double)reads;
+}

@@ -32,6 +32,12 @@ double ps_kernel_link_batches_ns(ps_link *link, int64_t moves, uint32_t batch, i
  * it), over `rounds` rounds, single thread; -1 on a failed operation or a wrong tuple. */
 double ps_kernel_link_moves_then_observe_ns(ps_link *link, int64_t k, int64_t rounds, int64_t timeout_ns);
 
+/* Nanoseconds per observe(i) through one caller's link (any path over a "q" element whose tuple i
+ * holds i), reading tuples 0 .. tuples - 1 over and over, `reads` reads, single thread; -1 on a
+ * failed read or a wrong tuple. Several threads running it at once on links of one cache stage
+ * measure its hits side by side. */
+double ps_kernel_link_indexed_reads_ns(ps_link *link, int64_t reads, int64_t tuples, int64_t timeout_ns);
+
 #ifdef __cplusplus
 }
 #endif

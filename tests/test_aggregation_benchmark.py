@@ -1,7 +1,8 @@
 """`python -m benchmarks.aggregation --quick` runs end to end: ARMI's sweep (batch against no
-batching, every k and factor, both delays), Aurora's cache load (per row against prefetch) and MM2
-on two maps with identical results; it prints the targets, writes the CSV and the plot, and leaves
-no process behind (the `probe` fixture fails the test otherwise)."""
+batching, every k and factor, both delays), Aurora's cache load (per row against prefetch), MM2
+on two maps with identical results, and cache hits from 1 and 2 threads; it prints the targets,
+writes the CSV and the plot, and leaves no process behind (the `probe` fixture fails the test
+otherwise)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ def test_quick_run_reports_every_experiment_and_target(probe, tmp_path):
     assert {(r["delay_ms"], r["variant"]) for r in mm2} == {(d, v) for d in ("0.0", "0.2") for v in ("plain", "aggregated")}
     expected = float(re.search(r"expected checksum (-?\d+)", out)[1])
     assert all(float(r["checksum"]) == expected for r in mm2)
+    hits = {r["variant"]: float(r["ms"]) * 1e6 for r in rows if r["experiment"] == "hits"}
+    assert set(hits) == {"threads=1", "threads=2"} and all(ns > 0 for ns in hits.values())
+    for threads in (1, 2):
+        assert re.search(rf"^\s+{threads} thread\(s\): {hits[f'threads={threads}']:.1f} ns a hit", out, re.M)
+    assert re.search(r"info  2 threads make [\d.]+x the hits of one \(2 threads on \d+ cores\)", out)
     targets = re.findall(r"^  (PASS|MISS|----)  (.*?):", out, re.M)
     assert [name for _, name in targets] == [
         "batch faster than no batching from k = 10 (every factor, both delays)",

@@ -79,6 +79,17 @@ void bind_bench(py::module_ &m) {
     }, py::arg("handle"), py::arg("k"), py::arg("rounds"), py::arg("timeout") = 60.0,
        "ARMI's ping sweep: nanoseconds per round of k moves, then one observe of the round's last move by its\n"
        "index, through one handle, from a C loop (single thread).");
+    bench.def("indexed_reads_ns", [](const std::shared_ptr<Handle> &handle, int64_t reads, int64_t tuples,
+                                     const py::object &timeout) {
+        if (tuples <= 0) throw py::value_error("indexed_reads_ns: expected tuples > 0");
+        auto loop = [tuples](ps_link *link, int64_t count, int64_t wait) {
+            return ps_kernel_link_indexed_reads_ns(link, count, tuples, wait);
+        };
+        return single_link_loop(handle, reads, timeout, "indexed_reads_ns", loop,
+                                "a read failed, or tuple i did not hold i");
+    }, py::arg("handle"), py::arg("reads"), py::arg("tuples"), py::arg("timeout") = 60.0,
+       "Nanoseconds per observe(i) through one handle, reading tuples 0 .. tuples-1 (tuple i holding i) over and\n"
+       "over, from a C loop without the GIL: threads calling it at once on handles of one cache measure its hits.");
 }
 
 }  // namespace paths_native
