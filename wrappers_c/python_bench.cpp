@@ -38,6 +38,16 @@ double single_link_loop(const std::shared_ptr<Handle> &handle, int64_t count, co
     return ns;
 }
 
+// single_link_loop of a loop that takes one more number, `size` (> 0, named `size_name`):
+// loop(link, count, size, timeout_ns).
+template <class Loop>
+double sized_link_loop(const std::shared_ptr<Handle> &handle, int64_t count, int64_t size, const char *size_name,
+                       const py::object &timeout, const char *name, Loop loop, const char *failure) {
+    if (size <= 0) throw py::value_error(std::string(name) + ": expected " + size_name + " > 0");
+    auto sized = [&](ps_link *link, int64_t n, int64_t wait) { return loop(link, n, size, wait); };
+    return single_link_loop(handle, count, timeout, name, sized, failure);
+}
+
 }  // namespace
 
 void bind_bench(py::module_ &m) {
@@ -59,34 +69,28 @@ void bind_bench(py::module_ &m) {
        "Nanoseconds per move through one handle from a C loop, until every move is acknowledged (single thread).");
     bench.def("link_batches_ns", [](const std::shared_ptr<Handle> &handle, int64_t moves, uint32_t batch,
                                     const py::object &timeout) {
-        if (batch == 0) throw py::value_error("link_batches_ns: expected a batch > 0");
-        auto loop = [batch](ps_link *link, int64_t count, int64_t wait) {
-            return ps_kernel_link_batches_ns(link, count, batch, wait);
+        auto loop = [](ps_link *link, int64_t count, int64_t size, int64_t wait) {
+            return ps_kernel_link_batches_ns(link, count, static_cast<uint32_t>(size), wait);
         };
-        return single_link_loop(handle, moves, timeout, "link_batches_ns", loop,
-                                "a move_many failed, or last() grew by fewer than the tuples moved");
+        return sized_link_loop(handle, moves, batch, "a batch", timeout, "link_batches_ns", loop,
+                               "a move_many failed, or last() grew by fewer than the tuples moved");
     }, py::arg("handle"), py::arg("moves"), py::arg("batch"), py::arg("timeout") = 60.0,
        "Nanoseconds per tuple moved through one handle `batch` at a time (each batch one move_many), from a C\n"
        "loop, until every one is acknowledged (single thread).");
     bench.def("moves_then_observe_ns", [](const std::shared_ptr<Handle> &handle, int64_t k, int64_t rounds,
                                           const py::object &timeout) {
-        if (k <= 0) throw py::value_error("moves_then_observe_ns: expected k > 0");
-        auto loop = [k](ps_link *link, int64_t count, int64_t wait) {
-            return ps_kernel_link_moves_then_observe_ns(link, k, count, wait);
+        auto loop = [](ps_link *link, int64_t count, int64_t size, int64_t wait) {
+            return ps_kernel_link_moves_then_observe_ns(link, size, count, wait);
         };
-        return single_link_loop(handle, rounds, timeout, "moves_then_observe_ns", loop,
-                                "an operation failed, or the observe did not see the round's last move");
+        return sized_link_loop(handle, rounds, k, "k", timeout, "moves_then_observe_ns", loop,
+                               "an operation failed, or the observe did not see the round's last move");
     }, py::arg("handle"), py::arg("k"), py::arg("rounds"), py::arg("timeout") = 60.0,
        "ARMI's ping sweep: nanoseconds per round of k moves, then one observe of the round's last move by its\n"
        "index, through one handle, from a C loop (single thread).");
     bench.def("indexed_reads_ns", [](const std::shared_ptr<Handle> &handle, int64_t reads, int64_t tuples,
                                      const py::object &timeout) {
-        if (tuples <= 0) throw py::value_error("indexed_reads_ns: expected tuples > 0");
-        auto loop = [tuples](ps_link *link, int64_t count, int64_t wait) {
-            return ps_kernel_link_indexed_reads_ns(link, count, tuples, wait);
-        };
-        return single_link_loop(handle, reads, timeout, "indexed_reads_ns", loop,
-                                "a read failed, or tuple i did not hold i");
+        return sized_link_loop(handle, reads, tuples, "tuples", timeout, "indexed_reads_ns",
+                               ps_kernel_link_indexed_reads_ns, "a read failed, or tuple i did not hold i");
     }, py::arg("handle"), py::arg("reads"), py::arg("tuples"), py::arg("timeout") = 60.0,
        "Nanoseconds per observe(i) through one handle, reading tuples 0 .. tuples-1 (tuple i holding i) over and\n"
        "over, from a C loop without the GIL: threads calling it at once on handles of one cache measure its hits.");
