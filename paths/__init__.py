@@ -25,6 +25,8 @@
     paths.runtime_info()                              # launcher, rank, size, node, map, rendezvous
 """
 
+import sys
+
 from .experiments import bench
 from ._native import AxedError, Element, Handle, PastSet, fence
 from .runtime.acquire_hook import AcquireRequest, acquire_hook, release_hook
@@ -39,6 +41,9 @@ from .runtime.server import PathServer, read_key_pair
 from .runtime.server_policy import ServerPolicy
 from .model.stage_kinds import kinds, stage_kind
 from .runtime.tree_view import render_tree, show, to_dot
+
+# paths.bench is paths.experiments.bench: `import paths.bench` finds it under that name too.
+sys.modules[f"{__name__}.bench"] = bench
 
 __all__ = [
     "AcquireRequest",

@@ -157,6 +157,8 @@ def test_jacobi_converges_to_the_known_answer_on_every_map(built, probe):
         for row in csv_rows(out):
             results[cluster_map, row["threads"]] = (row["nodes"], row["iterations"], float(row["residual"]),
                                                      float(row["rms_error"]))
+            # The table shows the tiny residual as it is, not as 0.00000.
+            assert re.search(rf"^\s+{row['threads']}\s.*\s{float(row['residual']):.5e}\s", done.stdout, re.M), done.stdout
     assert sorted(results) == [("local", "1"), ("local", "4"), ("multicluster", "4"), ("paper-2w", "3")]
     assert {key: nodes for key, (nodes, *_) in results.items()} == {
         ("local", "1"): "1", ("local", "4"): "1", ("paper-2w", "3"): "2", ("multicluster", "4"): "2"}
@@ -549,6 +551,20 @@ def test_paths_bench_names_its_own_parameter_not_a_command_line_option(space, ca
         call(handles)
 
 
+def test_paths_bench_refuses_what_is_not_a_handle_and_a_handle_given_twice(space):
+    import paths.bench as imported  # importable under its name, as well as an attribute of paths
+    assert imported is paths.bench
+    with pytest.raises(TypeError, match=r"^gsum: handles\[1\] is 2, not a Handle \(build_path gives them\)$"):
+        paths.bench.gsum([paths.build_path(make_path(stage("core", name="S", format="q")), pastset=space), 2], 10)
+    path = make_path(stage("reduce-sum", num_threads=2), stage("core", name="T", format="q"))
+    handle = paths.build_path(path, pastset=space)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"^mcpi: handles\[1\] is handles\[0\] again: each thread needs a handle of "
+                                         r"its own \(one build_path each\)$"):
+        paths.bench.mcpi([handle, handle], 1000)
+    assert time.monotonic() - started < 5  # refused at once, not after the sum's timeout
+
+
 def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
     def handle(thread, element, format):
         return paths.build_path(make_path(stage("core", name=element, format=format)), pastset=space)
@@ -585,6 +601,11 @@ def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
     with pytest.raises(KernelError, match=r"thread 0 on node here returned PATHS_EINVAL: a bad argument: paths_report: "
                                           r"expected a column name of 1 to 63 letters, digits and _ \. - / %, got 'a b'"):
         run(lambda ctx: ctx.report("a b" if ctx.thread == 0 else "ok", 1.0))
+    with pytest.raises(KernelError, match=r"thread 0 on node here returned PATHS_EFAILED: the kernel's own failure: "
+                                          r"TypeError: ctx\.report\(x, value\): expected a number, got 'abc' \(at "):
+        run(lambda ctx: ctx.report("x", "abc" if ctx.thread == 0 else 1.0))
+    with pytest.raises(KernelError, match=r"TypeError: ctx\.report\(name, value\): expected a name as text, got 5 "):
+        run(lambda ctx: ctx.report(5, 1.0))
     with pytest.raises(KernelError, match=r"thread [01] on node here returned PATHS_EINVAL: a bad argument: "
                                           r"paths_report\('c32'\): a thread reports at most 32 columns$"):
         run(lambda ctx: [ctx.report(f"c{i}", 1.0) for i in range(40)] and None)

@@ -165,7 +165,17 @@ public:
         }
         if (rc != PS_OK) raise_status(rc, paths_last_error(c_));
     }
-    void report(const std::string &name, double value) { paths_report(c_, name.c_str(), value); }
+    void report(const py::object &name, const py::object &value) {
+        if (!py::isinstance<py::str>(name))
+            throw py::type_error("ctx.report(name, value): expected a name as text, got " + shown(name));
+        double number = PyFloat_AsDouble(value.ptr());
+        if (number == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            throw py::type_error("ctx.report(" + name.cast<std::string>() + ", value): expected a number, got " +
+                                 shown(value));
+        }
+        paths_report(c_, name.cast<std::string>().c_str(), number);
+    }
 
 private:
     paths_kernel_ctx *c_;

@@ -302,8 +302,11 @@ def _stats(measurements: list[Measurement], column: str) -> tuple[float, float, 
 
 def _numbers(values: list[float]) -> list[str]:
     """One column's cells with the same decimals: none for whole numbers, else six significant
-    digits for its largest value."""
+    digits for its largest value; in scientific notation when that is below 0.001 (a residual of
+    1e-8 is not 0.00000)."""
     finite = [abs(v) for v in values if math.isfinite(v)]
+    if finite and 0 < max(finite) < 1e-3:
+        return [f"{v:.5e}" for v in values]
     decimals = 0 if all(v.is_integer() for v in finite) else max(0, 6 - len(str(int(max(finite)))))
     return [f"{v:.{decimals}f}" for v in values]
 

@@ -71,6 +71,13 @@ def _on_handles(kernel: Kernel, handles: list, args: dict, pin: bool, others: Op
     it (as paths run's)."""
     if not handles:
         raise ValueError(f"{kernel.name}: expected at least one handle")
+    for i, handle in enumerate(handles):
+        if not isinstance(handle, _native.Handle):
+            raise TypeError(f"{kernel.name}: handles[{i}] is {handle!r}, not a Handle (build_path gives them)")
+        first = next(j for j, other in enumerate(handles) if other is handle)
+        if first < i:
+            raise ValueError(f"{kernel.name}: handles[{i}] is handles[{first}] again: each thread needs a handle "
+                             "of its own (one build_path each)")
     timeout = args["timeout"]
     args = dict(args, timeout=-1 if timeout is None else min(timeout, KERNEL_TIMEOUT_MAX))
     given = dict(others or {})
