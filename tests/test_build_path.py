@@ -170,6 +170,7 @@ def test_python_stage_kind_runs_in_a_path(space):
     assert h.observe() == (10,)
     assert h.last() == 1 and h.first() == 1
     assert "offset" in paths.kinds()
+    assert h.stage.kind == "offset"  # its own name, as the kinds written in C have theirs
 
 
 def test_python_stage_exception_reaches_the_caller(space):

@@ -1,5 +1,6 @@
 /* bridge_stage.c — the bridge stage: each operation the implementation answers becomes one call
  * of the bridge; the others pass down, or come as the simpler operations they are made of. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "bridge_stage.h"
@@ -12,6 +13,8 @@ typedef struct bridge_stage {
     const ps_bridge *bridge;
     void *impl;
     uint32_t answered; /* the kinds the implementation answers, a bit each */
+    ps_stage_kind kind; /* BRIDGE_KIND under the name of the kind written elsewhere */
+    char name[64];
 } bridge_stage;
 
 static int bridge_call(ps_link *link, ps_op *op) {
@@ -32,7 +35,8 @@ static size_t bridge_footprint(const ps_params *params, size_t tuple_size) {
     return sizeof(bridge_stage);
 }
 
-/* Not in the registry: made by ps_bridge_stage_create for a kind written elsewhere (Python). */
+/* Not in the registry: what ps_bridge_stage_create makes for a kind written elsewhere (Python),
+ * each stage under that kind's name. */
 static const ps_stage_kind BRIDGE_KIND = {
     .version = PS_STAGE_KIND_VERSION,
     .name = "bridge",
@@ -44,7 +48,7 @@ static const ps_stage_kind BRIDGE_KIND = {
     .destroy = bridge_destroy,
 };
 
-int ps_bridge_stage_create(const ps_bridge *bridge, void *impl, ps_stage *below, ps_stage **out) {
+int ps_bridge_stage_create(const ps_bridge *bridge, void *impl, const char *name, ps_stage *below, ps_stage **out) {
     *out = NULL;
     bridge_stage *s = below ? calloc(1, sizeof *s) : NULL;
     if (!s) {
@@ -53,9 +57,12 @@ int ps_bridge_stage_create(const ps_bridge *bridge, void *impl, ps_stage *below,
     }
     s->bridge = bridge;
     s->impl = impl;
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->kind = BRIDGE_KIND;
+    s->kind.name = s->name;
     for (int kind = 0; kind < PS_OP_KIND_COUNT; kind++)
         if (bridge->answers(impl, (ps_op_kind)kind)) s->answered |= 1u << kind;
-    int rc = ps_stage_init(&s->base, &BRIDGE_KIND, ps_stage_format(below), 0, below);
+    int rc = ps_stage_init(&s->base, &s->kind, ps_stage_format(below), 0, below);
     if (rc != PS_OK) {
         bridge->release(impl);
         ps_stage_abandon(&s->base);

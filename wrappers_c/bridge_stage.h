@@ -23,8 +23,9 @@ typedef struct ps_bridge {
     void (*release)(void *impl); /* when the stage is destroyed */
 } ps_bridge;
 
-/* Creates the stage above `below`; the stage owns impl from now on (even on failure). */
-int ps_bridge_stage_create(const ps_bridge *bridge, void *impl, ps_stage *below, ps_stage **out);
+/* Creates the stage above `below`, of the kind named `name` (what ps_stage_kind_name and messages
+ * say; cut to 63 bytes); the stage owns impl from now on (even on failure). */
+int ps_bridge_stage_create(const ps_bridge *bridge, void *impl, const char *name, ps_stage *below, ps_stage **out);
 
 #ifdef __cplusplus
 }

@@ -135,10 +135,11 @@ void python_release(void *impl) {
 
 const ps_bridge kPythonBridge = {python_answers, python_call, python_release};
 
-std::shared_ptr<Stage> create_python_stage(const py::object &impl, const std::shared_ptr<Stage> &below) {
+std::shared_ptr<Stage> create_python_stage(const py::object &impl, const std::string &name,
+                                           const std::shared_ptr<Stage> &below) {
     if (!below) throw py::value_error("a Python stage needs a stage below it (a path ends with 'core')");
     ps_stage *stage = nullptr;
-    int rc = ps_bridge_stage_create(&kPythonBridge, new PythonStage{impl, below, {}}, below->get(), &stage);
+    int rc = ps_bridge_stage_create(&kPythonBridge, new PythonStage{impl, below, {}}, name.c_str(), below->get(), &stage);
     if (rc != PS_OK) raise_status(rc, "python stage");
     return std::make_shared<Stage>(stage, below->owner());
 }
@@ -146,10 +147,10 @@ std::shared_ptr<Stage> create_python_stage(const py::object &impl, const std::sh
 }  // namespace
 
 void bind_python_bridge(py::module_ &m) {
-    m.def("create_python_stage", &create_python_stage, py::arg("impl"), py::arg("below"),
-          "Wrap a Python object as a pass-through stage: each operation kind (operations()) it has a method of\n"
-          "that name for is answered by that method, called with the Handle below first; the others pass down.\n"
-          "The slow path: every call takes the GIL.");
+    m.def("create_python_stage", &create_python_stage, py::arg("impl"), py::arg("name"), py::arg("below"),
+          "Wrap a Python object as a pass-through stage of kind `name`: each operation kind (operations()) it has a\n"
+          "method of that name for is answered by that method, called with the Handle below first; the others pass\n"
+          "down. The slow path: every call takes the GIL.");
 }
 
 }  // namespace paths_native

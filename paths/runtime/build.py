@@ -166,7 +166,7 @@ class BuildContext:
         give_back = guard.admit(spec, info, params, key[-1].param("format")) if guard is not None else None
         try:
             if info.python_class is not None:
-                native = _native.create_python_stage(info.python_class(**params), below_native)
+                native = _native.create_python_stage(info.python_class(**params), spec.kind, below_native)
             else:
                 trusted = None if guard is None else [*guard.trusted_endpoints, *map(glob.escape, self.trusted_endpoints)]
                 native = _native.create_stage(spec.kind, params, below_native, self.pastset, trusted, self.curve_client)
