@@ -271,6 +271,31 @@ def test_a_replaced_acquire_hook_changes_the_path_and_the_release_hook_sees_ever
     assert probe.alive() == []
 
 
+def test_a_failed_run_leaves_no_temporary_file_of_the_trace_stages_it_still_held(built, probe, user_module, tmp_path):
+    """The kernel's second acquire fails (its trace would write the file of its first): the run
+    fails while the first traces are in use, and the launcher ends the node. Those traces are not
+    written, and their temporary files go with the node."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    user_module("failing_traced", f"""
+        import paths
+        from paths import make_path, stage
+
+        @paths.acquire_hook
+        def traced(request):  # one file per thread: its second element's trace is refused
+            return make_path(stage("trace", file=f"{traces}/{{request.thread}}.bin"), request.default())
+
+        def kernel(ctx):
+            ctx.acquire("A", "q").move((1,))
+            ctx.acquire("B", "q")
+    """)
+    done = paths_run("failing_traced:kernel", "--acquire", "failing_traced:traced", "--threads", "2", "--repeat", "1",
+                     cwd=built)
+    assert done.returncode == 1 and "is written by another live trace stage" in done.stderr, done.stderr
+    assert sorted(p.name for p in traces.iterdir()) == []
+    assert probe.alive() == []
+
+
 @pytest.mark.parametrize("option, name, words", [
     ("--acquire", "no_such_module:hook", ["acquire hook 'no_such_module:hook': cannot import module"]),
     ("--acquire", "unmarked_hook:acquire", ["acquire hook 'unmarked_hook:acquire': acquire is not marked as one: "

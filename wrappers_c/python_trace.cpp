@@ -38,6 +38,9 @@ void bind_trace(py::module_ &m) {
     m.def("take_trace_failures", &take_trace_failures, py::arg("wait") = 0.0,
           "Wait up to `wait` seconds (None: no limit) for every trace stage of this process to be released\n"
           "and its file written; return (and forget) the messages of the files that could not be written.");
+    m.def("discard_unwritten_traces", &ps_trace_discard_unwritten,
+          "The process ends now with trace stages alive: remove their temporary files, and write none of them\n"
+          "(done at exit; call it before os._exit).");
 }
 
 }  // namespace paths_native

@@ -9,7 +9,9 @@
  * the file (format in trace.h) to a temporary name in the same directory, then renames it; a
  * file that cannot be written is said on stderr and kept for ps_trace_take_failures. Two live
  * trace stages of a process never share a file (the second is refused at creation): the later
- * rename would replace the earlier trace.
+ * rename would replace the earlier trace. A process that ends with trace stages alive (its
+ * threads still in them) writes none of their files and leaves no temporary one behind
+ * (ps_trace_discard_unwritten, at exit).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -48,6 +50,7 @@ typedef struct trace_stage {
     ino_t folder_inode;
     const char *name;              /* in path */
     struct trace_stage *next_live; /* the process's live trace stages */
+    int discarded;                 /* its temporary file is gone: nothing is written (under live_lock) */
     _Alignas(CACHE_LINE) _Atomic uint64_t claimed;  /* event slots claimed, dropped ones included */
 } trace_stage;
 
@@ -130,6 +133,8 @@ static trace_stage *live;
 
 /* Registers t's file (its folder by device and inode, so that two spellings of one folder
  * match), or says which live stage writes it already. */
+static void register_discard(void) { atexit(ps_trace_discard_unwritten); }
+
 static int claim_file(trace_stage *t, char *error, size_t error_size) {
     const char *slash = strrchr(t->path, '/');
     char *folder_path = slash ? strndup(t->path, (size_t)(slash - t->path) + 1) : strdup(".");
@@ -156,7 +161,25 @@ static int claim_file(trace_stage *t, char *error, size_t error_size) {
     t->next_live = live;
     live = t;
     pthread_mutex_unlock(&live_lock);
+    static pthread_once_t discard_at_exit = PTHREAD_ONCE_INIT;
+    pthread_once(&discard_at_exit, register_discard);
     return PS_OK;
+}
+
+void ps_trace_discard_unwritten(void) {
+    pthread_mutex_lock(&live_lock);
+    for (trace_stage *t = live; t; t = t->next_live) {
+        if (!t->discarded) unlink(t->temporary_path);
+        t->discarded = 1;
+    }
+    pthread_mutex_unlock(&live_lock);
+}
+
+static int discarded(trace_stage *t) {
+    pthread_mutex_lock(&live_lock);
+    int gone = t->discarded;
+    pthread_mutex_unlock(&live_lock);
+    return gone;
 }
 
 static void release_file(trace_stage *t) {
@@ -266,7 +289,7 @@ static void free_trace(trace_stage *t) {
 
 static void trace_destroy(ps_stage *stage) {
     trace_stage *t = (trace_stage *)stage;
-    if (write_trace(t) != 0) {
+    if (!discarded(t) && write_trace(t) != 0) {
         char message[PS_TRACE_FAILURE_TEXT];
         snprintf(message, sizeof message, "stage 'trace': cannot write trace file '%s': %s", t->path, strerror(errno));
         fprintf(stderr, "paths: %s\n", message);

@@ -78,6 +78,10 @@ int64_t ps_trace_wait_written(int64_t wait_ns);
 /* Hands each failure kept since the last call to visit (oldest first; at most
  * PS_TRACE_FAILURES_KEPT, then one line counting the others) and forgets them. */
 void ps_trace_take_failures(void (*visit)(void *context, const char *message), void *context);
+/* The process ends with trace stages alive (their threads may still be in them): their temporary
+ * files are removed, and none of them is written later. Runs at exit (registered with the first
+ * trace stage); call it before an exit that skips those (_exit). */
+void ps_trace_discard_unwritten(void);
 
 #ifdef __cplusplus
 }

@@ -32,7 +32,8 @@ A thread reads standard input. Its end while the node is idle stops the node onc
 stops its ranks and exits at once. A local node also gets the parent-death signal from its
 launcher (paths/experiments/parent_death.py): SIGTERM, which while ranks run stops them and
 their process groups first; so does SIGHUP, which a closed terminal sends the launcher's process
-group, local nodes included. Ranks get SIGKILL as theirs from their node.
+group, local nodes included. Ranks get SIGKILL as theirs from their node. Either signal ends
+the node at once, leaving no temporary file of a trace stage still in use (a failed run's).
 """
 
 from __future__ import annotations
@@ -141,10 +142,12 @@ class Node:
             print(json.dumps(line), file=self.channel, flush=True)
 
     def abort(self) -> None:
-        """The launcher is gone while a request runs: stop the ranks, end the process at once."""
+        """The launcher is gone while a request runs: stop the ranks, end the process at once (leaving
+        no temporary trace file)."""
         ranks = self.ranks
         if ranks is not None:
             ranks.stop()
+        _native.discard_unwritten_traces()
         os._exit(1)
 
     def answer(self, request: dict) -> dict:
@@ -193,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout.reconfigure(line_buffering=True)
     node = Node(args.name, public, channel)
+    for number in STOP_SIGNALS:  # the launcher ends the run (a failed one: kernels may still run)
+        signal.signal(number, lambda *_: node.abort())
     node.context.curve_client = tuple(client) if client else None
     server = node.server = PathServer(args.bind, secret, trace_dir=args.trace_dir, context=node.context,
                                       policy=ServerPolicy.for_run_nodes(), curve_clients=clients).start()
