@@ -369,6 +369,52 @@ def test_a_daemon_a_rank_forked_off_goes_with_the_run(tmp_path, probe):
     assert probe.alive() == []
 
 
+def test_the_children_of_ranks_that_fail_go_with_the_run(tmp_path, probe):
+    """Each rank starts a child in its own process group, then exits with status 5: the run ends
+    with 5 and the children end with it, though no rank was stopped."""
+    rank = tmp_path / "failing_parent.py"
+    rank.write_text("import subprocess, sys\n"
+                    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[0]])\n"
+                    "sys.exit(5)\n")
+    try:
+        done = launch("--threads", "2", "--", sys.executable, str(rank), timeout=60)
+        assert done.returncode == 5, done.stderr
+        left = gone_within(str(rank), REAPED_WITHIN)
+        assert left == [], f"left {REAPED_WITHIN} s after the run: {left}"
+    finally:
+        for line in processes_with(str(rank)):  # what outlived the run is this test's to end
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert probe.alive() == []
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_a_daemon_of_a_running_rank_goes_when_the_launcher_is_stopped(tmp_path, probe, how):
+    """A rank starts a child in a session of its own (setsid) and runs on; the launcher is then
+    stopped. The rank's child becomes its node's as the rank is stopped, and is stopped too."""
+    rank = tmp_path / "daemon_parent.py"
+    rank.write_text("import os, subprocess, sys, time\n"
+                    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[0]],\n"
+                    "                 start_new_session=True)\n"
+                    "print('up', flush=True)\n"
+                    "time.sleep(120)\n")
+    run = subprocess.Popen([sys.executable, "-m", "paths", "launch", "--threads", "2", "--", sys.executable, str(rank)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert [run.stdout.readline().split()[-1] for _ in range(2)] == ["up", "up"]
+        os.kill(run.pid, getattr(signal, how))
+        run.wait(timeout=30)
+        left = gone_within(str(rank), REAPED_WITHIN)
+        assert left == [], f"left {REAPED_WITHIN} s after {how}: {left}"
+        assert probe.alive_within(REAPED_WITHIN) == []
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+        for line in processes_with(str(rank)):  # what outlived the run is this test's to end
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    assert probe.alive() == []
+
+
 def test_paths_run_nodes_go_when_their_launcher_is_killed(probe):
     run = subprocess.Popen([sys.executable, "-m", "paths", "run", "gsum", "--map", "paper-4w", "--threads", "12",
                             "--rounds", "2000000", "--repeat", "1", "--timeout", "600"],

@@ -116,32 +116,38 @@ class RankProcesses:
 
     def stop(self) -> None:
         """Stop every rank still running, and what any rank started that is still there (its
-        process group, whose id is the rank's pid, and the orphans the node adopted): SIGTERM,
-        then SIGKILL after STOP_SECONDS; every rank and orphan reaped. Safe from a signal handler
-        (the node's SIGTERM): it waits with waitpid itself, not through the Popen objects, whose
-        lock the interrupted code may hold."""
+        process group, whose id is the rank's pid, and the orphans the node adopted, also those a
+        rank leaves as it is stopped): SIGTERM, then SIGKILL after STOP_SECONDS; every rank and
+        orphan reaped. Safe from a signal handler (the node's SIGTERM): it waits with waitpid
+        itself, not through the Popen objects, whose lock the interrupted code may hold."""
         ranks = {rank.process.pid for rank in self.ranks}
         running = [rank.process.pid for rank in self.ranks if rank.process.returncode is None]
         groups = list(ranks)
-        adopted = [pid for pid in children() if pid not in ranks and pid not in self.others]
         for group in groups:
             _signal_group(group, signal.SIGTERM)
-        for pid in adopted:
-            _signal(pid, signal.SIGTERM)
+        signalled: set[int] = set()
         deadline = time.monotonic() + STOP_SECONDS
-        while running or groups or adopted:
-            running = [pid for pid in running if not _reaped(pid)]
-            adopted = [pid for pid in adopted if not _reaped(pid)]
-            groups = [group for group in groups if group in running or _signal_group(group, 0)]
-            if time.monotonic() >= deadline:
+        while True:
+            adopted = self._orphans(ranks)  # a rank's children become the node's as it exits: each turn
+            late = time.monotonic() >= deadline
+            for pid in adopted:
+                if late or pid not in signalled:
+                    _signal(pid, signal.SIGKILL if late else signal.SIGTERM)
+                    signalled.add(pid)
+            if late:
                 for group in groups:
                     _signal_group(group, signal.SIGKILL)
-                for pid in adopted:
-                    _signal(pid, signal.SIGKILL)
-                for pid in running + adopted:
-                    _reaped(pid, block=True)
+            running = [pid for pid in running if not _reaped(pid, block=late)]
+            adopted = [pid for pid in adopted if not _reaped(pid, block=late)]
+            groups = [group for group in groups if group in running or _signal_group(group, 0)]
+            settled = not (running or groups or adopted or self._orphans(ranks))
+            if settled or time.monotonic() >= deadline + STOP_SECONDS:  # then: what not even SIGKILL ends
                 return
             time.sleep(0.01)
+
+    def _orphans(self, ranks: set[int]) -> list[int]:
+        """The node's children that are neither ranks nor its own from before: what ranks left it."""
+        return [pid for pid in children() if pid not in ranks and pid not in self.others]
 
 
 def _environment(variables: dict[str, str | None]) -> dict[str, str]:
