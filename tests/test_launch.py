@@ -441,10 +441,10 @@ def rank_environment(script: str) -> list[str]:
 
 
 @pytest.mark.parametrize("policy, threads, fields", [
-    ("block", 6, {"nodes": "2", "ntasks": "8", "ntasks-per-node": "4"}),  # 4 + 2: room for 4 on each
-    ("bucket", 16, {"nodes": "4", "ntasks": "16", "ntasks-per-node": "4"}),
-    ("cyclic", 6, {"nodes": "6", "ntasks": "6", "ntasks-per-node": "1"}),
-    ("even", 10, {"nodes": "8", "ntasks": "16", "ntasks-per-node": "2"}),
+    ("block", 6, {"nodes": "2", "ntasks": "8", "ntasks-per-node": "4", "distribution": "block"}),  # 4 + 2: room for 4
+    ("bucket", 16, {"nodes": "4", "ntasks": "16", "ntasks-per-node": "4", "distribution": "block"}),
+    ("cyclic", 6, {"nodes": "6", "ntasks": "6", "ntasks-per-node": "1", "distribution": "cyclic"}),
+    ("even", 10, {"nodes": "8", "ntasks": "16", "ntasks-per-node": "2", "distribution": "cyclic"}),
 ])
 def test_the_sbatch_script_asks_for_room_for_the_placement(policy, threads, fields):
     script = batch_script("paper-4w", threads, policy, ["python", "app.py", "--rounds", "5"])
@@ -551,7 +551,7 @@ def test_the_sbatch_options_survive_a_command_of_several_lines_and_a_map_name_of
     lines = script.splitlines()
     header = lines[:next(i for i, line in enumerate(lines) if not line.startswith("#"))]
     assert sbatch_fields("\n".join(header)) == {"job-name": "paths-my_map__1", "nodes": "1", "ntasks": "2",
-                                                "ntasks-per-node": "2"}
+                                                "ntasks-per-node": "2", "distribution": "block"}
     assert header[1] == "# 2 ranks of python -c 'import sys\\nprint(1)' on map my map #1, policy bucket:"
     assert script.endswith("srun --distribution=arbitrary --ntasks=2 python -c 'import sys\nprint(1)'\n")
 
@@ -563,7 +563,7 @@ def test_paths_sbatch_prints_the_script(tmp_path):
                            "./prog", "a b"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert sbatch_fields(done.stdout) == {"job-name": "paths-two", "nodes": "2", "ntasks": "6",
-                                          "ntasks-per-node": "3"}
+                                          "ntasks-per-node": "3", "distribution": "cyclic"}
     assert f"export PATHS_MAP={the_map}\n" in done.stdout
     assert done.stdout.endswith("\nsrun --distribution=arbitrary --ntasks=5 ./prog 'a b'\n")
 

@@ -13,6 +13,8 @@ show hostnames`); the script writes rank r's host on line r of a temporary host 
 when the script ends) and starts the N ranks with `srun --distribution=arbitrary`, which puts
 each task on its line's host (SLURM_HOSTFILE). An allocation with fewer hosts than the
 placement's nodes ends the script with a line on stderr and status 1, before any rank starts.
+A built-in policy's Slurm name is also the job's --distribution (block for block and bucket,
+cyclic for cyclic and even): what the job's other steps get by default.
 The script exports PATHS_MAP and PATHS_POLICY, and PATHS_SUM, PATHS_ACQUIRE and PATHS_RELEASE as
 `paths launch` gives them its ranks (--sum, --acquire, --release; unset when not given, whatever
 the environment sbatch passes on): each rank finds its rank, its node and the other ranks by
@@ -34,6 +36,8 @@ from .launch import add_placement_options, options_and_command, rank_variables
 from ..runtime.process_context import make_runtime
 from ..runtime.rank_discovery import MAP, POLICY
 
+# The built-in policies' names for Slurm's --distribution (a policy of one's own has none).
+SLURM_DISTRIBUTION = {"block": "block", "bucket": "block", "cyclic": "cyclic", "even": "cyclic"}
 # What sbatch reads in an #SBATCH line as the end of an option, a quote, an escape or a comment.
 NOT_IN_AN_OPTION = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -60,6 +64,7 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
         f"#SBATCH --nodes={len(used)}",
         f"#SBATCH --ntasks={len(used) * busiest}",
         f"#SBATCH --ntasks-per-node={busiest}",
+        *([f"#SBATCH --distribution={SLURM_DISTRIBUTION[chosen]}"] if chosen in SLURM_DISTRIBUTION else []),
         f"export {MAP}={shlex.quote(map_reference(map_name))}",
         f"export {POLICY}={shlex.quote(chosen)}",
         *(f"export {name}={shlex.quote(value)}" for name, value in variables.items() if value is not None),
