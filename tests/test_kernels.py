@@ -792,8 +792,10 @@ def test_a_program_with_bad_paths_options_says_so_in_one_line(program, args, lin
 def test_paths_acquire_in_python_uses_the_process_runtime():
     from paths.runtime import process_context as runtime
 
-    with pytest.raises(ValueError, match="this process takes part in no run"):
+    with pytest.raises(ValueError, match="^paths.acquire: this process takes part in no run"):
         paths.acquire("S", "q")
+    with pytest.raises(ValueError, match="^paths.runtime_info: this process takes part in no run"):
+        paths.runtime_info()
     kept = runtime.start_program(["a", "--paths-map", "paper-4w", "b", "--paths-sum", "S", "--paths-threads", "3",
                                   "--paths-thread=2"])
     try:

@@ -164,6 +164,26 @@ def test_every_line_is_tagged_with_its_rank_on_its_stream(app):
         assert len([line for line in stream.splitlines() if line.startswith("[")]) == 3 * 200
 
 
+def test_more_ranks_than_cpus_is_said_once_in_one_line(app, tmp_path):
+    """Three ranks that sum on a map of two CPUs: the launcher says so in one line, no rank again;
+    a rank 0 under another launcher (mpirun, its variables set here) says it, the others not."""
+    the_map = tmp_path / "two.yaml"
+    the_map.write_text("name: two\nclusters: {c: {nodes: h0, cpus: 2}}\nroot: h0\n")
+    done = launch("--map", str(the_map), "--threads", "3", "--sum", "S", "--", sys.executable, app, "sum", "S", "1")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == ["paths launch: warning: 3 threads on map 'two' with 2 CPUs: placement wraps "
+                                        "around, nodes are oversubscribed"]
+    code = "import paths; paths.runtime_info()"
+    for rank, says in ((0, True), (1, False)):
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PATHS_", "OMPI_", "PMI", "SLURM_"))},
+               "PATHS_MAP": str(the_map), "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "3",
+               "OMPI_COMM_WORLD_LOCAL_SIZE": "3", "PATHS_RENDEZVOUS_DIR": str(tmp_path), "PATHS_RENDEZVOUS_TIMEOUT": "1"}
+        ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        warned = [line for line in ran.stderr.splitlines() if "oversubscribed" in line]
+        assert warned == (["paths: rank 0 of 3: warning: 3 threads on map 'two' with 2 CPUs: placement wraps around, "
+                           "nodes are oversubscribed"] if says else []), ran.stderr
+
+
 def test_output_dir_keeps_one_file_per_rank(app, tmp_path):
     out = tmp_path / "out"
     done = launch("--map", "paper-4w", "--threads", "5", "--policy", "cyclic", "--output-dir", str(out), "--",

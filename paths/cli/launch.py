@@ -36,14 +36,13 @@ import argparse
 import math
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 
 from ..model.cluster_map import MapError, map_reference, open_map
 from ..experiments.launcher import LaunchError, NodeProcesses
 from ..experiments.rank_processes import TEXT_ERRORS
 from ..runtime.node_servers import NodeServers
-from ..model.placement import MAX_THREADS, PlacementWarning
+from ..model.placement import MAX_THREADS, placement_warnings_said
 from ..runtime.rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
 from ..runtime.process_context import make_runtime
 from .run import add_rank_options, make_folder, positive, seconds
@@ -138,12 +137,9 @@ def launch_command(argv: list[str]) -> int:
     args, command = options_and_command(_parser(), argv)
     try:
         cluster_map = open_map(args.map)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", PlacementWarning)
+        with placement_warnings_said("paths launch"):
             runtime = make_runtime(cluster_map, args.threads, sums=args.sum, policy=args.policy,
                                    acquire=args.acquire, release=args.release)
-        for message in dict.fromkeys(str(w.message) for w in caught):
-            print(f"paths launch: warning: {message}", file=sys.stderr)
         if args.output_dir:
             make_folder("--output-dir", args.output_dir)
         output = RankOutput(args.output_dir, args.threads)

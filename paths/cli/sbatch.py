@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from ..model.cluster_map import MapError, map_reference, open_map
+from ..model.placement import placement_warnings_said
 from .launch import add_placement_options, options_and_command, rank_variables
 from ..runtime.process_context import make_runtime
 from ..runtime.rank_discovery import MAP, POLICY
@@ -102,7 +103,8 @@ def sbatch_command(argv: list[str]) -> int:
     add_placement_options(parser)
     args, command = options_and_command(parser, argv)
     try:
-        script = batch_script(args.map, args.threads, args.policy, command, args.sum, args.acquire, args.release)
+        with placement_warnings_said("paths sbatch"):
+            script = batch_script(args.map, args.threads, args.policy, command, args.sum, args.acquire, args.release)
         print(script, end="")
     except (MapError, ValueError) as e:
         print(f"paths sbatch: {e}", file=sys.stderr)

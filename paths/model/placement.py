@@ -12,8 +12,10 @@ thread), given directly or named `pkg.mod:func` / `pkg.mod.func`; its answer is 
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import warnings
-from typing import TYPE_CHECKING, Callable, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence, Union
 
 from .named_function import DOTTED_NAME, import_function, raised_where
 
@@ -28,6 +30,18 @@ MAX_THREADS = 1 << 20  # threads of one run (placement deals them out one by one
 
 class PlacementWarning(UserWarning):
     """More threads than CPUs: some nodes run more threads than they have CPUs."""
+
+
+@contextlib.contextmanager
+def placement_warnings_said(who: str, say: bool = True) -> Iterator[None]:
+    """The PlacementWarnings of what runs inside, each said once on stderr as one line
+    `WHO: warning: ...` (none when not `say`: someone said them already)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PlacementWarning)
+        yield
+    for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, PlacementWarning)):
+        if say:
+            print(f"{who}: warning: {message}", file=sys.stderr)
 
 
 def bucket(cluster_map: ClusterMap, n_threads: int) -> list[str]:

@@ -37,6 +37,7 @@ from typing import Callable, Iterable, Optional
 from ..model.cluster_map import ClusterMap
 from ..model.named_function import HOOK_MARK, import_function
 from ..model.path_spec import PathSpec, make_path, stage
+from ..model.placement import placement_warnings_said
 from ..model.reduction_tree import ReductionPlan, hop, plan_reduction
 
 
@@ -68,8 +69,9 @@ def default_acquire(request: AcquireRequest) -> PathSpec:
     element = (request.element, request.format)
     if request.sum:
         at_home = dataclasses.replace(request.map, home=request.home)
-        plan = plan_reduction(at_home, request.threads, element, policy=request.policy,
-                              max_fanin=request.max_fanin, form=request.tree_form)
+        with placement_warnings_said("", say=False):  # the run's placement's, said where make_runtime ran
+            plan = plan_reduction(at_home, request.threads, element, policy=request.policy,
+                                  max_fanin=request.max_fanin, form=request.tree_form)
         return plan.paths[request.thread]
     return make_path(*hop(request.map, request.node, request.home),
                      stage("core", name=request.element, format=request.format))

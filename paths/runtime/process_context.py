@@ -17,7 +17,6 @@ import dataclasses
 import os
 import sys
 import threading
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
@@ -30,7 +29,7 @@ from ..model.named_function import raised_where
 from .kernel import current_context, parse_kernel_args
 from ..model.path_edit import with_traces
 from ..model.path_spec import PathSpec, make_path, stage
-from ..model.placement import PlacementWarning, place
+from ..model.placement import place, placement_warnings_said
 from .rank_discovery import ACQUIRE, MAP, POLICY, RELEASE, SUMS, Discovered, discover
 from .rank_wiring import wire
 from .rendezvous import RendezvousError
@@ -80,8 +79,7 @@ class Runtime:
 
     def nodes(self) -> list[str]:
         """The nodes the run starts: reachable_nodes of the barrier's tree (every sum's shape)."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", PlacementWarning)  # make_runtime's placement said so
+        with placement_warnings_said("", say=False):  # make_runtime's placement's, said where it ran
             plan = plan_reduction(self.cluster_map, self.threads, (BARRIER_ELEMENT, "q"), policy=self.policy,
                                   max_fanin=self.max_fanin, form=self.tree_form)
         return reachable_nodes(self.cluster_map, [plan])
@@ -164,9 +162,7 @@ def make_runtime(cluster_map: ClusterMap, threads: int, *, sums=(), policy: Opti
     """A runtime for `threads` threads placed by the map (or `policy`), with the hooks named
     here or by the map, building its paths in `context` (default: the process's own)."""
     acquire, release = acquire or cluster_map.acquire, release or cluster_map.release
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PlacementWarning)
-        placements = tuple(place(cluster_map, threads, policy))
+    placements = tuple(place(cluster_map, threads, policy))
     return Runtime(cluster_map, placements, frozenset(sums), policy, max_fanin, named_hook(acquire, "acquire"),
                    named_hook(release, "release"), (acquire or "(default)", release or "(default)"),
                    tracing=tracing, tree_form=tree_form, context=context or default_context())
@@ -197,7 +193,7 @@ _program_info: Optional[RuntimeInfo] = None
 _program_wiring = None
 
 
-def current() -> Runtime:
+def current(caller: str) -> Runtime:
     """The runtime of this process: a program of its own, after paths_init, or started from the
     environment its launcher gave it (paths launch, srun, mpirun; or PATHS_MAP)."""
     if _program is None and (discover().launcher or MAP in os.environ):
@@ -205,7 +201,7 @@ def current() -> Runtime:
         program_failure.watch_exits()
         atexit.register(_end_at_exit)
     if _program is None:
-        raise ValueError("paths.acquire: this process takes part in no run (a program of its own calls "
+        raise ValueError(f"{caller}: this process takes part in no run (a program of its own calls "
                          "paths_init first, or runs under paths launch, srun or mpirun, or with PATHS_MAP; "
                          "a kernel runs in one)")
     return _program
@@ -218,13 +214,13 @@ def acquire(element: str, format: str) -> _native.Handle:
     context = current_context()
     if context is not None:
         return context.acquire(element, format)
-    return current().acquire(element, format, _program_thread)
+    return current("paths.acquire").acquire(element, format, _program_thread)
 
 
 def runtime_info() -> RuntimeInfo:
     """What this program found about itself: its launcher, rank, size, node, map, and how it
     found the node servers (starts its runtime from the environment, as paths.acquire does)."""
-    current()
+    current("paths.runtime_info")
     return _program_info
 
 
@@ -296,9 +292,11 @@ def start_program(argv: list[str]) -> list[int]:
     except MapError as e:  # named by an option, or by the variable a launcher or the user set
         given = "--paths-map" if any(arg.partition("=")[0] == "--paths-map" for arg in argv) else MAP
         raise MapError(f"{given}: {e}") from None
-    runtime = make_runtime(cluster_map, found.size, sums=options.get("--paths-sum", []),
-                           policy=one.get("--paths-policy"), acquire=one.get("--paths-acquire"),
-                           release=one.get("--paths-release"))
+    said = found.rank == 0 and found.launcher != "paths launch"  # once, by rank 0; paths launch said it already
+    with placement_warnings_said(f"paths: rank 0 of {found.size}", said):
+        runtime = make_runtime(cluster_map, found.size, sums=options.get("--paths-sum", []),
+                               policy=one.get("--paths-policy"), acquire=one.get("--paths-acquire"),
+                               release=one.get("--paths-release"))
     args = parse_kernel_args(options.get("--paths-arg", []), "--paths-arg")
     wiring = wire(runtime, found, os.environ) if found.launcher != "options" else None
     runtime = dataclasses.replace(runtime, via=wiring.via) if wiring else runtime
