@@ -198,6 +198,24 @@ def test_without_rank_0_a_rank_says_where_it_looked(tmp_path):
         f"rank sees, or PATHS_RENDEZVOUS=tcp://HOST:PORT for rank 0 to listen on)")
 
 
+def test_a_python_program_whose_rendezvous_fails_says_so_in_one_line(tmp_path):
+    """Not handled, the error is its one line on stderr (no traceback of the program's call), and
+    the program exits 1; so is a map that cannot be read."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PATHS_", "OMPI_", "PMI", "SLURM_"))},
+           "PATHS_MAP": "paper-4w", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7",
+           "SLURM_STEP_ID": "0", "PATHS_RENDEZVOUS_DIR": str(tmp_path), "PATHS_RENDEZVOUS_TIMEOUT": "0.5"}
+    program = [sys.executable, "-c", "import paths\nparts = paths.acquire('S', 'q')\n"]
+    done = subprocess.run(program, env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr.splitlines()) == (1, [
+        f"paths: rank 1 of 2 (srun, job 7.0): no rendezvous with rank 0 within 0.5 s: expected the endpoint rank 0 "
+        f"writes to {tmp_path}/.paths-rendezvous-srun-7.0 (set PATHS_RENDEZVOUS_DIR to a folder every rank sees, or "
+        f"PATHS_RENDEZVOUS=tcp://HOST:PORT for rank 0 to listen on)"])
+    done = subprocess.run(program, env={**env, "PATHS_MAP": str(tmp_path / "none.yaml")}, capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (
+        1, f"paths: PATHS_MAP: {tmp_path}/none.yaml: cannot read the cluster map: No such file or directory\n")
+
+
 def test_ranks_with_another_map_are_refused_everywhere(tmp_path):
     answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}, checks={2: "map other"})
     expected = "rank 2 runs map other, rank 0 map m: give every rank the same"

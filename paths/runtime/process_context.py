@@ -193,10 +193,23 @@ _program_info: Optional[RuntimeInfo] = None
 _program_wiring = None
 
 
+def _run_errors_in_one_line(hook):
+    """sys.excepthook for a program its launcher started: a failed rendezvous or a map that cannot
+    be used, not handled, is said in its one line (it names the rank, or the file and field),
+    without the traceback of the program's call that met it; anything else goes to `hook`."""
+    def excepthook(kind, value, trace):
+        if issubclass(kind, (RendezvousError, MapError)):
+            print(value if str(value).startswith("paths: ") else f"paths: {value}", file=sys.stderr)
+        else:
+            hook(kind, value, trace)
+    return excepthook
+
+
 def current(caller: str) -> Runtime:
     """The runtime of this process: a program of its own, after paths_init, or started from the
     environment its launcher gave it (paths launch, srun, mpirun; or PATHS_MAP)."""
     if _program is None and (discover().launcher or MAP in os.environ):
+        sys.excepthook = _run_errors_in_one_line(sys.excepthook)
         start_program([])
         program_failure.watch_exits()
         atexit.register(_end_at_exit)
