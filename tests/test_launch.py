@@ -254,7 +254,8 @@ def test_a_run_past_its_timeout_is_stopped(app, probe):
                   sys.executable, app, "sleep")
     assert done.returncode == 1
     assert done.stderr.endswith("paths launch: nodes n0, n1, n2, n3, n4 did not answer within 1.5 s "
-                                "(for their ranks to end)\n"), done.stderr
+                                "(for their ranks to end): the run's --timeout passed; its ranks were stopped\n"), \
+        done.stderr
     assert time.monotonic() - begin < 10
     assert gone_within(app, REAPED_WITHIN) == []
     assert probe.alive() == []

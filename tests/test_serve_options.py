@@ -91,6 +91,18 @@ def test_a_bad_limit_is_one_line_and_exit_2(args, problem):
     assert (done.returncode, done.stderr, done.stdout) == (2, problem + "\n", "")
 
 
+@pytest.mark.parametrize("args, problem", [
+    (["--bind", "tcp://localhost:*"], "paths serve: --bind tcp://localhost:*: HOST 'localhost' is no address to bind: "
+                                      "expected an IP address (such as 127.0.0.1), * for every interface, or the name "
+                                      "of a network interface (not a host name)"),
+    (["--bind", "tcp://127.0.0.1:*", "--trace-dir", "/no/such/folder"],
+     "paths serve: --trace-dir /no/such/folder: no such folder (trace files are written there)"),
+], ids=["a host name", "a missing trace folder"])
+def test_a_bind_or_trace_folder_that_cannot_be_is_one_line_and_exit_2(args, problem):
+    done = paths_serve(*args)
+    assert (done.returncode, done.stderr, done.stdout) == (2, problem + "\n", "")
+
+
 def test_sizes_take_units_and_the_limits_reach_the_server():
     args = argparse.Namespace(allow_kinds="", allow_remote=["tcp://10.0.0.*:*"], memory_budget="1.5G",
                               client_memory_budget="256M", max_links_per_client=7, max_builds_per_client=3)

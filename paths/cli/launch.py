@@ -166,7 +166,8 @@ def launch_command(argv: list[str]) -> int:
                                "ranks": {str(r): {**common, RANK: str(r), NODE: node, SERVERS: servers[node]}
                                          for r, p in enumerate(placements) if p == node}}
                         for node in dict.fromkeys(placements)}
-            processes.request_all(requests, args.timeout or math.inf, on_event, "for their ranks to end")
+            processes.request_all(requests, args.timeout or math.inf, on_event, "for their ranks to end",
+                                  if_late="the run's --timeout passed; its ranks were stopped")
     except RankFailed as failed:
         print(f"paths launch: {failed}; the other ranks were stopped", file=sys.stderr)
         return failed.status

@@ -25,11 +25,13 @@ from __future__ import annotations
 import argparse
 import atexit
 import importlib
+import ipaddress
 import itertools
 import os
 import queue
 import secrets
 import signal
+import socket
 import sys
 import threading
 import weakref
@@ -341,6 +343,10 @@ def serve_command(argv: list[str]) -> int:
     if problem:
         print(f"paths serve: --bind {args.bind}: {problem}", file=sys.stderr)
         return 2
+    if args.trace_dir is not None and not os.path.isdir(args.trace_dir):
+        print(f"paths serve: --trace-dir {args.trace_dir}: no such folder (trace files are written there)",
+              file=sys.stderr)
+        return 2
     try:
         secret = read_key_file(args.curve_secret, "CURVE secret key") if args.curve_secret else ""
     except ValueError as e:
@@ -413,7 +419,21 @@ def _endpoint_problem(endpoint: str) -> str:
         host, _, port = rest.rpartition(":")
         if not host or not (port == "*" or (port.isdigit() and 0 < int(port) < 65536)):
             return "expected tcp://HOST:PORT with PORT from 1 to 65535, or * for a free one"
+        if not _bindable_host(host):
+            return (f"HOST {host!r} is no address to bind: expected an IP address (such as 127.0.0.1), * for "
+                    "every interface, or the name of a network interface (not a host name)")
     return ""
+
+
+def _bindable_host(host: str) -> bool:
+    """What ZeroMQ binds: an IP address ([...] for IPv6), * or an interface's name."""
+    if host == "*" or host in {name for _, name in socket.if_nameindex()}:
+        return True
+    try:
+        ipaddress.ip_address(host[1:-1] if host.startswith("[") and host.endswith("]") else host)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_local(endpoint: str) -> bool:
