@@ -148,8 +148,8 @@ def test_a_map_that_cannot_be_read_names_what_gave_it(app, tmp_path):
     missing = tmp_path / "nowhere.yaml"
     done = subprocess.run([sys.executable, app, "sum"], capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, PATHS_MAP=str(missing)))
-    assert done.returncode != 0
-    assert f"MapError: PATHS_MAP: {missing}: cannot read the cluster map: No such file or directory" in done.stderr
+    assert (done.returncode, done.stderr) == (
+        1, f"paths: PATHS_MAP: {missing}: cannot read the cluster map: No such file or directory\n")
 
 
 # ---- output ----------------------------------------------------------------------------------------
