@@ -47,6 +47,12 @@ def processes_with(marker: str) -> list[str]:
             if marker in line and "ps -ewwo" not in line and int(line.split()[0]) != os.getpid()]
 
 
+def end_what_outlived(marker: str) -> None:
+    """Kill every process whose command line holds marker: what outlived a run is its test's to end."""
+    for line in processes_with(marker):
+        os.kill(int(line.split()[0]), signal.SIGKILL)
+
+
 def gone_within(marker: str, seconds: float) -> list[str]:
     """What is still there (by `ps`) `seconds` after now, or [] as soon as nothing is."""
     deadline = time.monotonic() + seconds
@@ -362,49 +368,36 @@ def test_what_a_rank_started_is_stopped_with_it(app, probe, how):
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
         run.communicate()
-        for line in processes_with(app):  # what outlived the run is this test's to end
-            os.kill(int(line.split()[0]), signal.SIGKILL)
+        end_what_outlived(app)
     assert probe.alive() == []
 
 
-def test_a_daemon_a_rank_forked_off_goes_with_the_run(tmp_path, probe):
-    """A rank that forks, leaves its session and process group (setsid), forks again and exits,
-    as a daemon does: the run ends at the ranks' exit and the daemons end with it."""
-    daemon = tmp_path / "daemon.py"
-    daemon.write_text("import os, time\n"
-                      "if os.fork() == 0:\n"
-                      "    os.setsid()\n"
-                      "    if os.fork() == 0:\n"
-                      "        time.sleep(120)\n"
-                      "    os._exit(0)\n"
-                      "os.wait()\n"
-                      "print('forked', flush=True)\n")
-    try:
-        done = launch("--threads", "2", "--", sys.executable, str(daemon), timeout=60)
-        assert done.returncode == 0 and done.stdout.count("forked") == 2, done.stderr
-        left = gone_within(str(daemon), REAPED_WITHIN)
-        assert left == [], f"daemons left {REAPED_WITHIN} s after the run: {left}"
-    finally:
-        for line in processes_with(str(daemon)):  # what outlived the run is this test's to end
-            os.kill(int(line.split()[0]), signal.SIGKILL)
-    assert probe.alive() == []
-
-
-def test_the_children_of_ranks_that_fail_go_with_the_run(tmp_path, probe):
-    """Each rank starts a child in its own process group, then exits with status 5: the run ends
-    with 5 and the children end with it, though no rank was stopped."""
-    rank = tmp_path / "failing_parent.py"
-    rank.write_text("import subprocess, sys\n"
-                    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[0]])\n"
-                    "sys.exit(5)\n")
+@pytest.mark.parametrize("script, status", [
+    ("import os, time\n"  # forks, leaves its session and process group, forks again and exits
+     "if os.fork() == 0:\n"
+     "    os.setsid()\n"
+     "    if os.fork() == 0:\n"
+     "        time.sleep(120)\n"
+     "    os._exit(0)\n"
+     "os.wait()\n"
+     "print('started', flush=True)\n", 0),
+    ("import subprocess, sys\n"  # a child in the rank's process group, then the rank fails
+     "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[0]])\n"
+     "print('started', flush=True)\n"
+     "sys.exit(5)\n", 5),
+], ids=["a daemon forked off", "a child of a failed rank"])
+def test_what_ranks_leave_as_they_end_goes_with_the_run(tmp_path, probe, script, status):
+    """Each of two ranks leaves a process behind as it ends, as a daemon does, or in its own
+    process group as it fails: the run ends with the ranks' status and those processes with it."""
+    rank = tmp_path / "leaving.py"
+    rank.write_text(script)
     try:
         done = launch("--threads", "2", "--", sys.executable, str(rank), timeout=60)
-        assert done.returncode == 5, done.stderr
+        assert done.returncode == status and done.stdout.count("started") == 2, done.stderr
         left = gone_within(str(rank), REAPED_WITHIN)
         assert left == [], f"left {REAPED_WITHIN} s after the run: {left}"
     finally:
-        for line in processes_with(str(rank)):  # what outlived the run is this test's to end
-            os.kill(int(line.split()[0]), signal.SIGKILL)
+        end_what_outlived(str(rank))
     assert probe.alive() == []
 
 
@@ -431,8 +424,7 @@ def test_a_daemon_of_a_running_rank_goes_when_the_launcher_is_stopped(tmp_path, 
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
         run.communicate()
-        for line in processes_with(str(rank)):  # what outlived the run is this test's to end
-            os.kill(int(line.split()[0]), signal.SIGKILL)
+        end_what_outlived(str(rank))
     assert probe.alive() == []
 
 
