@@ -68,6 +68,16 @@ void fence(const py::object &handles, const py::object &timeout) {
     for (auto &handle : held)
         if (!handle->link()) raise_text(PyExc_RuntimeError, "fence: " + handle->label() + ": " + handle->explanation());
     for (auto &handle : held) links.push_back(handle->link());
+    struct Claimed {  // each handle, for the fence's thread alone while it runs (the same one twice is fine)
+        std::vector<std::shared_ptr<Handle>> &held;
+        size_t count = 0;
+        explicit Claimed(std::vector<std::shared_ptr<Handle>> &held) : held(held) {
+            for (; count < held.size(); count++) held[count]->claim();
+        }
+        ~Claimed() {
+            while (count) held[--count]->unclaim();
+        }
+    } claimed(held);
     size_t failed = 0;
     int rc = wait_in_slices([&](int64_t slice) { return ps_links_fence(links.data(), links.size(), slice, &failed); },
                             timeout, PS_FOREVER);

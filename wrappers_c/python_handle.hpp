@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "endpoint.hpp"
 #include "python_element.hpp"
@@ -89,6 +91,8 @@ public:
     LinkCalls(const LinkCalls &) = delete;
 
     int call(ps_op *op) {
+        bool owned = owns_;
+        if (owned) claim();
         in_call_.fetch_add(1);  // seq_cst, against release_if_idle
         int rc = PS_ECLOSED;
         if (!released_.load() && link_) {
@@ -96,7 +100,21 @@ public:
             moved_ += op->done;
         }
         in_call_.fetch_sub(1);
+        if (owned) unclaim();
         return rc;
+    }
+    // A thread's handle serves one thread at a time, as its link does (a remote stage's connection,
+    // a sum's contributor): a call from another thread while one runs is refused (RuntimeError),
+    // not let through to break the link. The same thread may nest calls.
+    void claim() {
+        std::thread::id me = std::this_thread::get_id(), using_it{};
+        if (!user_.compare_exchange_strong(using_it, me) && using_it != me)
+            throw std::runtime_error("this handle is in use by another thread right now: give each thread a handle "
+                                     "of its own (one build_path each)");
+        ++depth_;
+    }
+    void unclaim() {
+        if (--depth_ == 0) user_.store(std::thread::id{});
     }
     // Releases the caller's link and what it holds of the path now, with the GIL held, unless an
     // operation of it runs in another thread (then false: they stay until the handle goes).
@@ -148,6 +166,8 @@ private:
     uint32_t slot_ = 0;
     bool owns_ = false;
     std::atomic<int> in_call_{0};       // operations running (each begins with the GIL held)
+    std::atomic<std::thread::id> user_{}; // the thread in a call of a thread's handle (claim)
+    int depth_ = 0;                     // its calls in progress, nested ones too
     std::atomic<bool> released_{false};
     int64_t deadline_ = PS_FOREVER;
     int64_t moved_ = 0;
