@@ -293,6 +293,28 @@ def test_moves_after_a_failed_send_are_dropped_until_the_caller_hears_of_it(spac
     assert [element.observe(i) for i in range(4)] == [(101,), (202,), (303,), (408,)]
 
 
+def test_a_move_many_waiting_in_slices_counts_off_what_an_earlier_slice_took_and_the_batch_dropped():
+    """Python waits in slices of 0.1 s. The element is full (a delta bound nobody drains): the
+    move_many's first call takes 4 tuples into the buffer, whose send times out, and keeps them
+    there; later calls try again. The server then dies: the buffer is dropped, and the message
+    may not count the 4 tuples the first call took."""
+    with ChildProcesses() as children:
+        server, endpoint = children.paths_serve()
+        to_server = [stage("remote", host=endpoint), stage("core", name="D", format="q")]
+        full = build_path(make_path(*to_server))
+        full.delta(2)
+        full.move_many([(0,), (1,)])
+        h = build_path(make_path(stage("batch", max_moves=4, buffers=1), *to_server))
+        failed = []
+        mover = threading.Thread(target=lambda: failed.append(
+            pytest.raises(ConnectionError, h.move_many, [(v,) for v in range(8)], timeout=PATIENCE_S).value))
+        mover.start()
+        eventually(lambda: h.stage.counters()["operations"] > 3, "the move_many's calls, slice after slice")
+        server.signal(9)
+        mover.join(PATIENCE_S)
+    assert "move_many (at least 0 of 8 tuples moved)" in str(failed[0]), failed
+
+
 GATE, AT_GATE = threading.Event(), threading.Event()
 
 

@@ -334,12 +334,15 @@ static int64_t deadline_of(int64_t *deadline, const ps_op *op) {
 }
 
 /* Returns rc; after a failure (not a timeout), op->done counts only those of the moves op took
- * since it came (when the caller had made `made` and op had done `done`) that took effect. */
+ * since it came (when the caller had made `made` and op had done `done`) that took effect, and
+ * op->value how many of the caller's earlier moves were dropped (those an earlier call of a move_many
+ * waiting in slices took too: its caller counts them off). */
 static int settle(caller *c, ps_op *op, uint64_t made, uint32_t done, int rc) {
     if (rc == PS_OK || rc == PS_ETIMEDOUT) return rc;
     uint64_t applied = atomic_load_explicit(&c->applied, memory_order_acquire);
     uint64_t took = applied > made ? applied - made : 0;
     if (took < op->done - done) op->done = done + (uint32_t)took;
+    op->value = (int64_t)(made > applied ? made - applied : 0);
     return rc;
 }
 
@@ -347,11 +350,11 @@ static int settle(caller *c, ps_op *op, uint64_t made, uint32_t done, int rc) {
  * timeout with the buffers full and still on their way returns with op->done of them taken; a
  * failure, with op->done of them that took effect. */
 static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
-    int rc = take_failure(b, c);
-    if (rc != PS_OK) return rc;
     int64_t deadline = 0;
     uint32_t n = ps_op_tuples_in(op), done = op->done;
     uint64_t made = c->made;
+    int rc = take_failure(b, c);
+    if (rc != PS_OK) return settle(c, op, made, done, rc);
     size_t size = b->base.tuple_size;
     const unsigned char *in = op->in;
     while (op->done < n) {

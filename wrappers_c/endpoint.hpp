@@ -73,6 +73,10 @@ public:
                 op.count = static_cast<uint32_t>(std::min<size_t>(n - done, UINT32_MAX));
                 op.timeout_ns = ps_remaining(deadline);
                 status = Backend::call(&op);
+                // Failed: the caller's moves a stage dropped are its latest, those an earlier slice's
+                // call took of these tuples first.
+                if (status != PS_OK && status != PS_ETIMEDOUT && op.value > 0)
+                    done -= std::min<size_t>(static_cast<size_t>(op.value), done);
                 done += op.done;
             }
             return status;
