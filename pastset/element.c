@@ -7,6 +7,9 @@
  * guards the log and the cursor; waiting happens outside it, on the `arrived` (observers) and
  * `departed` (movers at the delta bound) waitpoints.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* strdup: POSIX, not C11 */
+#endif
 #include "element.h"
 
 #include <stdlib.h>

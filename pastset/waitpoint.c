@@ -1,4 +1,7 @@
 /* waitpoint.c — spin, then yield, then sleep on a futex. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* syscall (the futex), clock_gettime: C11 itself has neither */
+#endif
 #include "waitpoint.h"
 
 #include <errno.h>

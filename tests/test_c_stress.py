@@ -36,7 +36,7 @@ BUILD_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 60
 
 
-def library_sources(target="paths"):
+def library_sources(target):
     """The C sources of a CMake target, found as CMakeLists.txt finds them: the files its
     file(GLOB VAR ...) patterns match, for each ${VAR} the target's add_library lists."""
     cmake = (ROOT / "CMakeLists.txt").read_text()
@@ -124,7 +124,7 @@ def library(tmp_path_factory):
             folder = tmp_path_factory.mktemp(f"libpaths-{build}")
             compiled = subprocess.run(
                 [c_compiler(), *COMMON_FLAGS, *SANITIZER_FLAGS[build], f"-I{sysconfig.get_paths()['include']}",
-                 *libzmq_cflags(), "-c", *map(str, library_sources())],
+                 *libzmq_cflags(), "-c", *map(str, library_sources("pastset") + library_sources("paths"))],
                 capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, cwd=folder)
             assert compiled.returncode == 0, f"building libpaths ({build}) failed:\n{compiled.stderr}"
             objects = sorted(str(o) for o in folder.glob("*.o"))
@@ -163,13 +163,22 @@ def build_and_run(name, build, tmp_path, library):
 
 
 def test_the_archive_holds_every_source_cmake_builds():
-    """The sources are CMake's: every .c file of pastset/ and wrappers_c/, the newest stage among
-    them, and nothing else."""
-    found = {p.relative_to(ROOT).as_posix() for p in library_sources()}
-    on_disk = {p.relative_to(ROOT).as_posix() for folder in ("pastset", "wrappers_c")
-               for p in (ROOT / folder).glob("*.c")}
-    assert found == on_disk
+    """The sources are CMake's: every .c file of pastset/ (the static core) and of wrappers_c/
+    (libpaths, which the core goes into whole), the newest stage among them, and nothing else."""
+    for target, folder in (("pastset", "pastset"), ("paths", "wrappers_c")):
+        found = {p.relative_to(ROOT).as_posix() for p in library_sources(target)}
+        assert found == {p.relative_to(ROOT).as_posix() for p in (ROOT / folder).glob("*.c")}, target
     assert {"wrappers_c/operation.c", "wrappers_c/reduce_sum.c", "wrappers_c/bridge_stage.c"} <= found
+
+
+def test_the_core_compiles_as_plain_c11_alone(tmp_path):
+    """pastset/ is plain C11: each file compiles with -std=c11 -pedantic and no other flag (what
+    it needs of POSIX it asks for itself), warning-free."""
+    for source in library_sources("pastset"):
+        done = subprocess.run([c_compiler(), "-std=c11", "-pedantic", "-Wall", "-Wextra", "-Werror",
+                               f"-I{ROOT / 'pastset'}", "-c", str(source), "-o", str(tmp_path / "core.o")],
+                              capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        assert done.returncode == 0, f"{source.name}:\n{done.stderr}"
 
 
 @pytest.mark.parametrize("name", list(SIZES))
