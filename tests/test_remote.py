@@ -11,6 +11,7 @@ Every child process is reaped by the fixtures, whatever happens; every wait is b
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import threading
@@ -125,6 +126,16 @@ def test_errors_are_the_same_exceptions_as_local(endpoint, proto, case):
     assert remote_error.type in (TypeError, TimeoutError, IndexError, ValueError, paths.AxedError)
     remote.move(7)  # the connection still works after the error
     assert remote.observe(remote.last() - 1) == (7,)
+
+
+@pytest.mark.parametrize("host", ["", "n0", "tcp://127.0.0.1", "tcp://127.0.0.1:port", "ipc://"])
+def test_a_host_that_names_no_server_is_refused_at_build(host):
+    """Outside a run a node's name (n0) is no server either: a ValueError before anything is sent."""
+    with pytest.raises(ValueError, match=rf"^stage 'remote': host '{re.escape(host)}' names no server to reach: "
+                                         r"expected tcp://HOST:PORT \(or HOST:PORT\), ipc://NAME, inproc://NAME, or "
+                                         r"in a run the name of a node of its map"):
+        build_path(make_path(stage("remote", host=host), stage("core", name="X", format="q")),
+                   pastset=paths.PastSet())
 
 
 def test_server_refusing_an_unknown_kind_is_value_error_with_its_message(endpoint, proto):
