@@ -164,32 +164,21 @@ class RefuseObserve:
         raise LookupError("this stage refuses next-observes")
 
 
-HOLD, HELD = threading.Event(), threading.Event()
-
-
-@paths.stage_kind("test-hold")
-class Hold:
-    """Holds a move until HOLD is set (a caller in the middle of a call, for the tests)."""
-
-    def move(self, below, t):
-        HELD.set()
-        HOLD.wait(PATIENCE_S)
-        below.move(t)
-
-
 def test_a_handle_in_use_by_one_thread_refuses_another_and_goes_on(space):
     """A thread's handle is one caller's link (a remote stage's connection, a sum's contributor):
     another thread's call while one runs is refused, not let through to break it."""
-    h = build_path(make_path(stage("test-hold"), CORE), pastset=space)
+    h = build_path(make_path(stage("test-release-gate"), CORE), pastset=space)  # holds a move until GATED
+    GATED.clear()
+    AT_GATE.clear()
     mover = threading.Thread(target=h.move, args=(1,))
     mover.start()
-    assert HELD.wait(PATIENCE_S)
+    assert AT_GATE.wait(PATIENCE_S)
     in_use = r"this handle is in use by another thread right now: give each thread a handle of its own"
     with pytest.raises(RuntimeError, match=in_use):
         h.last()
     with pytest.raises(RuntimeError, match=in_use):
         paths.fence([h], timeout=1)
-    HOLD.set()
+    GATED.set()
     mover.join(PATIENCE_S)
     assert h.last() == 1 and h.observe() == (1,)  # the next user goes on, from any thread
 
