@@ -133,8 +133,28 @@ static trace_stage *live;
 
 /* Registers t's file (its folder by device and inode, so that two spellings of one folder
  * match), or says which live stage writes it already. */
+static int discarding; /* the process is ending: no temporary file is opened (under live_lock) */
+
 static void register_discard(void) { atexit(ps_trace_discard_unwritten); }
 
+/* Opens the temporary file, with live_lock held: one that ps_trace_discard_unwritten would remove
+ * is either in the list by then, or never made. */
+static int open_temporary(trace_stage *t, char *error, size_t error_size) {
+    int fd = discarding ? -1 : open(t->temporary_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 || !(t->out = fdopen(fd, "wb"))) {
+        snprintf(error, error_size, "stage 'trace': cannot write trace file '%s': %s", t->path,
+                 discarding ? "the process is ending" : strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(t->temporary_path);
+        }
+        return PS_EINVAL;
+    }
+    return PS_OK;
+}
+
+/* Makes the stage's file its own: refused while another live stage writes it; then its
+ * temporary file is opened and the stage is live. */
 static int claim_file(trace_stage *t, char *error, size_t error_size) {
     const char *slash = strrchr(t->path, '/');
     char *folder_path = slash ? strndup(t->path, (size_t)(slash - t->path) + 1) : strdup(".");
@@ -158,6 +178,11 @@ static int claim_file(trace_stage *t, char *error, size_t error_size) {
             return PS_EINVAL;
         }
     }
+    int rc = open_temporary(t, error, error_size);
+    if (rc != PS_OK) {
+        pthread_mutex_unlock(&live_lock);
+        return rc;
+    }
     t->next_live = live;
     live = t;
     pthread_mutex_unlock(&live_lock);
@@ -168,6 +193,7 @@ static int claim_file(trace_stage *t, char *error, size_t error_size) {
 
 void ps_trace_discard_unwritten(void) {
     pthread_mutex_lock(&live_lock);
+    discarding = 1;
     for (trace_stage *t = live; t; t = t->next_live) {
         if (!t->discarded) unlink(t->temporary_path);
         t->discarded = 1;
@@ -310,23 +336,15 @@ static void *prefaulted(size_t size) {
     return (void *)p;
 }
 
-/* Opens a fresh temporary file next to path (so that the final rename stays on one file system). */
-static int open_temporary(trace_stage *t, const char *path, char *error, size_t error_size) {
+/* Names the file and, next to it (so that the final rename stays on one file system), a fresh
+ * temporary one, which claim_file opens. */
+static int name_files(trace_stage *t, const char *path) {
     static _Atomic uint32_t sequence;
     size_t size = strlen(path) + 64;
     t->path = strdup(path);
     t->temporary_path = malloc(size);
     if (!t->path || !t->temporary_path) return PS_ENOMEM;
     snprintf(t->temporary_path, size, "%s.tmp-%ld-%u", path, (long)getpid(), atomic_fetch_add(&sequence, 1));
-    int fd = open(t->temporary_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 || !(t->out = fdopen(fd, "wb"))) {
-        snprintf(error, error_size, "stage 'trace': cannot write trace file '%s': %s", path, strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-            unlink(t->temporary_path);
-        }
-        return PS_EINVAL;
-    }
     return PS_OK;
 }
 
@@ -376,7 +394,7 @@ static int trace_create(const ps_params *params, const ps_build_context *context
     t->capacity = capacity;
     atomic_init(&t->claimed, 0);
     rc = ps_stage_init(&t->base, &ps_kind_trace, format, 0, below);
-    if (rc == PS_OK) rc = open_temporary(t, file, error, error_size);
+    if (rc == PS_OK) rc = name_files(t, file);
     if (rc == PS_OK) {
         t->events = prefaulted((size_t)capacity * sizeof *t->events);
         if (operation_mode) t->tuples = prefaulted((size_t)capacity * format->size);
