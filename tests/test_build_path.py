@@ -176,11 +176,17 @@ def test_a_handle_in_use_by_one_thread_refuses_another_and_goes_on(space):
     in_use = r"this handle is in use by another thread right now: give each thread a handle of its own"
     with pytest.raises(RuntimeError, match=in_use):
         h.last()
+    idle = build_path(make_path(CORE), pastset=space)
     with pytest.raises(RuntimeError, match=in_use):
-        paths.fence([h], timeout=1)
+        paths.fence([idle, h], timeout=1)
     GATED.set()
     mover.join(PATIENCE_S)
     assert h.last() == 1 and h.observe() == (1,)  # the next user goes on, from any thread
+    moved = []  # the fence let go of the handle it had claimed before it met the busy one
+    other = threading.Thread(target=lambda: moved.append(idle.move(2) is None))
+    other.start()
+    other.join(PATIENCE_S)
+    assert moved == [True]
 
 
 def test_python_stage_kind_runs_in_a_path(space):

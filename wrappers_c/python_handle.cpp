@@ -72,9 +72,15 @@ void fence(const py::object &handles, const py::object &timeout) {
         std::vector<std::shared_ptr<Handle>> &held;
         size_t count = 0;
         explicit Claimed(std::vector<std::shared_ptr<Handle>> &held) : held(held) {
-            for (; count < held.size(); count++) held[count]->claim();
+            try {
+                for (; count < held.size(); count++) held[count]->claim();
+            } catch (...) {  // one in use by another thread: the others are let go again
+                release();
+                throw;
+            }
         }
-        ~Claimed() {
+        ~Claimed() { release(); }
+        void release() {
             while (count) held[--count]->unclaim();
         }
     } claimed(held);
