@@ -60,8 +60,7 @@ static void learn_from(cache_stage *c, const ps_op *op, int rc) {
 
 /* The highest axe point known: learned, or the element's own where the path below shows it. */
 static int64_t axe_point(cache_stage *c) {
-    int64_t known = __atomic_load_n(&c->axed, __ATOMIC_ACQUIRE);
-    int64_t now = c->base.axe_point ? __atomic_load_n(c->base.axe_point, __ATOMIC_ACQUIRE) : 0;
+    int64_t known = __atomic_load_n(&c->axed, __ATOMIC_ACQUIRE), now = ps_stage_axe_point(&c->base);
     return now > known ? now : known;
 }
 

@@ -92,14 +92,12 @@ public:
 
     int call(ps_op *op) {
         bool owned = owns_;
-        if (owned) claim();
-        in_call_.fetch_add(1);  // seq_cst, against release_if_idle
+        if (owned) claim();  // seq_cst, against release_if_idle
         int rc = PS_ECLOSED;
         if (!released_.load() && link_) {
             rc = ps_link_call(link_, op);
             moved_ += op->done;
         }
-        in_call_.fetch_sub(1);
         if (owned) unclaim();
         return rc;
     }
@@ -122,7 +120,7 @@ public:
     bool release_if_idle() {
         if (!owns_) return true;
         released_.store(true);
-        if (in_call_.load() != 0) return false;
+        if (user_.load() != std::thread::id{}) return false;  // a call, or a fence, is running
         {
             py::gil_scoped_release released;  // as when the handle goes
             ps_link_detach(&owned_);
@@ -165,8 +163,7 @@ private:
     ps_link *link_;
     uint32_t slot_ = 0;
     bool owns_ = false;
-    std::atomic<int> in_call_{0};       // operations running (each begins with the GIL held)
-    std::atomic<std::thread::id> user_{}; // the thread in a call of a thread's handle (claim)
+    std::atomic<std::thread::id> user_{}; // the thread in a call or fence of a thread's handle (claim)
     int depth_ = 0;                     // its calls in progress, nested ones too
     std::atomic<bool> released_{false};
     int64_t deadline_ = PS_FOREVER;
