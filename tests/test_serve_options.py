@@ -47,6 +47,19 @@ def test_a_bad_curve_secret_file_is_one_line_and_exit_2(tmp_path, content, probl
     assert done.stdout == ""
 
 
+@pytest.mark.parametrize("given", ["server.pub", "copy.key"])
+def test_a_public_key_given_as_the_curve_secret_is_one_line_and_exit_2(tmp_path, given):
+    """A public key file looks like a secret one (one Z85 line): the server would start and no
+    client could ever complete CURVE's handshake with it."""
+    assert paths_serve("--keygen", str(tmp_path / "server")).returncode == 0
+    (tmp_path / "copy.key").write_text((tmp_path / "server.pub").read_text())
+    (tmp_path / "copy.pub").write_text((tmp_path / "server.pub").read_text())
+    done = paths_serve("--bind", "tcp://127.0.0.1:*", "--curve-secret", str(tmp_path / given))
+    assert done.returncode == 2
+    assert done.stderr == (f"paths serve: --curve-secret: '{tmp_path / given}' holds a public key, not the secret "
+                           "one: give the PREFIX.key file that `paths serve --keygen PREFIX` wrote beside PREFIX.pub\n")
+
+
 def test_keygen_into_a_missing_folder_is_one_line_and_exit_2(tmp_path):
     prefix = tmp_path / "no" / "such" / "server"
     done = paths_serve("--keygen", str(prefix))

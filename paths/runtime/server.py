@@ -233,6 +233,22 @@ def read_key_file(path: str, what: str) -> str:
     return first.decode("ascii")
 
 
+def read_secret_key(path: str) -> str:
+    """--curve-secret: the server's secret key; ValueError also for a public key given in its place
+    (the two look alike: a file named PREFIX.pub, or one that holds what PREFIX.pub beside it holds)."""
+    key = read_key_file(path, "CURVE secret key")
+    stem, suffix = os.path.splitext(path)
+    try:
+        with open(stem + ".pub", "rb") as f:
+            public = f.read(4096).split(b"\n", 1)[0].strip().decode("latin-1")
+    except OSError:
+        public = None
+    if suffix == ".pub" or key == public:
+        raise ValueError(f"'{path}' holds a public key, not the secret one: give the PREFIX.key file "
+                         f"that `paths serve --keygen PREFIX` wrote beside PREFIX.pub")
+    return key
+
+
 def read_client_keys(directory: str) -> dict[str, str]:
     """The client keys a server admits: {name: key} from every NAME.pub in `directory` (as
     `paths serve --keygen NAME` writes them); ValueError naming the folder or the file."""
@@ -348,7 +364,7 @@ def serve_command(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     try:
-        secret = read_key_file(args.curve_secret, "CURVE secret key") if args.curve_secret else ""
+        secret = read_secret_key(args.curve_secret) if args.curve_secret else ""
     except ValueError as e:
         print(f"paths serve: --curve-secret: {e}", file=sys.stderr)
         return 2
