@@ -15,6 +15,8 @@ from child_processes import ChildProcesses
 
 import paths
 from paths import build_path, make_path, stage
+from paths.model.cluster_map import load_map_text
+from paths.model.reduction_tree import hop
 from paths.runtime.server import PathServer
 
 PATIENCE_S = 30  # the longest any wait here may take before its test fails
@@ -51,6 +53,20 @@ def test_max_bytes_bounds_a_buffer_of_large_tuples(space):
     h.move(b"b")
     assert element.last() == 2
     assert h.stage.counters()["capacity"] == 2
+
+
+@pytest.mark.parametrize("format, value", [("q", 7), ("qd", (7, 0.5)), ("256s", b"x")])
+def test_a_map_links_batch_sends_that_many_moves_together_whatever_their_size(space, format, value):
+    """`batch: 4096` on a link means 4096 moves a message: the stage's default max_bytes (8192)
+    would cut a buffer at 1024 'q' tuples, and a map cannot say max_bytes."""
+    cluster_map = load_map_text("name: two\nclusters:\n  a: {nodes: a0, cpus: 1}\n  b: {nodes: b0, cpus: 1}\nroot: a0\n"
+                                "links:\n  - {between: [a, b], batch: 4096}\n")
+    [batch] = [spec for spec in hop(cluster_map, "b0", "a0") if spec.kind == "batch"]
+    h = build_path(make_path(batch, stage("core", name="B", format=format)), pastset=space)
+    h.move_many([value] * 4096)
+    assert h.last() == 4096  # after what the batch holds
+    counters = h.stage.counters()
+    assert (counters["capacity"], counters["sends"], counters["moves_sent"]) == (4096, 1, 4096)
 
 
 @pytest.mark.parametrize("buffers", [1, 2])

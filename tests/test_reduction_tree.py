@@ -7,7 +7,7 @@ import pytest
 from paths.model.cluster_map import builtin_map, load_map_text
 from paths.model.path_spec import make_path, stage
 from paths.model.placement import PlacementWarning
-from paths.model.reduction_tree import hop, plan_reduction
+from paths.model.reduction_tree import BATCH_BYTES_MOST, hop, plan_reduction
 from paths.model.stage_kinds import check_spec
 
 ELEMENT = ("PI-SUM1", "q")
@@ -234,14 +234,15 @@ links:
     cluster_map = load_map_text(text)
     assert cluster_map.links[0].batch == 256 and cluster_map.links[0].flush_us == 500
     across = hop(cluster_map, "b0", "a0")
-    assert across == (stage("batch", max_moves=256, flush_us=500), stage("delay", ms=0.2, jitter_ms=0.0),
+    assert across == (stage("batch", max_moves=256, max_bytes=BATCH_BYTES_MOST, flush_us=500), stage("delay", ms=0.2, jitter_ms=0.0),
                       stage("remote", host="a0"))
     assert hop(cluster_map, "a1", "a0") == (stage("remote", host="a0"),)
     plan = plan_reduction(cluster_map, 8, ELEMENT)
     batches = [(node, specs) for node, specs in check_tree(plan) if specs[0].kind == "batch"]
     assert [node for node, _ in batches] == ["b0"]  # cluster b's one crossing to the root
     only_batch = load_map_text(text.replace("delay_ms: 0.2, ", "").replace(", flush_us: 500", ""))
-    assert hop(only_batch, "b1", "a1") == (stage("batch", max_moves=256), stage("remote", host="a1"))
+    assert hop(only_batch, "b1", "a1") == (stage("batch", max_moves=256, max_bytes=BATCH_BYTES_MOST),
+                                                stage("remote", host="a1"))
 
 
 def test_plan_with_oversubscription_warns():

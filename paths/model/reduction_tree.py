@@ -21,7 +21,8 @@ members must be direct (no delay or batch on their links, no zmq).
 Between two stages on different nodes the path has `remote(host=<next node>)`, with the map's
 `proto` for the hop when it sets one (ClusterMap.proto_between), preceded by `delay(ms,
 jitter_ms)` when the hop crosses a link with a delay, and before that by `batch(max_moves,
-flush_us)` when the link batches. A thread's own hop (a thread alone on its
+max_bytes, flush_us)` when the link batches (a link's batch counts moves: max_bytes is the stage's
+most, so that no tuple size cuts its buffers short). A thread's own hop (a thread alone on its
 node) has `window=2`: its move and the observe after it share one round trip.  A stage instance is
 identified by the node it lives on and its specs down to the element.
 """
@@ -37,6 +38,8 @@ from .cluster_map import MAX_FANIN, TREE_FORMS, ClusterMap
 from .path_spec import PathSpec, StageSpec, make_path, stage
 from .placement import Policy, place, policy_name
 from .stage_kinds import kinds
+
+BATCH_BYTES_MOST = kinds()["batch"].params["max_bytes"].max  # a link's batch is counted in moves alone
 
 StageKey = tuple[str, tuple[StageSpec, ...]]  # (node it lives on, specs from it to the element)
 THREAD_HOP_WINDOW = 2  # a thread's move through its own hop does not wait for its answer
@@ -304,7 +307,7 @@ def hop(cluster_map: ClusterMap, from_node: str, to_node: str, pipelined: bool =
     if link is None:
         return (remote,)
     timer = {"flush_us": link.flush_us} if link.flush_us else {}
-    batch = (stage("batch", max_moves=link.batch, **timer),) if link.batch is not None else ()
+    batch = (stage("batch", max_moves=link.batch, max_bytes=BATCH_BYTES_MOST, **timer),) if link.batch is not None else ()
     delay = (stage("delay", ms=link.delay_ms, jitter_ms=link.jitter_ms),) if link.delay_ms is not None else ()
     return batch + delay + (remote,)
 
