@@ -272,6 +272,29 @@ def test_a_move_many_whose_own_send_fails_counts_only_its_tuples_that_took_effec
     assert (counters["moves_sent"], counters["dropped"]) == (3, 3)
 
 
+def test_a_move_whose_buffer_a_sum_refuses_does_not_claim_four_moves_unobserved(space):
+    """Three moves went down and were taken; the second buffer of three is refused whole by the sum
+    (4 rounds ahead at most). The move that sent it is refused, and says the moves sent down
+    together did not fit: the caller has 3 moves the sum holds, not 4."""
+    h = build_path(make_path(stage("batch", max_moves=3, buffers=1), stage("reduce-sum", num_threads=2),
+                             stage("core", name="S", format="q")), pastset=space)
+    for v in range(5):
+        h.move(v)
+    with pytest.raises(RuntimeError) as refused:
+        h.move(5)
+    assert re.fullmatch(r"thread \d+ move: a sum holds 4 rounds ahead of this caller's observes, and the moves a "
+                        r"stage sent down together did not fit: observe first \(batch: 0 of 3 moves sent down "
+                        r"together took effect, then the send failed \(wrong state\)\): wrong state",
+                        str(refused.value)), refused.value
+    alone = build_path(make_path(stage("reduce-sum", num_threads=2), stage("core", name="T", format="q")),
+                       pastset=space)
+    for v in range(4):
+        alone.move(v)
+    with pytest.raises(RuntimeError, match=r"^thread \d+ move: a sum holds 4 rounds, and this caller has moved 4 it "
+                                           r"has not observed yet: observe first: wrong state$"):
+        alone.move(4)
+
+
 @pytest.mark.parametrize("buffers", [1, 2])
 def test_a_move_many_counts_only_its_tuples_that_took_effect_whoever_sent_them(space, buffers):
     """Four buffers of three above a sum that holds 4 rounds ahead: the first goes, the second is

@@ -46,8 +46,7 @@ public:
         ps_op op = operation(PS_OP_MOVE);
         op.in = PyBytes_AS_STRING(packed.ptr());
         int rc = waiting(op, timeout);
-        if (rc == PS_ESTATE)
-            fail(rc, label_ + " move: a sum holds 4 rounds, and this caller has moved 4 it has not observed yet: observe first");
+        if (rc == PS_ESTATE) fail(rc, label_ + " move: " + rounds_full() + ": observe first");
         if (rc != PS_OK) fail(rc, label_ + " move");
     }
 
@@ -156,8 +155,7 @@ public:
             if (op.kind == PS_OP_EXCHANGE && op.done) op.kind = PS_OP_OBSERVE;  // what is left of it
             return status;
         }, timeout, Backend::deadline());
-        if (rc == PS_ESTATE)
-            fail(rc, label_ + " exchange: a sum holds 4 rounds, and this caller has moved 4 it has not observed yet");
+        if (rc == PS_ESTATE) fail(rc, label_ + " exchange: " + rounds_full());
         if (rc != PS_OK) fail(rc, label_ + (op.kind == PS_OP_OBSERVE ? " exchange (moved; its observe)" : " exchange"));
         return codec_.unpack(buffer.data());
     }
@@ -213,6 +211,15 @@ private:
         }
         if (rc != PS_OK) fail(rc, label_ + " " + what);
         return op.value;
+    }
+
+    // Why a sum refused a move: this one did not fit, or (a stage explains) the moves it sent down
+    // together, this caller's earlier ones.
+    std::string rounds_full() const {
+        return Backend::explanation().empty()
+                   ? "a sum holds 4 rounds, and this caller has moved 4 it has not observed yet"
+                   : "a sum holds 4 rounds ahead of this caller's observes, and the moves a stage sent down together "
+                     "did not fit";
     }
 
     // Raises the status as a Python exception, with what the path could say about it.
