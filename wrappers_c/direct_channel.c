@@ -312,24 +312,29 @@ static int push(ps_channel *c) {
 }
 
 /* The next frame from the bytes received so far: PS_OK with *out, PS_EINVAL for a frame refused
- * (malformed, or too large and now dropped whole), PS_ETIMEDOUT when more must come first. */
+ * (malformed: out->op 0; or too large and now dropped whole: *out its header), PS_ETIMEDOUT when
+ * more must come first. */
 static int take(ps_channel *c, ps_frame *out) {
     size_t have = c->in_end - c->in_start;
     if (c->skip) {
         size_t dropped = have < c->skip ? have : c->skip;
         c->in_start += dropped;
         c->skip -= dropped;
-        return c->skip ? PS_ETIMEDOUT : PS_EINVAL;
+        if (c->skip) return PS_ETIMEDOUT;
+        *out = c->skipped;
+        return PS_EINVAL;
     }
     if (have < PS_WIRE_HEADER) return PS_ETIMEDOUT;
     const unsigned char *frame = c->in + c->in_start;
     int64_t payload = ps_wire_payload_length(frame);
     if (payload < 0) {
         c->out_of_step = 1; /* where this frame ends is unknown, and so is where the next begins */
+        out->op = 0;
         return PS_EINVAL;
     }
     size_t length = PS_WIRE_HEADER + (size_t)payload;
     if (length > c->in_capacity) {
+        ps_wire_decode_header(frame, &c->skipped);
         c->skip = length;
         return take(c, out);
     }

@@ -39,6 +39,7 @@ typedef struct ps_channel {
     unsigned char *in;      /* received bytes; [in_start, in_end) are not taken yet */
     size_t in_capacity, in_start, in_end;
     size_t skip;            /* bytes of a frame too large for `in`, still to be read and dropped */
+    ps_frame skipped;       /* that frame's header (no payload): what its refusal answers */
     int out_of_step;        /* a malformed header was read: no frame boundary can be trusted */
     int send_failed;        /* a frame went out in part at most: the peer cannot read on */
     unsigned char *out;     /* frames written and not sent yet: out_length bytes */
@@ -86,7 +87,8 @@ int ps_channel_send_parts(ps_channel *c, struct iovec *parts, int count);
 
 /* Receives the next frame by the deadline. PS_OK: *out decoded, its payload valid until the next
  * receive. PS_ETIMEDOUT: no whole frame yet (what came so far is kept). PS_EINVAL: a malformed
- * frame was read and dropped. PS_EREMOTE: the peer closed the connection, it failed, or the
+ * frame was read (out->op 0), or a frame too large was read and dropped (*out its header, without
+ * its payload). PS_EREMOTE: the peer closed the connection, it failed, or the
  * channel is out of step. */
 int ps_channel_receive(ps_channel *c, int64_t deadline_ns, ps_frame *out);
 

@@ -335,11 +335,11 @@ static int send_range(link_worker *w, const ps_frame *request, const ps_op *firs
     }
 }
 
-/* Counts a received frame, runs it when well formed (request NULL: it was not) and from the
- * link's client (`owner`: else it is misaddressed) and sends its answer. A RELEASE that took
+/* Counts a received frame, runs it when well formed (request NULL: it was not) and `runnable`
+ * (else it is misaddressed, or its payload was dropped, too large) and sends its answer. A RELEASE that took
  * effect sets *released; *from_client says whether the request was addressed to the link.
  * Returns what sending returned. */
-static int answer_request(link_worker *w, const ps_frame *request, int owner, int *released, int *from_client,
+static int answer_request(link_worker *w, const ps_frame *request, int runnable, int *released, int *from_client,
                           const answer_sink *sink) {
     ps_server *s = w->server;
     atomic_fetch_add(&s->frames, 1);
@@ -352,9 +352,9 @@ static int answer_request(link_worker *w, const ps_frame *request, int owner, in
     if (request) {
         code = request->op;
         request_id = request->request_id;
-        if (owner) rc = run_request(w, request, &op, &ran);
+        if (runnable) rc = run_request(w, request, &op, &ran);
         *released = request->op == PS_WIRE_RELEASE && rc == PS_OK;
-        *from_client = owner && request->handle_id == w->id;
+        *from_client = runnable && request->handle_id == w->id;
     }
     if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
     /* A frame refused unrun (or unreadable) may have been one of a stream: a frame that continues
@@ -545,7 +545,9 @@ static int serve_direct(link_worker *w) {
             break;
         }
         int64_t begun = ps_now_ns();
-        gone = answer_request(w, received == PS_OK ? &request : NULL, 1, &released, &from_client, &sink) != PS_OK;
+        /* A frame too large was dropped, its header kept: the refusal answers it (op 0: unreadable). */
+        int heard = received == PS_OK || request.op != 0;
+        gone = answer_request(w, heard ? &request : NULL, received == PS_OK, &released, &from_client, &sink) != PS_OK;
         /* An answer that waited goes out now: the requests behind it may wait too, and the client
          * waits for each answer at most timeout_ms, no more than twice a request's slice. */
         if (!gone && ps_now_ns() - begun > LATE_NS) gone = ps_channel_flush(&client, 0) != PS_OK;

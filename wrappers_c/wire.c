@@ -57,17 +57,23 @@ int64_t ps_wire_payload_length(const unsigned char *header) {
     return payload_length > PS_WIRE_MAX_PAYLOAD ? -1 : (int64_t)payload_length;
 }
 
+void ps_wire_decode_header(const unsigned char *header, ps_frame *out) {
+    out->op = header[1];
+    out->status = get16(header + 2);
+    out->payload_length = 0;
+    out->request_id = get64(header + 8);
+    out->handle_id = get64(header + 16);
+    out->argument = (int64_t)get64(header + 24);
+    out->value = (int64_t)get64(header + 32);
+    out->payload = NULL;
+}
+
 int ps_wire_decode(const unsigned char *buf, size_t length, ps_frame *out) {
     if (length < PS_WIRE_HEADER) return -1;
     int64_t payload_length = ps_wire_payload_length(buf);
     if (payload_length < 0 || (size_t)payload_length != length - PS_WIRE_HEADER) return -1;
-    out->op = buf[1];
-    out->status = get16(buf + 2);
+    ps_wire_decode_header(buf, out);
     out->payload_length = (uint32_t)payload_length;
-    out->request_id = get64(buf + 8);
-    out->handle_id = get64(buf + 16);
-    out->argument = (int64_t)get64(buf + 24);
-    out->value = (int64_t)get64(buf + 32);
     out->payload = payload_length ? buf + PS_WIRE_HEADER : NULL;
     return 0;
 }

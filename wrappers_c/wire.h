@@ -93,6 +93,9 @@ void ps_wire_encode_header(const ps_frame *frame, unsigned char *buf);
  * direct connection presents in its CONNECT. */
 int ps_wire_presents(const ps_frame *frame, const unsigned char *secret);
 
+/* Decodes a checked header (ps_wire_payload_length >= 0) into out, with no payload. */
+void ps_wire_decode_header(const unsigned char *header, ps_frame *out);
+
 /* Checks and decodes a received frame: version, op, lengths. payload points into buf.
  * Returns 0, or -1 for a malformed frame (nothing in out is to be trusted then). */
 int ps_wire_decode(const unsigned char *buf, size_t length, ps_frame *out);
