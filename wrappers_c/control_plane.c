@@ -15,6 +15,7 @@
 /* Set once the process is exiting: a wait to set something up gives up. */
 static _Atomic int abandoning;
 static const int64_t SETUP_SLICE_NS = 100000000;
+enum { ENDPOINT_TEXT_MAX = 1024 }; /* a longer endpoint or pattern is trusted by no pattern */
 
 void ps_remote_abandon_waits(void) { atomic_store(&abandoning, 1); }
 
@@ -112,11 +113,26 @@ int ps_control_request(const char *endpoint, const ps_curve_client *keys, const 
     return rc;
 }
 
+/* An endpoint or a pattern with the separators of its parts as '/': so that, matched with
+ * FNM_PATHNAME, a '*' or '?' stays within one label of a host, its port, or one part of a path
+ * (tcp://10.1.2.* takes no host name 10.1.2.example.org, nor a second port). 0 when too long. */
+static int as_parts(const char *text, int tcp, char *out, size_t size) {
+    size_t length = strlen(text);
+    if (length >= size) return 0;
+    for (size_t i = 0; i <= length; i++) out[i] = tcp && (text[i] == '.' || text[i] == ':') ? '/' : text[i];
+    return 1;
+}
+
 int ps_endpoint_trusted(const ps_build_context *context, const char *endpoint) {
     if (!context->trusted_endpoints) return 1;
     if (strchr(endpoint, ';')) return 0; /* a pattern's '*' would let a source address through */
+    int tcp = strncmp(endpoint, "tcp://", 6) == 0;
+    char parts[ENDPOINT_TEXT_MAX], pattern[ENDPOINT_TEXT_MAX];
+    if (!as_parts(endpoint, tcp, parts, sizeof parts)) return 0;
     for (size_t i = 0; i < context->trusted_endpoint_count; i++)
-        if (fnmatch(context->trusted_endpoints[i], endpoint, 0) == 0) return 1;
+        if (as_parts(context->trusted_endpoints[i], tcp, pattern, sizeof pattern) &&
+            fnmatch(pattern, parts, FNM_PATHNAME) == 0)
+            return 1;
     return 0;
 }
 

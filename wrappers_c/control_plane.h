@@ -63,8 +63,9 @@ int ps_control_request(const char *endpoint, const ps_curve_client *keys, const 
                        ps_frame *answer, unsigned char *payload, size_t capacity);
 
 /* Whether a build in `context` may reach `endpoint`: any, unless the context names the ones it
- * trusts (a server's build for a client); then it must match one of their patterns whole, and
- * choose no source address of its own ("tcp://SOURCE;DESTINATION"). */
+ * trusts (a server's build for a client); then it must match one of their patterns whole (a
+ * wildcard within one label of a host, its port, or one part of a path), and choose no source
+ * address of its own ("tcp://SOURCE;DESTINATION"). */
 int ps_endpoint_trusted(const ps_build_context *context, const char *endpoint);
 
 /* A TCP endpoint a server hands out (a link's, a member's) is on its own host: `endpoint` (size
