@@ -354,6 +354,26 @@ def test_paths_serve_refuses_a_non_loopback_bind_without_curve(children, bind):
 
 
 
+@pytest.mark.parametrize("proto", ["tcp", "zmq", "ipc", "inproc"])
+def test_a_program_reaches_the_server_it_hosts_and_a_loop_is_still_refused(tmp_path, proto):
+    """A path that starts in a program has crossed no server, not even the one the program hosts
+    (in the same context): it reaches it, and the element is the program's own. A path through
+    that server and back into it is still refused, at its second entry."""
+    where = {"ipc": f"ipc://{tmp_path / 'own.sock'}", "inproc": f"inproc://paths-own-{tmp_path.name}"}
+    pastset = paths.PastSet()
+    trusting = ServerPolicy(allow_remote=("tcp://127.0.0.1:*",))
+    with PathServer(where.get(proto, "tcp://127.0.0.1:*"), pastset=pastset, policy=trusting).start() as server:
+        own = stage("remote", host=server.endpoint, proto=proto, timeout_ms=5000)
+        handle = build_path(make_path(own, stage("core", name="OWN", format="q")), pastset=pastset)
+        handle.move(5)
+        assert pastset.enter("OWN", "q").observe_range(0, 1, timeout=5) == [(5,)]
+        del handle
+        if proto in ("tcp", "zmq"):
+            with pytest.raises(ValueError, match=r"it comes back into server [0-9a-f]{16} .*which it went through "
+                                                 "already"):
+                build_path(make_path(own, own, stage("core", name="OWN", format="q")), pastset=pastset)
+
+
 @pytest.mark.parametrize("proto", ["ipc", "inproc"])
 def test_ipc_and_inproc_transports(tmp_path, proto):
     name = str(tmp_path / "server.sock") if proto == "ipc" else f"paths-test-{tmp_path.name}"

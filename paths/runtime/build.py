@@ -60,8 +60,8 @@ class BuildContext:
     `trusted_endpoints`, theirs, which builds for a server's clients may reach besides what the
     server allows. `curve_client` is the (public, secret) CURVE key pair its remote stages
     present to servers that authenticate their clients (None: a fresh pair per connection);
-    `server_ids` name the servers that serve this context's stages, which every path sent on
-    from here says it crossed."""
+    `server_ids` name the servers that serve this context's stages, which every client's path
+    sent on from here says it crossed."""
 
     def __init__(self, pastset: Optional[_native.PastSet] = None,
                  resolve: Optional[Callable[[dict, KindInfo], dict]] = None,
@@ -150,9 +150,10 @@ class BuildContext:
             busy.wait()
 
     def _crossed(self, guard: ClientBuild | None) -> tuple[str, ...]:
-        """The servers a path built here has crossed when it goes on: those it came through, then
-        this process's."""
-        return (guard.crossed if guard is not None else ()) + self.server_ids
+        """The servers a path built here has crossed when it goes on: for a client's, those it came
+        through, then this process's; none for a path that starts here (a program may reach the
+        server it hosts: it did not come through it)."""
+        return guard.crossed + self.server_ids if guard is not None else ()
 
     def _create(self, key: StageKey, below: BuiltStage | None, guard: ClientBuild | None) -> BuiltStage:
         spec = key[0]
