@@ -302,6 +302,34 @@ def test_one_client_holds_at_most_its_share_of_links(children, proto):
     settled(server.pid, before, f"40 links of one client ({proto})")
 
 
+def test_each_newcomer_finds_a_link_while_any_is_free():
+    """Clients that each take every link they may, however high their cap: the first holds half of
+    the server's 12, the next half of what the first left, and so on, so that a newcomer gets one
+    while one is free (a fixed half for each would let two clients take them all)."""
+    policy = ServerPolicy(max_links=12, links_per_client=1000)
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=policy).start() as server:
+        space = paths.PastSet()
+        held, got, refusals = [], [], []
+        for host in range(2, 9):
+            path = path_to(from_host(server.endpoint, f"127.0.0.{host}"), element="L")
+            taken = 0
+            while True:
+                try:
+                    held.append(build_path(path, pastset=space))
+                    taken += 1
+                except ValueError as e:
+                    refusals.append(str(e))
+                    break
+            got.append(taken)
+        assert got == [6, 3, 1, 1, 1, 0, 0]
+        assert ("client 127.0.0.3 holds 3 links and has 0 more on the way: at most 3 now, half of "
+                                    "the 12 links this server can hold that the other clients leave, so that another "
+                                    "client is always served") in refusals[1], refusals[1]
+        assert "this server holds 12 links, all it can serve" in refusals[-1]
+        held[0].move(3)
+        assert held[-1].observe(timeout=5) == (3,)
+
+
 def test_more_zmq_links_than_libzmq_allows_by_default(children):
     """Each ZeroMQ link takes three of the server's sockets: libzmq's default of 1023 ended at
     about 342 links. Two clients hold 400 between them, and a third is still served."""

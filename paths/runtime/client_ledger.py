@@ -5,7 +5,8 @@ BuildContext.build, which refuses what the server does not grant before anything
 
 A build that would pass a limit is refused with a message naming the limit and the option that
 sets it, except that a client's builds beyond its share of running ones wait their turn: a slow
-build holds its own client only.
+build holds its own client only. Links are also held to a fair share: a client may hold half of
+the links the other clients leave free, so that each newcomer finds one while any is free.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ class ClientLedger:
                 if len(account.links) + coming >= limits.links_per_client:
                     raise Refused(f"client {client} holds {len(account.links)} links and has {coming} more on the way: "
                                   f"at most {limits.links_per_client} per client (paths serve --max-links-per-client)")
+                share = self._share(account)
+                if policy.fair_share and len(account.links) + coming >= share:
+                    raise Refused(f"client {client} holds {len(account.links)} links and has {coming} more on the way: "
+                                  f"at most {share} now, half of the {limits.max_links} links this server can hold "
+                                  "that the other clients leave, so that another client is always served")
                 if self.links + self.running >= limits.max_links:
                     raise Refused(f"this server holds {self.links} links, all it can serve (its file descriptors); "
                                   "try again later")
@@ -78,6 +84,12 @@ class ClientLedger:
             account.running += 1
             self.running += 1
             return True
+
+    def _share(self, account: _Account) -> int:
+        """The links a client may hold (and have on the way) now: half of those the others leave, at
+        least one while one is free."""
+        others = self.links + self.running - len(account.links) - account.running
+        return max(1, (self.limits.max_links - others) // 2)
 
     def finished(self, client: str):
         """A build of `client` has ended: the next of its waiting builds, to run now, or None."""

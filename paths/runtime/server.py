@@ -334,8 +334,9 @@ def serve_command(argv: list[str]) -> int:
     parser.add_argument("--client-memory-budget", metavar="SIZE",
                         help="the same for one client; default: a quarter of --memory-budget")
     parser.add_argument("--max-links-per-client", metavar="N", type=int,
-                        help="the links one client may hold (direct ones too); default 256, at most half of what "
-                             "this process's file descriptors allow, so that another client is always served")
+                        help="the links one client may hold (direct ones too); default 256. Whatever this is, a "
+                             "client holds at most half of the links the other clients leave (the file descriptors "
+                             "of this process bound them all), so that another client is always served")
     parser.add_argument("--max-builds-per-client", metavar="N", type=int, default=ServerPolicy.builds_per_client,
                         help=f"the builds of one client that run at once (default %(default)s; its further ones "
                              f"wait, up to {ServerPolicy.waiting_builds_per_client}); at most "

@@ -75,6 +75,7 @@ class ServerPolicy:
     max_builds: int = 64  # builds of all clients run at once (each on a thread); more are refused
     links_per_client: int | None = None  # links one client may hold: 256, at most half of max_links
     max_links: int | None = None  # links all clients may hold: most_links()
+    fair_share: bool = True  # a client holds at most half of the links the others leave, so that a newcomer finds one
 
     def __post_init__(self) -> None:
         for name in ("builds_per_client", "waiting_builds_per_client", "max_builds"):
@@ -95,7 +96,7 @@ class ServerPolicy:
         every rank at once) is granted, up to half of this machine's memory."""
         budget = physical_memory() // 2
         return cls(allow_every_kind=True, memory_budget=budget, client_memory_budget=budget, builds_per_client=32,
-                   waiting_builds_per_client=4096, max_builds=128, links_per_client=most_links())
+                   waiting_builds_per_client=4096, max_builds=128, links_per_client=most_links(), fair_share=False)
 
     def limits(self) -> "Limits":
         """The numbers, defaults filled in."""
