@@ -519,6 +519,16 @@ def test_a_map_file_is_read_with_a_size_limit(tmp_path):
         load_map(big)
 
 
+def test_a_fifo_that_nothing_writes_is_an_empty_map_not_a_hang(tmp_path):
+    fifo = tmp_path / "map.yaml"
+    os.mkfifo(fifo)
+    done = subprocess.run([sys.executable, "-m", "paths", "show", "--map", str(fifo), "--threads", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == (f"paths show: {fifo}:1: (top level): expected a mapping with fields name, clusters, root, "
+                           "got an empty document\n")
+
+
 def test_a_map_that_is_not_utf8_names_the_file_and_line(tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes(edited(("root: n0", "root: n\xe9")).encode("latin-1"))

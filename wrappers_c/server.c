@@ -698,7 +698,7 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
         } else if (whole) {
             atomic_fetch_add(&s->bad_frames, 1);
             answer_main(s, &routing_id, valid ? request.op : 0, PS_EINVAL, valid ? request.request_id : 0, 0,
-                        "malformed or misaddressed frame: the main endpoint takes BUILD and PING");
+                        "malformed or misaddressed frame: the main endpoint takes BUILD, PING and PEER");
         } else {
             atomic_fetch_add(&s->bad_frames, 1);
         }

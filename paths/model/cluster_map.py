@@ -156,8 +156,10 @@ class ClusterMap:
 
 def load_map(path: Union[str, os.PathLike]) -> ClusterMap:
     """Read and validate the cluster map in a YAML file (UTF-8, at most MAX_MAP_BYTES)."""
-    try:
-        with open(path, "rb") as f:
+    try:  # opened without waiting: a FIFO that nothing writes is then an empty map, not a hang
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.set_blocking(descriptor, True)
+        with os.fdopen(descriptor, "rb") as f:
             data = f.read(MAX_MAP_BYTES + 1)
     except OSError as error:
         raise MapError(f"{path}: cannot read the cluster map: {error.strerror}") from None

@@ -73,7 +73,8 @@ class ClientLedger:
                 if account.running >= policy.builds_per_client:
                     if len(account.waiting) >= policy.waiting_builds_per_client:
                         raise Refused(f"client {client} has {account.running} builds running and "
-                                      f"{len(account.waiting)} waiting: the most this server takes from one client")
+                                      f"{len(account.waiting)} waiting: the most this server takes from one client "
+                                      "(paths serve --max-builds-per-client sets how many run)")
                     account.waiting.append(request)
                     return False
                 if self.running >= policy.max_builds:
