@@ -490,6 +490,19 @@ def test_null_handles_buffers_and_counts_no_memory_holds_are_refused_not_a_crash
     assert probe.alive() == []
 
 
+def test_a_refused_call_that_returns_nothing_fails_the_thread_naming_the_call(built, probe):
+    """paths_release given a handle the thread does not hold cannot return a status: the thread
+    fails with its reason, which a later call that succeeds does not wipe out."""
+    done = paths_run("./libkernels.so:refused_release", "--map", "local", "--threads", "1", "--repeat", "1",
+                     "--timeout", "60", cwd=built)
+    assert done.returncode == 1
+    assert done.stderr == ("paths run: node localhost: KernelError: kernel ./libkernels.so:refused_release: thread 0 on "
+                           "node localhost returned PATHS_EINVAL: a bad argument: paths_release: given a handle thread "
+                           "0 does not hold (released already?) (a refused call fails the thread: the kernel returned "
+                           "PATHS_OK)\n"), done.stderr
+    assert probe.alive() == []
+
+
 def test_run_kernel_in_this_process_names_the_failed_thread(built, space):
     kernel = load_kernel(str(built / "libkernels.so") + ":failing")
 
@@ -623,17 +636,31 @@ def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
                                           rf"by zero \(at {re.escape(__file__)}:{line}\)$"):
         run(raising)
 
-    with pytest.raises(KernelError, match=r"thread 0 on node here returned PATHS_EINVAL: a bad argument: paths_report: "
-                                          r"expected a column name of 1 to 63 letters, digits and _ \. - / %, got 'a b'"):
+    with pytest.raises(KernelError, match=r"thread 0 on node here returned PATHS_EFAILED: the kernel's own failure: "
+                                          r"ValueError: paths_report: expected a column name of 1 to 63 letters, "
+                                          r"digits and _ \. - / %, got 'a b' \(at "):
         run(lambda ctx: ctx.report("a b" if ctx.thread == 0 else "ok", 1.0))
     with pytest.raises(KernelError, match=r"thread 0 on node here returned PATHS_EFAILED: the kernel's own failure: "
                                           r"TypeError: ctx\.report\(x, value\): expected a number, got 'abc' \(at "):
         run(lambda ctx: ctx.report("x", "abc" if ctx.thread == 0 else 1.0))
     with pytest.raises(KernelError, match=r"TypeError: ctx\.report\(name, value\): expected a name as text, got 5 "):
         run(lambda ctx: ctx.report(5, 1.0))
-    with pytest.raises(KernelError, match=r"thread [01] on node here returned PATHS_EINVAL: a bad argument: "
-                                          r"paths_report\('c32'\): a thread reports at most 32 columns$"):
+    with pytest.raises(KernelError, match=r"thread [01] on node here returned PATHS_EFAILED: the kernel's own failure: "
+                                          r"ValueError: paths_report\('c32'\): a thread reports at most 32 columns \(at "):
         run(lambda ctx: [ctx.report(f"c{i}", 1.0) for i in range(40)] and None)
+
+    def releasing_twice(ctx):
+        with pytest.raises(TypeError, match=r"^ctx\.release\(handle\): expected a handle of ctx\.acquire, got None$"):
+            ctx.release(None)
+        h = ctx.acquire(f"R@{ctx.thread}", "q")
+        ctx.release(h)
+        with pytest.raises(ValueError, match=rf"^paths_release: given a handle thread {ctx.thread} does not hold "
+                                             r"\(released already\?\)$"):
+            ctx.release(h)
+        with pytest.raises(RuntimeError, match=r"move \(the handle was released\): closed$"):
+            h.move(1)
+
+    run(releasing_twice)  # each refusal raised where it was made: the threads end well
     with pytest.raises(KernelError, match=r"a Python kernel returns None or a status \(an int from .*\), "
                                           r"it returned 'done'"):
         run(lambda ctx: "done")

@@ -155,15 +155,28 @@ paths_handle *paths_acquire(paths_kernel_ctx *c, const char *element, const char
     return (paths_handle *)link;
 }
 
-void paths_release(paths_kernel_ctx *c, paths_handle *h) {
+/* A call of the API that returns nothing was refused (c->error says why): the first such call
+ * fails the thread, with its reason. */
+static void misused(paths_kernel_ctx *c) {
+    if (c->misuse != PS_OK) return;
+    c->misuse = PS_EINVAL;
+    memcpy(c->misuse_error, c->error, sizeof c->error);
+}
+
+int ps_kernel_ctx_release(paths_kernel_ctx *c, paths_handle *h) {
     c = context(c);
     for (int i = 0; i < c->held_count; i++) {
         if (c->held[i] != (ps_link *)h) continue;
         c->held[i] = c->held[--c->held_count];
         c->run->hooks.release(c->run->hooks.data, c->thread, (ps_link *)h);
-        return;
+        return PS_OK;
     }
-    c->misuse = explain(c, PS_EINVAL, "paths_release: given a handle thread %d does not hold", c->thread);
+    return explain(c, PS_EINVAL, "paths_release: given a handle thread %d does not hold (released already?)",
+                   c->thread);
+}
+
+void paths_release(paths_kernel_ctx *c, paths_handle *h) {
+    if (ps_kernel_ctx_release(c, h) != PS_OK) misused(context(c));
 }
 
 void ps_context_release_all(paths_kernel_ctx *c) {
@@ -256,26 +269,25 @@ static int column_name(const char *name) {
     return 1;
 }
 
-void paths_report(paths_kernel_ctx *c, const char *name, double value) {
+int ps_kernel_ctx_report(paths_kernel_ctx *c, const char *name, double value) {
     c = context(c);
-    if (!column_name(name)) {
-        c->misuse = explain(c, PS_EINVAL, "paths_report: expected a column name of 1 to %d letters, "
-                            "digits and _ . - / %%, got '%s'", PS_REPORT_NAME_MAX, name ? name : "(null)");
-        return;
-    }
+    if (!column_name(name))
+        return explain(c, PS_EINVAL, "paths_report: expected a column name of 1 to %d letters, digits and _ . - / %%, "
+                       "got '%s'", PS_REPORT_NAME_MAX, name ? name : "(null)");
     for (int i = 0; i < c->report_count; i++) {
         if (strcmp(c->reports[i].name, name) == 0) {
             c->reports[i].value = value;
-            return;
+            return PS_OK;
         }
     }
-    if (c->report_count == PS_REPORTS_MAX) {  /* the first column over the limit names it, not a later one */
-        if (c->misuse == PS_OK)
-            c->misuse = explain(c, PS_EINVAL, "paths_report('%s'): a thread reports at most %d columns", name,
-                                PS_REPORTS_MAX);
-        return;
-    }
+    if (c->report_count == PS_REPORTS_MAX)
+        return explain(c, PS_EINVAL, "paths_report('%s'): a thread reports at most %d columns", name, PS_REPORTS_MAX);
     ps_report *report = &c->reports[c->report_count++];
     snprintf(report->name, sizeof report->name, "%s", name);
     report->value = value;
+    return PS_OK;
+}
+
+void paths_report(paths_kernel_ctx *c, const char *name, double value) {
+    if (ps_kernel_ctx_report(c, name, value) != PS_OK) misused(context(c));
 }

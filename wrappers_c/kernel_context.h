@@ -31,6 +31,7 @@ struct paths_kernel_ctx {
     int status;                 /* what the kernel returned (settled: see kernel_run.c) */
     _Atomic int ended;          /* set by the thread last: its status and error are final */
     int misuse;                 /* PS_EINVAL after a wrong call (an overlong report name, ...) */
+    char misuse_error[PS_CONTEXT_ERROR]; /* why the first one was refused (later calls reset `error`) */
     int failed;                 /* the thread said why it fails (paths_fail): its error says it */
     ps_link **held;             /* links acquired and not released */
     int held_count, held_capacity;

@@ -66,10 +66,15 @@ static int pass_gate(ps_kernel_run *run) {
     }
 }
 
-/* As a thread ends: a misuse of the API fails a kernel that returned PATHS_OK, and a failure
- * with nothing said is explained by what a stage on one of its handles said. */
+/* As a thread ends: a misuse of the API fails a kernel that returned PATHS_OK, saying which call,
+ * and a failure with nothing said is explained by what a stage on one of its handles said. */
 static void settle(paths_kernel_ctx *c) {
-    if (c->status == PS_OK && c->misuse != PS_OK) c->status = c->misuse;
+    if (c->status == PS_OK && c->misuse != PS_OK) {
+        c->status = c->misuse;
+        paths_fail(c, c->status, "%s (a refused call fails the thread: the kernel returned PATHS_OK)",
+                   c->misuse_error);
+        return;
+    }
     if (c->status == PS_OK || c->error[0]) return;
     for (int i = 0; i < c->held_count; i++) {
         char why[PS_STAGE_ERROR_MAX];

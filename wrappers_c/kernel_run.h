@@ -55,6 +55,11 @@ int ps_kernel_run_arg(ps_kernel_run *run, const char *key, const char *value);
  * gives the kernel (a kernel written in Python finds its function there). */
 int ps_kernel_run_start(ps_kernel_run *run, paths_kernel_fn kernel, void *data, int pin);
 void *ps_kernel_ctx_data(const paths_kernel_ctx *c);
+/* paths_release and paths_report for a caller that can raise (a Python kernel): a refused call
+ * returns PATHS_EINVAL (paths_last_error says why) and, done nothing, leaves the thread's
+ * outcome alone. paths_release and paths_report, which return nothing, fail the thread instead. */
+int ps_kernel_ctx_release(paths_kernel_ctx *c, paths_handle *h);
+int ps_kernel_ctx_report(paths_kernel_ctx *c, const char *name, double value);
 
 /* Waits until every thread has ended (PS_OK), or, with until_failure, until one has failed
  * (PATHS_EFAILED: its outcome is final, the others may run on), or the timeout (PS_ETIMEDOUT). */

@@ -132,6 +132,9 @@ public:
         owner_ = py::object();
         return true;
     }
+    // Refuses the operations from now on (PS_ECLOSED), its link kept: a kernel released the handle,
+    // and the run holds the path until it ends.
+    void refuse_calls() { released_.store(true); }
     // The latest any call may wait: the caller's deadline, for the view a Python stage gets of
     // its link below (set for each call it serves); PS_FOREVER for a thread's own handle.
     int64_t deadline() const { return deadline_; }
@@ -142,7 +145,7 @@ public:
     void reset_moved() { moved_ = 0; }
     // What the stage could say about its last failure (a remote names its server).
     std::string explanation() const {
-        if (!stage_) return "the handle was released";
+        if (!stage_ || released_.load()) return "the handle was released";
         if (!link_) return "a Python stage's `below` is a handle only during the call it was given to";
         return stage_error(stage_->get());
     }

@@ -153,8 +153,13 @@ public:
         }
         throw py::value_error(paths_last_error(c_));
     }
-    void release(const std::shared_ptr<Handle> &handle) {
-        paths_release(c_, reinterpret_cast<paths_handle *>(handle->link()));
+    void release(const py::object &given) {
+        if (!py::isinstance<Handle>(given))
+            throw py::type_error("ctx.release(handle): expected a handle of ctx.acquire, got " + shown(given));
+        auto handle = given.cast<std::shared_ptr<Handle>>();
+        if (ps_kernel_ctx_release(c_, reinterpret_cast<paths_handle *>(handle->link())) != PS_OK)
+            throw py::value_error(paths_last_error(c_));
+        handle->refuse_calls();
     }
     void barrier(const py::object &timeout) {
         int64_t wait = timeout_ns(timeout);
@@ -174,7 +179,8 @@ public:
             throw py::type_error("ctx.report(" + name.cast<std::string>() + ", value): expected a number, got " +
                                  shown(value));
         }
-        paths_report(c_, name.cast<std::string>().c_str(), number);
+        if (ps_kernel_ctx_report(c_, name.cast<std::string>().c_str(), number) != PS_OK)
+            throw py::value_error(paths_last_error(c_));
     }
 
 private:

@@ -164,6 +164,14 @@ int null_arguments(paths_kernel_ctx *c) {
     return PATHS_OK;
 }
 
+/* paths_release of a handle this thread never acquired (refused: it returns nothing, so it fails
+ * the thread), then a call that succeeds, then PATHS_OK: the run names the refused call. */
+int refused_release(paths_kernel_ctx *c) {
+    int64_t stranger = 0;
+    paths_release(c, (paths_handle *)&stranger);
+    return paths_acquire(c, "R", "q") ? PATHS_OK : PATHS_EFAILED;
+}
+
 /* Element S's path (the test's) holds 3 moves in a batch above a sum of 2 contributors that only
  * this thread feeds: the sum refuses the second buffer of a move_many, and paths_handle_error says
  * how many of that buffer's moves took effect, which the status alone cannot. Reports that it
