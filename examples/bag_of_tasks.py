@@ -32,8 +32,8 @@ def master(size: int, tasks: int, darts: int) -> None:
     work, results = paths.acquire("tasks", "qqq"), paths.acquire("results", "qqq")
     for task in range(tasks):
         work.move((task, darts, 1000 + task))
-    for _ in range(size - 1):
-        work.move((-1, 0, 0))  # a stop tuple per worker
+    for _ in range(max(size - 1, 1)):
+        work.move((-1, 0, 0))  # a stop tuple per worker (the master itself, alone)
     if size == 1:
         worker(work, results)
     done, hits, thrown, by = set(), 0, 0, {}
@@ -63,6 +63,9 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=16, help="work tuples (default 16)")
     parser.add_argument("--darts", type=int, default=50_000, help="darts per task (default 50000)")
     args = parser.parse_args()
+    for option, value in (("--tasks", args.tasks), ("--darts", args.darts)):
+        if value < 1:
+            parser.error(f"{option}: expected at least 1, got {value}")
     info = paths.runtime_info()
     if info.rank == 0:
         master(info.size, args.tasks, args.darts)

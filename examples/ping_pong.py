@@ -23,6 +23,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=1000, help="round trips (default 1000)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds: expected at least 1, got {args.rounds}")
     info = paths.runtime_info()
     if info.size != 2:
         print(f"ping_pong: expected 2 ranks, got {info.size} (paths launch --threads 2)", file=sys.stderr)

@@ -51,6 +51,22 @@ def test_bag_of_tasks_finds_pi_with_every_task_done_once(launch, workers):
     assert sum(int(n) for _, _, n in counts) == 20  # each task taken by exactly one worker
 
 
+def test_bag_of_tasks_with_one_rank_is_done_by_the_master():
+    done = paths_launch("--map", "local", "--threads", "1", "--timeout", "60", "--", sys.executable,
+                        str(EXAMPLES / "bag_of_tasks.py"), "--tasks", "4", "--darts", "1000")
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"\[0\] bag of tasks: 4 tasks of 1000 darts by 1 workers: pi ~ \S+ \(error \S+\)\n", done.stdout)
+
+
+@pytest.mark.parametrize("script, option", [("bag_of_tasks.py", "--tasks"), ("bag_of_tasks.py", "--darts"),
+                                            ("ping_pong.py", "--rounds")])
+def test_an_example_given_nothing_to_do_says_so(script, option):
+    done = subprocess.run([sys.executable, str(EXAMPLES / script), option, "0"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].endswith(f"error: {option}: expected at least 1, got 0"), done.stderr
+
+
 @pytest.mark.parametrize("the_map", ["local", "paper-4w"])
 def test_ping_pong_prints_the_round_trip(the_map):
     done = paths_launch("--map", the_map, "--threads", "2", "--policy", "cyclic", "--", sys.executable,
