@@ -216,6 +216,22 @@ def test_a_python_program_whose_rendezvous_fails_says_so_in_one_line(tmp_path):
         1, f"paths: PATHS_MAP: {tmp_path}/none.yaml: cannot read the cluster map: No such file or directory\n")
 
 
+@pytest.mark.parametrize("variables, line", [
+    ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "3"},
+     "paths: mpirun: OMPI_COMM_WORLD_RANK=5: expected a rank below OMPI_COMM_WORLD_SIZE=3"),
+    ({"OMPI_COMM_WORLD_RANK": "abc", "OMPI_COMM_WORLD_SIZE": "3"},
+     "paths: OMPI_COMM_WORLD_RANK='abc': expected a whole number >= 0"),
+    ({"PATHS_RANK": "1"}, "paths: paths launch: PATHS_RANK is set but not PATHS_SIZE: cannot tell how many ranks "
+                          "the run has"),
+], ids=["rank past the size", "not a number", "no size"])
+def test_a_python_program_given_a_wrong_rank_says_so_in_one_line(variables, line):
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PATHS_", "OMPI_", "PMI", "SLURM_"))},
+           "PATHS_MAP": "paper-2w", **variables}
+    done = subprocess.run([sys.executable, "-c", "import paths\npaths.acquire('S', 'q')\n"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (1, line + "\n")
+
+
 def test_ranks_with_another_map_are_refused_everywhere(tmp_path):
     answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}, checks={2: "map other"})
     expected = "rank 2 runs map other, rank 0 map m: give every rank the same"

@@ -30,7 +30,7 @@ from .kernel import current_context, parse_kernel_args
 from ..model.path_edit import with_traces
 from ..model.path_spec import PathSpec, make_path, stage
 from ..model.placement import place, placement_warnings_said
-from .rank_discovery import ACQUIRE, MAP, POLICY, RELEASE, SUMS, Discovered, discover
+from .rank_discovery import ACQUIRE, MAP, POLICY, RELEASE, SUMS, Discovered, RankError, discover
 from .rank_wiring import wire
 from .rendezvous import RendezvousError
 from ..model.reduction_tree import plan_reduction
@@ -194,11 +194,12 @@ _program_wiring = None
 
 
 def _run_errors_in_one_line(hook):
-    """sys.excepthook for a program its launcher started: a failed rendezvous or a map that cannot
-    be used, not handled, is said in its one line (it names the rank, or the file and field),
-    without the traceback of the program's call that met it; anything else goes to `hook`."""
+    """sys.excepthook for a program its launcher started: a failed rendezvous, a rank its
+    launcher's variables do not give or a map that cannot be used, not handled, is said in its one
+    line (it names the rank, the variable, or the file and field), without the traceback of the
+    program's call that met it; anything else goes to `hook`."""
     def excepthook(kind, value, trace):
-        if issubclass(kind, (RendezvousError, MapError)):
+        if issubclass(kind, (RendezvousError, RankError, MapError)):
             print(value if str(value).startswith("paths: ") else f"paths: {value}", file=sys.stderr)
         else:
             hook(kind, value, trace)
@@ -208,7 +209,7 @@ def _run_errors_in_one_line(hook):
 def current(caller: str) -> Runtime:
     """The runtime of this process: a program of its own, after paths_init, or started from the
     environment its launcher gave it (paths launch, srun, mpirun; or PATHS_MAP)."""
-    if _program is None and (discover().launcher or MAP in os.environ):
+    if _program is None and (_launched() or MAP in os.environ):
         sys.excepthook = _run_errors_in_one_line(sys.excepthook)
         start_program([])
         program_failure.watch_exits()
@@ -218,6 +219,16 @@ def current(caller: str) -> Runtime:
                          "paths_init first, or runs under paths launch, srun or mpirun, or with PATHS_MAP; "
                          "a kernel runs in one)")
     return _program
+
+
+def _launched() -> bool:
+    """Whether a launcher's variables say this process is a rank (RankError, said in one line if
+    not handled, when they are wrong)."""
+    try:
+        return bool(discover().launcher)
+    except RankError:
+        sys.excepthook = _run_errors_in_one_line(sys.excepthook)
+        raise
 
 
 def acquire(element: str, format: str) -> _native.Handle:

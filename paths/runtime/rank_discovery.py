@@ -27,6 +27,11 @@ RANK, SIZE, NODE, SERVERS = "PATHS_RANK", "PATHS_SIZE", "PATHS_NODE", "PATHS_SER
 MAP, POLICY, SUMS, ACQUIRE, RELEASE = "PATHS_MAP", "PATHS_POLICY", "PATHS_SUM", "PATHS_ACQUIRE", "PATHS_RELEASE"
 
 
+class RankError(ValueError):
+    """The launcher's variables (or --paths-thread options) name no rank of a run: the message
+    names the variable, its value and what was expected."""
+
+
 @dataclass(frozen=True)
 class Discovered:
     launcher: str  # "paths launch", "srun", "mpirun", "pmix", "pmi", or "" (none)
@@ -54,7 +59,7 @@ _LAUNCHERS = (
 
 
 def discover(environ: Optional[Mapping[str, str]] = None) -> Discovered:
-    """This process's rank, from the first launcher whose variables are set; ValueError naming
+    """This process's rank, from the first launcher whose variables are set; RankError naming
     the variable for a value that is not a rank or a size."""
     environ = os.environ if environ is None else environ
     for launcher, rank_name, size_names, job_names, hosts_name, within in _LAUNCHERS:
@@ -62,12 +67,12 @@ def discover(environ: Optional[Mapping[str, str]] = None) -> Discovered:
             continue
         size_name = next((name for name in size_names if name in environ), None)
         if size_name is None:
-            raise ValueError(f"{launcher}: {rank_name} is set but not {' or '.join(size_names)}: "
+            raise RankError(f"{launcher}: {rank_name} is set but not {' or '.join(size_names)}: "
                              "cannot tell how many ranks the run has")
         size = _whole(environ, size_name, 1)
         rank = _whole(environ, rank_name, 0)
         if rank >= size:
-            raise ValueError(f"{launcher}: {rank_name}={rank}: expected a rank below {size_name}={size}")
+            raise RankError(f"{launcher}: {rank_name}={rank}: expected a rank below {size_name}={size}")
         job = ".".join(environ[name] for name in job_names if name in environ)
         if launcher == "mpirun":  # PMIX_NAMESPACE, or else the job id: one of them names the job
             job = next((environ[name] for name in job_names if name in environ), "")
@@ -84,5 +89,5 @@ def _whole(environ: Mapping[str, str], name: str, least: int) -> int:
     except ValueError:
         value = -1
     if value < least:
-        raise ValueError(f"{name}={text!r}: expected a whole number >= {least}")
+        raise RankError(f"{name}={text!r}: expected a whole number >= {least}")
     return value
