@@ -1,5 +1,6 @@
 """Reduction plans: tree shape, fan-ins checked against the merged tree, cross-cluster hops."""
 
+import warnings
 from collections import defaultdict
 
 import pytest
@@ -128,15 +129,32 @@ def test_one_thread_goes_straight_to_the_element():
     assert plan.paths == (make_path(CORE),)
 
 
-def test_partial_sums_of_a_level_live_on_distinct_nodes():
-    plan = plan_reduction(builtin_map("paper-2w"), 32, ELEMENT)  # 16 node sums -> 4 groups -> 1
+def cluster_sum_hosts(plan) -> dict[tuple, list[str]]:
+    """The nodes of the partial sums of a plan's clusters, by level (() for a cluster's own sum)."""
     hosts = defaultdict(list)
     for node, instances in plan.stages_by_node().items():
         for specs in instances:
             if specs[0].kind == "reduce-sum" and specs[0].param("id").startswith("cluster:"):
-                level = specs[0].param("id").split(":")[2:3]  # [] for the cluster's own sum
-                hosts[tuple(level)].append(node)
-    assert hosts == {("1",): ["n0", "n4", "n8", "n12"], (): ["n0"]}
+                hosts[tuple(specs[0].param("id").split(":")[2:3])].append(node)
+    return hosts
+
+
+def test_no_node_holds_two_partial_sums():
+    """16 node sums -> 4 groups -> 1 on the root n0: the first group's sum goes to n1, its first
+    node that holds none. So with every map, thread count, policy and fan-in tried: besides its
+    own node sum, a node holds at most one partial sum of its cluster."""
+    assert cluster_sum_hosts(plan_reduction(builtin_map("paper-2w"), 32, ELEMENT)) == {
+        ("1",): ["n1", "n4", "n8", "n12"], (): ["n0"]}
+    for name in ("paper-2w", "paper-4w", "paper-8w", "multicluster"):
+        for threads in (2, 5, 8, 12, 16, 33):
+            for policy in ("block", "cyclic"):
+                for fanin in (2, 3, 4):
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", PlacementWarning)  # more threads than CPUs: fine here
+                        plan = plan_reduction(builtin_map(name), threads, ELEMENT, policy=policy, max_fanin=fanin)
+                    hosts = [node for nodes in cluster_sum_hosts(plan).values() for node in nodes]
+                    assert len(hosts) == len(set(hosts)), (name, threads, policy, fanin, cluster_sum_hosts(plan))
+                    check_tree(plan)
 
 
 def test_node_sub_tree_when_a_node_has_more_threads_than_max_fanin():

@@ -5,9 +5,9 @@ Bottom up (a level with a single contributor adds no sum: there are no fan-in-1 
   node     the threads of a node meet in one reduce-sum on that node, id "node:<node>"; more than
            max_fanin threads get a local sub-tree of sums under it, ids "node:<node>:<level>:<i>".
   cluster  the node partial sums of a cluster combine level by level in sums of fan-in at most
-           max_fanin, ids "cluster:<cluster>:<level>:<i>"; a group's sum lives on the node of its
-           first contributor, so no node hosts two sums of a level.  The last level is ONE sum,
-           id "cluster:<cluster>", on the cluster's head (default: its first node with threads).
+           max_fanin, ids "cluster:<cluster>:<level>:<i>".  The last level is ONE sum, id
+           "cluster:<cluster>", on the cluster's head (default: its first node with threads); every
+           other lives on the first node of its group that holds none yet: no node holds two.
   root     one sum of the cluster sums, id "root", on the root node; its fan-in is the number of
            clusters with threads (max_fanin does not split it), so each cluster crosses to the
            root exactly once.
@@ -255,26 +255,37 @@ def _combine(
 ) -> Union[_Sum, _Thread]:
     """Sum `parts` level by level with fan-in <= max_fanin until one part is left.
 
-    A group's sum lives on its first part's node; the final sum on `top_node` if given.
+    The final sum lives on `top_node` if given; every other sum on the first node of its group's
+    parts (theirs, then those below them) that holds no sum of these yet, so that no node holds
+    two where the parts span enough nodes (n parts on n nodes make at most n - 1 sums), else on
+    its first part's node (parts on one node).
     """
     level = 0
+    taken = {top_node}
     while len(parts) > 1:
         level += 1
         groups = _split(parts, max_fanin)
         final = len(groups) == 1
-        parts = [
-            (
-                group[0]
-                if len(group) == 1
-                else _Sum(
-                    top_id if final else f"{top_id}:{level}:{index}",
-                    top_node if final and top_node else group[0].node,
-                    group,
-                )
-            )
-            for index, group in enumerate(groups)
-        ]
+        summed: list[Union[_Sum, _Thread]] = []
+        for index, group in enumerate(groups):
+            if len(group) == 1:
+                summed.append(group[0])
+                continue
+            if final and top_node:
+                node = top_node
+            else:
+                node = next((n for part in group for n in _nodes_under(part) if n not in taken), group[0].node)
+            taken.add(node)
+            summed.append(_Sum(top_id if final else f"{top_id}:{level}:{index}", node, group))
+        parts = summed
     return parts[0]
+
+
+def _nodes_under(part: Union[_Sum, _Thread]) -> Iterator[str]:
+    """The nodes of a part's sub-tree: its own first, then those of its inputs in order."""
+    yield part.node
+    for child in part.inputs if isinstance(part, _Sum) else ():
+        yield from _nodes_under(child)
 
 
 def _split(parts: list, max_fanin: int) -> list[list]:
