@@ -320,6 +320,21 @@ def test_a_hook_that_cannot_be_used_is_refused_before_any_node_starts(built, pro
     assert probe.started() == {}
 
 
+def test_a_policy_is_asked_only_for_the_thread_counts_of_the_run(built, probe, user_module):
+    """A policy that places threads in pairs refuses an odd count: nodes, which get their runs'
+    placements from the launcher, must not ask it for one thread of their own."""
+    user_module("pairs_policy", """
+        def pairs(cluster_map, n_threads):
+            if n_threads % 2:
+                raise ValueError(f"pairs: expected an even thread count, got {n_threads}")
+            return [cluster_map.nodes[i // 2].name for i in range(n_threads)]
+    """)
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "2,4", "--policy", "pairs_policy:pairs", "--repeat",
+                     "1", "--rounds", "20", cwd=built)
+    assert done.returncode == 0, done.stderr
+    assert probe.alive() == []
+
+
 # ---- bad input: one line each, exit 1 or 2, and every node reaped --------------------------------
 
 LOAD_ERRORS = {  # kernel, the one line on stderr

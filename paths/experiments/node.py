@@ -88,7 +88,7 @@ class Node:
     def context_op(self, request: dict) -> dict:
         cluster_map = load_map_text(request["map"], source=request["source"])
         self.kernel = kernel.load_kernel(request["kernel"], request["kernel_name"])
-        self.runtime = make_runtime(cluster_map, 1, sums=request["sums"], policy=request["policy"],
+        self.runtime = make_runtime(cluster_map, None, sums=request["sums"], policy=request["policy"],
                                     max_fanin=request["max_fanin"], tree_form=request["tree_form"],
                                     acquire=request["acquire"],
                                     release=request["release"],

@@ -155,14 +155,15 @@ class Runtime:
                              f"{self.hook_names[1]} raised {raised_where(e)}") from e
 
 
-def make_runtime(cluster_map: ClusterMap, threads: int, *, sums=(), policy: Optional[str] = None,
+def make_runtime(cluster_map: ClusterMap, threads: Optional[int], *, sums=(), policy: Optional[str] = None,
                  max_fanin: Optional[int] = None, tree_form: Optional[str] = None, acquire: Optional[str] = None,
                  release: Optional[str] = None, tracing: Optional[Tracing] = None,
                  context: Optional[BuildContext] = None) -> Runtime:
     """A runtime for `threads` threads placed by the map (or `policy`), with the hooks named
-    here or by the map, building its paths in `context` (default: the process's own)."""
+    here or by the map, building its paths in `context` (default: the process's own). None for
+    `threads`: none placed yet (a node's, whose runs come placed: Runtime.for_run)."""
     acquire, release = acquire or cluster_map.acquire, release or cluster_map.release
-    placements = tuple(place(cluster_map, threads, policy))
+    placements = tuple(place(cluster_map, threads, policy)) if threads is not None else ()
     return Runtime(cluster_map, placements, frozenset(sums), policy, max_fanin, named_hook(acquire, "acquire"),
                    named_hook(release, "release"), (acquire or "(default)", release or "(default)"),
                    tracing=tracing, tree_form=tree_form, context=context or default_context())
