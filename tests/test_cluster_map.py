@@ -367,6 +367,32 @@ BROKEN = {
         "launch.ssh",
         "with {host} and {command}",
     ),
+    "address that is no endpoint": (
+        edited(("n[0-7]", "n[0-1]"), ("cpus: 4", "cpus: 4\n    address: {n0: garbage, n1: 'tcp://b:1'}")),
+        6,
+        "clusters.4w.address.n0",
+        "expected an address like 'tcp://host:7000' (tcp://HOST:PORT: HOST an IP address or a host name, PORT from "
+        "1 to 65535 or *), got 'garbage'",
+    ),
+    "address of another scheme": (
+        edited(("cpus: 4", "cpus: 4\n    address: 'http://{node}:7000'")),
+        6,
+        "clusters.4w.address",
+        "expected an address like 'tcp://host:7000' (tcp://HOST:PORT: HOST an IP address or a host name, PORT from "
+        "1 to 65535 or *), got 'http://n0:7000'",
+    ),
+    "address with no port": (
+        edited(("cpus: 4", "cpus: 4\n    address: 'tcp://{node}'")),
+        6,
+        "clusters.4w.address",
+        "got 'tcp://n0'",
+    ),
+    "address with a host that is no name": (
+        edited(("cpus: 4", "cpus: 4\n    address: 'tcp://{node}_x:7000'")),
+        6,
+        "clusters.4w.address",
+        "got 'tcp://n0_x:7000'",
+    ),
     "address shared by all nodes": (
         edited(("cpus: 4", "cpus: 4\n    address: tcp://10.0.0.1:7000")),
         6,

@@ -212,6 +212,21 @@ launch:
 """
 
 
+def test_a_node_that_cannot_bind_its_address_says_so_in_one_line(probe, tmp_path):
+    """192.0.2.1 (an address for documentation) is on no interface here: binding it sends nothing."""
+    ssh = tmp_path / "fake-ssh"
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(0o755)
+    text = LOOPBACK_MAP.format(ssh=shlex.quote(str(ssh))).replace("tcp://127.0.0.2:*", "tcp://192.0.2.1:7000")
+    with pytest.raises(LaunchError) as failed:
+        run_experiment(load_map_text(text, source="unbindable.yaml"),
+                       RunSettings("gsum", [1], repeat=1, rounds=5, timeout=RUN_TIMEOUT))
+    assert str(failed.value) == ("node n0 exited while waiting to be READY (exit 2):\nnode n0: --bind "
+                                 "tcp://192.0.2.1:7000: paths server: cannot bind 'tcp://192.0.2.1:7000': Cannot "
+                                 "assign requested address"), failed.value
+    assert_all_reaped(probe, ["n0"])
+
+
 def test_a_run_through_fake_ssh_on_loopback_addresses(probe, launched, tmp_path, monkeypatch):
     ssh = tmp_path / "fake ssh"  # a space in the path: the template must quote it
     ssh.write_text(FAKE_SSH)
@@ -315,8 +330,8 @@ def test_slurm_commands_take_the_allocation_hosts_in_map_order():
     for command in commands:
         host = hosts[command.node]
         assert command.argv[:6] == ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", host]
-        bind = (["--bind", f"tcp://{command.node}:7100"] if command.node.startswith("r")
-                else ["--bind", "tcp://0.0.0.0:*", "--advertise", host])
+        bind = (["--bind", "tcp://0.0.0.0:7100", "--advertise", command.node] if command.node.startswith("r")
+                else ["--bind", "tcp://0.0.0.0:*", "--advertise", host])  # a host name is advertised, not bound
         assert command.argv[6:] == node + [command.node] + bind
     # A run that needs only some nodes still gives each its own host of the map order.
     assert [(c.node, c.argv[5]) for c in node_commands(cluster_map, ["r1", "l0"], environ=environ)] == [

@@ -22,6 +22,7 @@ that started them.
 from __future__ import annotations
 
 import collections
+import ipaddress
 import json
 import os
 import selectors
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import _native
-from ..model.cluster_map import ClusterMap
+from ..model.cluster_map import ClusterMap, split_address
 from ..model.cpu_sets import cpu_shares, format_cpu_list
 from ..model.hostlist import expand_hostlist
 from .line_buffer import LineBuffer
@@ -89,12 +90,18 @@ def node_commands(cluster_map: ClusterMap, nodes: list[str], mode: str | None = 
 
 
 def _bind_options(cluster_map: ClusterMap, node: str, host: str) -> list[str]:
-    """Where a node off this machine binds: its address in the map, or every interface with a
-    free port, advertised to the others by its host name."""
+    """Where a node off this machine binds: its address in the map (every interface, at its port,
+    where it names a host: ZeroMQ binds addresses, not names), or every interface with a free
+    port, advertised to the others by its host name."""
     address = cluster_map.node(node).address
-    if address:
+    if not address:
+        return ["--bind", "tcp://0.0.0.0:*", "--advertise", host]
+    name, port = split_address(address)
+    try:
+        ipaddress.ip_address(name.strip("[]"))
         return ["--bind", address]
-    return ["--bind", "tcp://0.0.0.0:*", "--advertise", host]
+    except ValueError:
+        return ["--bind", f"tcp://0.0.0.0:{port}", "--advertise", name]
 
 
 def slurm_hosts(environ) -> list[str]:

@@ -199,8 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     for number in STOP_SIGNALS:  # the launcher ends the run (a failed one: kernels may still run)
         signal.signal(number, lambda *_: node.abort())
     node.context.curve_client = tuple(client) if client else None
-    server = node.server = PathServer(args.bind, secret, trace_dir=args.trace_dir, context=node.context,
-                                      policy=ServerPolicy.for_run_nodes(), curve_clients=clients).start()
+    try:
+        server = node.server = PathServer(args.bind, secret, trace_dir=args.trace_dir, context=node.context,
+                                          policy=ServerPolicy.for_run_nodes(), curve_clients=clients).start()
+    except ValueError as e:  # the map's address for this node cannot be bound here
+        print(f"node {args.name}: --bind {args.bind}: {e}", file=sys.stderr)
+        return 2
     endpoint = server.endpoint
     if args.advertise:
         endpoint = endpoint.replace("0.0.0.0", args.advertise)

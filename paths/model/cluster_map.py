@@ -14,6 +14,7 @@ CPUs, so that no file (`/dev/zero` included) can keep a reader busy.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -49,6 +50,7 @@ MAX_MAP_NODES = MAX_HOSTS  # nodes in all the map's clusters together
 MAX_NODE_CPUS = 1 << 16    # cpus of one node
 MAX_MAP_CPUS = 1 << 20     # cpus of all the map's nodes together (placement deals them out one by one)
 
+_HOST_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 _EXPONENT_ONLY = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")  # a number in YAML 1.2, text in YAML 1.1
 NESTED_TOO_DEEPLY = "lists and mappings nested too deeply (a map is plain YAML: mappings, lists, strings and numbers)"
 
@@ -424,6 +426,25 @@ def _cpus(field: _Field) -> int:
     )
 
 
+def split_address(address: str) -> tuple[str, str]:
+    """A node's address, tcp://HOST:PORT, as (HOST, PORT): HOST an IP address ([...] for IPv6) or
+    a host name, PORT from 1 to 65535 or * (any free one); ValueError saying what is expected."""
+    scheme, _, rest = address.partition("://")
+    host, _, port = rest.rpartition(":")
+    if scheme != "tcp" or not (port == "*" or (port.isdigit() and 0 < int(port) < 65536)) or not (
+            _HOST_NAME.fullmatch(host) or _ip_in_brackets(host)):
+        raise ValueError(f"expected an address like 'tcp://host:7000' (tcp://HOST:PORT: HOST an IP address or a "
+                         f"host name, PORT from 1 to 65535 or *), got {_shown.repr(address)}")
+    return host, port
+
+
+def _ip_in_brackets(host: str) -> bool:
+    try:
+        return host.startswith("[") and host.endswith("]") and bool(ipaddress.ip_address(host[1:-1]))
+    except ValueError:
+        return False
+
+
 def _addresses(field: _Field, names: list[str]) -> list[str]:
     if isinstance(field.node, yaml.MappingNode):
         given = field.entries("a mapping of node names to addresses")
@@ -433,13 +454,18 @@ def _addresses(field: _Field, names: list[str]) -> list[str]:
         for node in names:
             if node not in given:
                 field.fail(f"missing the address of node {node!r}")
-        return [given[node].string("an address like 'tcp://host:7000'") for node in names]
-    template = field.string(
-        "an address template like 'tcp://{node}:7000' or a mapping node: address"
-    )
-    if not _replaces_only(template, {"node"}):
-        field.expect("a template where only {node} is replaced, like 'tcp://{node}:7000'")
-    return [template.format(node=node) for node in names]
+        addresses = [(given[node], given[node].string("an address like 'tcp://host:7000'")) for node in names]
+    else:
+        template = field.string("an address template like 'tcp://{node}:7000' or a mapping node: address")
+        if not _replaces_only(template, {"node"}):
+            field.expect("a template where only {node} is replaced, like 'tcp://{node}:7000'")
+        addresses = [(field, template.format(node=node)) for node in names]
+    for where, address in addresses:
+        try:
+            split_address(address)
+        except ValueError as error:
+            where.fail(str(error))
+    return [address for _, address in addresses]
 
 
 def _policy(field: _Field) -> str:
