@@ -23,7 +23,8 @@ Between two stages on different nodes the path has `remote(host=<next node>)`, w
 jitter_ms)` when the hop crosses a link with a delay, and before that by `batch(max_moves,
 max_bytes, flush_us)` when the link batches (a link's batch counts moves: max_bytes is the stage's
 most, so that no tuple size cuts its buffers short). A thread's own hop (a thread alone on its
-node) has `window=2`: its move and the observe after it share one round trip.  A stage instance is
+node) has `window=2` and a pipelined delay: its move and the observe after it share one round
+trip, and cross a delayed link once each way.  A stage instance is
 identified by the node it lives on and its specs down to the element.
 """
 
@@ -306,8 +307,9 @@ def hop(cluster_map: ClusterMap, from_node: str, to_node: str, pipelined: bool =
     `delay` where the map lists the link with one, after a `batch` where the link batches (a
     buffer of moves crosses the link, and its delay, once). Every path the default acquire hook
     makes crosses nodes this way, sums and elements at their homes alike. `pipelined` (a thread's own
-    hop to its sum, which always observes after it moves): window=2, so that the move and the
-    observe share one round trip, as a sum's exchange does on the hops below it."""
+    hop to its sum, which always observes after it moves): window=2 and a pipelined delay, so that
+    the move and the observe share one round trip and one crossing each way, as a sum's exchange
+    does on the hops below it."""
     if from_node == to_node:
         return ()
     ends = cluster_map.node(from_node).cluster, cluster_map.node(to_node).cluster
@@ -319,7 +321,8 @@ def hop(cluster_map: ClusterMap, from_node: str, to_node: str, pipelined: bool =
         return (remote,)
     timer = {"flush_us": link.flush_us} if link.flush_us else {}
     batch = (stage("batch", max_moves=link.batch, max_bytes=BATCH_BYTES_MOST, **timer),) if link.batch is not None else ()
-    delay = (stage("delay", ms=link.delay_ms, jitter_ms=link.jitter_ms),) if link.delay_ms is not None else ()
+    wire = {"pipelined": 1} if pipelined else {}  # the thread's move crosses with its observe, as on a wire
+    delay = (stage("delay", ms=link.delay_ms, jitter_ms=link.jitter_ms, **wire),) if link.delay_ms is not None else ()
     return batch + delay + (remote,)
 
 
