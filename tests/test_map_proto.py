@@ -97,7 +97,8 @@ def server_counters(launched, cluster_map, threads):
     seen = {}
 
     def read(count, repeat):
-        answers = launched[-1].request_all({node: {"op": "counters"} for node in launched[-1].nodes})
+        answers = launched[-1].request_all({node: {"op": "counters", "tags": [f"{count}.{repeat}"]}
+                                            for node in launched[-1].nodes})
         seen.update({node: answer["server"] for node, answer in answers.items()})
 
     report = run_experiment(cluster_map, RunSettings("gsum", [threads], repeat=1, rounds=50, timeout=RUN_TIMEOUT),

@@ -11,6 +11,7 @@ and check that every node process started was reaped.
 import csv
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -49,6 +50,18 @@ def paths_run(*args: str) -> subprocess.CompletedProcess:
 MULTI_COUNTS = [3, 12, 96]
 MULTI_ROUNDS, MULTI_REPEAT = 10, 2
 CLUSTERS_WITH_THREADS = {3: {"2w"}, 12: {"2w"}, 96: {"2w", "4w", "8w"}}  # bucket: 2w holds 32 threads
+
+
+def test_counters_after_a_thread_count_are_of_its_runs_alone(probe):
+    """The stages of the runs before may still be going (the links that hold them end as their
+    clients let go): they are not listed under the next thread count."""
+    cluster_map = load_map_text("name: headmap\nclusters:\n  a: {nodes: 'a[0-3]', cpus: 1, head: a3}\n"
+                                "  r: {nodes: r0, cpus: 0}\nroot: r0\nhome: a1\npolicy: even\ntree: {max_fanin: 2}\n")
+    report = run_experiment(cluster_map, RunSettings("gsum", [3, 4, 1], repeat=2, rounds=100, timeout=RUN_TIMEOUT,
+                                                     collect_counters=True))
+    for n, found in report.counters.items():
+        names = {re.search(r"name='([^']*)'\)$", s["stage"])[1] for stages in found.values() for s in stages}
+        assert {".".join(name.split(".")[-2:]) for name in names} == {f"{n}.0", f"{n}.1"}, (n, names)
 
 
 def test_multicluster_gsum_exact_and_one_round_trip_per_sum_across_each_link(probe, launched):

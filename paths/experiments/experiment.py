@@ -147,7 +147,8 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
                 report.measurements.append(_measurement(kernel, n, r, len(busy), answers))
                 progress(n, r)
             if settings.collect_counters:
-                answers = processes.request_all({node: {"op": "counters"} for node in nodes})
+                tags = [f"{n}.{r}" for r in range(settings.repeat)]  # those of this count's runs
+                answers = processes.request_all({node: {"op": "counters", "tags": tags} for node in nodes})
                 report.counters[n] = {node: a["stages"] for node, a in answers.items()}
             released = processes.request_all({node: {"op": "release", "settle": settings.timeout if settings.trace_dir
                                                       else 0} for node in nodes}, settings.timeout * 2)

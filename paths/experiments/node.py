@@ -12,7 +12,8 @@ standard input and output, one JSON object per line. The node first prints `READ
     {"op": "run", "threads": [t, ...], "placements": [node, ...], "tag": T, "args": {...},
      "pin": B}                                           run the kernel on these threads of a run
                                                          whose elements are NAME.T; its reports
-    {"op": "counters"}                                   every live stage here, with its counters
+    {"op": "counters", "tags": [T, ...]}                 every live stage here of the runs tagged so,
+                                                         with its counters, and the server's
     {"op": "release", "settle": S}                       drop the runs' handles (their trees go); wait up to
                                                          S s for trace files here to be written, and answer
                                                          with those that could not be ("trace_failures")
@@ -114,8 +115,13 @@ class Node:
         return {"seconds": done.seconds, "reports": {str(t): r for t, r in done.reports.items()}}
 
     def counters_op(self, request: dict) -> dict:
+        """The stages of the runs the request names by their tags (whose elements are NAME.tag):
+        those of earlier runs may not have gone yet, as the links that hold them end when their
+        clients let go."""
+        tags = set(request["tags"])
         stages = [{"stage": " -> ".join(str(s) for s in built.key), "kind": built.spec.kind,
-                   "counters": built.native.counters()} for built in self.context.stages()]
+                   "counters": built.native.counters()} for built in self.context.stages()
+                  if ".".join(str(built.key[-1].param("name")).split(".")[-2:]) in tags]
         return {"stages": stages, "server": self.server.native.counters()}
 
     def release_op(self, request: dict) -> dict:
