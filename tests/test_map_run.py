@@ -258,12 +258,22 @@ def test_bad_options_exit_2_before_any_node_starts(probe, tmp_path, args, words)
     assert probe.alive() == [] and probe.started() == {}
 
 
+@pytest.mark.parametrize("kernel, option", [("gsum", "--darts"), ("mcpi", "--rounds"), ("./libk.so:k", "--rounds")])
+def test_a_built_in_kernels_option_given_to_another_kernel_is_a_usage_error(probe, kernel, option):
+    owner = "mcpi" if option == "--darts" else "gsum"
+    done = paths_run(kernel, option, "5")
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (f"paths run: error: {option}: only {owner} takes it, not {kernel} (a kernel "
+                                            "of your own reads --arg KEY=VALUE)")
+    assert probe.started() == {}
+
+
 @pytest.mark.parametrize("kernel", ["gsum", "mcpi"])
 @pytest.mark.parametrize("timeout", ["inf", "1e12"])
 def test_a_timeout_longer_than_a_kernel_can_wait_is_no_limit_to_it(probe, kernel, timeout):
     """The kernels wait timeout * 1e9 ns as an int64_t: what they are given must fit."""
-    done = paths_run(kernel, "--map", "paper-4w", "--threads", "3", "--repeat", "1", "--rounds", "20",
-                     "--darts", "30000", "--timeout", timeout)
+    done = paths_run(kernel, "--map", "paper-4w", "--threads", "3", "--repeat", "1",
+                     *{"gsum": ["--rounds", "20"], "mcpi": ["--darts", "30000"]}[kernel], "--timeout", timeout)
     assert done.returncode == 0, done.stderr
     assert [line.split()[:2] for line in done.stdout.splitlines()[2:]] == [["3", "1"]]
     assert probe.unreaped() == []

@@ -158,8 +158,8 @@ def run_command(argv: list[str]) -> int:
     parser.add_argument("--threads", type=parse_thread_counts, default=[1, 2, 4],
                         help="thread counts: ranges and lists, e.g. 1-32 or 1,2,4,8 (default 1,2,4)")
     parser.add_argument("--repeat", type=positive(), default=5, help="runs per thread count (default 5)")
-    parser.add_argument("--rounds", type=positive(), default=1000, help="gsum: global sums per run")
-    parser.add_argument("--darts", type=positive(), default=10_000_000, help="mcpi: darts per run")
+    parser.add_argument("--rounds", type=positive(), help=f"gsum only: global sums per run (default {RunSettings.rounds})")
+    parser.add_argument("--darts", type=positive(), help=f"mcpi only: darts per run (default {RunSettings.darts})")
     parser.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                         help="an argument the kernel reads with paths_arg (ctx.arg); repeatable")
     add_rank_options(parser)
@@ -181,10 +181,15 @@ def run_command(argv: list[str]) -> int:
     parser.add_argument("--csv", help="write every measurement to this CSV file")
     parser.add_argument("--plot", help="write a plot (min/avg/max per thread count) to this PNG file")
     args = parser.parse_args(argv)
+    for option, owner, value in (("--rounds", "gsum", args.rounds), ("--darts", "mcpi", args.darts)):
+        if value is not None and args.kernel != owner:
+            parser.error(f"{option}: only {owner} takes it, not {args.kernel} (a kernel of your own reads "
+                         "--arg KEY=VALUE)")
     try:
         kernel_args = parse_kernel_args(args.arg)
         runs = [Run(open_map(map_name), RunSettings(
-                    args.kernel, args.threads, policy, args.max_fanin, args.repeat, args.rounds, args.darts,
+                    args.kernel, args.threads, policy, args.max_fanin, args.repeat,
+                    args.rounds or RunSettings.rounds, args.darts or RunSettings.darts,
                     args.launch, args.timeout, collect_counters=args.counters, trace_dir=args.trace,
                     pin=args.pin, args=kernel_args, sums=tuple(args.sum), acquire=args.acquire,
                     release=args.release, tree_form=args.tree_form))
