@@ -426,7 +426,7 @@ def test_a_kernel_still_running_at_the_timeout_is_named_with_what_to_do(built, p
     done = paths_run("stuck_kernel:kernel", "--map", "local", "--threads", "1", "--repeat", "1", "--timeout", "1",
                      cwd=built)
     assert (done.returncode, done.stdout) == (1, ""), done.stderr
-    assert done.stderr == ("paths run: nodes localhost did not answer within 2 s (for kernel stuck_kernel:kernel to "
+    assert done.stderr == ("paths run: node localhost did not answer within 2 s (for kernel stuck_kernel:kernel to "
                            "end): the kernel was still running (a run may take twice --timeout), perhaps in a call "
                            "that waits with no timeout: give its waits the timeout it gets as arg 'timeout' "
                            "(--timeout, in seconds), or raise --timeout\n")

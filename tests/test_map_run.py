@@ -20,7 +20,7 @@ import pytest
 import paths
 from paths import build_path, make_path, stage
 from paths.model.cluster_map import builtin_map, load_map_text
-from paths.experiments.experiment import RunSettings, plans_for, run_experiment
+from paths.experiments.experiment import Measurement, RunSettings, plans_for, run_experiment
 from paths.model.placement import PlacementWarning
 from paths.model.reduction_tree import plan_reduction
 from paths.cli.run import results_table
@@ -141,6 +141,12 @@ def test_mcpi_through_a_map_finds_pi(probe):
     for line, m in zip(table[2:], report.measurements):  # one run each: min = avg = max
         assert [float(x) for x in line.split()[5:]] == pytest.approx([m.pi] * 3, abs=1e-5)
     assert probe.unreaped() == []
+
+
+def test_the_table_writes_huge_and_tiny_columns_in_scientific_notation():
+    settings = RunSettings("gsum", [1], repeat=1, rounds=5)
+    measured = [Measurement("gsum", 1, 0, 1, 1e300, {"us_per_global_sum": 1e300})]
+    assert results_table(builtin_map("local"), settings, measured).splitlines()[2].split() == ["1", "1"] + ["1.00000e+300"] * 3
 
 
 @pytest.mark.parametrize("policy, nodes", [("bucket", [1, 2, 3]), ("even", [1, 5, 8])])

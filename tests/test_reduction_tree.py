@@ -295,4 +295,6 @@ def test_render_names_a_callable_policy():
         text.splitlines()[0]
         == "map multicluster: 3 threads on 3 nodes, policy cluster_round_robin, max_fanin 4"
     )
+    assert plan_reduction(MULTI, 1, ELEMENT).render().splitlines()[0] == (
+        "map multicluster: 1 thread on 1 node, policy bucket, max_fanin 4")
     assert "delay(jitter_ms=0.0, ms=1.0, pipelined=1)  on w8n0" in text

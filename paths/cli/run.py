@@ -308,9 +308,9 @@ def _stats(measurements: list[Measurement], column: str) -> tuple[float, float, 
 def _numbers(values: list[float]) -> list[str]:
     """One column's cells with the same decimals: none for whole numbers, else six significant
     digits for its largest value; in scientific notation when that is below 0.001 (a residual of
-    1e-8 is not 0.00000)."""
+    1e-8 is not 0.00000) or from 1e15 (not a number of 16 digits or more)."""
     finite = [abs(v) for v in values if math.isfinite(v)]
-    if finite and 0 < max(finite) < 1e-3:
+    if finite and (0 < max(finite) < 1e-3 or max(finite) >= 1e15):
         return [f"{v:.5e}" for v in values]
     decimals = 0 if all(v.is_integer() for v in finite) else max(0, 6 - len(str(int(max(finite)))))
     return [f"{v:.{decimals}f}" for v in values]
@@ -383,6 +383,7 @@ def write_plot(path: str, runs: list[Run]) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     columns = columns_of(runs) or ["(no columns reported)"]
     figure, panels = plt.subplots(len(columns), 1, figsize=(7, 1.5 + 3 * len(columns)), squeeze=False)
@@ -399,9 +400,11 @@ def write_plot(path: str, runs: list[Run]) -> None:
         if axes.has_data():
             axes.legend()
     panels[-1, 0].set_xlabel("threads")
+    panels[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))  # no tick at 1.5 threads
     maps = ", ".join(dict.fromkeys(run.cluster_map.name for run in runs))
     title = load_kernel(runs[0].settings.kernel).title
-    panels[0, 0].set_title(f"{title} on {maps}: min / average / max of {runs[0].settings.repeat} runs")
+    repeat = runs[0].settings.repeat
+    panels[0, 0].set_title(f"{title} on {maps}: min / average / max of {repeat} run{'s' if repeat != 1 else ''}")
     figure.tight_layout()
     kind = os.path.splitext(path)[1][1:].lower()  # exactly this file: PNG unless it names another format
     figure.savefig(path, dpi=120, format=kind if kind in figure.canvas.get_supported_filetypes() else "png")

@@ -81,10 +81,13 @@ def plans_for(cluster_map: ClusterMap, settings: RunSettings) -> dict[int, Reduc
 # C kernel waits for, as int64_t) still fit; a longer --timeout (inf: none) is no limit to it.
 KERNEL_TIMEOUT_MAX = 1e9
 
-# What a user can do about a run whose nodes did not answer in time.
-STILL_RUNNING = ("the kernel was still running (a run may take twice --timeout), perhaps in a call that waits "
-                 "with no timeout: give its waits the timeout it gets as arg 'timeout' (--timeout, in seconds), "
-                 "or raise --timeout")
+def still_running(kernel: Kernel) -> str:
+    """What a user can do about a run whose nodes did not answer in time."""
+    if kernel.builtin:
+        return (f"the kernel was still running (a run may take twice --timeout): raise --timeout, or give it "
+                f"less to do (--{kernel.builtin.setting})")
+    return ("the kernel was still running (a run may take twice --timeout), perhaps in a call that waits with no "
+            "timeout: give its waits the timeout it gets as arg 'timeout' (--timeout, in seconds), or raise --timeout")
 
 
 def kernel_args(kernel: Kernel, settings: RunSettings, repeat: int) -> dict[str, str]:
@@ -143,7 +146,7 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
                                    "tag": f"{n}.{r}", "args": kernel_args(kernel, settings, r), "pin": settings.pin,
                                    "spans_processes": len(busy) > 1} for node in busy}
                 answers = processes.request_all(requests, settings.timeout * 2, what=f"for kernel {kernel.name} to end",
-                                                if_late=STILL_RUNNING)
+                                                if_late=still_running(kernel))
                 report.measurements.append(_measurement(kernel, n, r, len(busy), answers))
                 progress(n, r)
             if settings.collect_counters:

@@ -295,8 +295,8 @@ class NodeProcesses:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     late = [n.name for n in nodes if n.name not in lines]
-                    raise LaunchError(f"nodes {', '.join(late)} did not answer within {timeout:g} s ({what})"
-                                      + (f": {if_late}" if if_late else ""))
+                    raise LaunchError(f"node{'s' if len(late) > 1 else ''} {', '.join(late)} did not answer within "
+                                      f"{timeout:g} s ({what})" + (f": {if_late}" if if_late else ""))
                 for key, _ in selector.select(min(left, 0.25)):
                     if not key.data.read():
                         raise LaunchError(key.data._death(f"exited while waiting {what}"))

@@ -92,8 +92,8 @@ class ReductionPlan:
                 feeders[parent][child] = None
         element = keys[-1]
         lines = [
-            f"map {self.cluster_map.name}: {len(self.paths)} threads on "
-            f"{len(set(self.placements))} nodes, policy {self.policy}, max_fanin {self.max_fanin}"
+            f"map {self.cluster_map.name}: {_counted(len(self.paths), 'thread')} on "
+            f"{_counted(len(set(self.placements)), 'node')}, policy {self.policy}, max_fanin {self.max_fanin}"
             + ("" if self.form == TREE_FORMS[0] else f", form {self.form}"),
             _label(element),
         ]
@@ -324,6 +324,10 @@ def hop(cluster_map: ClusterMap, from_node: str, to_node: str, pipelined: bool =
     wire = {"pipelined": 1} if pipelined else {}  # the thread's move crosses with its observe, as on a wire
     delay = (stage("delay", ms=link.delay_ms, jitter_ms=link.jitter_ms, **wire),) if link.delay_ms is not None else ()
     return batch + delay + (remote,)
+
+
+def _counted(count: int, thing: str) -> str:
+    return f"{count} {thing}{'s' if count != 1 else ''}"
 
 
 def _label(key: StageKey) -> str:
