@@ -58,6 +58,8 @@ def test_tree_render_shows_threads_stages_and_element(space):
     dot = paths.to_dot(handles[0])
     assert dot.startswith("digraph path {") and dot.rstrip().endswith("}")
     assert dot.count("->") == 3 + 4  # three stage edges, four callers
+    quoted = build_path(make_path(stage("core", name="Q", format="q")), pastset=space, label='my "label" \\x')
+    assert '_c0 [shape=ellipse, label="my \\"label\\" \\\\x"];' in paths.to_dot(quoted)
 
 
 @pytest.mark.parametrize(
@@ -90,6 +92,19 @@ def test_path_shape_errors(space):
     with pytest.raises(ValueError, match="element 'G' exists with format 'q', not 'd'"):
         build_path(make_path(stage("core", name="G", format="q")), pastset=space)
         build_path(make_path(stage("core", name="G", format="d")), pastset=space)
+    with pytest.raises(ValueError, match=r"^stage 'core': parameter 'format': bad format 'k': unknown format "
+                                         r"character 'k'"):
+        build_path(make_path(stage("core", name="K", format="k")), pastset=space)
+
+
+@pytest.mark.parametrize("where", ["a folder", "a name ending in /"])
+def test_a_trace_file_that_is_a_folder_is_refused_at_build(space, tmp_path, where):
+    """Its file is written at release, by a rename that a folder would refuse then."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    file = str(folder) if where == "a folder" else f"{folder}/"
+    with pytest.raises(ValueError, match=rf"^stage 'trace': cannot write trace file '{file}': Is a directory$"):
+        build_path(make_path(stage("trace", file=file), stage("core", name="T", format="q")), pastset=space)
 
 
 def test_one_caller_too_many_is_refused_before_building(space):

@@ -92,7 +92,11 @@ static int core_create(const ps_params *params, const ps_build_context *context,
         return PS_EINVAL;
     }
     ps_tuple_format parsed;
-    if (ps_tuple_format_parse(format, &parsed, error, error_size) != 0) return PS_EFORMAT;
+    char why[256];
+    if (ps_tuple_format_parse(format, &parsed, why, sizeof why) != 0) {
+        snprintf(error, error_size, "stage 'core': parameter 'format': %s", why);
+        return PS_EFORMAT;
+    }
     ps_element *element = NULL;
     char existing[PS_FORMAT_MAX_TEXT + 1];
     int rc;

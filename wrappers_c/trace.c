@@ -161,6 +161,11 @@ static int claim_file(trace_stage *t, char *error, size_t error_size) {
     struct stat where;
     int known = folder_path && stat(folder_path, &where) == 0;
     free(folder_path);
+    struct stat self;
+    if (known && (!*(slash ? slash + 1 : t->path) || (stat(t->path, &self) == 0 && S_ISDIR(self.st_mode)))) {
+        errno = EISDIR; /* rename at release would fail on a folder */
+        known = 0;
+    }
     if (!known) {
         snprintf(error, error_size, "stage 'trace': cannot write trace file '%s': %s", t->path, strerror(errno));
         return PS_EINVAL;

@@ -80,6 +80,11 @@ def show(handle, counters: bool = False) -> None:
     print(render_tree(handle, counters))
 
 
+def _quoted(text: str) -> str:
+    """Text inside a DOT string: its backslashes and quotes escaped."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def to_dot(handle) -> str:
     """Graphviz DOT of the tree of `handle`; edges point from callers toward the element."""
     table, top = handle_tree(handle)
@@ -90,8 +95,7 @@ def to_dot(handle) -> str:
     def name(key: StageKey) -> str:
         if key not in names:
             names[key] = f"s{len(names)}"
-            label = str(key[0]).replace('"', '\\"')
-            lines.append(f'  {names[key]} [label="{label}"];')
+            lines.append(f'  {names[key]} [label="{_quoted(str(key[0]))}"];')
         return names[key]
 
     def walk(key: StageKey) -> None:
@@ -100,7 +104,7 @@ def to_dot(handle) -> str:
             walk(above)
         for n, label in enumerate(callers.get(key, [])):
             caller = f"{name(key)}_c{n}"
-            lines.append(f'  {caller} [shape=ellipse, label="{label}"];')
+            lines.append(f'  {caller} [shape=ellipse, label="{_quoted(label)}"];')
             lines.append(f"  {caller} -> {name(key)};")
 
     name(top[-1:])
