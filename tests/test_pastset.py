@@ -496,7 +496,13 @@ def test_element_works_after_a_timed_out_call(blocked):
     assert [e.observe(i) for i in range(e.last())] == moved + [(9,), (10,)]
 
 
-@pytest.mark.parametrize("bad_timeout", [-0.001, -1, math.nan])
+def test_a_timeout_beyond_any_float_is_no_limit(space):
+    e = space.enter("T", "q")
+    e.move(1)
+    assert e.observe(0, timeout=10**400) == (1,)  # 10**400 s: no double holds it, and it is no limit
+
+
+@pytest.mark.parametrize("bad_timeout", [-0.001, -1, math.nan, -10**400])
 def test_bad_timeout_raises_value_error(blocked, bad_timeout):
     e, call = blocked
     before = snapshot(e)

@@ -49,7 +49,11 @@ int64_t timeout_ns(const py::object &timeout) {
     if (timeout.is_none()) return PS_FOREVER;
     if (!py::isinstance<py::int_>(timeout) && !py::isinstance<py::float_>(timeout))
         throw py::type_error("timeout: expected None or a number of seconds, got " + shown(timeout));
-    double seconds = py::cast<double>(timeout);
+    double seconds = PyFloat_AsDouble(timeout.ptr());
+    if (seconds == -1.0 && PyErr_Occurred()) {  // an int beyond any double: as long as its sign says
+        PyErr_Clear();
+        seconds = py::int_(timeout) < py::int_(0) ? -1.0 : 2e9;
+    }
     if (!(seconds >= 0.0) || std::isinf(seconds))
         throw py::value_error("timeout: expected None or a finite number of seconds >= 0, got " + shown(timeout));
     constexpr double kLongest = 1e9;  // seconds: beyond 31 years, a timeout is no timeout
