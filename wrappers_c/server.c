@@ -336,9 +336,9 @@ static int send_range(link_worker *w, const ps_frame *request, const ps_op *firs
 }
 
 /* Counts a received frame, runs it when well formed (request NULL: it was not) and `runnable`
- * (else it is misaddressed, or its payload was dropped, too large) and sends its answer. A RELEASE that took
- * effect sets *released; *from_client says whether the request was addressed to the link.
- * Returns what sending returned. */
+ * (else it is misaddressed, or its payload was dropped, too large) and sends its answer. A
+ * RELEASE that took effect sets *released; *from_client says whether the request was addressed
+ * to the link. Returns what sending returned. */
 static int answer_request(link_worker *w, const ps_frame *request, int runnable, int *released, int *from_client,
                           const answer_sink *sink) {
     ps_server *s = w->server;

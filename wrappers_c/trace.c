@@ -131,8 +131,6 @@ void ps_trace_take_failures(void (*visit)(void *context, const char *message), v
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static trace_stage *live;
 
-/* Registers t's file (its folder by device and inode, so that two spellings of one folder
- * match), or says which live stage writes it already. */
 static int discarding; /* the process is ending: no temporary file is opened (under live_lock) */
 
 static void register_discard(void) { atexit(ps_trace_discard_unwritten); }
@@ -153,7 +151,8 @@ static int open_temporary(trace_stage *t, char *error, size_t error_size) {
     return PS_OK;
 }
 
-/* Makes the stage's file its own: refused while another live stage writes it; then its
+/* Makes the stage's file its own (known by its folder's device and inode, so that two spellings
+ * of one folder match): refused while another live stage writes it, or says which; then its
  * temporary file is opened and the stage is live. */
 static int claim_file(trace_stage *t, char *error, size_t error_size) {
     const char *slash = strrchr(t->path, '/');

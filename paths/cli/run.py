@@ -158,7 +158,8 @@ def run_command(argv: list[str]) -> int:
     parser.add_argument("--threads", type=parse_thread_counts, default=[1, 2, 4],
                         help="thread counts: ranges and lists, e.g. 1-32 or 1,2,4,8 (default 1,2,4)")
     parser.add_argument("--repeat", type=positive(), default=5, help="runs per thread count (default 5)")
-    parser.add_argument("--rounds", type=positive(), help=f"gsum only: global sums per run (default {RunSettings.rounds})")
+    parser.add_argument("--rounds", type=positive(),
+                        help=f"gsum only: global sums per run (default {RunSettings.rounds})")
     parser.add_argument("--darts", type=positive(), help=f"mcpi only: darts per run (default {RunSettings.darts})")
     parser.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                         help="an argument the kernel reads with paths_arg (ctx.arg); repeatable")

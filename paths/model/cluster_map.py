@@ -50,7 +50,8 @@ MAX_MAP_NODES = MAX_HOSTS  # nodes in all the map's clusters together
 MAX_NODE_CPUS = 1 << 16    # cpus of one node
 MAX_MAP_CPUS = 1 << 20     # cpus of all the map's nodes together (placement deals them out one by one)
 
-_HOST_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"  # one label of a host name (RFC 1123)
+_HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
 _EXPONENT_ONLY = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")  # a number in YAML 1.2, text in YAML 1.1
 NESTED_TOO_DEEPLY = "lists and mappings nested too deeply (a map is plain YAML: mappings, lists, strings and numbers)"
 

@@ -320,7 +320,8 @@ def hop(cluster_map: ClusterMap, from_node: str, to_node: str, pipelined: bool =
     if link is None:
         return (remote,)
     timer = {"flush_us": link.flush_us} if link.flush_us else {}
-    batch = (stage("batch", max_moves=link.batch, max_bytes=BATCH_BYTES_MOST, **timer),) if link.batch is not None else ()
+    batch = ((stage("batch", max_moves=link.batch, max_bytes=BATCH_BYTES_MOST, **timer),)
+             if link.batch is not None else ())
     wire = {"pipelined": 1} if pipelined else {}  # the thread's move crosses with its observe, as on a wire
     delay = (stage("delay", ms=link.delay_ms, jitter_ms=link.jitter_ms, **wire),) if link.delay_ms is not None else ()
     return batch + delay + (remote,)

@@ -194,24 +194,29 @@ _program_info: Optional[RuntimeInfo] = None
 _program_wiring = None
 
 
-def _run_errors_in_one_line(hook):
-    """sys.excepthook for a program its launcher started: a failed rendezvous, a rank its
-    launcher's variables do not give or a map that cannot be used, not handled, is said in its one
-    line (it names the rank, the variable, or the file and field), without the traceback of the
-    program's call that met it; anything else goes to `hook`."""
+def _say_run_errors_in_one_line() -> None:
+    """Makes sys.excepthook, once, say a failed rendezvous, a rank its launcher's variables do not
+    give or a map that cannot be used, not handled, in its one line (it names the rank, the
+    variable, or the file and field), without the traceback of the program's call that met it;
+    anything else goes to the hook before."""
+    before = sys.excepthook
+    if getattr(before, "says_run_errors", False):
+        return
+
     def excepthook(kind, value, trace):
         if issubclass(kind, (RendezvousError, RankError, MapError)):
             print(value if str(value).startswith("paths: ") else f"paths: {value}", file=sys.stderr)
         else:
-            hook(kind, value, trace)
-    return excepthook
+            before(kind, value, trace)
+    excepthook.says_run_errors = True
+    sys.excepthook = excepthook
 
 
 def current(caller: str) -> Runtime:
     """The runtime of this process: a program of its own, after paths_init, or started from the
     environment its launcher gave it (paths launch, srun, mpirun; or PATHS_MAP)."""
     if _program is None and (_launched() or MAP in os.environ):
-        sys.excepthook = _run_errors_in_one_line(sys.excepthook)
+        _say_run_errors_in_one_line()
         start_program([])
         program_failure.watch_exits()
         atexit.register(_end_at_exit)
@@ -228,7 +233,7 @@ def _launched() -> bool:
     try:
         return bool(discover().launcher)
     except RankError:
-        sys.excepthook = _run_errors_in_one_line(sys.excepthook)
+        _say_run_errors_in_one_line()
         raise
 
 

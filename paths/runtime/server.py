@@ -322,8 +322,9 @@ def serve_command(argv: list[str]) -> int:
                              "(repeatable): a shell pattern (* ? [...]) matched against the whole endpoint a remote "
                              "stage names, as it names it (tcp://HOST:PORT, ipc://NAME, inproc://NAME), e.g. "
                              "'tcp://10.1.2.*:7000'; a wildcard stays within one label of the host (between dots), "
-                             "the port, or one part of an ipc path. An endpoint with a source address of its own (tcp://A;B) "
-                             "never matches. Without it, a path with a remote stage to build here is refused")
+                             "the port, or one part of an ipc path. An endpoint with a source address of its own "
+                             "(tcp://A;B) never matches. Without it, a path with a remote stage to build here is "
+                             "refused")
     parser.add_argument("--allow-kinds", metavar="KINDS", default="",
                         help="build these stage kinds too (a comma list of NAME or MODULE:NAME; MODULE is imported "
                              "first, to register a kind written in Python). Without it, only the C built-in kinds")
