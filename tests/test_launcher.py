@@ -212,8 +212,10 @@ launch:
 """
 
 
-def test_a_node_that_cannot_bind_its_address_says_so_in_one_line(probe, tmp_path):
-    """192.0.2.1 (an address for documentation) is on no interface here: binding it sends nothing."""
+def test_a_node_that_cannot_bind_its_address_says_so_in_one_line(probe, tmp_path, capfd):
+    """192.0.2.1 (an address for documentation) is on no interface here: binding it sends nothing.
+    The node's line ends the error, or was passed on already, led by its name, when the launcher
+    read it before it saw the node end."""
     ssh = tmp_path / "fake-ssh"
     ssh.write_text(FAKE_SSH)
     ssh.chmod(0o755)
@@ -221,9 +223,12 @@ def test_a_node_that_cannot_bind_its_address_says_so_in_one_line(probe, tmp_path
     with pytest.raises(LaunchError) as failed:
         run_experiment(load_map_text(text, source="unbindable.yaml"),
                        RunSettings("gsum", [1], repeat=1, rounds=5, timeout=RUN_TIMEOUT))
-    assert str(failed.value) == ("node n0 exited while waiting to be READY (exit 2):\nnode n0: --bind "
-                                 "tcp://192.0.2.1:7000: paths server: cannot bind 'tcp://192.0.2.1:7000': Cannot "
-                                 "assign requested address"), failed.value
+    line = ("node n0: --bind tcp://192.0.2.1:7000: paths server: cannot bind 'tcp://192.0.2.1:7000': Cannot assign "
+            "requested address")
+    passed_on = capfd.readouterr().err
+    assert str(failed.value) in (f"node n0 exited while waiting to be READY (exit 2):\n{line}",
+                                 "node n0 exited while waiting to be READY (exit 2)"), failed.value
+    assert (line in str(failed.value)) != (f"[n0] {line}\n" in passed_on), (failed.value, passed_on)  # once
     assert_all_reaped(probe, ["n0"])
 
 

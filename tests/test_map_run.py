@@ -56,7 +56,7 @@ def test_counters_after_a_thread_count_are_of_its_runs_alone(probe):
     """The stages of the runs before may still be going (the links that hold them end as their
     clients let go): they are not listed under the next thread count."""
     cluster_map = load_map_text("name: headmap\nclusters:\n  a: {nodes: 'a[0-3]', cpus: 1, head: a3}\n"
-                                "  r: {nodes: r0, cpus: 0}\nroot: r0\nhome: a1\npolicy: even\ntree: {max_fanin: 2}\n")
+                                "  r: {nodes: r0, cpus: 0}\nroot: r0\npolicy: even\ntree: {max_fanin: 2}\n")
     report = run_experiment(cluster_map, RunSettings("gsum", [3, 4, 1], repeat=2, rounds=100, timeout=RUN_TIMEOUT,
                                                      collect_counters=True))
     for n, found in report.counters.items():
