@@ -17,6 +17,7 @@
 #include "direct_channel.h"
 #include "pastset.h"
 #include "peer_directory.h"
+#include "stage_base.h" /* ps_stage_axe_point, read inline with each answer */
 #include "wire.h"
 #include "zap_handler.h"
 #include "zmq_context.h"

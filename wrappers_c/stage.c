@@ -106,9 +106,6 @@ uint32_t ps_stage_link_count(const ps_stage *stage) {
     return live;
 }
 const ps_tuple_format *ps_stage_format(const ps_stage *stage) { return &stage->format; }
-int64_t ps_stage_axe_point(const ps_stage *stage) {
-    return stage->axe_point ? __atomic_load_n(stage->axe_point, __ATOMIC_ACQUIRE) : 0;
-}
 void ps_stage_error(ps_stage *stage, char *out, size_t size) {
     if (size) *out = 0;
     for (int found = 0; stage && !found; stage = stage->below) {

@@ -52,6 +52,13 @@ static inline int ps_axe_may_have_taken_effect(int rc) {
 void ps_stage_explain_moves(ps_stage *stage, int status, uint32_t done, uint32_t of, const char *sent,
                             const char *failed, const char *after);
 
+/* The element's axe point as the stage shows it (a pass-through's is the one below it; a remote
+ * stage's, what its answers showed), 0 where it shows none. Inline: a cache reads it at each hit,
+ * a server with each answer. */
+static inline int64_t ps_stage_axe_point(const ps_stage *stage) {
+    return stage->axe_point ? __atomic_load_n(stage->axe_point, __ATOMIC_ACQUIRE) : 0;
+}
+
 /* Raises an axe-point word (read with __atomic_load_n) to `index`, if that is higher. */
 static inline void ps_axe_point_raise(int64_t *word, int64_t index) {
     int64_t seen = __atomic_load_n(word, __ATOMIC_RELAXED);
