@@ -64,6 +64,25 @@ def test_counters_after_a_thread_count_are_of_its_runs_alone(probe):
         assert {".".join(name.split(".")[-2:]) for name in names} == {f"{n}.0", f"{n}.1"}, (n, names)
 
 
+def test_an_element_homed_on_a_sum_that_goes_on_to_the_root_is_reached_every_run(probe):
+    """Cluster a's sum lives on a1, its head, and goes on to the root on r0, which goes back to the
+    element on a1. a1 runs no thread, so clients build its sum; the root is built by whichever of
+    its two callers comes first. Every run works: a sum's link names the servers from the sum on
+    (when cluster a's came first, the path came back into a1's server and was refused, in about
+    one run of three)."""
+    cluster_map = load_map_text("name: homed\nclusters:\n  b: {nodes: b1, cpus: 1}\n"
+                                "  a: {nodes: [a2, a3, a1], cpus: 1, head: a1}\n  r: {nodes: r0, cpus: 0}\n"
+                                "root: r0\nhome: a1\n")
+    plan = plan_reduction(cluster_map, 3, ("GSUM", "q"))
+    assert plan.placements == ("b1", "a2", "a3")
+    assert {spec.param("id"): node for node, keys in plan.stages_by_node().items() for key in keys
+            for spec in key[:1] if spec.kind == "reduce-sum"} == {"cluster:a": "a1", "root": "r0"}
+    report = run_experiment(cluster_map, RunSettings("gsum", [3], repeat=8, rounds=50, timeout=RUN_TIMEOUT))
+    assert [(m.threads, m.nodes) for m in report.measurements] == [(3, 3)] * 8
+    assert all(m.value > 0 for m in report.measurements)
+    assert probe.unreaped() == []
+
+
 def test_multicluster_gsum_exact_and_one_round_trip_per_sum_across_each_link(probe, launched):
     cluster_map = builtin_map("multicluster")
     settings = RunSettings("gsum", MULTI_COUNTS, repeat=MULTI_REPEAT, rounds=MULTI_ROUNDS,

@@ -374,6 +374,39 @@ def test_a_program_reaches_the_server_it_hosts_and_a_loop_is_still_refused(tmp_p
                 build_path(make_path(own, own, stage("core", name="OWN", format="q")), pastset=pastset)
 
 
+@pytest.mark.parametrize("proto", ["tcp", "zmq"])
+def test_a_sums_link_names_the_servers_from_the_sum_on_whoever_built_it(proto):
+    """A sum's one link below is shared by all its callers, whichever way each came: it names the
+    servers from the sum on. A tree whose element lives on the node of a partial sum that goes on
+    to a root elsewhere (near -> top -> back to near's server) is built every time, by a client's
+    build as by the node's own thread, and a chain of remote stages back into a server is still
+    refused."""
+    trusting = ServerPolicy(allow_remote=("tcp://127.0.0.1:*",))
+    near_set = paths.PastSet()
+    with PathServer("tcp://127.0.0.1:*", pastset=near_set, policy=trusting).start() as near, \
+            PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=trusting).start() as top:
+        def hop(server):
+            return stage("remote", host=server.endpoint, proto=proto, timeout_ms=5000)
+        rest = (stage("reduce-sum", num_threads=2, id="top"), hop(near), stage("core", name="TOTALS", format="q"))
+        # Both of near's callers come from a client, so near's sum is made by a client's build.
+        through_near = make_path(hop(near), stage("reduce-sum", num_threads=2, id="near"), hop(top), *rest)
+        handles = [build_path(through_near, pastset=paths.PastSet()) for _ in range(2)]
+        handles.append(build_path(make_path(hop(top), *rest), pastset=paths.PastSet()))
+        totals: list = []
+        callers = [threading.Thread(target=lambda h, v: totals.append(h.exchange((v,), timeout=PATIENCE_S)),
+                                    args=(h, v)) for h, v in zip(handles, (1, 2, 4))]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(PATIENCE_S)
+        assert totals == [(7,)] * 3
+        assert near_set.enter("TOTALS", "q").observe_range(0, 1, timeout=5) == [(7,)]
+        with pytest.raises(ValueError, match=r"it comes back into server [0-9a-f]{16} .*which it went through "
+                                             "already"):
+            build_path(make_path(hop(near), hop(top), hop(near), stage("core", name="LOOP", format="q")),
+                       pastset=paths.PastSet())
+
+
 @pytest.mark.parametrize("proto", ["ipc", "inproc"])
 def test_ipc_and_inproc_transports(tmp_path, proto):
     name = str(tmp_path / "server.sock") if proto == "ipc" else f"paths-test-{tmp_path.name}"

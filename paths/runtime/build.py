@@ -61,7 +61,7 @@ class BuildContext:
     server allows. `curve_client` is the (public, secret) CURVE key pair its remote stages
     present to servers that authenticate their clients (None: a fresh pair per connection);
     `server_ids` name the servers that serve this context's stages, which every client's path
-    sent on from here says it crossed."""
+    sent on from here, and every joining stage's link from here, says it crossed."""
 
     def __init__(self, pastset: Optional[_native.PastSet] = None,
                  resolve: Optional[Callable[[dict, KindInfo], dict]] = None,
@@ -101,9 +101,10 @@ class BuildContext:
             guard.admit_path(specs[:local])
         existing, created = self._reserve(specs, local)
         try:
-            below = None
+            below, bottom = None, None
             for i in reversed(range(local)):
                 below = existing[i] or self._create(specs[i:], below, guard)
+                bottom = bottom or below
                 self._built(created, specs[i:])  # usable by other builds from now on
             with self._lock:
                 label = label if label is not None else f"thread {self._callers}"
@@ -111,9 +112,9 @@ class BuildContext:
             # Attaching (and creating a stage above a remote one) may wait for a server, maybe
             # one in this very process: the table is not locked meanwhile, and no other build
             # waits for this one's attach (a slow one holds only its own caller). A link that
-            # this caller opens on a remote stage made by an earlier build names the servers
-            # this path crossed, not that build's.
-            remote = existing[local - 1] if kinds()[specs[local - 1].kind].rest_at is not None else None
+            # this caller opens on the remote stage at the bottom names the servers this path
+            # crossed, whoever made that stage.
+            remote = bottom if kinds()[specs[local - 1].kind].rest_at is not None else None
             handle = below.native.attach(label, below, remote=remote and remote.native,
                                          remote_spec=remote and _remainder(remote.key, self._crossed(guard)))
         finally:
@@ -150,9 +151,9 @@ class BuildContext:
             busy.wait()
 
     def _crossed(self, guard: ClientBuild | None) -> tuple[str, ...]:
-        """The servers a path built here has crossed when it goes on: for a client's, those it came
-        through, then this process's; none for a path that starts here (a program may reach the
-        server it hosts: it did not come through it)."""
+        """The servers a caller's own link names when its path goes on from here: for a client's,
+        those it came through, then this process's; none for a path that starts here (a program may
+        reach the server it hosts: it did not come through it)."""
         return guard.crossed + self.server_ids if guard is not None else ()
 
     def _create(self, key: StageKey, below: BuiltStage | None, guard: ClientBuild | None) -> BuiltStage:
@@ -161,8 +162,10 @@ class BuildContext:
         params = native_params(spec)
         if info.rest_at is not None or info.node_params:
             params = self.resolve(params, info)
-        crossed = self._crossed(guard)
-        params.update({name: _BUILT_PARAMS[name](key, crossed) for name in info.built_params})
+        # A remote stage's own spec is what the link of a joining stage above it sends (a caller's
+        # own link sends its own, at attach). A joining stage's one link is shared by all its
+        # callers, whichever way each came: its path starts here, whoever built it first.
+        params.update({name: _BUILT_PARAMS[name](key, self.server_ids) for name in info.built_params})
         below_native = below.native if below is not None else None
         give_back = guard.admit(spec, info, params, key[-1].param("format")) if guard is not None else None
         try:
@@ -185,7 +188,7 @@ class BuildContext:
 
 
 # What the builder fills in for a parameter a kind marks "built", from the stage's key and the
-# servers its path crossed so far.
+# servers the links its spec serves have crossed.
 _BUILT_PARAMS: dict[str, Callable[[StageKey, tuple], object]] = {
     "format": lambda key, crossed: key[-1].param("format"),  # the element's format
     "path": lambda key, crossed: _remainder(key, crossed),  # the rest, for where it is built

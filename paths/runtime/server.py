@@ -12,7 +12,8 @@ allows, connects only to endpoints it trusts, charges each stage it creates to i
 memory budget, and holds each client to its share of builds and links (paths/runtime/client_ledger.py).
 Each build runs on a thread of its own: one that waits (for a server further down its path)
 holds only its own client, whose further builds wait their turn. A path that comes back into a
-server it went through already is refused (a BUILD names the servers it crossed).
+server it went through already is refused (a BUILD names the servers it crossed; a sum's link,
+those from the sum on).
 
     paths serve --bind tcp://127.0.0.1:7000        (also: python -m paths serve)
 
