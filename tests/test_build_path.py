@@ -31,6 +31,22 @@ def test_equal_remainders_merge_into_one_stage(space):
     assert sorted(h.slot for h in handles) == [0, 1, 2]
 
 
+def test_specs_equal_once_defaults_are_filled_in_merge(space, tmp_path):
+    """A parameter given its default is the spec without it: the paths share the stage, and a
+    trace given its file both ways is one stage writing it."""
+    trace = str(tmp_path / "t.bin")
+    plain = build_path(sum_path(stage("trace", file=trace), stage("cache")), pastset=space)
+    spelled = build_path(sum_path(stage("trace", file=trace, mode="timestamp", capacity=1 << 20),
+                                  stage("cache", capacity=1024, prefetch="none")), pastset=space)
+    assert spelled.stage is plain.stage and plain.stage.link_count == 2
+    assert paths.render_tree(plain).count("trace(") == 1
+    other = build_path(sum_path(stage("trace", file=str(tmp_path / "u.bin")), stage("cache", capacity=8)),
+                       pastset=space)
+    assert other.stage is not plain.stage  # a value other than the default is another stage
+    plain.move(3)
+    assert spelled.observe(0) == (3,)
+
+
 def test_id_keeps_equal_stages_apart(space):
     a = build_path(sum_path(stage("reduce-sum", num_threads=1, id="a")), pastset=space)
     b = build_path(sum_path(stage("reduce-sum", num_threads=1, id="b")), pastset=space)

@@ -207,7 +207,8 @@ _HANDLE_CONTEXTS: "weakref.WeakKeyDictionary[_native.Handle, tuple[BuildContext,
 
 
 def check_path(path: PathSpec | StageSpec | list) -> StageKey:
-    """Check every stage and the path's shape; return the specs as a key."""
+    """Check every stage and the path's shape; return the specs as a key, each without the
+    parameters given their default: stage("cache") and stage("cache", capacity=1024) are one."""
     if not isinstance(path, PathSpec):
         path = make_path(path)
     specs = tuple(path.stages)
@@ -217,7 +218,13 @@ def check_path(path: PathSpec | StageSpec | list) -> StageKey:
     for spec, info in zip(specs[:-1], infos):
         if info.ends_path:
             raise ValueError(f"path {path}: stage {spec} may only be the last stage")
-    return specs
+    return tuple(_without_defaults(spec, info) for spec, info in zip(specs, infos))
+
+
+def _without_defaults(spec: StageSpec, info: KindInfo) -> StageSpec:
+    kept = tuple((name, value) for name, value in spec.params
+                 if name not in info.params or info.params[name].default is None or value != info.params[name].default)
+    return spec if len(kept) == len(spec.params) else StageSpec(spec.kind, kept)
 
 
 def _enders() -> str:
