@@ -407,6 +407,35 @@ def test_a_sums_link_names_the_servers_from_the_sum_on_whoever_built_it(proto):
                        pastset=paths.PastSet())
 
 
+@paths.stage_kind("test-no-negatives")
+class NoNegatives:
+    """Refuses a move of a negative value, saying which."""
+
+    def move(self, below, t):
+        if t[0] < 0:
+            raise ValueError(f"no negatives here, got {t[0]}")
+        below.move(t)
+
+
+@pytest.mark.parametrize("proto", ["tcp", "zmq"])
+def test_a_stage_failure_at_the_server_is_explained_at_the_caller(proto):
+    """What the server's path says about a failure comes back with it: the caller's error shows a
+    Python stage's exception behind remote, for a move and for a move_many, and then goes on."""
+    policy = ServerPolicy(allow_kinds=frozenset({"test-no-negatives"}))
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=policy).start() as server:
+        h = build_path(make_path(stage("remote", host=server.endpoint, proto=proto, timeout_ms=5000),
+                                 stage("test-no-negatives"), stage("core", name="PICKY", format="q")),
+                       pastset=paths.PastSet())
+        h.move(1)
+        at_server = f"remote {server.endpoint}: at the server: test-no-negatives: ValueError: no negatives here, got -"
+        with pytest.raises(ValueError, match=re.escape(f"thread 0 move ({at_server}2): invalid argument")):
+            h.move(-2)
+        with pytest.raises(ValueError, match=re.escape(f"{at_server}3")):
+            h.move_many([(2,), (-3,), (4,)])
+        h.move(5)
+        assert [h.observe(i) for i in range(h.last())] == [(1,), (2,), (5,)]
+
+
 @pytest.mark.parametrize("proto", ["ipc", "inproc"])
 def test_ipc_and_inproc_transports(tmp_path, proto):
     name = str(tmp_path / "server.sock") if proto == "ipc" else f"paths-test-{tmp_path.name}"

@@ -1,5 +1,6 @@
 /* bridge_stage.c — the bridge stage: each operation the implementation answers becomes one call
  * of the bridge; the others pass down, or come as the simpler operations they are made of. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -17,9 +18,23 @@ typedef struct bridge_stage {
     char name[64];
 } bridge_stage;
 
+/* The implementation's answer; why it failed, when it says, becomes "NAME: WHY", the stage's
+ * explanation. */
+static int bridge_answer(bridge_stage *s, ps_link *link, ps_op *op) {
+    char why[PS_STAGE_ERROR_MAX - sizeof s->name - 2];
+    why[0] = 0;
+    int rc = s->bridge->call(s->impl, ps_stage_down(link), link->slot, op, why, sizeof why);
+    if (rc != PS_OK && why[0]) {
+        pthread_mutex_lock(&s->base.links_lock);
+        snprintf(s->base.error, sizeof s->base.error, "%s: %s", s->name, why);
+        pthread_mutex_unlock(&s->base.links_lock);
+    }
+    return rc;
+}
+
 static int bridge_call(ps_link *link, ps_op *op) {
     bridge_stage *s = (bridge_stage *)link->stage;
-    if (s->answered & (1u << op->kind)) return s->bridge->call(s->impl, ps_stage_down(link), link->slot, op);
+    if (s->answered & (1u << op->kind)) return bridge_answer(s, link, op);
     if (ps_op_kinds[op->kind].shape & PS_OP_COMPOSED) return ps_op_fallback(link, op);
     return ps_stage_pass(link, op);
 }

@@ -18,8 +18,9 @@ typedef struct ps_bridge {
     int (*answers)(void *impl, ps_op_kind kind);
     /* Answers one operation of a caller in `slot`, whose own link to the next stage is `below`:
      * fills op's results and returns a status; PS_ETIMEDOUT when the op's timeout passed with
-     * nothing done. */
-    int (*call)(void *impl, ps_link *below, uint32_t slot, ps_op *op);
+     * nothing done. A failure may say why in `why` (one line; left "" when there is nothing to
+     * add): the stage keeps it as its explanation, which a server sends back with the status. */
+    int (*call)(void *impl, ps_link *below, uint32_t slot, ps_op *op, char *why, size_t why_size);
     void (*release)(void *impl); /* when the stage is destroyed */
 } ps_bridge;
 

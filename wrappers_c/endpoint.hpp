@@ -224,8 +224,7 @@ private:
 
     // Raises the status as a Python exception, with what the path could say about it.
     [[noreturn]] void fail(int rc, const std::string &what) {
-        bool explained = rc != PS_ETIMEDOUT && rc != PS_EAXED && rc != PS_EINDEX;
-        std::string why = explained ? Backend::explanation() : "";
+        std::string why = ps_status_is_explained(rc) ? Backend::explanation() : "";
         raise_status(rc, why.empty() ? what : what + " (" + why + ")");
     }
 

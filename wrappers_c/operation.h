@@ -111,6 +111,12 @@ static inline uint32_t ps_op_tuples_out(const ps_op *op, int status) {
  * `done` is only what is known. On any other status `done` is exact. */
 static inline int ps_op_done_is_at_least(int status) { return status == PS_EREMOTE; }
 
+/* Whether a stage may say more about a failure than its status (its error line, for messages):
+ * not a timeout, an axed tuple or an index past the end, whose status says all there is. */
+static inline int ps_status_is_explained(int status) {
+    return status != 0 && status != PS_ETIMEDOUT && status != PS_EAXED && status != PS_EINDEX;
+}
+
 /* The kind whose wire op code is `code`, or -1 for none. */
 int ps_op_kind_of_wire(unsigned code);
 

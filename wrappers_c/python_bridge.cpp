@@ -63,6 +63,17 @@ int64_t copy_all_out(const TupleCodec &codec, const py::object &tuples, ps_op *o
     return static_cast<int64_t>(list.size());
 }
 
+// "ValueError: its message", cut to fit (its type's name alone when its message cannot be had).
+void say_exception(const py::error_already_set &e, char *why, size_t why_size) {
+    std::string type = "an exception", message;
+    try {
+        type = py::str(e.type().attr("__name__"));
+        message = py::str(e.value());
+    } catch (py::error_already_set &) {  // a __str__ that raises
+    }
+    snprintf(why, why_size, "%s%s%s", type.c_str(), message.empty() ? "" : ": ", message.c_str());
+}
+
 int python_answers(void *impl, ps_op_kind kind) {
     return py::hasattr(static_cast<PythonStage *>(impl)->impl, ps_op_kinds[kind].name);
 }
@@ -70,10 +81,11 @@ int python_answers(void *impl, ps_op_kind kind) {
 // Calls impl.<kind>(below, ...) with the GIL held; the blocking calls the stage makes on `below` wait
 // no longer than the caller's timeout, and a TimeoutError is the status PS_ETIMEDOUT (the caller
 // may try again: the method did nothing). Any other Python exception is kept for the caller's
-// thread (raise_status re-raises it when the operation returns to Python); the status is
+// thread (raise_status re-raises it when the operation returns to Python), and said in `why`
+// ("ValueError: its message", for a caller elsewhere: behind a server, or in C); the status is
 // PS_ENOTSUP for a NotImplementedError, else PS_EINVAL. Either way op->done counts the tuples the
 // method moved through `below` before it raised.
-int python_call(void *impl, ps_link *below_link, uint32_t slot, ps_op *op) {
+int python_call(void *impl, ps_link *below_link, uint32_t slot, ps_op *op, char *why, size_t why_size) {
     py::gil_scoped_acquire gil;
     PythonStage &stage = *static_cast<PythonStage *>(impl);
     const ps_op_info &info = ps_op_kinds[op->kind];
@@ -118,12 +130,14 @@ int python_call(void *impl, ps_link *below_link, uint32_t slot, ps_op *op) {
         keep_moved();
         if (e.matches(PyExc_TimeoutError)) return PS_ETIMEDOUT;
         int status = e.matches(PyExc_NotImplementedError) ? PS_ENOTSUP : PS_EINVAL;
+        say_exception(e, why, why_size);
         t_python_stage_error = std::make_unique<py::error_already_set>(std::move(e));
         return status;
     } catch (py::builtin_exception &e) {
         keep_moved();
         e.set_error();
         t_python_stage_error = std::make_unique<py::error_already_set>();
+        say_exception(*t_python_stage_error, why, why_size);
     }
     return PS_EINVAL;
 }

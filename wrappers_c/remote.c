@@ -176,6 +176,19 @@ static int drain(remote_stage *r, connection *c, uint32_t keep) {
     return PS_OK;
 }
 
+/* An answer's payload as text (a refusal's reason, a failure's explanation), cut to fit. */
+static const char *answer_text(const ps_frame *answer, char *text, size_t size) {
+    snprintf(text, size, "%.*s", (int)answer->payload_length, answer->payload ? (const char *)answer->payload : "");
+    return text;
+}
+
+/* A failed operation's answer says why, as the server's path explained it: the stage keeps it. */
+static void take_explanation(remote_stage *r, const ps_frame *answer) {
+    char text[ANSWER_TEXT_MAX + 1];
+    if (ps_status_is_explained(answer->status) && answer->payload_length)
+        explain(r, "at the server", answer_text(answer, text, sizeof text));
+}
+
 /* The tuples of a range's answer, frame after frame (`answer` is its first), into op->out; each
  * frame's value is 0 in the last and else at most the tuples still to come. PS_OK with op->value
  * set, or broken. */
@@ -239,6 +252,7 @@ static int round_trips(ps_link *link, ps_op *op) {
         }
         if (shape & PS_OP_TUPLES_OUT && status == PS_OK && (rc = take_range(r, c, id, &answer, op)) != PS_OK)
             return rc;
+        take_explanation(r, &answer);
         if (shape & PS_OP_VALUE_OUT || status == PS_EAXED || (shape & PS_OP_TUPLES_OUT && status != PS_OK))
             op->value = answer.value; /* EAXED: the first live index */
         if (status == PS_EAXED)
@@ -299,6 +313,7 @@ static int stream_tuples(ps_link *link, ps_op *op) {
                 return broken(r, c, "a malformed answer to move_many", PS_EINVAL);
             op->done += (uint32_t)answer.value;
             status = answer.status;
+            take_explanation(r, &answer);
             cut = status != PS_OK;
             if (cut) atomic_fetch_add_explicit(&r->streams_cut, 1, memory_order_relaxed);
         }
@@ -353,12 +368,6 @@ static int remote_call(ps_link *link, ps_op *op) {
     if (op->kind == PS_OP_AXE && ps_axe_may_have_taken_effect(rc)) /* done, or its answer lost */
         ps_axe_point_raise(&remote_of(link)->axe_known, op->argument);
     return rc;
-}
-
-/* An answer's payload as text (a refusal's reason), cut to fit. */
-static const char *answer_text(const ps_frame *answer, char *text, size_t size) {
-    snprintf(text, size, "%.*s", (int)answer->payload_length, answer->payload ? (const char *)answer->payload : "");
-    return text;
 }
 
 /* BUILD at the main endpoint: on PS_OK, c->handle_id is the link, link_endpoint its way in and

@@ -364,14 +364,22 @@ static int answer_request(link_worker *w, const ps_frame *request, int runnable,
     uint32_t shape = ran ? ps_op_kinds[op.kind].shape : 0;
     if (shape & PS_OP_TUPLES_OUT && rc == PS_OK) return send_range(w, request, &op, sink);
     /* The answer's value: the kind's value (a tuple freed by axe: the first live index), or else
-     * the tuples of the request that took effect. */
+     * the tuples of the request that took effect. Its payload: the tuple out, or a failure's
+     * explanation by the link's path, as text. */
     int64_t value = 0;
+    const void *payload = w->tuple;
     size_t payload_length = 0;
+    char why[PS_STAGE_ERROR_MAX];
     if (ran) {
         value = shape & (PS_OP_VALUE_OUT | PS_OP_TUPLES_OUT) || rc == PS_EAXED ? op.value : (int64_t)op.done;
         payload_length = shape & PS_OP_TUPLE_OUT && rc == PS_OK ? w->tuple_size : 0;
+        if (ps_status_is_explained(rc)) {
+            ps_stage_error(w->link->stage, why, sizeof why);
+            payload = why;
+            payload_length = strnlen(why, ANSWER_TEXT_MAX); /* within a frame: it holds 8 KiB of tuples at least */
+        }
     }
-    size_t length = encode_link_answer(w, code, rc, request_id, value, w->tuple, payload_length);
+    size_t length = encode_link_answer(w, code, rc, request_id, value, payload, payload_length);
     return sink->frame(sink->to, w->answer, length);
 }
 
