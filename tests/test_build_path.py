@@ -32,14 +32,15 @@ def test_equal_remainders_merge_into_one_stage(space):
 
 
 def test_specs_equal_once_defaults_are_filled_in_merge(space, tmp_path):
-    """A parameter given its default is the spec without it: the paths share the stage, and a
-    trace given its file both ways is one stage writing it."""
+    """A parameter given its default is the spec without it: the paths share the stage (shown as
+    the first build spelled it), and a trace given its file both ways is one stage writing it."""
     trace = str(tmp_path / "t.bin")
     plain = build_path(sum_path(stage("trace", file=trace), stage("cache")), pastset=space)
     spelled = build_path(sum_path(stage("trace", file=trace, mode="timestamp", capacity=1 << 20),
                                   stage("cache", capacity=1024, prefetch="none")), pastset=space)
     assert spelled.stage is plain.stage and plain.stage.link_count == 2
     assert paths.render_tree(plain).count("trace(") == 1
+    assert "cache()" in paths.render_tree(spelled)  # as the first build spelled it
     other = build_path(sum_path(stage("trace", file=str(tmp_path / "u.bin")), stage("cache", capacity=8)),
                        pastset=space)
     assert other.stage is not plain.stage  # a value other than the default is another stage

@@ -23,7 +23,6 @@ from paths.model.cluster_map import builtin_map, load_map_text
 from paths.experiments.experiment import Measurement, RunSettings, plans_for, run_experiment
 from paths.model.placement import PlacementWarning
 from paths.model.reduction_tree import plan_reduction
-from paths.runtime.build import check_path
 from paths.cli.run import results_table
 from paths.runtime.trace_file import read_trace
 
@@ -119,8 +118,7 @@ def test_multicluster_gsum_exact_and_one_round_trip_per_sum_across_each_link(pro
         # A remote stage under a sum makes one round trip per global sum (the sum's move and its
         # observe travel as one request); the remote of a thread alone on its node is that thread's
         # own link, a move and an observe: two. Plus, for each, the BUILD of its server side.
-        # (a built stage is named by its key: its parameters given their default left out)
-        thread_tops = {(node, str(make_path(*check_path(path)))) for node, path in zip(plan.placements, plan.paths)}
+        thread_tops = {(node, str(path)) for node, path in zip(plan.placements, plan.paths)}
         for node, s in remotes:
             trips = 2 if (node, s["stage"]) in thread_tops else 1
             assert s["counters"]["operations"] == trips * MULTI_ROUNDS, (n, node, s)

@@ -71,14 +71,15 @@ class BuildContext:
         self.trusted_endpoints: tuple[str, ...] = ()
         self.curve_client = curve_client
         self.server_ids: tuple[str, ...] = ()
-        self._stages: dict[StageKey, weakref.ref] = {}
+        self._stages: dict[StageKey, weakref.ref] = {}  # by canonical key (_canonical)
         self._handles: list[tuple[weakref.ref, StageKey, str]] = []
-        self._building: dict[StageKey, threading.Event] = {}  # keys a build is creating now
+        self._building: dict[StageKey, threading.Event] = {}  # canonical keys a build is creating now
         self._lock = threading.Lock()
         self._callers = 0
 
     def live(self, key: StageKey) -> BuiltStage | None:
-        ref = self._stages.get(key)
+        """The live stage of `key`, or of a key equal to it once defaults are filled in."""
+        ref = self._stages.get(_canonical(key))
         return ref() if ref is not None else None
 
     def stages(self) -> Iterator[BuiltStage]:
@@ -99,7 +100,7 @@ class BuildContext:
         local = _local_part(specs)
         if guard is not None:
             guard.admit_path(specs[:local])
-        existing, created = self._reserve(specs, local)
+        specs, existing, created = self._reserve(specs, local)
         try:
             below, bottom = None, None
             for i in reversed(range(local)):
@@ -132,22 +133,27 @@ class BuildContext:
         if key in created:
             created.remove(key)
             with self._lock:
-                self._building.pop(key).set()
+                self._building.pop(_canonical(key)).set()
 
-    def _reserve(self, specs: StageKey, local: int) -> tuple[list, list]:
-        """The live stages of the path's local part, after checking its fan-in; the keys still
-        to create are marked as being built, so a concurrent build of the same key waits for
-        this one instead of creating a twin."""
+    def _reserve(self, specs: StageKey, local: int) -> tuple[StageKey, list, list]:
+        """The path's specs as the live stages of its local part spell them, those stages, after
+        checking its fan-in, and the keys still to create, marked as being built, so that a
+        concurrent build of the same key waits for this one instead of creating a twin."""
         while True:
             with self._lock:
-                busy = next((self._building[specs[i:]] for i in range(local) if specs[i:] in self._building), None)
+                busy = next((self._building[c] for i in range(local) if (c := _canonical(specs[i:])) in self._building),
+                            None)
                 if busy is None:
-                    existing = [self.live(specs[i:]) for i in range(local)]
+                    existing: list = [None] * local
+                    for i in reversed(range(local)):
+                        existing[i] = self.live(specs[i:])
+                        if existing[i] is not None:  # the stages above it build on its spelling
+                            specs = specs[:i] + existing[i].key
                     _check_fan_in(specs[:local], existing)
                     created = [specs[i:] for i in range(local) if existing[i] is None]
                     for key in created:
-                        self._building[key] = threading.Event()
-                    return existing, created
+                        self._building[_canonical(key)] = threading.Event()
+                    return specs, existing, created
             busy.wait()
 
     def _crossed(self, guard: ClientBuild | None) -> tuple[str, ...]:
@@ -183,7 +189,7 @@ class BuildContext:
             weakref.finalize(built, give_back)
         with self._lock:
             self._stages = {k: r for k, r in self._stages.items() if r() is not None}
-            self._stages[key] = weakref.ref(built)
+            self._stages[_canonical(key)] = weakref.ref(built)
         return built
 
 
@@ -207,8 +213,7 @@ _HANDLE_CONTEXTS: "weakref.WeakKeyDictionary[_native.Handle, tuple[BuildContext,
 
 
 def check_path(path: PathSpec | StageSpec | list) -> StageKey:
-    """Check every stage and the path's shape; return the specs as a key, each without the
-    parameters given their default: stage("cache") and stage("cache", capacity=1024) are one."""
+    """Check every stage and the path's shape; return the specs as a key."""
     if not isinstance(path, PathSpec):
         path = make_path(path)
     specs = tuple(path.stages)
@@ -218,13 +223,17 @@ def check_path(path: PathSpec | StageSpec | list) -> StageKey:
     for spec, info in zip(specs[:-1], infos):
         if info.ends_path:
             raise ValueError(f"path {path}: stage {spec} may only be the last stage")
-    return tuple(_without_defaults(spec, info) for spec, info in zip(specs, infos))
+    return specs
 
 
-def _without_defaults(spec: StageSpec, info: KindInfo) -> StageSpec:
-    kept = tuple((name, value) for name, value in spec.params
-                 if name not in info.params or info.params[name].default is None or value != info.params[name].default)
-    return spec if len(kept) == len(spec.params) else StageSpec(spec.kind, kept)
+def _canonical(key: StageKey) -> StageKey:
+    """A checked key without the parameters given their default: the identity of its stage, so that
+    stage("cache") and stage("cache", capacity=1024) are one (shown as the first build spelled it)."""
+    known = kinds()
+    return tuple(StageSpec(spec.kind, tuple((name, value) for name, value in spec.params
+                                            if (param := known[spec.kind].params.get(name)) is None
+                                            or param.default is None or value != param.default))
+                 for spec in key)
 
 
 def _enders() -> str:
