@@ -424,6 +424,36 @@ def test_an_observe_that_reports_a_failed_send_says_so_and_not_that_it_moved_not
                         r"failed \(wrong state\)\): wrong state", str(refused.value)), refused.value
 
 
+@paths.stage_kind("test-batch-breaker")
+class Breaker:
+    """Takes `after` moves, then refuses every other with a ValueError."""
+
+    def __init__(self, after: int):
+        self.after, self.taken = after, 0
+
+    def move(self, below, t):
+        if self.taken >= self.after:
+            raise ValueError("no more")
+        below.move(t)
+        self.taken += 1
+
+
+def test_a_python_stages_exception_from_a_send_carries_what_took_effect_in_its_note(space):
+    """The caller gets the Python stage's own exception, noted with the call and the batch's count
+    of the buffer's moves that took effect."""
+    h = build_path(make_path(stage("batch", max_moves=5, buffers=1), stage("test-batch-breaker", after=3),
+                             stage("core", name="B", format="q")), pastset=space)
+    for v in range(4):
+        h.move(v)
+    with pytest.raises(ValueError) as refused:
+        h.move(4)  # fills the buffer: the caller sends it
+    assert str(refused.value) == "no more"
+    assert re.fullmatch(r"thread \d+ move \(batch: 3 of 5 moves sent down together took effect, then the send failed "
+                        r"\(invalid argument\): test-batch-breaker: ValueError: no more\)",
+                        refused.value.__notes__[-1]), refused.value.__notes__
+    assert space.enter("B", "q").observe_range(0, 3) == [(0,), (1,), (2,)]
+
+
 def test_contributors_batched_above_a_sum_get_every_round_total(space):
     """A contributor's observe sends its held-back move first (a lone move: a sum takes it as one
     contribution), so rounds go on; a held-back move of another contributor is what a round waits for."""

@@ -21,8 +21,12 @@ py::str text_of(const std::string &text) {
 }
 
 [[noreturn]] void raise_status(int rc, const std::string &what) {
-    if (t_python_stage_error) {
+    if (t_python_stage_error) {  // a Python stage's own exception, noted with the call and what the path says
         std::unique_ptr<py::error_already_set> error = std::move(t_python_stage_error);
+        try {
+            error->value().attr("add_note")(text_of(what));
+        } catch (py::error_already_set &) {  // not an exception that takes notes: raised as it is
+        }
         error->restore();
         throw py::error_already_set();
     }

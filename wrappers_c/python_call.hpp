@@ -31,7 +31,7 @@ extern thread_local std::unique_ptr<py::error_already_set> t_python_stage_error;
 py::str text_of(const std::string &text);
 [[noreturn]] void raise_text(PyObject *type, const std::string &message);
 // Raises the status as its Python exception (wire.md's table), or the exception a Python stage
-// raised on the way.
+// raised on the way, with `what` as its note.
 [[noreturn]] void raise_status(int rc, const std::string &what);
 
 // A value as a message shows it: its repr, cut to a line.
