@@ -146,3 +146,69 @@ def test_a_move_many_cut_by_a_full_bound_goes_on_in_order(proto):
         assert taken == list(range(count))
         assert element.last() == count
         assert h.stage.counters()["streams_cut"] >= 2  # a stream was cut at each pause, and went on
+
+
+@paths.stage_kind("test-stream-no-negatives")
+class NoNegatives:
+    def move(self, below, t):
+        if t[0] < 0:
+            raise ValueError(f"no negatives here, got {t[0]}")
+        below.move(t)
+
+
+@pytest.mark.parametrize("proto", ["tcp", "zmq"])
+def test_with_a_window_move_many_goes_out_pipelined_and_every_callers_tuples_arrive_in_order(proto):
+    """window > 1: a move_many returns once its frames are sent, its answers read by a later
+    operation; four callers' streams of 1 to 3 frames each arrive whole, each caller's in order."""
+    callers, rounds, sizes = 4, 12, (1, 100, 2048, 2049, 5000)
+    space = paths.PastSet()
+    with PathServer("tcp://127.0.0.1:*", pastset=space).start() as server:
+        path = make_path(stage("remote", host=server.endpoint, proto=proto, window=4, timeout_ms=5000),
+                         stage("core", name="PIPELINED", format="q"))
+        handles = [build_path(path, pastset=paths.PastSet()) for _ in range(callers)]
+        h = handles[0]
+        h.last()  # connected
+        before = h.stage.counters()
+        h.move_many([(-1,)] * 5000)  # 3 frames, answered later
+        sent = h.stage.counters()
+        assert (sent["requests"] - before["requests"], sent["answers"] - before["answers"]) == (3, 0)
+        h.last()
+        assert h.stage.counters()["answers"] - sent["answers"] == 4
+
+        def send(caller: int, handle) -> None:
+            made = 0
+            for r in range(rounds):
+                count = sizes[(caller + r) % len(sizes)]
+                handle.move_many([(caller << 32 | made + i,) for i in range(count)], timeout=PATIENCE_S)
+                made += count
+            handle.last()  # every answer read
+
+        threads = [threading.Thread(target=send, args=(c, handles[c])) for c in range(callers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(PATIENCE_S)
+        element = space.enter("PIPELINED", "q")
+        moved = history(element)[5000:]
+        for c in range(callers):
+            own = [v & 0xFFFFFFFF for v in moved if v >> 32 == c]
+            assert own == list(range(sum(sizes[(c + r) % len(sizes)] for r in range(rounds)))), c
+        assert len(moved) == sum(len(own) for own in [[v for v in moved if v >> 32 == c] for c in range(callers)])
+
+
+@pytest.mark.parametrize("proto", ["tcp", "zmq"])
+def test_a_pipelined_move_many_that_fails_at_the_server_breaks_the_link_at_the_next_operation(proto):
+    """Its call returned when sent; the next operation reads the failed answer, says so, and the
+    link is done: no later tuple takes effect out of order."""
+    policy = paths.ServerPolicy(allow_kinds=frozenset({"test-stream-no-negatives"}))
+    space = paths.PastSet()
+    with PathServer("tcp://127.0.0.1:*", pastset=space, policy=policy).start() as server:
+        h = build_path(make_path(stage("remote", host=server.endpoint, proto=proto, window=4, timeout_ms=5000),
+                                 stage("test-stream-no-negatives"), stage("core", name="REFUSED", format="q")),
+                       pastset=paths.PastSet())
+        h.move_many([(1,), (-2,), (3,)])
+        with pytest.raises(ConnectionError, match="a pipelined move failed; later moves were not kept in order"):
+            h.last()
+        with pytest.raises(ConnectionError):
+            h.move_many([(4,)])
+        assert history(space.enter("REFUSED", "q")) == [1]

@@ -10,7 +10,8 @@
  * at most timeout_ms / 2, so a live server always answers well within timeout_ms and one silent
  * for timeout_ms is taken as gone; a slice that ends at the server (status: timed out, nothing
  * done) is simply sent again.
- * With window > 1, moves are pipelined: up to `window` go out before their answers are read.
+ * With window > 1, moves and move_many are pipelined: up to `window` requests go out before their
+ * answers are read.
  */
 #include <errno.h>
 #include <limits.h>
@@ -323,18 +324,44 @@ static int stream_tuples(ps_link *link, ps_op *op) {
     }
 }
 
-/* A move with window > 1: sent without waiting for its answer while fewer than `window` are
- * outstanding (pipelining); any other operation reads their answers first. */
+/* One request sent without waiting for its answer, once fewer than `window` are outstanding
+ * (pipelining: moves, and the frames of a move_many, with window > 1); any other operation reads
+ * their answers first (drain), and a failure among them breaks the connection there. */
+static int send_pipelined(remote_stage *r, connection *c, uint8_t op, int64_t argument, const void *payload,
+                          size_t payload_length) {
+    int rc = drain(r, c, r->window - 1);
+    if (rc != PS_OK) return rc;
+    uint64_t id = send_request(r, c, c->socket, op, argument, server_slice(r), payload, payload_length, 1);
+    if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
+    if (c->outstanding++ == 0) c->oldest_pending = id;
+    return PS_OK;
+}
+
+/* A move with window > 1. */
 static int pipelined_move(ps_link *link, ps_op *op) {
     remote_stage *r = remote_of(link);
     connection *c = &r->connections[link->slot];
+    return c->failed ? c->failed : send_pipelined(r, c, ps_op_kinds[PS_OP_MOVE].wire, 0, op->in, r->base.tuple_size);
+}
+
+/* A move_many with window > 1: its frames go out as one stream, pipelined (an asynchronous call,
+ * ARMI's). When a failure breaks the connection, the tuples of the call that hears of it are
+ * known to have taken effect in none (at least); those of a call that returned, as sent. */
+static int pipelined_stream(ps_link *link, ps_op *op) {
+    remote_stage *r = remote_of(link);
+    connection *c = &r->connections[link->slot];
     if (c->failed) return c->failed;
-    int rc = drain(r, c, r->window - 1);
-    if (rc != PS_OK) return rc;
-    uint64_t id = send_request(r, c, c->socket, ps_op_kinds[PS_OP_MOVE].wire, 0, server_slice(r), op->in,
-                               r->base.tuple_size, 1);
-    if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
-    if (c->outstanding++ == 0) c->oldest_pending = id;
+    size_t tuple_size = r->base.tuple_size;
+    uint32_t per_frame = (uint32_t)ps_wire_batch_tuples(tuple_size);
+    for (uint32_t sent = 0; sent < op->count;) {
+        uint32_t n = op->count - sent < per_frame ? op->count - sent : per_frame;
+        int64_t part = sent ? PS_WIRE_STREAM_CONTINUES : PS_WIRE_STREAM_STARTS;
+        int rc = send_pipelined(r, c, ps_op_kinds[op->kind].wire, part,
+                                (const unsigned char *)op->in + (size_t)sent * tuple_size, (size_t)n * tuple_size);
+        if (rc != PS_OK) return rc;
+        sent += n;
+    }
+    op->done = op->count;
     return PS_OK;
 }
 
@@ -363,7 +390,8 @@ static int remote_call(ps_link *link, ps_op *op) {
         if (range_refused(remote_of(link), op)) return PS_EINVAL;
         widen_for_range(remote_of(link), &remote_of(link)->connections[link->slot], op->count);
     }
-    if (ps_op_kinds[op->kind].shape & PS_OP_TUPLES_IN) return op->count ? stream_tuples(link, op) : PS_OK;
+    if (ps_op_kinds[op->kind].shape & PS_OP_TUPLES_IN)
+        return !op->count ? PS_OK : remote_of(link)->window > 1 ? pipelined_stream(link, op) : stream_tuples(link, op);
     int rc = round_trips(link, op);
     if (op->kind == PS_OP_AXE && ps_axe_may_have_taken_effect(rc)) /* done, or its answer lost */
         ps_axe_point_raise(&remote_of(link)->axe_known, op->argument);
@@ -608,8 +636,8 @@ static const ps_param_spec REMOTE_PARAMS[] = {
      "when curve_server_key is set", PS_PARAM_GIVEN},
     {"timeout_ms", PS_PARAM_INT, 0, "10000", 1, 3600000, NULL, "a server silent this long is taken as gone",
      PS_PARAM_WAIT_MS},
-    {"window", PS_PARAM_INT, 0, "1", 1, 1024, NULL, "moves sent before their answers are read (pipelining)",
-     PS_PARAM_GIVEN},
+    {"window", PS_PARAM_INT, 0, "1", 1, 1024, NULL,
+     "requests of moves and move_many sent before their answers are read (pipelining)", PS_PARAM_GIVEN},
     {"batch", PS_PARAM_INT, 0, "1", 1, 1024, NULL,
      "direct transports, window > 1: pipelined moves that leave in one write; a move waits in the caller's "
      "buffer until `batch` moves do, or until the caller's next other request or wait for an answer", PS_PARAM_GIVEN},
