@@ -392,6 +392,26 @@ def test_counters_option_prints_every_nodes_stages(probe):
     assert "core(format='q', name='GSUM.3.0')" in done.stdout
 
 
+@pytest.mark.parametrize("form", ["sums", "allreduce"])
+def test_paths_show_draws_the_tree_that_runs_for_a_sum_homed_on_a_node_of_its_own(probe, tmp_path, form):
+    """The map homes GSUM on a1 (elements:), not at its root a0: show puts the element there, as
+    the run does."""
+    homed = tmp_path / "homed.yaml"
+    homed.write_text("name: homed\nclusters:\n  a: {nodes: 'a[0-1]', cpus: 1}\nroot: a0\n"
+                     "elements:\n  GSUM: {reduce: sum, home: a1}\n")
+    shown = subprocess.run([sys.executable, "-m", "paths", "show", "--map", str(homed), "--threads", "2",
+                            "--tree-form", form], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "core(format='q', name='GSUM')  on a1" in shown.stdout
+    done = paths_run("gsum", "--map", str(homed), "--threads", "2", "--tree-form", form, "--repeat", "1",
+                     "--rounds", "20", "--counters")
+    assert done.returncode == 0, done.stderr
+    ran = {(node, spec.replace("GSUM.2.0", "GSUM"))
+           for node, spec in re.findall(r"^  (\S+) +(\S.*?\)) {2,}\w+=", done.stdout, re.MULTILINE)}
+    drawn = {(node, spec) for spec, node in re.findall(r"(\w[\w-]*\(.*?\))  on (\S+)$", shown.stdout, re.MULTILINE)}
+    assert ("a1", "core(format='q', name='GSUM')") in drawn and drawn <= ran, (drawn, ran)  # the barrier's too ran
+
+
 def test_several_maps_and_policies_in_one_run(probe, tmp_path):
     out = tmp_path / "cmp.csv"
     done = paths_run("gsum", "--map", "paper-4w,paper-8w", "--policy", "bucket,even", "--threads", "1,5",

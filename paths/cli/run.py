@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import glob
 import math
 import os
@@ -423,7 +424,8 @@ def show_command(argv: list[str]) -> int:
         cluster_map = open_map(args.map)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PlacementWarning)
-            plan = plan_reduction(cluster_map, args.threads, ("GSUM", "q"), policy=args.policy,
+            at_home = dataclasses.replace(cluster_map, home=cluster_map.home_of("GSUM"))  # as the run homes it
+            plan = plan_reduction(at_home, args.threads, ("GSUM", "q"), policy=args.policy,
                                   max_fanin=args.max_fanin, form=args.tree_form)
     except (MapError, ValueError, OSError) as e:
         print(f"paths show: {e}", file=sys.stderr)

@@ -140,6 +140,11 @@ class ClusterMap:
         """What the map says about element `name`, if anything."""
         return next((element for element in self.elements if element.name == name), None)
 
+    def home_of(self, name: str) -> str:
+        """The node element `name` lives on as the map says: its own `home`, else the map's."""
+        declared = self.element(name)
+        return declared.home if declared is not None and declared.home else self.home
+
     def link_between(self, cluster_a: str, cluster_b: str) -> Optional[Link]:
         """The link between two clusters, if the map lists one."""
         ends = {cluster_a, cluster_b}

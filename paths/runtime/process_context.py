@@ -95,15 +95,13 @@ class Runtime:
                               self.tag)
 
     def _home(self, element: str, declared) -> str:
-        if declared is not None and declared.home:
-            return declared.home
         name, at, owner = element.rpartition("@")
-        if name and at and owner.isdigit():
+        if name and at and owner.isdigit() and not (declared is not None and declared.home):
             if int(owner) >= self.threads:
                 raise ValueError(f"element {element!r}: homed with thread {owner}, but the run has "
                                  f"{self.threads} threads")
             return self.placements[int(owner)]
-        return self.cluster_map.home
+        return self.cluster_map.home_of(element)
 
     def acquire(self, element: str, format: str, thread: int) -> _native.Handle:
         """Ask the hook for the path of (element, format) from `thread`, build it, return the handle."""
