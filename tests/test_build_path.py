@@ -48,6 +48,15 @@ def test_specs_equal_once_defaults_are_filled_in_merge(space, tmp_path):
     assert spelled.observe(0) == (3,)
 
 
+def test_a_path_has_at_most_256_stages(space):
+    sums = [stage("reduce-sum", num_threads=1, id=str(i)) for i in range(256)]
+    with pytest.raises(ValueError, match=r"^path of 257 stages: a path has at most 256 \(its first stages: "):
+        build_path(sum_path(*sums), pastset=space)
+    h = build_path(sum_path(*sums[1:]), pastset=space)
+    h.move(4)
+    assert h.observe(0) == (4,) and paths.render_tree(h).count("reduce-sum(") == 255
+
+
 def test_id_keeps_equal_stages_apart(space):
     a = build_path(sum_path(stage("reduce-sum", num_threads=1, id="a")), pastset=space)
     b = build_path(sum_path(stage("reduce-sum", num_threads=1, id="b")), pastset=space)

@@ -221,6 +221,59 @@ def test_builds_waiting_on_a_silent_server_hold_only_their_own_client(children, 
     settled(server.pid, before, f"eight builds on a silent server and a chain through itself ({proto})")
 
 
+def long_path(endpoint: str, stages: int, caller: int = 0):
+    return path_to(endpoint, *[stage("reduce-sum", num_threads=1, id=f"{caller}.{i}") for i in range(stages)],
+                   timeout_ms=5000, element=f"LONG{caller}")
+
+
+def test_a_path_too_long_is_refused_at_once_and_a_long_one_builds_in_time(children, zmq_context):
+    """A path has at most 256 stages: a BUILD of more is refused before anything is built (one of
+    1,500 stages took the server minutes of CPU: every build rehashed the whole table for each
+    stage it made). One of the most builds promptly."""
+    server, endpoint = children.paths_serve()
+    before = figures(server.pid)
+    main = dealer(zmq_context, endpoint)
+    too_long = make_path(*[stage("reduce-sum", num_threads=1, id=str(i)) for i in range(400)],
+                         stage("core", name="LONG", format="q"))
+    started = time.monotonic()
+    main.send(encode(BUILD, path_to_json(too_long).encode(), request_id=1))
+    reply = decode(zmq_answer(main))
+    main.close()
+    assert reply["status"] == PS_EINVAL and b"path of 401 stages: a path has at most 256" in reply["payload"], reply
+    longest = build_path(long_path(endpoint, 254), pastset=paths.PastSet())
+    longest.move(3)
+    assert longest.observe(0, timeout=5) == (3,)
+    assert time.monotonic() - started < PATIENCE_S / 3
+    assert served_exactly(endpoint, "tcp") < PROMPT_S
+    del longest
+    settled(server.pid, before, "a path too long")
+
+
+def test_a_server_stopped_while_clients_build_ends_at_once(children):
+    """SIGTERM while eight clients build long paths: each build gives up at its next stage, and the
+    server ends cleanly at once (it waited up to 2 s for each build in turn)."""
+    server, endpoint = children.paths_serve()
+    until = time.monotonic() + 3.0
+
+    def build_on(caller: int) -> None:
+        while time.monotonic() < until:
+            try:
+                build_path(long_path(endpoint, 250, caller), pastset=paths.PastSet())
+            except (ValueError, ConnectionError, RuntimeError):
+                pass
+
+    builders = [threading.Thread(target=build_on, args=(c,)) for c in range(8)]
+    for thread in builders:
+        thread.start()
+    time.sleep(1.0)
+    stopped = time.monotonic()
+    server.signal(signal.SIGTERM)
+    assert server.wait(PATIENCE_S) == 0, server.stderr()
+    assert time.monotonic() - stopped < 5.0  # eight builds at 2 s each took 16 s
+    for thread in builders:
+        thread.join(PATIENCE_S)
+
+
 # ---- budgets before allocation -------------------------------------------------------------------
 
 @pytest.mark.parametrize("proto", PROTOS)

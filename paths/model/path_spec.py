@@ -91,6 +91,7 @@ def make_path(*stages: StageSpec | Iterable[StageSpec]) -> PathSpec:
 SPEC_VERSION = 1
 _SCALARS = (int, float, str)
 CROSSED_MAX = 64  # servers a path may go through, as a BUILD names them
+PATH_STAGES_MAX = 256  # stages of a path (a tree's deepest path has a few dozen)
 SERVER_ID_MAX = 64
 
 

@@ -22,7 +22,7 @@ import weakref
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from .. import _native
-from ..model.path_spec import PathSpec, StageSpec, make_path, path_to_json
+from ..model.path_spec import PATH_STAGES_MAX, PathSpec, StageSpec, make_path, path_to_json
 from ..model.stage_kinds import KindInfo, check_spec, kinds, native_params
 
 if TYPE_CHECKING:
@@ -71,7 +71,8 @@ class BuildContext:
         self.trusted_endpoints: tuple[str, ...] = ()
         self.curve_client = curve_client
         self.server_ids: tuple[str, ...] = ()
-        self._stages: dict[StageKey, weakref.ref] = {}  # by canonical key (_canonical)
+        self._stages: "weakref.WeakValueDictionary[StageKey, BuiltStage]" = weakref.WeakValueDictionary()  # by
+        # canonical key (_canonical)
         self._handles: list[tuple[weakref.ref, StageKey, str]] = []
         self._building: dict[StageKey, threading.Event] = {}  # canonical keys a build is creating now
         self._lock = threading.Lock()
@@ -79,14 +80,10 @@ class BuildContext:
 
     def live(self, key: StageKey) -> BuiltStage | None:
         """The live stage of `key`, or of a key equal to it once defaults are filled in."""
-        ref = self._stages.get(_canonical(key))
-        return ref() if ref is not None else None
+        return self._stages.get(_canonical(key))
 
     def stages(self) -> Iterator[BuiltStage]:
-        for ref in list(self._stages.values()):
-            built = ref()
-            if built is not None:
-                yield built
+        yield from list(self._stages.values())
 
     def handles(self) -> Iterator[tuple[str, StageKey]]:
         for ref, key, label in list(self._handles):
@@ -104,7 +101,9 @@ class BuildContext:
         try:
             below, bottom = None, None
             for i in reversed(range(local)):
-                below = existing[i] or self._create(specs[i:], below, guard)
+                if _abandoned.is_set():
+                    raise RuntimeError(f"path {make_path(*specs)}: not built: this process is exiting")
+                below = existing[i] or self._create(specs[i:], created.get(specs[i:]), below, guard)
                 bottom = bottom or below
                 self._built(created, specs[i:])  # usable by other builds from now on
             with self._lock:
@@ -127,32 +126,34 @@ class BuildContext:
         _HANDLE_CONTEXTS[handle] = (self, below.key)
         return handle
 
-    def _built(self, created: list, key: StageKey) -> None:
+    def _built(self, created: dict, key: StageKey) -> None:
         """A key this build marked as being built is built (or will not be): whoever waits for it
         looks again."""
-        if key in created:
-            created.remove(key)
+        canonical = created.pop(key, None)
+        if canonical is not None:
             with self._lock:
-                self._building.pop(_canonical(key)).set()
+                self._building.pop(canonical).set()
 
-    def _reserve(self, specs: StageKey, local: int) -> tuple[StageKey, list, list]:
+    def _reserve(self, specs: StageKey, local: int) -> tuple[StageKey, list, dict]:
         """The path's specs as the live stages of its local part spell them, those stages, after
-        checking its fan-in, and the keys still to create, marked as being built, so that a
-        concurrent build of the same key waits for this one instead of creating a twin."""
+        checking its fan-in, and the keys still to create (with their canonical keys), marked as
+        being built, so that a concurrent build of the same key waits for this one instead of
+        creating a twin."""
+        canonical = _canonical(specs)
         while True:
             with self._lock:
-                busy = next((self._building[c] for i in range(local) if (c := _canonical(specs[i:])) in self._building),
+                busy = next((self._building[canonical[i:]] for i in range(local) if canonical[i:] in self._building),
                             None)
                 if busy is None:
                     existing: list = [None] * local
                     for i in reversed(range(local)):
-                        existing[i] = self.live(specs[i:])
+                        existing[i] = self._stages.get(canonical[i:])
                         if existing[i] is not None:  # the stages above it build on its spelling
                             specs = specs[:i] + existing[i].key
                     _check_fan_in(specs[:local], existing)
-                    created = [specs[i:] for i in range(local) if existing[i] is None]
-                    for key in created:
-                        self._building[_canonical(key)] = threading.Event()
+                    created = {specs[i:]: canonical[i:] for i in range(local) if existing[i] is None}
+                    for key in created.values():
+                        self._building[key] = threading.Event()
                     return specs, existing, created
             busy.wait()
 
@@ -162,7 +163,8 @@ class BuildContext:
         reach the server it hosts: it did not come through it)."""
         return guard.crossed + self.server_ids if guard is not None else ()
 
-    def _create(self, key: StageKey, below: BuiltStage | None, guard: ClientBuild | None) -> BuiltStage:
+    def _create(self, key: StageKey, canonical: StageKey, below: BuiltStage | None,
+                guard: ClientBuild | None) -> BuiltStage:
         spec = key[0]
         info = check_spec(spec)
         params = native_params(spec)
@@ -188,8 +190,7 @@ class BuildContext:
         if give_back is not None:
             weakref.finalize(built, give_back)
         with self._lock:
-            self._stages = {k: r for k, r in self._stages.items() if r() is not None}
-            self._stages[_canonical(key)] = weakref.ref(built)
+            self._stages[canonical] = built
         return built
 
 
@@ -206,6 +207,16 @@ def _remainder(key: StageKey, crossed: tuple[str, ...]) -> str:
     servers crossed so far."""
     return path_to_json(PathSpec(key[1:]), crossed)
 
+# Set when the process exits: a build gives up at its next stage (abandon_builds).
+_abandoned = threading.Event()
+
+
+def abandon_builds() -> None:
+    """Builds still running give up at their next stage, with a RuntimeError: the process is
+    exiting, and no build thread may still run when the interpreter ends."""
+    _abandoned.set()
+
+
 # Which context and stage each live handle belongs to, for show() and to_dot().
 _HANDLE_CONTEXTS: "weakref.WeakKeyDictionary[_native.Handle, tuple[BuildContext, StageKey]]" = (
     weakref.WeakKeyDictionary()
@@ -217,6 +228,9 @@ def check_path(path: PathSpec | StageSpec | list) -> StageKey:
     if not isinstance(path, PathSpec):
         path = make_path(path)
     specs = tuple(path.stages)
+    if len(specs) > PATH_STAGES_MAX:
+        raise ValueError(f"path of {len(specs)} stages: a path has at most {PATH_STAGES_MAX} (its first stages: "
+                         f"{make_path(*specs[:3])} -> ...)")
     infos = [check_spec(spec) for spec in specs]
     if not infos[-1].ends_path:
         raise ValueError(f"path {path}: the last stage must be {_enders()} (the element), got {specs[-1]}")

@@ -38,7 +38,7 @@ import threading
 import weakref
 
 from .. import _native
-from .build import BuildContext, context_of, default_context
+from .build import BuildContext, abandon_builds, context_of, default_context
 from .client_ledger import ClientBuild, ClientLedger, Refused
 from ..model.path_edit import client_path
 from ..model.path_spec import build_request_from_json
@@ -211,6 +211,7 @@ def _end_builds() -> None:
         server.stop_serving()
     running = [thread for thread in _BUILD_THREADS if thread.is_alive()]
     if running:
+        abandon_builds()
         _native.abandon_remote_waits()
     for thread in running + [server._thread for server in serving]:
         thread.join(EXIT_JOIN_SECONDS)
