@@ -67,15 +67,31 @@ def test_keygen_into_a_missing_folder_is_one_line_and_exit_2(tmp_path):
     assert done.stderr == f"paths serve: --keygen {prefix}: cannot write '{prefix}.key': No such file or directory\n"
 
 
-def test_keygen_makes_the_secret_the_owners_alone_even_over_an_older_file(tmp_path):
+def test_keygen_makes_the_secret_the_owners_alone_and_never_replaces_a_key(tmp_path):
     prefix = tmp_path / "server"
-    secret = tmp_path / "server.key"
-    secret.write_text("old\n")
-    secret.chmod(0o644)
     done = paths_serve("--keygen", str(prefix))
     assert done.returncode == 0, done.stderr
+    secret, public = tmp_path / "server.key", tmp_path / "server.pub"
     assert secret.stat().st_mode & 0o777 == 0o600
-    assert len(secret.read_text().strip()) == 40 and len((tmp_path / "server.pub").read_text().strip()) == 40
+    assert len(secret.read_text().strip()) == 40 and len(public.read_text().strip()) == 40
+    keys = secret.read_text(), public.read_text()
+    again = paths_serve("--keygen", str(prefix))
+    assert again.returncode == 2
+    assert again.stderr == (f"paths serve: --keygen {prefix}: '{prefix}.key' exists: a new key pair would replace "
+                            "it; remove it first, or give another PREFIX\n")
+    assert (secret.read_text(), public.read_text()) == keys
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--keygen", ""], "--keygen : expected a file prefix (PREFIX.key and PREFIX.pub are written), got ''"),
+    (["--keygen", "K", "--bind", "tcp://127.0.0.1:7100"],
+     "--keygen K: it writes a key pair and exits, serving nothing: --bind has no use with it"),
+])
+def test_keygen_without_a_prefix_or_with_a_serving_option_is_one_line_and_exit_2(tmp_path, args, problem):
+    done = subprocess.run([sys.executable, "-m", "paths", "serve", *args], capture_output=True, text=True,
+                          timeout=PATIENCE_S, cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (2, f"paths serve: {problem}\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_insecure_warns_and_serves():

@@ -347,19 +347,8 @@ def serve_command(argv: list[str]) -> int:
     parser.add_argument("--keygen", metavar="PREFIX",
                         help="write a new CURVE key pair to PREFIX.key (secret) and PREFIX.pub, then exit")
     args = parser.parse_args(argv)
-    if args.keygen:
-        public, secret = _native.curve_keypair()
-        try:  # the secret is the owner's alone from the moment it exists
-            for suffix, key, mode in ((".key", secret, 0o600), (".pub", public, 0o644)):
-                with os.fdopen(os.open(args.keygen + suffix, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as f:
-                    os.fchmod(f.fileno(), mode)  # an older file keeps its mode otherwise
-                    f.write(key + "\n")
-        except OSError as e:
-            print(f"paths serve: --keygen {args.keygen}: cannot write '{e.filename or args.keygen + suffix}': "
-                  f"{e.strerror}", file=sys.stderr)
-            return 2
-        print(f"wrote {args.keygen}.key (secret) and {args.keygen}.pub (public)")
-        return 0
+    if args.keygen is not None:
+        return _keygen(parser, args)
     problem = _endpoint_problem(args.bind)
     if problem:
         print(f"paths serve: --bind {args.bind}: {problem}", file=sys.stderr)
@@ -405,6 +394,32 @@ def serve_command(argv: list[str]) -> int:
     if lost:
         print("paths serve: traces lost:\n" + "\n".join(f"  {failure}" for failure in lost), file=sys.stderr)
         return 1
+    return 0
+
+
+def _keygen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """paths serve --keygen PREFIX: a new key pair in PREFIX.key (secret) and PREFIX.pub; it never
+    replaces a key, and serves nothing."""
+    serving = next((action.option_strings[0] for action in parser._actions if action.dest not in ("help", "keygen")
+                    and getattr(args, action.dest) != action.default), None)
+    problem = ("expected a file prefix (PREFIX.key and PREFIX.pub are written), got ''" if not args.keygen else
+               f"it writes a key pair and exits, serving nothing: {serving} has no use with it" if serving else
+               next((f"'{args.keygen + suffix}' exists: a new key pair would replace it; remove it first, or "
+                     "give another PREFIX" for suffix in (".key", ".pub") if os.path.lexists(args.keygen + suffix)),
+                    None))
+    if problem:
+        print(f"paths serve: --keygen {args.keygen}: {problem}", file=sys.stderr)
+        return 2
+    public, secret = _native.curve_keypair()
+    try:  # the secret is the owner's alone from the moment it exists
+        for suffix, key, mode in ((".key", secret, 0o600), (".pub", public, 0o644)):
+            with os.fdopen(os.open(args.keygen + suffix, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w") as f:
+                f.write(key + "\n")
+    except OSError as e:
+        print(f"paths serve: --keygen {args.keygen}: cannot write '{e.filename or args.keygen + suffix}': "
+              f"{e.strerror}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.keygen}.key (secret) and {args.keygen}.pub (public)")
     return 0
 
 
