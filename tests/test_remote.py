@@ -128,14 +128,24 @@ def test_errors_are_the_same_exceptions_as_local(endpoint, proto, case):
     assert remote.observe(remote.last() - 1) == (7,)
 
 
-@pytest.mark.parametrize("host", ["", "n0", "tcp://127.0.0.1", "tcp://127.0.0.1:port", "ipc://"])
+@pytest.mark.parametrize("host", ["", "n0", "tcp://127.0.0.1", "tcp://127.0.0.1:port", "ipc://", "tcp://127.0.0.1:0",
+                                  "tcp://127.0.0.1:70000", "127.0.0.1:123456", "udp://127.0.0.1:7000",
+                                  "TCP://127.0.0.1:7000"])
 def test_a_host_that_names_no_server_is_refused_at_build(host):
     """Outside a run a node's name (n0) is no server either: a ValueError before anything is sent."""
     with pytest.raises(ValueError, match=rf"^stage 'remote': host '{re.escape(host)}' names no server to reach: "
-                                         r"expected tcp://HOST:PORT \(or HOST:PORT\), ipc://NAME, inproc://NAME, or "
-                                         r"in a run the name of a node of its map"):
+                                         r"expected tcp://HOST:PORT \(or HOST:PORT; PORT 1 to 65535\), ipc://NAME, "
+                                         r"inproc://NAME, or in a run the name of a node of its map"):
         build_path(make_path(stage("remote", host=host), stage("core", name="X", format="q")),
                    pastset=paths.PastSet())
+
+
+@pytest.mark.parametrize("key", ["~" * 40, "short"])
+def test_a_server_key_that_is_no_z85_key_is_refused_at_build(key):
+    with pytest.raises(ValueError, match=rf"^stage 'remote': curve_server_key must be 40 Z85 characters \(a public "
+                                         rf"key that paths serve --keygen wrote\), got '{re.escape(key)}'"):
+        build_path(make_path(stage("remote", host="tcp://127.0.0.1:7000", curve_server_key=key),
+                             stage("core", name="X", format="q")), pastset=paths.PastSet())
 
 
 def test_server_refusing_an_unknown_kind_is_value_error_with_its_message(endpoint, proto):

@@ -546,16 +546,20 @@ static size_t remote_footprint(const ps_params *params, size_t tuple_size) {
            PS_PASS_THROUGH_CALLERS * sizeof(connection);
 }
 
-/* Whether an endpoint names something to connect to: tcp://HOST:PORT (a source address first,
- * too), or ipc:// or inproc:// and a name. */
+/* Whether an endpoint names something to connect to: tcp://HOST:PORT, PORT 1 to 65535 (a source
+ * address first, too), or ipc:// or inproc:// and a name. */
 static int endpoint_whole(const char *endpoint) {
     const char *rest = strstr(endpoint, "://") + 3;
-    if (strncmp(endpoint, "tcp://", 6) != 0) return *rest != 0;
+    if (strncmp(endpoint, "ipc://", 6) == 0 || strncmp(endpoint, "inproc://", 9) == 0) return *rest != 0;
+    if (strncmp(endpoint, "tcp://", 6) != 0) return 0;
     const char *colon = strrchr(rest, ':');
-    if (!colon || colon == rest || !colon[1]) return 0;
-    for (const char *c = colon + 1; *c; c++)
+    if (!colon || colon == rest || !colon[1] || strlen(colon + 1) > 5) return 0;
+    long port = 0;
+    for (const char *c = colon + 1; *c; c++) {
         if (*c < '0' || *c > '9') return 0;
-    return 1;
+        port = port * 10 + (*c - '0');
+    }
+    return port >= 1 && port <= 65535;
 }
 
 static int remote_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
@@ -568,8 +572,10 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
     if (ps_tuple_format_parse(ps_params_str(params, "format"), &format, error, error_size) != 0) return PS_EFORMAT;
     const char *host = ps_params_str(params, "host");
     const char *key = ps_params_str(params, "curve_server_key");
-    if (*key && strlen(key) != 40) {
-        snprintf(error, error_size, "stage 'remote': curve_server_key must be 40 Z85 characters");
+    uint8_t key_bytes[32];
+    if (*key && (strlen(key) != 40 || !zmq_z85_decode(key_bytes, key))) {
+        snprintf(error, error_size, "stage 'remote': curve_server_key must be 40 Z85 characters (a public key "
+                 "that paths serve --keygen wrote), got '%.60s'", key);
         return PS_EINVAL;
     }
     /* Not given: direct, unless the link is to be encrypted (CURVE travels only over ZeroMQ). */
@@ -590,7 +596,8 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
     else snprintf(r->endpoint, sizeof r->endpoint, "%s://%s", scheme, host);
     if (!endpoint_whole(r->endpoint)) {
         snprintf(error, error_size, "stage 'remote': host '%.200s' names no server to reach: expected "
-                 "tcp://HOST:PORT (or HOST:PORT), ipc://NAME, inproc://NAME, or in a run the name of a node of its map",
+                 "tcp://HOST:PORT (or HOST:PORT; PORT 1 to 65535), ipc://NAME, inproc://NAME, or in a run the name of a "
+                 "node of its map",
                  host);
         free(r);
         return PS_EINVAL;
