@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from refusing_stage import NoNegatives  # noqa: F401  (registers the kind test-no-negatives)
 from wire_frames import (
     BATCH_PAYLOAD, MOVE_MANY, PS_EINVAL, PS_ESTATE, PS_ETIMEDOUT, PS_OK, STREAM_CONTINUES, STREAM_STARTS, TCP, ZMQ, Link,
     encode,
@@ -148,14 +149,6 @@ def test_a_move_many_cut_by_a_full_bound_goes_on_in_order(proto):
         assert h.stage.counters()["streams_cut"] >= 2  # a stream was cut at each pause, and went on
 
 
-@paths.stage_kind("test-stream-no-negatives")
-class NoNegatives:
-    def move(self, below, t):
-        if t[0] < 0:
-            raise ValueError(f"no negatives here, got {t[0]}")
-        below.move(t)
-
-
 @pytest.mark.parametrize("proto", ["tcp", "zmq"])
 def test_with_a_window_move_many_goes_out_pipelined_and_every_callers_tuples_arrive_in_order(proto):
     """window > 1: a move_many returns once its frames are sent, its answers read by a later
@@ -200,11 +193,11 @@ def test_with_a_window_move_many_goes_out_pipelined_and_every_callers_tuples_arr
 def test_a_pipelined_move_many_that_fails_at_the_server_breaks_the_link_at_the_next_operation(proto):
     """Its call returned when sent; the next operation reads the failed answer, says so, and the
     link is done: no later tuple takes effect out of order."""
-    policy = paths.ServerPolicy(allow_kinds=frozenset({"test-stream-no-negatives"}))
+    policy = paths.ServerPolicy(allow_kinds=frozenset({"test-no-negatives"}))
     space = paths.PastSet()
     with PathServer("tcp://127.0.0.1:*", pastset=space, policy=policy).start() as server:
         h = build_path(make_path(stage("remote", host=server.endpoint, proto=proto, window=4, timeout_ms=5000),
-                                 stage("test-stream-no-negatives"), stage("core", name="REFUSED", format="q")),
+                                 stage("test-no-negatives"), stage("core", name="REFUSED", format="q")),
                        pastset=paths.PastSet())
         h.move_many([(1,), (-2,), (3,)])
         with pytest.raises(ConnectionError, match="a pipelined move failed; later moves were not kept in order"):

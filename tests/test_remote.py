@@ -19,6 +19,7 @@ import time
 
 import pytest
 from child_processes import ChildProcesses, counters, process_exists
+from refusing_stage import NoNegatives  # noqa: F401  (registers the kind test-no-negatives)
 
 import paths
 from paths import _native, build_path, make_path, stage
@@ -415,16 +416,6 @@ def test_a_sums_link_names_the_servers_from_the_sum_on_whoever_built_it(proto):
                                              "already"):
             build_path(make_path(hop(near), hop(top), hop(near), stage("core", name="LOOP", format="q")),
                        pastset=paths.PastSet())
-
-
-@paths.stage_kind("test-no-negatives")
-class NoNegatives:
-    """Refuses a move of a negative value, saying which."""
-
-    def move(self, below, t):
-        if t[0] < 0:
-            raise ValueError(f"no negatives here, got {t[0]}")
-        below.move(t)
 
 
 @pytest.mark.parametrize("proto", ["tcp", "zmq"])

@@ -350,19 +350,15 @@ static int pipelined_move(ps_link *link, ps_op *op) {
 static int pipelined_stream(ps_link *link, ps_op *op) {
     remote_stage *r = remote_of(link);
     connection *c = &r->connections[link->slot];
-    if (c->failed) return c->failed;
-    size_t tuple_size = r->base.tuple_size;
-    uint32_t per_frame = (uint32_t)ps_wire_batch_tuples(tuple_size);
-    for (uint32_t sent = 0; sent < op->count;) {
-        uint32_t n = op->count - sent < per_frame ? op->count - sent : per_frame;
-        int64_t part = sent ? PS_WIRE_STREAM_CONTINUES : PS_WIRE_STREAM_STARTS;
-        int rc = send_pipelined(r, c, ps_op_kinds[op->kind].wire, part,
-                                (const unsigned char *)op->in + (size_t)sent * tuple_size, (size_t)n * tuple_size);
-        if (rc != PS_OK) return rc;
-        sent += n;
+    size_t frame_tuples = ps_wire_batch_tuples(r->base.tuple_size);
+    int rc = c->failed;
+    for (size_t sent = 0; rc == PS_OK && sent < op->count; sent += frame_tuples) {
+        size_t n = op->count - sent < frame_tuples ? op->count - sent : frame_tuples;
+        rc = send_pipelined(r, c, ps_op_kinds[op->kind].wire, sent ? PS_WIRE_STREAM_CONTINUES : PS_WIRE_STREAM_STARTS,
+                            (const unsigned char *)op->in + sent * r->base.tuple_size, n * r->base.tuple_size);
     }
-    op->done = op->count;
-    return PS_OK;
+    if (rc == PS_OK) op->done = op->count;
+    return rc;
 }
 
 /* A range larger than one answer may carry is refused before it is sent. */
@@ -596,9 +592,8 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
     else snprintf(r->endpoint, sizeof r->endpoint, "%s://%s", scheme, host);
     if (!endpoint_whole(r->endpoint)) {
         snprintf(error, error_size, "stage 'remote': host '%.200s' names no server to reach: expected "
-                 "tcp://HOST:PORT (or HOST:PORT; PORT 1 to 65535), ipc://NAME, inproc://NAME, or in a run the name of a "
-                 "node of its map",
-                 host);
+                 "tcp://HOST:PORT (or HOST:PORT; PORT 1 to 65535), ipc://NAME, inproc://NAME, or in a run the name "
+                 "of a node of its map", host);
         free(r);
         return PS_EINVAL;
     }
