@@ -45,7 +45,7 @@ def test_no_measured_run_of_the_remote_benchmark_is_a_handles_first(probe, monke
     measured = {key: values for key, values in runs.items() if key.startswith(("pair", "rate", "many"))}
     assert measured == {**{f"pair{window}_{proto}": [1.0, 1.0] for window in (1, 2) for proto in ("tcp", "zmq")},
                         **{key: [1e6, 1e6] for key in ("rate_tcp", "rate_zmq", "rate_batched", "many_tcp",
-                                                       "many_zmq")}}
+                                                       "many_zmq", "many_pipelined_tcp", "many_pipelined_zmq")}}
 
 
 def test_remote_benchmark_reports_both_transports_against_the_anchors(probe):
@@ -70,6 +70,8 @@ def test_remote_benchmark_reports_both_transports_against_the_anchors(probe):
     many_tcp = float(many[1].replace(",", ""))
     single_tcp = float(re.search(r"pipelined moves/s, window=64\s+([\d,]+)", out)[1].replace(",", ""))
     assert many_tcp > 0 and math.isclose(float(many[3]), many_tcp / single_tcp, rel_tol=0.06, abs_tol=0.1)
+    pipelined = re.search(r"move_many of 256, window=64 \(pipelined\): tuples/s\s+([\d,]+)\s+([\d,]+)\n", out)
+    assert pipelined and all(float(n.replace(",", "")) > 0 for n in pipelined.groups()), out
     targets = re.findall(r"^  (PASS|MISS)  (.*)$", out, re.M)
     assert [t[1].split(":")[0] for t in targets] == [
         "one remote operation <= 1.3x the TCP ping-pong",
