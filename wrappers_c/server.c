@@ -673,8 +673,9 @@ static void name_client(zmq_msg_t *frame, ps_build_request *request) {
 int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out) {
     int64_t deadline = ps_deadline(timeout_ns);
     for (;;) {
-        int64_t left_ms = deadline == PS_FOREVER ? POLL_SLICE_MS : (deadline - ps_now_ns()) / 1000000;
-        if (left_ms < 0) return PS_ETIMEDOUT;
+        int64_t left_ns = deadline == PS_FOREVER ? POLL_SLICE_MS * 1000000LL : deadline - ps_now_ns();
+        if (left_ns < 0) return PS_ETIMEDOUT;
+        int64_t left_ms = (left_ns + 999999) / 1000000; /* rounded up: less than 1 ms left is no poll of 0 */
         zmq_pollitem_t item = {s->main_socket, 0, ZMQ_POLLIN, 0};
         if (zmq_poll(&item, 1, (long)left_ms) <= 0) {
             if (deadline != PS_FOREVER && ps_now_ns() >= deadline) return PS_ETIMEDOUT;
