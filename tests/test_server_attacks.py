@@ -176,6 +176,30 @@ def test_a_loop_through_a_remote_stage_an_earlier_build_made_is_refused(children
     settled(second.pid, before, f"a loop through a reused remote stage ({proto})")
 
 
+def test_a_chain_of_sums_between_two_servers_ends_at_a_third_entry(children):
+    """A sum's link names the servers from the sum on, so a path may come back into a server past a
+    sum (a tree whose element lives on a partial sum's node), but only once: a chain of sums
+    between two servers is refused at once at its fifth hop, the third entry into the first
+    server, not left to deadlock both servers' builds (it held them for minutes)."""
+    first, first_endpoint = children.paths_serve("--allow-remote", "tcp://127.0.0.1:*")
+    second, second_endpoint = children.paths_serve("--allow-remote", "tcp://127.0.0.1:*")
+    before = figures(first.pid)
+    hops = [stage("remote", host=endpoint, timeout_ms=30000) for endpoint in (first_endpoint, second_endpoint) * 3]
+    chain = [part for i, hop in enumerate(hops) for part in (hop, stage("reduce-sum", num_threads=1, id=str(i)))]
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=r"it comes into server [0-9a-f]{16} \(tcp://127\.0\.0\.1:\d+\) a third time; "
+                                         "a path comes back into a server at most once, past a sum"):
+        build_path(make_path(*chain, stage("core", name="CHAIN", format="q")), pastset=paths.PastSet())
+    assert time.monotonic() - started < PATIENCE_S / 3
+    four = make_path(*chain[:8], stage("core", name="FOUR", format="q"))  # twice into each: a tree may
+    h = build_path(four, pastset=paths.PastSet())
+    h.move(5)
+    assert h.observe(timeout=5) == (5,)
+    del h
+    assert served_exactly(first_endpoint, "tcp") < PROMPT_S and served_exactly(second_endpoint, "tcp") < PROMPT_S
+    settled(first.pid, before, "a chain of sums between two servers")
+
+
 # ---- builds never starve -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("proto", PROTOS)

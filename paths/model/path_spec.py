@@ -110,16 +110,18 @@ def _object(pairs: list[tuple[str, Any]]) -> dict:
     return dict(pairs)
 
 
-def path_to_json(path: PathSpec, crossed: tuple[str, ...] = ()) -> str:
+def path_to_json(path: PathSpec, crossed: tuple[str, ...] = (), through: tuple[str, ...] = ()) -> str:
     """The path as the text a remote stage sends to its server (data only: kinds and scalars),
-    with the ids of the servers it went through on its way (`crossed`; none: not said)."""
+    with the ids of the servers it went through on its way: since its last sum (`crossed`), and in
+    all (`through`); none: not said."""
     stages = []
     for s in path.stages:
         for key, value in s.params:
             if isinstance(value, bool) or not isinstance(value, _SCALARS):
                 raise TypeError(f"stage {s}: parameter {key!r} must be an int, float or str to cross a remote stage")
         stages.append([s.kind, dict(s.params)])
-    document = {"version": SPEC_VERSION, "path": stages, **({"crossed": list(crossed)} if crossed else {})}
+    document = {"version": SPEC_VERSION, "path": stages, **({"crossed": list(crossed)} if crossed else {}),
+                **({"through": list(through)} if through else {})}
     return json.dumps(document, separators=(",", ":"))
 
 
@@ -128,9 +130,9 @@ def path_from_json(text: str | bytes) -> PathSpec:
     return build_request_from_json(text)[0]
 
 
-def build_request_from_json(text: str | bytes) -> tuple[PathSpec, tuple[str, ...]]:
-    """What path_to_json wrote: the path and the servers it crossed; ValueError naming what is
-    wrong for anything else."""
+def build_request_from_json(text: str | bytes) -> tuple[PathSpec, tuple[str, ...], tuple[str, ...]]:
+    """What path_to_json wrote: the path and the servers it went through (since its last sum, and
+    in all); ValueError naming what is wrong for anything else."""
     try:
         document = json.loads(text, object_pairs_hook=_object)
     except _KeyTwice as e:
@@ -151,9 +153,13 @@ def build_request_from_json(text: str | bytes) -> tuple[PathSpec, tuple[str, ...
             if isinstance(value, bool) or not isinstance(value, _SCALARS):
                 raise ValueError(f"path spec: stage {item[0]!r} parameter {key!r} must be an int, float or str")
         specs.append(StageSpec(item[0], tuple(sorted(item[1].items()))))  # a parameter may be named "kind"
-    crossed = document.get("crossed", [])
-    if (not isinstance(crossed, list) or len(crossed) > CROSSED_MAX
-            or not all(isinstance(c, str) and 0 < len(c) <= SERVER_ID_MAX for c in crossed)):
-        raise ValueError(f"path spec: expected 'crossed': a list of at most {CROSSED_MAX} server ids (strings of 1 "
+    return make_path(*specs), _server_ids(document, "crossed"), _server_ids(document, "through")
+
+
+def _server_ids(document: dict, field: str) -> tuple[str, ...]:
+    ids = document.get(field, [])
+    if (not isinstance(ids, list) or len(ids) > CROSSED_MAX
+            or not all(isinstance(c, str) and 0 < len(c) <= SERVER_ID_MAX for c in ids)):
+        raise ValueError(f"path spec: expected {field!r}: a list of at most {CROSSED_MAX} server ids (strings of 1 "
                          f"to {SERVER_ID_MAX} characters)")
-    return make_path(*specs), tuple(crossed)
+    return tuple(ids)

@@ -116,7 +116,7 @@ class BuildContext:
             # crossed, whoever made that stage.
             remote = bottom if kinds()[specs[local - 1].kind].rest_at is not None else None
             handle = below.native.attach(label, below, remote=remote and remote.native,
-                                         remote_spec=remote and _remainder(remote.key, self._crossed(guard)))
+                                         remote_spec=remote and _remainder(remote.key, self._route(guard)))
         finally:
             for key in list(created):
                 self._built(created, key)
@@ -157,11 +157,16 @@ class BuildContext:
                     return specs, existing, created
             busy.wait()
 
-    def _crossed(self, guard: ClientBuild | None) -> tuple[str, ...]:
-        """The servers a caller's own link names when its path goes on from here: for a client's,
-        those it came through, then this process's; none for a path that starts here (a program may
-        reach the server it hosts: it did not come through it)."""
-        return guard.crossed + self.server_ids if guard is not None else ()
+    def _route(self, guard: ClientBuild | None, joining: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The servers a link names when its path goes on from here, since its last sum and in all.
+        A caller's own link: for a client's, those it came through, then this process's; none for a
+        path that starts here (a program may reach the server it hosts: it did not come through it).
+        A joining stage's one link is shared by all its callers, whichever way each came: since the
+        sum, only this process's, whoever built it first; in all, those of the build that did."""
+        through = (guard.through if guard is not None else ()) + self.server_ids
+        if joining:
+            return self.server_ids, through
+        return (guard.crossed + self.server_ids, through) if guard is not None else ((), ())
 
     def _create(self, key: StageKey, canonical: StageKey, below: BuiltStage | None,
                 guard: ClientBuild | None) -> BuiltStage:
@@ -171,9 +176,8 @@ class BuildContext:
         if info.rest_at is not None or info.node_params:
             params = self.resolve(params, info)
         # A remote stage's own spec is what the link of a joining stage above it sends (a caller's
-        # own link sends its own, at attach). A joining stage's one link is shared by all its
-        # callers, whichever way each came: its path starts here, whoever built it first.
-        params.update({name: _BUILT_PARAMS[name](key, self.server_ids) for name in info.built_params})
+        # own link sends its own, at attach).
+        params.update({name: _BUILT_PARAMS[name](key, self._route(guard, joining=True)) for name in info.built_params})
         below_native = below.native if below is not None else None
         give_back = guard.admit(spec, info, params, key[-1].param("format")) if guard is not None else None
         try:
@@ -197,15 +201,15 @@ class BuildContext:
 # What the builder fills in for a parameter a kind marks "built", from the stage's key and the
 # servers the links its spec serves have crossed.
 _BUILT_PARAMS: dict[str, Callable[[StageKey, tuple], object]] = {
-    "format": lambda key, crossed: key[-1].param("format"),  # the element's format
-    "path": lambda key, crossed: _remainder(key, crossed),  # the rest, for where it is built
+    "format": lambda key, route: key[-1].param("format"),  # the element's format
+    "path": lambda key, route: _remainder(key, route),  # the rest, for where it is built
 }
 
 
-def _remainder(key: StageKey, crossed: tuple[str, ...]) -> str:
+def _remainder(key: StageKey, route: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
     """What a stage whose rest is built elsewhere sends there: the rest of its key, and the
     servers crossed so far."""
-    return path_to_json(PathSpec(key[1:]), crossed)
+    return path_to_json(PathSpec(key[1:]), *route)
 
 # Set when the process exits: a build gives up at its next stage (abandon_builds).
 _abandoned = threading.Event()

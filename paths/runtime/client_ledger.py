@@ -162,7 +162,8 @@ class ClientBuild:
     each stage it would create, and where its remote stages may reach."""
 
     client: str
-    crossed: tuple[str, ...]  # the servers its path went through on its way here
+    crossed: tuple[str, ...]  # the servers its path went through on its way here, since its last sum
+    through: tuple[str, ...]  # ... and in all
     trusted_endpoints: tuple[str, ...]  # shell patterns of the endpoints its remote stages may reach
     ledger: ClientLedger
 

@@ -13,7 +13,8 @@ memory budget, and holds each client to its share of builds and links (paths/run
 Each build runs on a thread of its own: one that waits (for a server further down its path)
 holds only its own client, whose further builds wait their turn. A path that comes back into a
 server it went through already is refused (a BUILD names the servers it crossed; a sum's link,
-those from the sum on).
+those from the sum on), and so is one that comes into a server a third time (past sums: a BUILD
+also names every server it went through).
 
     paths serve --bind tcp://127.0.0.1:7000        (also: python -m paths serve)
 
@@ -120,12 +121,16 @@ class PathServer:
         self._built.put((request, handle, error))
 
     def _build(self, request: _native.BuildRequest) -> _native.Handle:
-        path, crossed = build_request_from_json(request.spec)
+        path, crossed, through = build_request_from_json(request.spec)
         again = next((server for server in crossed if server in self.context.server_ids), None)
         if again is not None:
             raise Refused(f"path {path}: it comes back into server {again} ({self.endpoint}), which it went "
                           "through already; a path crosses each server once")
-        guard = ClientBuild(request.client, crossed, self.policy.allow_remote, self.ledger)
+        thrice = next((server for server in self.context.server_ids if through.count(server) >= 2), None)
+        if thrice is not None:
+            raise Refused(f"path {path}: it comes into server {thrice} ({self.endpoint}) a third time; a path "
+                          "comes back into a server at most once, past a sum")
+        guard = ClientBuild(request.client, crossed, through, self.policy.allow_remote, self.ledger)
         return self.context.build(client_path(path, self.trace_dir),
                                   label=f"remote caller {next(self._callers)} ({request.client})", guard=guard)
 
