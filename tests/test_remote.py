@@ -435,6 +435,14 @@ def test_a_stage_failure_at_the_server_is_explained_at_the_caller(proto):
             h.move_many([(2,), (-3,), (4,)])
         h.move(5)
         assert [h.observe(i) for i in range(h.last())] == [(1,), (2,), (5,)]
+        # another client through the same stage: a failure the server's path does not explain while
+        # it runs comes back without the first client's explanation
+        other = build_path(make_path(stage("remote", host=server.endpoint, proto=proto, timeout_ms=5000),
+                                     stage("reduce-sum", num_threads=1, id="other"), stage("test-no-negatives"),
+                                     stage("core", name="PICKY", format="q")), pastset=paths.PastSet())
+        with pytest.raises(RuntimeError) as refused:
+            other.observe()  # a sum's observe before its move: wrong state, at the server
+        assert "no negatives" not in str(refused.value) and "wrong state" in str(refused.value), refused.value
 
 
 @pytest.mark.parametrize("proto", ["ipc", "inproc"])

@@ -198,10 +198,7 @@ static void explain(allreduce_stage *a, const char *fmt, ...) {
     va_start(args, fmt);
     vsnprintf(detail, sizeof detail, fmt, args);
     va_end(args);
-    pthread_mutex_lock(&a->base.links_lock);
-    snprintf(a->base.error, sizeof a->base.error, "allreduce '%s', member %u of %u: %s", a->group, a->rank, a->size,
-             detail);
-    pthread_mutex_unlock(&a->base.links_lock);
+    ps_stage_explain(&a->base, "allreduce '%s', member %u of %u: %s", a->group, a->rank, a->size, detail);
 }
 
 static void close_listener(allreduce_stage *a);

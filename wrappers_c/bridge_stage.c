@@ -1,6 +1,5 @@
 /* bridge_stage.c — the bridge stage: each operation the implementation answers becomes one call
  * of the bridge; the others pass down, or come as the simpler operations they are made of. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -24,11 +23,7 @@ static int bridge_answer(bridge_stage *s, ps_link *link, ps_op *op) {
     char why[PS_STAGE_ERROR_MAX - sizeof s->name - 2];
     why[0] = 0;
     int rc = s->bridge->call(s->impl, ps_stage_down(link), link->slot, op, why, sizeof why);
-    if (rc != PS_OK && why[0]) {
-        pthread_mutex_lock(&s->base.links_lock);
-        snprintf(s->base.error, sizeof s->base.error, "%s: %s", s->name, why);
-        pthread_mutex_unlock(&s->base.links_lock);
-    }
+    if (rc != PS_OK && why[0]) ps_stage_explain(&s->base, "%s: %s", s->name, why);
     return rc;
 }
 

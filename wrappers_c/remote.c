@@ -76,16 +76,7 @@ void ps_remote_attach_spec(const ps_stage *remote, const char *spec) {
 
 /* "remote ENDPOINT: WHAT[: DETAIL]", cut to the stage's error buffer. */
 static void explain(remote_stage *r, const char *what, const char *detail) {
-    const char *parts[] = {"remote ", r->endpoint, ": ", what, detail ? ": " : "", detail ? detail : ""};
-    size_t used = 0, room = sizeof r->base.error - 1;
-    pthread_mutex_lock(&r->base.links_lock);
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        size_t length = strnlen(parts[i], room - used);
-        memcpy(r->base.error + used, parts[i], length);
-        used += length;
-    }
-    r->base.error[used] = 0;
-    pthread_mutex_unlock(&r->base.links_lock);
+    ps_stage_explain(&r->base, "remote %s: %s%s%s", r->endpoint, what, detail ? ": " : "", detail ? detail : "");
 }
 
 static void *open_socket(remote_stage *r, const char *endpoint) {

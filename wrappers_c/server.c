@@ -348,12 +348,15 @@ static int answer_request(link_worker *w, const ps_frame *request, int runnable,
     ps_op op;
     int ran = 0;
     uint8_t code = 0;
-    uint64_t request_id = 0;
+    uint64_t request_id = 0, explained = 0;
     *from_client = 0;
     if (request) {
         code = request->op;
         request_id = request->request_id;
-        if (runnable) rc = run_request(w, request, &op, &ran);
+        if (runnable) {
+            explained = ps_stage_explanations();
+            rc = run_request(w, request, &op, &ran);
+        }
         *released = request->op == PS_WIRE_RELEASE && rc == PS_OK;
         *from_client = runnable && request->handle_id == w->id;
     }
@@ -373,7 +376,7 @@ static int answer_request(link_worker *w, const ps_frame *request, int runnable,
     if (ran) {
         value = shape & (PS_OP_VALUE_OUT | PS_OP_TUPLES_OUT) || rc == PS_EAXED ? op.value : (int64_t)op.done;
         payload_length = shape & PS_OP_TUPLE_OUT && rc == PS_OK ? w->tuple_size : 0;
-        if (ps_status_is_explained(rc)) {
+        if (ps_status_is_explained(rc) && ps_stage_explanations() != explained) { /* said while it ran */
             ps_stage_error(w->link->stage, why, sizeof why);
             payload = why;
             payload_length = strnlen(why, ANSWER_TEXT_MAX); /* within a frame: it holds 8 KiB of tuples at least */

@@ -1,5 +1,7 @@
 /* stage.c — the generic part of every stage: references, links, counters, the one call of every
  * operation and its fallback. */
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,17 +124,29 @@ void ps_stage_print_error(ps_stage *stage, const char *what) {
     fprintf(stderr, "paths: %s: %s\n", what, why);
 }
 
+static _Atomic uint64_t explanations; /* stage errors written in this process */
+
+void ps_stage_explain(ps_stage *stage, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    pthread_mutex_lock(&stage->links_lock);
+    vsnprintf(stage->error, sizeof stage->error, fmt, args);
+    pthread_mutex_unlock(&stage->links_lock);
+    va_end(args);
+    atomic_fetch_add_explicit(&explanations, 1, memory_order_relaxed);
+}
+
+uint64_t ps_stage_explanations(void) { return atomic_load_explicit(&explanations, memory_order_relaxed); }
+
 void ps_stage_explain_moves(ps_stage *stage, int status, uint32_t done, uint32_t of, const char *sent,
                             const char *failed, const char *after) {
     char below[PS_STAGE_ERROR_MAX], unknown[96] = "";
     ps_stage_error(stage->below, below, sizeof below);
     if (ps_op_done_is_at_least(status) && done < of)
         snprintf(unknown, sizeof unknown, " (the other %u may have too: the answer was lost)", of - done);
-    pthread_mutex_lock(&stage->links_lock);
-    snprintf(stage->error, sizeof stage->error, "%s: %s%u of %u moves %s took effect%s, then %s (%s)%s%s%s",
-             stage->kind->name, *unknown ? "at least " : "", done, of, sent, unknown, failed, ps_status_name(status),
-             after, *below ? ": " : "", below);
-    pthread_mutex_unlock(&stage->links_lock);
+    ps_stage_explain(stage, "%s: %s%u of %u moves %s took effect%s, then %s (%s)%s%s%s", stage->kind->name,
+                     *unknown ? "at least " : "", done, of, sent, unknown, failed, ps_status_name(status), after,
+                     *below ? ": " : "", below);
 }
 
 /* A slot for a new caller: a pass-through stage's freed one first, else the next one. A
@@ -247,9 +261,7 @@ int ps_op_fallback(ps_link *link, ps_op *op) {
         }
         return PS_OK;
     }
-    pthread_mutex_lock(&s->links_lock);
-    snprintf(s->error, sizeof s->error, "stage '%s' does not support %s", s->kind->name, ps_op_kinds[op->kind].name);
-    pthread_mutex_unlock(&s->links_lock);
+    ps_stage_explain(s, "stage '%s' does not support %s", s->kind->name, ps_op_kinds[op->kind].name);
     return PS_ENOTSUP;
 }
 

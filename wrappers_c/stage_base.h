@@ -45,6 +45,13 @@ static inline int ps_axe_may_have_taken_effect(int rc) {
     return rc != PS_EINDEX && rc != PS_ENOTSUP && rc != PS_ESTATE;
 }
 
+/* Sets the stage's error (its explanation of a failure) to the formatted text, cut to fit; every
+ * stage's error is written here. ps_stage_explanations counts these writes in the process: a
+ * server sends an explanation with a failure only if one was written while the operation ran, so
+ * that a caller is not told another caller's. */
+void ps_stage_explain(ps_stage *stage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+uint64_t ps_stage_explanations(void);
+
 /* Sets the stage's error to say what became of `of` moves it sent down that failed with `status`:
  * "<kind>: <done> of <of> moves <sent> took effect, then <failed> (<status>)<after>: <the
  * explanation below>", where a lost answer makes done "at least <done>" and says the others may
