@@ -245,6 +245,25 @@ def test_builds_waiting_on_a_silent_server_hold_only_their_own_client(children, 
     settled(server.pid, before, f"eight builds on a silent server and a chain through itself ({proto})")
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time the process has used, user and system."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_build_that_waits_costs_its_server_no_cpu_meanwhile(children, listener):
+    """While a build waits 2 s for a silent server further down, the server waits too: its loop for
+    the next BUILD polled 0 ms at a time, about half a core, for as long as any build was on."""
+    silent = "tcp://127.0.0.1:%d" % listener.getsockname()[1]
+    server, endpoint = children.paths_serve("--allow-remote", "tcp://127.0.0.1:*")
+    spent = cpu_seconds(server.pid)
+    with pytest.raises(ValueError, match="no answer to BUILD: within 2000 ms"):
+        build_path(path_to(endpoint, stage("remote", host=silent, timeout_ms=2000), timeout_ms=10000),
+                   pastset=paths.PastSet())
+    spent = cpu_seconds(server.pid) - spent
+    assert spent < 0.5, f"the server used {spent:.2f} s of CPU while its one build waited 2 s"
+
+
 def long_path(endpoint: str, stages: int, caller: int = 0):
     return path_to(endpoint, *[stage("reduce-sum", num_threads=1, id=f"{caller}.{i}") for i in range(stages)],
                    timeout_ms=5000, element=f"LONG{caller}")
