@@ -71,8 +71,8 @@ class BuildContext:
         self.trusted_endpoints: tuple[str, ...] = ()
         self.curve_client = curve_client
         self.server_ids: tuple[str, ...] = ()
-        self._stages: "weakref.WeakValueDictionary[StageKey, BuiltStage]" = weakref.WeakValueDictionary()  # by
-        # canonical key (_canonical)
+        # The live stages by canonical key (_canonical); a stage that is gone leaves by itself.
+        self._stages: "weakref.WeakValueDictionary[StageKey, BuiltStage]" = weakref.WeakValueDictionary()
         self._handles: list[tuple[weakref.ref, StageKey, str]] = []
         self._building: dict[StageKey, threading.Event] = {}  # canonical keys a build is creating now
         self._lock = threading.Lock()
@@ -208,7 +208,7 @@ _BUILT_PARAMS: dict[str, Callable[[StageKey, tuple], object]] = {
 
 def _remainder(key: StageKey, route: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
     """What a stage whose rest is built elsewhere sends there: the rest of its key, and the
-    servers crossed so far."""
+    servers its link went through (route: since its last sum, and in all)."""
     return path_to_json(PathSpec(key[1:]), *route)
 
 # Set when the process exits: a build gives up at its next stage (abandon_builds).

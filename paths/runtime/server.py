@@ -407,11 +407,16 @@ def _keygen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     replaces a key, and serves nothing."""
     serving = next((action.option_strings[0] for action in parser._actions if action.dest not in ("help", "keygen")
                     and getattr(args, action.dest) != action.default), None)
-    problem = ("expected a file prefix (PREFIX.key and PREFIX.pub are written), got ''" if not args.keygen else
-               f"it writes a key pair and exits, serving nothing: {serving} has no use with it" if serving else
-               next((f"'{args.keygen + suffix}' exists: a new key pair would replace it; remove it first, or "
-                     "give another PREFIX" for suffix in (".key", ".pub") if os.path.lexists(args.keygen + suffix)),
-                    None))
+    existing = next((args.keygen + suffix for suffix in (".key", ".pub") if os.path.lexists(args.keygen + suffix)),
+                    None)
+    if not args.keygen:
+        problem = "expected a file prefix (PREFIX.key and PREFIX.pub are written), got ''"
+    elif serving:
+        problem = f"it writes a key pair and exits, serving nothing: {serving} has no use with it"
+    elif existing:
+        problem = f"'{existing}' exists: a new key pair would replace it; remove it first, or give another PREFIX"
+    else:
+        problem = ""
     if problem:
         print(f"paths serve: --keygen {args.keygen}: {problem}", file=sys.stderr)
         return 2
