@@ -1,7 +1,7 @@
 """`paths serve`'s key options as a user meets them: a missing, empty, short or garbled
 --curve-secret file, --keygen into a folder that is not there, --insecure, and the limits it
 holds clients to (sizes with units): each one clear line on stderr, the right exit code, no
-traceback."""
+traceback. A server bound to an ipc path leaves no socket file behind."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import sys
 import pytest
 from child_processes import ChildProcesses
 
-from paths.runtime.server import _policy
+import paths
+from paths import build_path, make_path, stage
+from paths.runtime.server import PathServer, _policy
 
 PATIENCE_S = 30
 
@@ -147,3 +149,32 @@ def test_a_size_is_exact_however_large():
                               max_builds_per_client=3)
     limits = _policy(args).limits()
     assert (limits.memory_budget, limits.client_memory_budget) == (10 ** 400 - 1, 2 ** 53 + 1)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_server_on_an_ipc_path_removes_its_socket_files_as_it_stops(tmp_path, stop):
+    """The main socket's file and each ZeroMQ link's go with the server, links still open."""
+    endpoint = f"ipc://{tmp_path / 'server'}"
+    with ChildProcesses() as children:
+        server = children.start([sys.executable, "-m", "paths", "serve", "--bind", endpoint], name="paths serve")
+        server.expect("READY ")
+        handle = build_path(make_path(stage("remote", host=endpoint, proto="zmq", timeout_ms=5000),
+                                      stage("core", name="E", format="q")), pastset=paths.PastSet())
+        handle.move(5)
+        assert len(list(tmp_path.iterdir())) == 2  # the server's and the link's
+        server.signal(stop)
+        assert server.wait(PATIENCE_S) == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stopping_server_leaves_the_file_another_server_bound_at_its_path(tmp_path):
+    endpoint = f"ipc://{tmp_path / 'server'}"
+    first = PathServer(endpoint, pastset=paths.PastSet()).start()
+    with PathServer(endpoint, pastset=paths.PastSet()).start() as second:  # takes the path over
+        first.close()
+        handle = build_path(make_path(stage("remote", host=endpoint, proto="zmq", timeout_ms=5000),
+                                      stage("core", name="E", format="q")), pastset=second.pastset)
+        handle.move(5)
+        assert second.pastset.enter("E", "q").observe_range(0, 1, timeout=5) == [(5,)]
+        del handle
+    assert list(tmp_path.iterdir()) == []

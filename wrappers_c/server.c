@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -36,12 +37,39 @@ static const int64_t OP_SLICE_NS = 1000000000LL; /* the longest one operation wa
 static const int64_t SEND_WAIT_NS = 1000000000LL; /* a direct client that reads nothing this long is gone */
 static const int64_t LATE_NS = 1000000;           /* an answer that took this long is sent at once */
 
+/* The file a ZeroMQ socket bound to ipc://PATH made. ZeroMQ removes it only once its I/O thread
+ * gets to the closed socket, which a process that exits right after never lets it do, so the
+ * server removes it as it closes the socket: that file only (another server may since have bound
+ * the path anew), and not one ZeroMQ made for a wildcard (it goes with its directory). */
+typedef struct socket_file {
+    char path[PS_CHANNEL_ENDPOINT_MAX];
+    dev_t device;
+    ino_t inode;
+    int made;
+} socket_file;
+
+static void note_socket_file(socket_file *f, const char *asked, const char *bound) {
+    struct stat st;
+    f->made = strncmp(bound, "ipc://", 6) == 0 && bound[6] != '@' && strcmp(asked, bound) == 0 &&
+              snprintf(f->path, sizeof f->path, "%s", bound + 6) < (int)sizeof f->path && stat(f->path, &st) == 0 &&
+              S_ISSOCK(st.st_mode);
+    if (f->made) f->device = st.st_dev, f->inode = st.st_ino;
+}
+
+static void close_bound_socket(void *socket, socket_file *f) {
+    zmq_close(socket);
+    struct stat st;
+    if (f->made && stat(f->path, &st) == 0 && st.st_dev == f->device && st.st_ino == f->inode) unlink(f->path);
+    f->made = 0;
+}
+
 typedef struct link_worker {
     ps_server *server;
     uint64_t id;
     ps_link *link;
     int transport;          /* ps_wire_transport: how the client reaches the link */
     void *socket;           /* zmq: the link's own socket */
+    socket_file file;       /* zmq over ipc: the file its bind made */
     void *peers_monitor;    /* zmq: connections to the socket come and go here (NULL: not watched) */
     int listener;           /* direct: where the client connects; -1 once it is in */
     unsigned char secret[PS_WIRE_SECRET]; /* direct: what the client's connection presents */
@@ -62,6 +90,7 @@ typedef struct link_worker {
 
 struct ps_server {
     void *main_socket;
+    socket_file main_file; /* over ipc: the file the main socket's bind made */
     char endpoint[256];
     char curve_secret[41];
     char zap_domain[PS_ZAP_DOMAIN_MAX]; /* "" unless the server authenticates its clients */
@@ -457,7 +486,7 @@ static int serve_zmq(link_worker *w) {
         zmq_socket_monitor(w->socket, NULL, 0);
         zmq_close(w->peers_monitor);
     }
-    zmq_close(w->socket);
+    close_bound_socket(w->socket, &w->file);
     w->socket = NULL;
     return abandoned;
 }
@@ -616,6 +645,7 @@ int ps_server_start(const char *endpoint, const char *curve_secret_z85, int auth
         free_server(s);
         return PS_EINVAL;
     }
+    note_socket_file(&s->main_file, endpoint, s->endpoint);
     *out = s;
     return PS_OK;
 }
@@ -757,6 +787,7 @@ static int open_link(ps_server *s, link_worker *w, char *bound, size_t bound_siz
         zmq_setsockopt(w->socket, ZMQ_RCVHWM, &queued, sizeof queued) != 0 || zmq_bind(w->socket, bind_to) != 0 ||
         zmq_getsockopt(w->socket, ZMQ_LAST_ENDPOINT, bound, &bound_length) != 0)
         return PS_EREMOTE;
+    note_socket_file(&w->file, bind_to, bound);
     w->peers_monitor = watch_peers(w);
     return PS_OK;
 }
@@ -801,7 +832,7 @@ int ps_server_answer_build(ps_server *s, const ps_build_request *request, ps_lin
     if (rc == PS_OK && pthread_create(&w->thread, NULL, serve_link, w) != 0) rc = PS_ENOMEM;
     if (rc != PS_OK) {
         if (w->peers_monitor) zmq_close(w->peers_monitor);
-        if (w->socket) zmq_close(w->socket);
+        if (w->socket) close_bound_socket(w->socket, &w->file);
         if (w->listener >= 0) close(w->listener);
         free(w->tuple);
         free(w->answer);
@@ -871,6 +902,6 @@ void ps_server_stop(ps_server *s) {
         free_worker(w);
         w = next;
     }
-    zmq_close(s->main_socket);
+    close_bound_socket(s->main_socket, &s->main_file);
     free_server(s);
 }
