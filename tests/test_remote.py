@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -455,3 +456,23 @@ def test_ipc_and_inproc_transports(tmp_path, proto):
         assert handle.observe(timeout=5) == (7,)
         assert (handle.first(), handle.last()) == (1, 1)
         del handle
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1) to bind")
+def test_a_server_on_the_ipv6_loopback_serves_every_proto(children, proto):
+    server = children.start([sys.executable, "-m", "paths", "serve", "--bind", "tcp://[::1]:*"], name="paths serve")
+    endpoint = server.expect("READY ").strip()
+    assert endpoint.startswith("tcp://[::1]:")
+    handle = build_path(make_path(stage("remote", host=endpoint, proto=proto, timeout_ms=TIMEOUT_MS),
+                                  stage("core", name="V6", format="q")), pastset=paths.PastSet())
+    handle.move(5)
+    assert handle.observe(0) == (5,)

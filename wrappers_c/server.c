@@ -107,6 +107,7 @@ static int make_server_socket(ps_server *s, void **out) {
     int zero = 0, one = 1, heartbeat_ms = HEARTBEAT_MS, silence_ms = PEER_SILENCE_MS;
     int64_t largest = PS_WIRE_HEADER + PS_WIRE_MAX_PAYLOAD; /* a larger message drops its peer unread */
     zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(socket, ZMQ_IPV6, &one, sizeof one); /* IPv6 addresses too, such as [::1] */
     zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &largest, sizeof largest);
     /* A peer whose host vanished (no connection reset ever comes) is dropped after the silence. */
     zmq_setsockopt(socket, ZMQ_HEARTBEAT_IVL, &heartbeat_ms, sizeof heartbeat_ms);
