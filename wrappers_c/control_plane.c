@@ -30,9 +30,9 @@ static int given(const char *key) { return key && *key; }
 void *ps_control_socket(const char *endpoint, const ps_curve_client *keys) {
     void *socket = zmq_socket(ps_zmq_context(), ZMQ_DEALER);
     if (!socket) return NULL;
-    int zero = 0, one = 1;
+    int zero = 0;
     zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(socket, ZMQ_IPV6, &one, sizeof one); /* a server at an IPv6 address, such as [::1] */
+    ps_zmq_allow_ipv6(socket, endpoint);
     if (keys && given(keys->server_key)) {
         char public_key[41], secret_key[41];
         int fresh = !given(keys->public_key);

@@ -101,13 +101,13 @@ struct ps_server {
     unsigned char main_answer[PS_WIRE_HEADER + ANSWER_TEXT_MAX + 256];
 };
 
-static int make_server_socket(ps_server *s, void **out) {
+static int make_server_socket(ps_server *s, const char *endpoint, void **out) {
     void *socket = zmq_socket(ps_zmq_context(), ZMQ_ROUTER);
     if (!socket) return -1;
     int zero = 0, one = 1, heartbeat_ms = HEARTBEAT_MS, silence_ms = PEER_SILENCE_MS;
     int64_t largest = PS_WIRE_HEADER + PS_WIRE_MAX_PAYLOAD; /* a larger message drops its peer unread */
     zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(socket, ZMQ_IPV6, &one, sizeof one); /* IPv6 addresses too, such as [::1] */
+    ps_zmq_allow_ipv6(socket, endpoint);
     zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &largest, sizeof largest);
     /* A peer whose host vanished (no connection reset ever comes) is dropped after the silence. */
     zmq_setsockopt(socket, ZMQ_HEARTBEAT_IVL, &heartbeat_ms, sizeof heartbeat_ms);
@@ -639,7 +639,7 @@ int ps_server_start(const char *endpoint, const char *curve_secret_z85, int auth
         }
     }
     size_t length = sizeof s->endpoint;
-    if (make_server_socket(s, &s->main_socket) != 0 || zmq_bind(s->main_socket, endpoint) != 0 ||
+    if (make_server_socket(s, endpoint, &s->main_socket) != 0 || zmq_bind(s->main_socket, endpoint) != 0 ||
         zmq_getsockopt(s->main_socket, ZMQ_LAST_ENDPOINT, s->endpoint, &length) != 0) {
         snprintf(error, error_size, "cannot bind '%s': %s", endpoint, zmq_strerror(zmq_errno()));
         if (s->main_socket) zmq_close(s->main_socket);
@@ -782,7 +782,7 @@ static int open_link(ps_server *s, link_worker *w, char *bound, size_t bound_siz
      * in messages, 1000 by default: 40-byte requests for a 1 MiB tuple would hold a gigabyte. */
     int64_t largest = (int64_t)ps_wire_link_frame_max(w->tuple_size);
     int queued = (int)(LINK_QUEUE_BYTES / largest);
-    if (make_server_socket(s, &w->socket) != 0 ||
+    if (make_server_socket(s, bind_to, &w->socket) != 0 ||
         zmq_setsockopt(w->socket, ZMQ_MAXMSGSIZE, &largest, sizeof largest) != 0 ||
         zmq_setsockopt(w->socket, ZMQ_SNDHWM, &queued, sizeof queued) != 0 ||
         zmq_setsockopt(w->socket, ZMQ_RCVHWM, &queued, sizeof queued) != 0 || zmq_bind(w->socket, bind_to) != 0 ||

@@ -2,6 +2,7 @@
 #include "zmq_context.h"
 
 #include <pthread.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <zmq.h>
 
@@ -37,3 +38,8 @@ void *ps_zmq_context(void) {
 }
 
 int ps_zmq_max_sockets(void) { return zmq_ctx_get(ps_zmq_context(), ZMQ_MAX_SOCKETS); }
+
+void ps_zmq_allow_ipv6(void *socket, const char *endpoint) {
+    int one = 1;
+    if (strstr(endpoint, "://[")) zmq_setsockopt(socket, ZMQ_IPV6, &one, sizeof one);
+}

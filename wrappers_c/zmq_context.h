@@ -12,6 +12,9 @@ extern "C" {
 void *ps_zmq_context(void);
 /* The most sockets the context may have open at once. */
 int ps_zmq_max_sockets(void);
+/* Lets a socket bind or connect to the endpoint if its host is an IPv6 address ("tcp://[::1]:7000").
+ * Only then: a socket that takes IPv6 binds an IPv4 address as an IPv4-mapped IPv6 one. */
+void ps_zmq_allow_ipv6(void *socket, const char *endpoint);
 
 #ifdef __cplusplus
 }
