@@ -55,6 +55,8 @@ def built(tmp_path_factory):
     compile_c("-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", include, str(C_TESTS / "kernels.c"),
               "-o", "libkernels.so", cwd=folder)
     compile_c("-shared", "-fPIC", str(C_TESTS / "old_kernel.c"), "-o", "libold.so", cwd=folder)
+    compile_c("-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", include, str(C_TESTS / "shadowing_kernel.c"),
+              "-o", "libshadowing.so", cwd=folder)
     return folder
 
 
@@ -343,6 +345,9 @@ LOAD_ERRORS = {  # kernel, the one line on stderr
                        "it (a kernel is `int nosuch(paths_kernel_ctx *c)`, not static; in C++ extern \"C\")"),
     "another API version": ("./libold.so:stale", "paths run: kernel ./libold.so:stale: compiled against PATHS API "
                             "version 0, this PATHS has version 1: compile it again with -I paths.get_include()"),
+    "a name libpaths exports": ("./libshadowing.so:shadowing", "paths run: kernel ./libshadowing.so:shadowing: it "
+                                "defines 'ps_deadline', a name libpaths (PATHS' library) exports too: the kernel's "
+                                "own uses of it would reach libpaths' instead; rename it, or make it static"),
     "unknown name": ("fast", "paths run: unknown kernel 'fast': expected gsum, mcpi, FILE.so:SYMBOL (a C kernel) or "
                      "pkg.mod:func (a Python kernel)"),
     "missing module": ("no_such_module:run", "paths run: kernel 'no_such_module:run': cannot import module "
@@ -744,6 +749,18 @@ def test_a_program_of_its_own_on_a_map(program, tmp_path, user_module):
     assert done.stdout == "squares: node localhost, thread 0 of 1, sum 332833500, total 332833500\n"
     assert sorted(p.name for p in tmp_path.glob("*.bin")) == ["TOTAL.bin", "squares.bin"]  # the hook ran
     assert read_trace(str(tmp_path / "squares.bin")).events[0].op == "move"
+
+
+def test_a_program_of_its_own_keeps_its_own_functions_and_libpaths_its_own(tmp_path):
+    """A program that defines a function named as one of libpaths' internal ones (its clock) calls
+    its own, and libpaths goes on calling libpaths' (its waits end)."""
+    compile_c("-Wall", "-Wextra", "-Werror", str(EXAMPLES / "program" / "squares.c"), str(C_TESTS / "own_clock.c"),
+              *config("--cflags", "--libs"), "-o", "squares", cwd=tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHOME"}
+    done = subprocess.run([str(tmp_path / "squares"), "1000", "--paths-map", "local", "--paths-sum", "TOTAL"],
+                          capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, "squares: node localhost, thread 0 of 1, sum 332833500, total "
+                                                 "332833500\n"), done.stderr
 
 
 def test_a_program_of_its_own_as_ranks_of_paths_launch(program, tmp_path):

@@ -13,6 +13,7 @@
 
 #include "python_handle.hpp"
 #include "python_module.hpp"
+#include "shadowed_names.hpp"
 
 extern "C" {
 #include "kernel_run.h"
@@ -51,6 +52,10 @@ CKernel load_kernel(const std::string &path, const std::string &symbol) {
         throw py::value_error("compiled against PATHS API version " + std::to_string(*version) +
                               ", this PATHS has version " + std::to_string(PATHS_API_VERSION) +
                               ": compile it again with -I paths.get_include()");
+    std::string shadowed = name_libpaths_shadows(path);
+    if (!shadowed.empty())
+        throw py::value_error("it defines '" + shadowed + "', a name libpaths (PATHS' library) exports too: the " +
+                              "kernel's own uses of it would reach libpaths' instead; rename it, or make it static");
     void *function = dlsym(library, symbol.c_str());
     if (!function)
         throw py::value_error("no function '" + symbol + "' in it (a kernel is `int " + symbol +
