@@ -205,7 +205,7 @@ def test_a_kernel_written_in_python(built, probe, user_module):
             ctx.report("total", total.observe(timeout=20)[0])
             ctx.report("own", own.observe(0, timeout=20)[0])
             if ctx.thread == 0:
-                ctx.report("threads", ctx.threads)
+                ctx.report("seen_threads", ctx.threads)
 
         kernel.paths_sums = ("TOTAL",)
     """)
@@ -213,7 +213,7 @@ def test_a_kernel_written_in_python(built, probe, user_module):
     done = paths_run("python_kernel:kernel", "--map", "paper-4w", "--threads", "5", "--repeat", "1",
                      "--arg", "base=10", "--csv", str(out), cwd=built)
     assert done.returncode == 0, done.stderr
-    assert [(r["nodes"], r["total"], r["own"], r["threads"]) for r in csv_rows(out)] == [("2", "60", "2", "5")]
+    assert [(r["nodes"], r["total"], r["own"], r["seen_threads"]) for r in csv_rows(out)] == [("2", "60", "2", "5")]
     assert probe.alive() == []
 
 
@@ -382,6 +382,9 @@ RUN_ERRORS = {  # kernel and its options, exit status, the one line on stderr (a
     "a thread fails": (["./libkernels.so:failing", "--map", "paper-4w", "--threads", "6", "--arg", "fail=5"],
                        r"node n1: KernelError: kernel \./libkernels\.so:failing: thread 5 on node n1 returned "
                        r"PATHS_EFAILED: the kernel's own failure: thread 5 of 6 on n1 says no"),
+    "a status of its own": (["./libkernels.so:failing", "--map", "paper-2w", "--threads", "2", "--arg", "status=42"],
+                            r"node n0: KernelError: kernel \./libkernels\.so:failing: thread 1 on node n0 returned "
+                            r"status 42: a status PATHS does not know \(the kernel's own\): thread 1 of 2 on n0 says no"),
     "two formats": (["./libkernels.so:two_formats", "--map", "local", "--threads", "2"],
                     r"node localhost: KernelError: kernel \./libkernels\.so:two_formats: thread 1 on node localhost "
                     r"returned PATHS_EFAILED: the kernel's own failure: paths_acquire\('X', 'd'\) by thread 1: element "
@@ -660,6 +663,11 @@ def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
                                           r"ValueError: paths_report: expected a column name of 1 to 63 letters, "
                                           r"digits and _ \. - / %, got 'a b' \(at "):
         run(lambda ctx: ctx.report("a b" if ctx.thread == 0 else "ok", 1.0))
+    for column in paths._native.RUN_COLUMNS:  # kernel, map, ..., threads: a CSV would have it twice
+        with pytest.raises(KernelError, match=rf"thread 0 on node here returned PATHS_EFAILED: the kernel's own "
+                                              rf"failure: ValueError: paths_report\('{column}'\): paths run writes a "
+                                              rf"column of that name itself: choose another \(at "):
+            run(lambda ctx: ctx.report(column if ctx.thread == 0 else "ok", 1.0))
     with pytest.raises(KernelError, match=r"thread 0 on node here returned PATHS_EFAILED: the kernel's own failure: "
                                           r"TypeError: ctx\.report\(x, value\): expected a number, got 'abc' \(at "):
         run(lambda ctx: ctx.report("x", "abc" if ctx.thread == 0 else 1.0))

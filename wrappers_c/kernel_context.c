@@ -261,6 +261,15 @@ int paths_barrier(paths_kernel_ctx *c, int64_t timeout_ns) {
 
 /* ---- reports ------------------------------------------------------------------------------- */
 
+const char *const ps_run_columns[] = {"kernel", "map", "policy", "max_fanin", "tree_form", "threads", "nodes",
+                                     "repeat", NULL};
+
+static int run_column(const char *name) {
+    for (int i = 0; ps_run_columns[i]; i++)
+        if (strcmp(name, ps_run_columns[i]) == 0) return 1;
+    return 0;
+}
+
 static int column_name(const char *name) {
     size_t length = name ? strlen(name) : 0;
     if (length == 0 || length > PS_REPORT_NAME_MAX) return 0;
@@ -274,6 +283,9 @@ int ps_kernel_ctx_report(paths_kernel_ctx *c, const char *name, double value) {
     if (!column_name(name))
         return explain(c, PS_EINVAL, "paths_report: expected a column name of 1 to %d letters, digits and _ . - / %%, "
                        "got '%s'", PS_REPORT_NAME_MAX, name ? name : "(null)");
+    if (run_column(name))
+        return explain(c, PS_EINVAL, "paths_report('%s'): paths run writes a column of that name itself: choose "
+                       "another", name);
     for (int i = 0; i < c->report_count; i++) {
         if (strcmp(c->reports[i].name, name) == 0) {
             c->reports[i].value = value;

@@ -60,6 +60,9 @@ void *ps_kernel_ctx_data(const paths_kernel_ctx *c);
  * outcome alone. paths_release and paths_report, which return nothing, fail the thread instead. */
 int ps_kernel_ctx_release(paths_kernel_ctx *c, paths_handle *h);
 int ps_kernel_ctx_report(paths_kernel_ctx *c, const char *name, double value);
+/* The columns `paths run` writes itself, before the kernel's (NULL ends them): no kernel reports
+ * one of these names. */
+extern const char *const ps_run_columns[];
 
 /* Waits until every thread has ended (PS_OK), or, with until_failure, until one has failed
  * (PATHS_EFAILED: its outcome is final, the others may run on), or the timeout (PS_ETIMEDOUT). */

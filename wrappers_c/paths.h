@@ -152,9 +152,10 @@ int paths_fail(paths_kernel_ctx *c, int status, const char *format, ...)
 
 /* Waits until every thread of the run, on every node, has called it as often. */
 int paths_barrier(paths_kernel_ctx *c, int64_t timeout_ns);  /* every thread of the run */
-/* A result column (a name of letters, digits and _ . - / %, at most 63; a thread reports at most
- * 32): the run's value of `name` is the mean over the threads that reported it (the last report
- * of a thread counts); `paths run` shows min/avg/max per thread count. */
+/* A result column (a name of letters, digits and _ . - / %, at most 63, and none of the columns
+ * `paths run` writes itself: kernel, map, policy, max_fanin, tree_form, threads, nodes, repeat; a
+ * thread reports at most 32): the run's value of `name` is the mean over the threads that reported
+ * it (the last report of a thread counts); `paths run` shows min/avg/max per thread count. */
 void paths_report(paths_kernel_ctx *c, const char *name, double value); /* a result column */
 int64_t paths_now_ns(void);                        /* a monotonic clock */
 

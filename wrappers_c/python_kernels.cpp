@@ -242,7 +242,8 @@ py::dict thread_outcome(ps_kernel_run *run, int local, int thread) {
     py::dict outcome;
     outcome["thread"] = thread;
     outcome["status"] = status;
-    outcome["status_name"] = paths_strerror(status);
+    std::string name = paths_strerror(status);  // "PATHS_...: what it means" for a status PATHS knows
+    outcome["status_name"] = name.rfind("PATHS_", 0) == 0 ? name : "status " + std::to_string(status) + ": " + name;
     outcome["error"] = ps_kernel_run_error(run, local);
     outcome["reports"] = reports;
     return outcome;
@@ -354,6 +355,9 @@ void serve_process(int thread, int threads, const std::string &node, const std::
 void bind_kernels(py::module_ &m) {
     export_public_api();
     m.attr("API_VERSION") = PATHS_API_VERSION;
+    py::tuple run_columns = py::tuple();
+    for (int i = 0; ps_run_columns[i]; i++) run_columns = run_columns + py::make_tuple(ps_run_columns[i]);
+    m.attr("RUN_COLUMNS") = run_columns;
     m.attr("PATHS_ETIMEDOUT") = PATHS_ETIMEDOUT;
     m.attr("PATHS_ENOMEM") = PATHS_ENOMEM;
     m.attr("PATHS_EREMOTE") = PATHS_EREMOTE;

@@ -28,6 +28,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
+from .. import _native
 from ..model.cluster_map import MAX_FANIN, TREE_FORMS, ClusterMap, MapError, open_map
 from ..experiments.experiment import Measurement, RunSettings, checked_kernel, plans_for, run_experiment, trace_prefix
 from ..runtime.kernel import load_kernel, parse_kernel_args
@@ -368,7 +369,7 @@ def write_csv(path: str, runs: list[Run]) -> None:
     columns = columns_of(runs)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["kernel", "map", "policy", "max_fanin", "tree_form", "threads", "nodes", "repeat", *columns])
+        writer.writerow([*_native.RUN_COLUMNS, *columns])  # the kernel's own are none of these
         for run in runs:
             cluster_map, settings = run.cluster_map, run.settings
             for m in run.measurements:

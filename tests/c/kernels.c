@@ -32,15 +32,16 @@ int count(paths_kernel_ctx *c) {
     return PATHS_OK;
 }
 
-/* Thread `fail` (an --arg) says why and fails at once; the others wait for it in a barrier, for
- * `timeout` seconds. */
+/* Thread `fail` (an --arg) says why and fails at once, with `status` (PATHS_EFAILED unless given);
+ * the others wait for it in a barrier, for `timeout` seconds. */
 int failing(paths_kernel_ctx *c) {
-    int64_t fail = 1;
+    int64_t fail = 1, status = PATHS_EFAILED;
     double timeout = 60.0;
     paths_arg_int(c, "fail", &fail);
+    paths_arg_int(c, "status", &status);
     paths_arg_double(c, "timeout", &timeout);
     if (paths_thread(c) == fail)
-        return paths_fail(c, PATHS_EFAILED, "thread %d of %d on %s says no", paths_thread(c), paths_threads(c),
+        return paths_fail(c, (int)status, "thread %d of %d on %s says no", paths_thread(c), paths_threads(c),
                           paths_node(c));
     return paths_barrier(c, (int64_t)(timeout * 1e9));
 }
