@@ -771,6 +771,27 @@ def test_a_program_of_its_own_keeps_its_own_functions_and_libpaths_its_own(tmp_p
                                                  "332833500\n"), done.stderr
 
 
+def test_a_program_of_its_own_finds_its_python_whatever_comes_first_on_path(program, tmp_path):
+    """The embedded Python is the virtual environment's the package is in, not the python3 that
+    PATH names first (another installation's, with another standard library)."""
+    env = {"HOME": os.environ.get("HOME", "/"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([str(program), "10", "--paths-map", "local"], capture_output=True, text=True, timeout=60,
+                          env=env, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, "squares: node localhost, thread 0 of 1, sum 285, total 285\n"), \
+        done.stderr
+
+
+def test_a_program_starts_paths_once(tmp_path):
+    compile_c("-Wall", "-Wextra", "-Werror", str(C_TESTS / "init_again.c"), *config("--cflags", "--libs"),
+              "-o", "init_again", cwd=tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHOME"}
+    done = subprocess.run([str(tmp_path / "init_again"), "--paths-map", "local"], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        3, "first run saw 5\n", "paths_init: called again after paths_finalize or a failed paths_init: a process "
+                                 "starts PATHS once (as MPI_Init)\n")
+
+
 def test_a_program_of_its_own_as_ranks_of_paths_launch(program, tmp_path):
     """Three ranks of the C program, one per node: each moves its squares into the one element
     `squares` (at the map's home) and takes 1000 of them back, whoever moved them; the sum TOTAL

@@ -10,15 +10,18 @@
 #include <Python.h>
 #include <dlfcn.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernel_run.h"
 #include "paths.h"
 
 static int initialized;
 static int started_python;     /* paths_init started the interpreter: paths_finalize ends it */
+static int ended_python;       /* ... and ended it: it cannot start again (its modules would not) */
 static int exit_handled;       /* finalize_at_exit is registered (once per process) */
 static PyThreadState *program; /* the main thread's Python state while the program runs */
 
@@ -41,18 +44,44 @@ static int report_python_error(const char *call) {
     return PATHS_EINVAL;
 }
 
-/* The site folder that holds the package this library belongs to (<site>/paths/libpaths.so):
- * added the way site-packages is, so that an editable install's finder works too. */
-static int add_package_site(void) {
+/* The site folder that holds the package this library belongs to (<site>/paths/libpaths.so), or
+ * "" when that cannot be told. */
+static void package_site(char *site_dir, size_t size) {
     Dl_info info;
-    if (!dladdr((void *)paths_init, &info) || !info.dli_fname) {
+    char library[PATH_MAX];
+    site_dir[0] = 0;
+    if (!dladdr((void *)paths_init, &info) || !info.dli_fname) return;
+    snprintf(library, sizeof library, "%s", info.dli_fname);
+    snprintf(site_dir, size, "%s", dirname(dirname(library)));
+}
+
+/* The interpreter of the virtual environment the package is installed in (a folder above the
+ * site folder with a pyvenv.cfg: <venv>/lib/pythonX.Y/site-packages), or "": Python started
+ * from it finds its own standard library and the environment's packages, whichever python3
+ * comes first on PATH (else the one it would look for). */
+static void environment_python(const char *site_dir, char *python, size_t size) {
+    char folder[PATH_MAX], probe[PATH_MAX + 32];
+    python[0] = 0;
+    snprintf(folder, sizeof folder, "%s", site_dir);
+    for (int up = 0; up < 4 && folder[0] && strcmp(folder, "/") != 0; up++) {
+        snprintf(probe, sizeof probe, "%s/pyvenv.cfg", folder);
+        if (access(probe, R_OK) == 0) {
+            snprintf(probe, sizeof probe, "%s/bin/python3", folder);
+            if (access(probe, X_OK) == 0) snprintf(python, size, "%s", probe);
+            return;
+        }
+        char *parent = dirname(folder); /* folder itself, cut, or a static "/" or "." */
+        if (parent != folder) snprintf(folder, sizeof folder, "%s", parent);
+    }
+}
+
+/* The package's site folder, added the way site-packages is, so that an editable install's
+ * finder works too. */
+static int add_package_site(const char *site_dir) {
+    if (!site_dir[0]) {
         fprintf(stderr, "paths_init: cannot tell where libpaths is installed\n");
         return PATHS_EINVAL;
     }
-    char library[4096];
-    snprintf(library, sizeof library, "%s", info.dli_fname);
-    char *package = dirname(library); /* <site>/paths */
-    char *site_dir = dirname(package);
     PyObject *done = NULL, *site = PyImport_ImportModule("site");
     if (site) done = PyObject_CallMethod(site, "addsitedir", "s", site_dir);
     Py_XDECREF(site);
@@ -92,6 +121,7 @@ static void stop_python(void) {
     program = NULL;
     Py_FinalizeEx();
     started_python = 0;
+    ended_python = 1;
 }
 
 /* end_program(failure) of paths.runtime (with other ranks: the last barrier, or, with a failure
@@ -121,20 +151,26 @@ static void finalize_at_exit(int status, void *unused) {
 }
 
 int paths_init(int *argc, char ***argv) {
-    if (initialized) {
-        fprintf(stderr, "paths_init: called twice (call paths_finalize first)\n");
+    if (initialized || ended_python) {
+        fprintf(stderr, "paths_init: called %s: a process starts PATHS once (as MPI_Init)\n",
+                initialized ? "twice" : "again after paths_finalize or a failed paths_init");
         return PATHS_EINVAL;
     }
     if (!argc || !argv || *argc < 1 || !*argv) {
         fprintf(stderr, "paths_init: expected &argc and &argv of main\n");
         return PATHS_EINVAL;
     }
+    char site_dir[PATH_MAX];
+    package_site(site_dir, sizeof site_dir);
     if (!Py_IsInitialized()) {
+        char python[PATH_MAX];
         PyConfig config;
         PyConfig_InitPythonConfig(&config);
         config.install_signal_handlers = 0; /* Ctrl-C stops the program as it would without Python */
         config.parse_argv = 0;
-        PyStatus status = Py_InitializeFromConfig(&config);
+        environment_python(site_dir, python, sizeof python);
+        PyStatus status = python[0] ? PyConfig_SetBytesString(&config, &config.executable, python) : PyStatus_Ok();
+        if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
         PyConfig_Clear(&config);
         if (PyStatus_Exception(status)) {
             fprintf(stderr, "paths_init: cannot start Python: %s\n", status.err_msg ? status.err_msg : "?");
@@ -143,7 +179,7 @@ int paths_init(int *argc, char ***argv) {
         started_python = 1;
     }
     PyGILState_STATE gil = PyGILState_Ensure();
-    int rc = add_package_site();
+    int rc = add_package_site(site_dir);
     if (rc == PATHS_OK) rc = start_runtime(argc, argv);
     PyGILState_Release(gil);
     if (started_python) program = PyEval_SaveThread();

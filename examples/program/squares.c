@@ -7,6 +7,9 @@
  * It moves the squares of 0 .. N-1 into element "squares", reads them back and adds them, then
  * contributes the sum to the sum element TOTAL (a run of one thread here) and prints
  *   squares: node localhost, thread 0 of 1, sum 332833500, total 332833500
+ * As ranks of `paths launch`, every rank moves into the one element "squares" and reads the next
+ * N tuples of its one history, whoever moved them: a rank's sum is of those, and the total, of
+ * every square moved.
  * It exits 1 when a call fails (saying which and why: paths_fail tells the other ranks too, so
  * that paths_finalize waits for none of them), 2 for bad options.
  */
