@@ -15,6 +15,7 @@ import traceback
 from typing import Callable, Optional
 
 DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*")
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # paths/
 HOOK_MARK = "__paths_hook__"  # "acquire" or "release": what kind of hook a function was marked as
 
 
@@ -43,8 +44,10 @@ def import_function(name: str, what: str, hook: Optional[str] = None) -> Callabl
 
 
 def raised_where(error: BaseException, trace=None) -> str:
-    """'ValueError: message (at file.py:12)': an exception and the line that raised it (from
-    `trace`, else the exception's own traceback)."""
+    """'ValueError: message (at file.py:12)': an exception and the user's line that raised it, or
+    made the call into this package that raised it (from `trace`, else the exception's own
+    traceback; the innermost line of all when none is the user's)."""
     frames = traceback.extract_tb(trace or error.__traceback__)
-    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    users = [frame for frame in frames if not os.path.abspath(frame.filename).startswith(PACKAGE)]
+    where = f" (at {(users or frames)[-1].filename}:{(users or frames)[-1].lineno})" if frames else ""
     return f"{type(error).__name__}: {error}{where}"
