@@ -27,6 +27,7 @@ GROUP_MAX = 255  # a PEER names an allreduce group of 1 to this many bytes
 SECRET_BYTES = 32
 PS_OK, PS_ETIMEDOUT, PS_EINVAL, PS_ESTATE = 0, 1, 7, 9
 STREAM_STARTS, STREAM_CONTINUES = 0, 1  # a MOVE_MANY's argument: a stream's first frame, or one that continues it
+BEHIND = 1  # a request's status: sent behind requests not answered yet (run only after whole frames of tuples)
 ANSWER_WAIT_S = 10.0  # the longest one answer may take before a test fails
 
 

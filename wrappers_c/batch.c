@@ -42,7 +42,6 @@
 enum { MAX_BUFFERS = 8, CACHE_LINE = 64, WORK_WORDS = PS_PASS_THROUGH_CALLERS / 64 };
 enum { OWNER_FREE = 0, OWNER_CALLER, OWNER_SENDER };
 static const int64_t SEND_SLICE_NS = 100000000LL;      /* the sender looks at `leaving` this often */
-static const int64_t UNTIMED_WAIT_NS = 10000000000LL;  /* first, last, delta, axe wait this long at most */
 static const int64_t RELEASE_WAIT_NS = 1000000000LL;   /* a caller that goes sends what it holds within this */
 
 /* One caller's buffers. Its thread owns everything but the fields the sender shares: `handed`,
@@ -380,7 +379,7 @@ static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
 /* Any other operation: what the caller holds goes down first, then the operation. */
 static int send_then_pass(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
     int waits = ps_op_kinds[op->kind].shape & PS_OP_WAITS;
-    int64_t deadline = ps_deadline(waits ? op->timeout_ns : UNTIMED_WAIT_NS);
+    int64_t deadline = ps_deadline(waits ? op->timeout_ns : PS_UNTIMED_WAIT_NS);
     int rc = send_all(b, c, link, deadline);
     if (rc != PS_OK) return rc;
     int64_t timeout_ns = op->timeout_ns;

@@ -39,7 +39,6 @@ enum { NO_CALLER = PS_PASS_THROUGH_CALLERS }; /* a queued message's slot once it
 static const int64_t COURIER_SLICE_NS = 100000000LL;  /* the courier looks at `stopping` and `leaving` this often */
 static const int64_t RELEASE_WAIT_NS = 1000000000LL;  /* a caller that goes waits this long for its moves */
 static const int64_t EARLY_WAKE_NS = 150000;         /* a sleep's wake-up may come this late */
-static const int64_t UNTIMED_WAIT_NS = 10000000000LL; /* first, last, delta, axe wait this long for them */
 
 /* One caller's message on its way down (or arrived, its operation below not done yet). */
 typedef struct in_flight {
@@ -299,7 +298,7 @@ static int delay_call(ps_link *link, ps_op *op) {
     }
     int waits = (ps_op_kinds[op->kind].shape & PS_OP_WAITS) != 0;
     int rc = waits ? go(link, op, deadline) : PS_OK;
-    if (rc == PS_OK && d->pipelined) rc = settle(d, link, waits ? deadline : ps_deadline(UNTIMED_WAIT_NS));
+    if (rc == PS_OK && d->pipelined) rc = settle(d, link, waits ? deadline : ps_deadline(PS_UNTIMED_WAIT_NS));
     if (rc == PS_OK) {
         int64_t timeout_ns = op->timeout_ns;
         op->timeout_ns = ps_remaining(deadline);

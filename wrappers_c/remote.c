@@ -11,7 +11,10 @@
  * for timeout_ms is taken as gone; a slice that ends at the server (status: timed out, nothing
  * done) is simply sent again.
  * With window > 1, moves and move_many are pipelined: up to `window` requests go out before their
- * answers are read.
+ * answers are read, each kept until it is answered. Every request sent while others are not
+ * answered yet goes marked behind them, and the server runs none of those after one that did not
+ * take effect whole: a slice that ended sends them all again, in order (a timeout never drops a
+ * pipelined move); a failure drops them, and the caller's next operation, not run, says so.
  */
 #include <errno.h>
 #include <limits.h>
@@ -22,6 +25,7 @@
 
 #include "control_plane.h"
 #include "direct_channel.h"
+#include "pipeline.h"
 #include "server.h"
 #include "stage_base.h"
 #include "stage_kinds.h"
@@ -37,8 +41,9 @@ typedef struct connection {
     zmq_msg_t message;      /* zmq: the last answer received (what a decoded answer points into) */
     uint64_t handle_id;
     uint64_t next_request;  /* the id of the last request sent */
-    uint32_t outstanding;   /* pipelined moves whose answers are not read yet */
-    uint64_t oldest_pending;/* the request id of the oldest of them */
+    ps_pipeline pipeline;   /* pipelined requests whose answers are not read yet, oldest first */
+    uint64_t oldest_pending;/* the request id of the oldest of them (the others' follow it by one) */
+    uint64_t answered;      /* tuples of pipelined requests that took effect so far */
     int failed;             /* a status that broke the connection, 0 while it works */
     unsigned char *request; /* the encoded request: a BUILD's path spec, or a frame of tuples */
     size_t capacity;        /* its bytes */
@@ -58,6 +63,8 @@ typedef struct remote_stage {
     connection *connections;         /* one per caller slot */
     _Atomic int64_t requests, answers, failures;
     _Atomic int64_t streams_cut;     /* move_many streams a frame cut short (the frames after it not run) */
+    _Atomic int64_t resent;          /* pipelined requests sent again after a slice ended at the server */
+    _Atomic int64_t dropped;         /* tuples of pipelined requests dropped after a failure */
     int64_t axe_known;               /* the highest axe point of the element known here: what every answer
                                         says, an axe sent (its answer lost), a read refused as axed
                                         (base.axe_point: a cache above looks at it) */
@@ -94,13 +101,14 @@ static int send_direct(remote_stage *r, connection *c, size_t length, int pipeli
     return c->channel.out_length >= r->batch * length ? ps_channel_flush(&c->channel, 1) : PS_OK;
 }
 
-/* Sends one request on `socket` (ZeroMQ: the main socket for BUILD, the link's for the rest) or,
- * when it is NULL, on the caller's direct connection (`pipelined`: see send_direct). Returns its
- * id, or 0 when it could not be sent. */
+/* Sends one request on the link's ZeroMQ `socket` or, when it is NULL, on the caller's direct
+ * connection (`pipelined`: see send_direct); `behind` requests not answered yet (wire.md,
+ * Pipelining). Returns its id, or 0 when it could not be sent. */
 static uint64_t send_request(remote_stage *r, connection *c, void *socket, uint8_t op, int64_t argument,
-                             int64_t server_timeout, const void *payload, size_t payload_length, int pipelined) {
-    ps_frame request = {op, 0, ++c->next_request, c->handle_id, argument, server_timeout, payload,
-                        (uint32_t)payload_length};
+                             int64_t server_timeout, const void *payload, size_t payload_length, int pipelined,
+                             int behind) {
+    ps_frame request = {op, behind ? PS_WIRE_BEHIND : 0, ++c->next_request, c->handle_id, argument, server_timeout,
+                        payload, (uint32_t)payload_length};
     size_t length = ps_wire_encode(&request, c->request, c->capacity);
     if (!length) return 0;
     int sent = socket ? zmq_send(socket, c->request, length, 0) == (int)length
@@ -155,23 +163,98 @@ static int64_t slice_by(const remote_stage *r, int64_t deadline) {
     return left != PS_FOREVER && left < slice ? left : slice;
 }
 
-/* Reads the answers of pipelined moves; the first failure among them breaks the connection. */
-static int drain(remote_stage *r, connection *c, uint32_t keep) {
-    while (c->outstanding > keep) {
-        ps_frame answer;
-        int rc = wait_answer(r, c, c->socket, c->oldest_pending++, r->timeout_ns, &answer);
-        c->outstanding--;
-        if (rc != PS_OK) return broken(r, c, "no answer to a pipelined move", rc);
-        if (answer.status != PS_OK) /* later moves are on their way: order is lost, the connection with it */
-            return broken(r, c, "a pipelined move failed; later moves were not kept in order", PS_EREMOTE);
-    }
-    return PS_OK;
-}
-
 /* An answer's payload as text (a refusal's reason, a failure's explanation), cut to fit. */
 static const char *answer_text(const ps_frame *answer, char *text, size_t size) {
     snprintf(text, size, "%.*s", (int)answer->payload_length, answer->payload ? (const char *)answer->payload : "");
     return text;
+}
+
+/* ---- pipelining ----------------------------------------------------------------------------- */
+
+/* Returned by drain when the caller's own request, sent behind pipelined ones, was not run and
+ * those went again: the caller sends it again too. */
+enum { SEND_AGAIN = -1 };
+
+/* Whether an answer says its request was not run (one sent behind a request that did not take
+ * effect whole, or a stream's frame after a cut one). */
+static int not_run(const ps_frame *answer) { return answer->status == PS_ESTATE && answer->value == 0; }
+
+/* Sends a pipelined request (the newest kept) on its way: behind the ones before it, if any. */
+static int send_pending(remote_stage *r, connection *c, const ps_pending *e, int64_t argument, int behind) {
+    uint64_t id = send_request(r, c, c->socket, e->op, argument, server_slice(r), e->payload, e->length, 1, behind);
+    return id ? PS_OK : broken(r, c, "cannot send", PS_EREMOTE);
+}
+
+/* Sends every pipelined request kept again, in order, the first starting anew (a move_many's frame
+ * as a stream's first), the others behind it. */
+static int send_again(remote_stage *r, connection *c) {
+    c->oldest_pending = c->next_request + 1;
+    for (uint32_t i = 0; i < c->pipeline.count; i++) {
+        const ps_pending *e = ps_pipeline_at(&c->pipeline, i);
+        int rc = send_pending(r, c, e, i == 0 && e->argument == PS_WIRE_STREAM_CONTINUES ? PS_WIRE_STREAM_STARTS
+                                                                                          : e->argument, i > 0);
+        if (rc != PS_OK) return rc;
+    }
+    atomic_fetch_add_explicit(&r->resent, c->pipeline.count, memory_order_relaxed);
+    return PS_OK;
+}
+
+/* Reads the answers of every pipelined request after the oldest, and of the caller's own request
+ * `own` (0: none), all sent behind the oldest, which did not take effect whole: none may have run. */
+static int read_not_run(remote_stage *r, connection *c, uint64_t own) {
+    for (uint32_t i = 1; i <= c->pipeline.count; i++) {
+        uint64_t id = i < c->pipeline.count ? c->oldest_pending + i : own;
+        ps_frame answer;
+        if (!id) break;
+        int rc = wait_answer(r, c, c->socket, id, r->timeout_ns, &answer);
+        if (rc != PS_OK) return broken(r, c, "no answer to a pipelined move", rc);
+        if (!not_run(&answer)) return broken(r, c, "a request behind a pipelined one that did not take effect ran",
+                                             PS_EINVAL);
+    }
+    return PS_OK;
+}
+
+/* The oldest pipelined request failed (`answer`): it and those after it are dropped, and the
+ * caller is told, with the status. */
+static int drop_pipeline(remote_stage *r, connection *c, const ps_frame *answer, const char *why) {
+    uint64_t tuples = c->pipeline.tuples - (uint64_t)(answer->value > 0 ? answer->value : 0);
+    uint32_t requests = c->pipeline.count;
+    while (c->pipeline.count) ps_pipeline_pop(&c->pipeline);
+    atomic_fetch_add_explicit(&r->dropped, (int64_t)tuples, memory_order_relaxed);
+    ps_stage_explain(&r->base, "remote %s: a pipelined move sent before this call failed (%s%s%s); it and the %u "
+                     "sent after it did not take effect (%llu tuples)", r->endpoint, ps_status_name(answer->status),
+                     *why ? ": at the server: " : "", why, requests - 1, (unsigned long long)tuples);
+    return answer->status;
+}
+
+/* Reads the answers of pipelined requests, oldest first, until at most `keep` are not answered,
+ * and, when `own` is not 0, the answer to the caller's own request sent behind them. At the first
+ * that did not take effect whole, the server ran none after it: after a slice that ended, all go
+ * again (SEND_AGAIN when `own` was among them, or PS_ETIMEDOUT once `deadline` passed); after a
+ * failure, all are dropped (its status). PS_OK: own's answer is still to read. */
+static int drain(remote_stage *r, connection *c, uint32_t keep, uint64_t own, int64_t deadline) {
+    while (c->pipeline.count > keep) {
+        ps_frame answer;
+        int rc = wait_answer(r, c, c->socket, c->oldest_pending, r->timeout_ns, &answer);
+        if (rc != PS_OK) return broken(r, c, "no answer to a pipelined move", rc);
+        if (answer.status == PS_OK) {
+            c->answered += ps_pipeline_at(&c->pipeline, 0)->tuples;
+            ps_pipeline_pop(&c->pipeline);
+            c->oldest_pending++;
+            continue;
+        }
+        char why[ANSWER_TEXT_MAX + 1];
+        answer_text(&answer, why, ps_status_is_explained(answer.status) ? sizeof why : 1);
+        ps_frame failed = answer; /* its payload is gone with the next answer read */
+        if ((rc = read_not_run(r, c, own)) != PS_OK) return rc;
+        c->answered += failed.value > 0 ? (uint64_t)failed.value : 0; /* a first part of a frame */
+        if (failed.status != PS_ETIMEDOUT) return drop_pipeline(r, c, &failed, why);
+        ps_pipeline_took(&c->pipeline, failed.value > 0 ? (uint32_t)failed.value : 0, r->base.tuple_size);
+        if ((rc = send_again(r, c)) != PS_OK) return rc;
+        if (own) return ps_remaining(deadline) ? SEND_AGAIN : PS_ETIMEDOUT;
+        if (!ps_remaining(deadline)) return PS_ETIMEDOUT;
+    }
+    return PS_OK;
 }
 
 /* A failed operation's answer says why, as the server's path explained it: the stage keeps it. */
@@ -214,8 +297,10 @@ static int round_trips(ps_link *link, ps_op *op) {
     if (c->failed) return c->failed;
     size_t tuple_size = r->base.tuple_size;
     ps_op_kind sending = op->kind;
+    int waits = ps_op_kinds[op->kind].shape & PS_OP_WAITS;
     int64_t deadline = ps_deadline(op->timeout_ns);
-    for (int first = 1;; first = 0) {
+    int64_t moves_due = waits ? deadline : ps_deadline(PS_UNTIMED_WAIT_NS); /* pipelined moves before it */
+    for (;;) {
         uint32_t shape = ps_op_kinds[sending].shape;
         uint32_t n = shape & PS_OP_TUPLE_IN ? 1 - op->done : 0;
         int64_t slice = shape & PS_OP_WAITS ? slice_by(r, deadline) : server_slice(r);
@@ -227,13 +312,15 @@ static int round_trips(ps_link *link, ps_op *op) {
             payload = count;
             payload_length = sizeof count;
         }
+        int behind = c->pipeline.count > 0;
         uint64_t id = send_request(r, c, c->socket, ps_op_kinds[sending].wire, op->argument, slice, payload,
-                                   payload_length, 0);
+                                   payload_length, 0, behind);
         if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
         /* Pipelined moves went first: their answers come first. Sending before reading them
          * lets a move and the observe after it share one round trip. */
-        int rc;
-        if (first && (rc = drain(r, c, 0)) != PS_OK) return rc;
+        int rc = behind ? drain(r, c, 0, id, moves_due) : PS_OK;
+        if (rc == SEND_AGAIN) continue;
+        if (rc != PS_OK) return rc;
         ps_frame answer;
         rc = wait_answer(r, c, c->socket, id, r->timeout_ns, &answer);
         if (rc != PS_OK) return broken(r, c, "no answer", rc);
@@ -272,7 +359,7 @@ static int stream_tuples(ps_link *link, ps_op *op) {
     size_t tuple_size = r->base.tuple_size;
     uint32_t per_frame = (uint32_t)ps_wire_batch_tuples(tuple_size);
     int64_t deadline = ps_deadline(op->timeout_ns);
-    for (int first = 1;; first = 0) {
+    for (;;) {
         uint32_t start = op->done, sent = start, answered = start, in_flight = 0;
         uint64_t oldest = 0; /* the request id of the oldest frame not answered yet (ids run on by one) */
         int status = PS_OK, cut = 0;
@@ -283,10 +370,8 @@ static int stream_tuples(ps_link *link, ps_op *op) {
                 uint64_t id = send_request(r, c, c->socket, ps_op_kinds[op->kind].wire,
                                            sent == start ? PS_WIRE_STREAM_STARTS : PS_WIRE_STREAM_CONTINUES, slice,
                                            (const unsigned char *)op->in + (size_t)sent * tuple_size,
-                                           (size_t)n * tuple_size, 0);
+                                           (size_t)n * tuple_size, 0, 0);
                 if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
-                int rc; /* pipelined moves went first: their answers come first */
-                if (first && sent == start && (rc = drain(r, c, 0)) != PS_OK) return rc;
                 if (in_flight++ == 0) oldest = id;
                 sent += n;
             }
@@ -315,40 +400,58 @@ static int stream_tuples(ps_link *link, ps_op *op) {
     }
 }
 
-/* One request sent without waiting for its answer, once fewer than `window` are outstanding
- * (pipelining: moves, and the frames of a move_many, with window > 1); any other operation reads
- * their answers first (drain), and a failure among them breaks the connection there. */
-static int send_pipelined(remote_stage *r, connection *c, uint8_t op, int64_t argument, const void *payload,
-                          size_t payload_length) {
-    int rc = drain(r, c, r->window - 1);
+/* One request sent without waiting for its answer, kept until it is answered, once fewer than
+ * `window` are not answered yet, by `deadline` (pipelining: moves, and the frames of a move_many,
+ * with window > 1); any other operation reads their answers first. PS_ETIMEDOUT: not sent. */
+static int send_pipelined(remote_stage *r, connection *c, uint8_t op, int64_t argument, int64_t deadline,
+                          const void *payload, uint32_t tuples) {
+    int rc = drain(r, c, r->window - 1, 0, deadline);
     if (rc != PS_OK) return rc;
-    uint64_t id = send_request(r, c, c->socket, op, argument, server_slice(r), payload, payload_length, 1);
-    if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
-    if (c->outstanding++ == 0) c->oldest_pending = id;
-    return PS_OK;
+    size_t length = (size_t)tuples * r->base.tuple_size;
+    if (ps_pipeline_push(&c->pipeline, r->window, op, argument, payload, length, tuples) != PS_OK) return PS_ENOMEM;
+    if (c->pipeline.count == 1) c->oldest_pending = c->next_request + 1;
+    return send_pending(r, c, ps_pipeline_at(&c->pipeline, c->pipeline.count - 1), argument, c->pipeline.count > 1);
+}
+
+/* After a failure dropped the pipelined requests: of the `sent` tuples of a call that began with
+ * `kept` tuples of earlier calls not answered and `answered` answered, those that took effect
+ * (op->done, the first ones), and those of the earlier calls that did not (op->value: its caller,
+ * a move_many waiting in slices, counts off those it had counted). */
+static void count_dropped(const connection *c, ps_op *op, uint64_t kept, uint64_t answered, uint32_t sent) {
+    uint64_t since = c->answered - answered;
+    op->done = since > kept ? (uint32_t)(since - kept < sent ? since - kept : sent) : 0;
+    op->value = since < kept ? (int64_t)(kept - since) : 0;
 }
 
 /* A move with window > 1. */
 static int pipelined_move(ps_link *link, ps_op *op) {
     remote_stage *r = remote_of(link);
     connection *c = &r->connections[link->slot];
-    return c->failed ? c->failed : send_pipelined(r, c, ps_op_kinds[PS_OP_MOVE].wire, 0, op->in, r->base.tuple_size);
+    if (c->failed) return c->failed;
+    uint64_t kept = c->pipeline.tuples, answered = c->answered;
+    int rc = send_pipelined(r, c, ps_op_kinds[PS_OP_MOVE].wire, 0, ps_deadline(op->timeout_ns), op->in, 1);
+    if (rc != PS_OK && rc != PS_ETIMEDOUT) count_dropped(c, op, kept, answered, 0);
+    return rc;
 }
 
 /* A move_many with window > 1: its frames go out as one stream, pipelined (an asynchronous call,
- * ARMI's). When a failure breaks the connection, the tuples of the call that hears of it are
- * known to have taken effect in none (at least); those of a call that returned, as sent. */
+ * ARMI's), each kept until it is answered. A frame that could not be sent by the caller's deadline
+ * returns PS_ETIMEDOUT with the tuples of those before it taken (they will take effect in order, or
+ * a failure will say they did not). */
 static int pipelined_stream(ps_link *link, ps_op *op) {
     remote_stage *r = remote_of(link);
     connection *c = &r->connections[link->slot];
-    size_t frame_tuples = ps_wire_batch_tuples(r->base.tuple_size);
+    uint32_t frame_tuples = (uint32_t)ps_wire_batch_tuples(r->base.tuple_size);
+    int64_t deadline = ps_deadline(op->timeout_ns);
+    uint64_t kept = c->pipeline.tuples, answered = c->answered;
     int rc = c->failed;
-    for (size_t sent = 0; rc == PS_OK && sent < op->count; sent += frame_tuples) {
-        size_t n = op->count - sent < frame_tuples ? op->count - sent : frame_tuples;
-        rc = send_pipelined(r, c, ps_op_kinds[op->kind].wire, sent ? PS_WIRE_STREAM_CONTINUES : PS_WIRE_STREAM_STARTS,
-                            (const unsigned char *)op->in + sent * r->base.tuple_size, n * r->base.tuple_size);
+    while (rc == PS_OK && op->done < op->count) {
+        uint32_t n = op->count - op->done < frame_tuples ? op->count - op->done : frame_tuples;
+        rc = send_pipelined(r, c, ps_op_kinds[op->kind].wire, op->done ? PS_WIRE_STREAM_CONTINUES : PS_WIRE_STREAM_STARTS,
+                            deadline, (const unsigned char *)op->in + (size_t)op->done * r->base.tuple_size, n);
+        if (rc == PS_OK) op->done += n;
     }
-    if (rc == PS_OK) op->done = op->count;
+    if (rc != PS_OK && rc != PS_ETIMEDOUT && !c->failed) count_dropped(c, op, kept, answered, op->done);
     return rc;
 }
 
@@ -488,12 +591,14 @@ static int remote_attach(ps_stage *stage, uint32_t slot) {
 
 static int remote_counters(ps_stage *stage, ps_counter *out, int max) {
     remote_stage *r = (remote_stage *)stage;
-    if (max < 4) return 0;
+    if (max < 6) return 0;
     out[0] = (ps_counter){"requests", atomic_load(&r->requests)};
     out[1] = (ps_counter){"answers", atomic_load(&r->answers)};
     out[2] = (ps_counter){"failures", atomic_load(&r->failures)};
     out[3] = (ps_counter){"streams_cut", atomic_load(&r->streams_cut)};
-    return 4;
+    out[4] = (ps_counter){"resent", atomic_load(&r->resent)};
+    out[5] = (ps_counter){"dropped", atomic_load(&r->dropped)};
+    return 6;
 }
 
 /* Tells the server the caller's link is done (best effort), then closes the connection; the
@@ -503,8 +608,18 @@ static void remote_detach(ps_stage *stage, uint32_t slot) {
     connection *c = &r->connections[slot];
     if (!c->request) return; /* never attached, or detached already */
     int open = c->socket || c->channel.fd >= 0;
-    if (open && !c->failed && drain(r, c, 0) == PS_OK) {
-        uint64_t id = send_request(r, c, c->socket, PS_WIRE_RELEASE, 0, 0, NULL, 0, 0);
+    int rc = open && !c->failed ? drain(r, c, 0, 0, ps_deadline(RELEASE_WAIT_MS * 1000000LL)) : PS_OK;
+    if (rc != PS_OK && !c->failed) { /* nobody is left to tell */
+        char why[PS_STAGE_ERROR_MAX];
+        if (rc == PS_ETIMEDOUT)
+            ps_stage_explain(&r->base, "remote %s: %llu tuples of pipelined moves could not take effect within %d ms "
+                             "of release", r->endpoint, (unsigned long long)c->pipeline.tuples,
+                             RELEASE_WAIT_MS);
+        ps_stage_error(&r->base, why, sizeof why);
+        fprintf(stderr, "paths: on release, %s\n", why);
+    }
+    if (open && rc == PS_OK) {
+        uint64_t id = send_request(r, c, c->socket, PS_WIRE_RELEASE, 0, 0, NULL, 0, 0, 0);
         ps_frame answer;
         if (id) wait_answer(r, c, c->socket, id, (int64_t)RELEASE_WAIT_MS * 1000000, &answer);
     }
@@ -512,6 +627,7 @@ static void remote_detach(ps_stage *stage, uint32_t slot) {
     ps_channel_close(&c->channel);
     zmq_msg_close(&c->message);
     free(c->request);
+    ps_pipeline_free(&c->pipeline);
     memset(c, 0, sizeof *c);
 }
 

@@ -78,8 +78,9 @@ typedef struct link_worker {
     pthread_t thread;
     _Atomic int finished;
     size_t tuple_size;
-    int stream_whole;       /* the last frame of tuples in took effect whole: only then is a frame
-                               that continues its stream run (wire.md, MOVE_MANY); 0 before any */
+    int stream_whole;       /* the last frame of tuples in (a move, an exchange's move, a move_many's)
+                               took effect whole: only then is a frame that continues its stream, or
+                               a request sent behind others, run (wire.md); 0 before any */
     int64_t stream_ends;    /* when the stream's slice ends: its frames wait until then at most */
     unsigned char *tuple;   /* observe results */
     unsigned char *slices[2]; /* a range's answer: the slice going out and the next one (send_range);
@@ -212,35 +213,36 @@ static int operation_of(link_worker *w, const ps_frame *request, ps_op *op) {
     return PS_OK;
 }
 
-/* Runs an operation that takes tuples in, as a frame of a stream: one that continues a stream
- * whose last frame did not take effect whole is answered PS_ESTATE with nothing done, so that a
- * stream's tuples take effect in order, each once, whatever happens to one of its frames. The
- * first frame's slice bounds the whole stream's waits. */
+/* Runs an operation that takes tuples in, as a frame of a stream: the first frame's slice bounds
+ * the whole stream's waits. */
 static int run_stream_frame(link_worker *w, const ps_frame *request, ps_op *op) {
     int64_t now = ps_now_ns();
-    if (request->argument == PS_WIRE_STREAM_STARTS) {
-        w->stream_ends = now + op->timeout_ns;
-    } else {
-        if (!w->stream_whole) return PS_ESTATE;
-        if (op->timeout_ns > w->stream_ends - now) op->timeout_ns = now < w->stream_ends ? w->stream_ends - now : 0;
-    }
+    if (request->argument == PS_WIRE_STREAM_STARTS) w->stream_ends = now + op->timeout_ns;
+    else if (op->timeout_ns > w->stream_ends - now) op->timeout_ns = now < w->stream_ends ? w->stream_ends - now : 0;
     op->argument = 0;
-    int rc = ps_link_call(w->link, op);
-    w->stream_whole = rc == PS_OK && op->done == op->count;
-    return rc;
+    return ps_link_call(w->link, op);
 }
 
 /* Runs one request on the worker's link and returns its status; *op is the operation it ran, if
- * any (*ran set): its results are in it. */
+ * any (*ran set): its results are in it. A frame that continues a stream, or a request sent
+ * behind others, after a frame of tuples that did not take effect whole is not run (PS_ESTATE):
+ * so a stream's tuples, and a caller's pipelined requests, take effect in order, each once,
+ * whatever happens to one of them. */
 static int run_request(link_worker *w, const ps_frame *request, ps_op *op, int *ran) {
     *ran = 0;
-    if (request->handle_id != w->id) return PS_EINVAL;
+    if (request->handle_id != w->id || (request->status != 0 && request->status != PS_WIRE_BEHIND)) return PS_EINVAL;
     if (request->op == PS_WIRE_PING || request->op == PS_WIRE_RELEASE)
         return request->payload_length ? PS_EINVAL : PS_OK;
     int rc = operation_of(w, request, op);
     if (rc != PS_OK) return rc;
+    uint32_t shape = ps_op_kinds[op->kind].shape;
+    int continues = shape & PS_OP_TUPLES_IN && request->argument == PS_WIRE_STREAM_CONTINUES;
+    if ((continues || request->status == PS_WIRE_BEHIND) && !w->stream_whole) return PS_ESTATE;
     *ran = 1;
-    return ps_op_kinds[op->kind].shape & PS_OP_TUPLES_IN ? run_stream_frame(w, request, op) : ps_link_call(w->link, op);
+    rc = shape & PS_OP_TUPLES_IN ? run_stream_frame(w, request, op) : ps_link_call(w->link, op);
+    if (shape & PS_OP_TUPLES_IN) w->stream_whole = rc == PS_OK && op->done == op->count;
+    else if (shape & PS_OP_TUPLE_IN) w->stream_whole = rc == PS_OK || op->done == 1; /* an exchange's move */
+    return rc;
 }
 
 /* Watches the connections to a link's socket, from before its client can connect. */

@@ -51,6 +51,11 @@ uint32_t ps_wire_get_count(const unsigned char *in);
  * continues it, run only when the stream's frame before it took effect whole (wire.md). */
 enum { PS_WIRE_STREAM_STARTS = 0, PS_WIRE_STREAM_CONTINUES = 1 };
 
+/* A request's `status`: 0, or PS_WIRE_BEHIND for one sent while requests before it on its link
+ * are not answered yet (pipelining): run only when the link's last frame of tuples took effect
+ * whole, else answered PS_ESTATE, value 0, not run (wire.md, "Pipelining"). */
+enum { PS_WIRE_BEHIND = 1 };
+
 /* Tuples of `tuple_size` bytes one frame carries at most: PS_WIRE_BATCH_PAYLOAD bytes of them, or
  * one; and the longest frame of a link over such tuples (what its buffers must hold). */
 static inline size_t ps_wire_batch_tuples(size_t tuple_size) {
