@@ -199,6 +199,25 @@ class Offset:
         below.move((t[0] + self.amount,) + tuple(t[1:]))
 
 
+@paths.stage_kind("no-methods")
+class NoMethods:
+    """Answers nothing itself."""
+
+
+def test_a_python_stage_passes_a_kind_made_of_others_whole_unless_it_answers_one_of_them(space):
+    """move_many comes as moves only to a stage with a move method (Offset sees every tuple);
+    through one with none it passes whole: a sum below refuses it whole, nothing moved."""
+    moved = build_path(make_path(stage("offset", amount=10), CORE), pastset=space)
+    moved.move_many([(1,), (2,)])
+    assert [moved.observe(i) for i in range(2)] == [(11,), (12,)]
+    p = make_path(stage("no-methods"), stage("reduce-sum", num_threads=2), stage("core", name="WHOLE", format="q"))
+    ahead = build_path(p, pastset=space)
+    with pytest.raises(RuntimeError, match=r"move_many: .*\(0 of 5 tuples moved\)"):
+        ahead.move_many([(1,)] * 5)  # five rounds ahead of its observes: a sum holds four
+    ahead.move_many([(1,)] * 4)
+    assert ahead.stage.counters()["operations"] == 2  # two calls, each one operation
+
+
 @paths.stage_kind("refuse-observe")
 class RefuseObserve:
     def observe(self, below):

@@ -46,7 +46,7 @@ SETTLE_S = 10.0      # the longest a release may take to reach the server's side
 
 @paths.stage_kind("contract-python-passing")
 class ContractPythonPassing:
-    """Answers nothing itself: every kind passes down, exchange and move_many as their parts."""
+    """Answers nothing itself: every kind passes down whole."""
 
 
 @paths.stage_kind("contract-python-refusing")

@@ -30,7 +30,9 @@ static int bridge_answer(bridge_stage *s, ps_link *link, ps_op *op) {
 static int bridge_call(ps_link *link, ps_op *op) {
     bridge_stage *s = (bridge_stage *)link->stage;
     if (s->answered & (1u << op->kind)) return bridge_answer(s, link, op);
-    if (ps_op_kinds[op->kind].shape & PS_OP_COMPOSED) return ps_op_fallback(link, op);
+    /* A kind made of simpler ones the implementation answers comes as those (a move_many as its
+     * moves); else it passes down whole, as a sum below must take it. */
+    if (ps_op_kinds[op->kind].made_of & s->answered) return ps_op_fallback(link, op);
     return ps_stage_pass(link, op);
 }
 

@@ -14,7 +14,8 @@ extern "C" {
 typedef struct ps_bridge {
     /* Whether the implementation answers operations of `kind` itself (asked once per kind, when
      * the stage is created). The others it does not answer pass down unchanged, except a kind
-     * made of simpler ones (PS_OP_COMPOSED: exchange, move_many), which comes as those. */
+     * made of simpler ones (PS_OP_COMPOSED: exchange, move_many) of which it answers one, which
+     * comes as those. */
     int (*answers)(void *impl, ps_op_kind kind);
     /* Answers one operation of a caller in `slot`, whose own link to the next stage is `below`:
      * fills op's results and returns a status; PS_ETIMEDOUT when the op's timeout passed with

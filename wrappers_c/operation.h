@@ -71,6 +71,7 @@ typedef struct ps_op_info {
     const char *name; /* as Python and trace files name it: "move", "observe_at", ... */
     uint8_t wire;     /* its op code in a frame (wire.md) */
     uint32_t shape;   /* PS_OP_* above */
+    uint32_t made_of; /* PS_OP_COMPOSED: the kinds it is made of, a bit (1 << kind) each */
 } ps_op_info;
 
 /* Indexed by ps_op_kind. A trace event records the kind's index. */

@@ -107,8 +107,9 @@ def stage_kind(name: str) -> Callable[[type], type]:
         exchange(below, t) -> t, move_many(below, [t, ...]),
         observe_range(below, index, count) -> [t, ...] (1 to count of them), flush(below), fence(below)
 
-    The others pass straight through, except exchange and move_many, which come as the moves
-    and observes they are made of when it has no method for them. A TimeoutError a method
+    The others pass straight through, except exchange and move_many without a method of their
+    own, which come as the moves and observes they are made of when it has a method for one of
+    those (a move_many as its moves to a move method); else they too pass through whole. A TimeoutError a method
     raises ends the caller's call as a timeout, and a NotImplementedError refuses the operation
     (PS_ENOTSUP); what the method moved through `below` before it raised counts as done (an
     exchange's move, a first part of a move_many), so a caller going on does not move it again.
