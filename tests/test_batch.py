@@ -282,16 +282,17 @@ def test_a_move_whose_buffer_a_sum_refuses_does_not_claim_four_moves_unobserved(
         h.move(v)
     with pytest.raises(RuntimeError) as refused:
         h.move(5)
-    assert re.fullmatch(r"thread \d+ move: a sum holds 4 rounds ahead of this caller's observes, and the moves a "
-                        r"stage sent down together did not fit: observe first \(batch: 0 of 3 moves sent down "
-                        r"together took effect, then the send failed \(wrong state\)\): wrong state",
-                        str(refused.value)), refused.value
+    assert re.fullmatch(r"thread \d+ move \(batch: 0 of 3 moves sent down together took effect, then the send "
+                        r"failed \(wrong state\): reduce-sum: a sum holds 4 rounds ahead of a caller's observes, and "
+                        r"these 3 moves do not fit after the 3 this caller has not observed yet: observe first\): "
+                        r"wrong state", str(refused.value)), refused.value
     alone = build_path(make_path(stage("reduce-sum", num_threads=2), stage("core", name="T", format="q")),
                        pastset=space)
     for v in range(4):
         alone.move(v)
-    with pytest.raises(RuntimeError, match=r"^thread \d+ move: a sum holds 4 rounds, and this caller has moved 4 it "
-                                           r"has not observed yet: observe first: wrong state$"):
+    with pytest.raises(RuntimeError, match=r"^thread \d+ move \(reduce-sum: a sum holds 4 rounds ahead of a caller's "
+                                           r"observes, and this caller has moved 4 it has not observed yet: observe "
+                                           r"first\): wrong state$"):
         alone.move(4)
 
 
@@ -304,7 +305,9 @@ def test_a_move_many_counts_only_its_tuples_that_took_effect_whoever_sent_them(s
                              stage("core", name="S", format="q")), pastset=space)
     after = r"(, and the 3 moves made after them were dropped)?" if buffers == 2 else ""
     with pytest.raises(RuntimeError, match=re.escape("(3 of 12 tuples moved)") + r".*batch: 0 of 3 moves sent down "
-                       r"together took effect, then the send failed \(wrong state\)" + after + r"\)"):
+                       r"together took effect, then the send failed \(wrong state\)" + after + r": reduce-sum: a sum "
+                       r"holds 4 rounds ahead of a caller's observes, and these 3 moves do not fit after the 3 this "
+                       r"caller has not observed yet: observe first\)"):
         h.move_many([(v,) for v in range(12)])
     counters = h.stage.counters()
     assert counters["moves_sent"] == 3 and counters["dropped"] in ((3, 6) if buffers == 2 else (3,))
@@ -412,8 +415,8 @@ def test_a_timer_does_not_poll_a_caller_blocked_in_an_operation(space):
 
 def test_an_observe_that_reports_a_failed_send_says_so_and_not_that_it_moved_nothing(space):
     """The sender's second buffer does not fit in the sum's 4 rounds ahead: the caller's observe
-    fails with the sum's status, explained as that send's failure, without the hint for an observe
-    that answers no move of its caller (it made six)."""
+    fails with the sum's status, explained as that send's failure and the sum's reason for it, not
+    as an observe that answers no move of its caller (it made six)."""
     h = build_path(make_path(stage("batch", max_moves=3, buffers=2), stage("reduce-sum", num_threads=2),
                              stage("core", name="S", format="q")), pastset=space)
     h.move_many([(v,) for v in range(6)])
@@ -421,7 +424,9 @@ def test_an_observe_that_reports_a_failed_send_says_so_and_not_that_it_moved_not
     with pytest.raises(RuntimeError) as refused:
         h.observe()
     assert re.fullmatch(r"thread \d+ observe \(batch: 0 of 3 moves sent down together took effect, then the send "
-                        r"failed \(wrong state\)\): wrong state", str(refused.value)), refused.value
+                        r"failed \(wrong state\): reduce-sum: a sum holds 4 rounds ahead of a caller's observes, and "
+                        r"these 3 moves do not fit after the 3 this caller has not observed yet: observe first\): "
+                        r"wrong state", str(refused.value)), refused.value
 
 
 @paths.stage_kind("test-batch-breaker")

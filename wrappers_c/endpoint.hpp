@@ -46,7 +46,6 @@ public:
         ps_op op = operation(PS_OP_MOVE);
         op.in = PyBytes_AS_STRING(packed.ptr());
         int rc = waiting(op, timeout);
-        if (rc == PS_ESTATE) fail(rc, label_ + " move: " + rounds_full() + ": observe first");
         if (rc != PS_OK) fail(rc, label_ + " move");
     }
 
@@ -82,9 +81,6 @@ public:
         }, timeout, Backend::deadline());
         std::string moved = (ps_op_done_is_at_least(rc) ? "at least " : "") + std::to_string(done) + " of " +
                             std::to_string(n) + " tuples moved";
-        if (rc == PS_ESTATE)
-            fail(rc, call + ": a sum holds 4 rounds ahead of this caller's observes, and these do not fit (" + moved +
-                         "): observe first");
         if (rc != PS_OK) fail(rc, call + " (" + moved + ")");
     }
 
@@ -94,9 +90,6 @@ public:
             ps_op op = operation(PS_OP_OBSERVE);
             op.out = buffer.data();
             int rc = waiting(op, timeout);
-            // A sum's refusal, unless a stage explains it (a batch reporting its earlier failed send)
-            if (rc == PS_ESTATE && Backend::explanation().empty())
-                fail(rc, label_ + " observe: each observe answers one earlier move");
             if (rc != PS_OK) fail(rc, label_ + " observe");
             return codec_.unpack(buffer.data());
         }
@@ -155,7 +148,6 @@ public:
             if (op.kind == PS_OP_EXCHANGE && op.done) op.kind = PS_OP_OBSERVE;  // what is left of it
             return status;
         }, timeout, Backend::deadline());
-        if (rc == PS_ESTATE) fail(rc, label_ + " exchange: " + rounds_full());
         if (rc != PS_OK) fail(rc, label_ + (op.kind == PS_OP_OBSERVE ? " exchange (moved; its observe)" : " exchange"));
         return codec_.unpack(buffer.data());
     }
@@ -211,15 +203,6 @@ private:
         }
         if (rc != PS_OK) fail(rc, label_ + " " + what);
         return op.value;
-    }
-
-    // Why a sum refused a move: this one did not fit, or (a stage explains) the moves it sent down
-    // together, this caller's earlier ones.
-    std::string rounds_full() const {
-        return Backend::explanation().empty()
-                   ? "a sum holds 4 rounds, and this caller has moved 4 it has not observed yet"
-                   : "a sum holds 4 rounds ahead of this caller's observes, and the moves a stage sent down together "
-                     "did not fit";
     }
 
     // Raises the status as a Python exception, with what the path could say about it.

@@ -156,7 +156,11 @@ static int sum_move(ps_link *link, const void *tuple, int64_t timeout_ns) {
     /* Slot round % ROUND_SLOTS still holds a round this caller has not observed: only its own
      * observe can free it. Having observed that round, the caller knows every contributor
      * moved it, so no slot is taken back while anyone still needs it. */
-    if (round >= link->observes + ROUND_SLOTS) return PS_ESTATE;
+    if (round >= link->observes + ROUND_SLOTS) {
+        ps_stage_explain(&s->base, "reduce-sum: a sum holds %d rounds ahead of a caller's observes, and this caller "
+                         "has moved %d it has not observed yet: observe first", ROUND_SLOTS, ROUND_SLOTS);
+        return PS_ESTATE;
+    }
     round_slot *slot = &s->slots[round % ROUND_SLOTS];
     memcpy(slot->contributions + link->slot * s->stride, tuple, s->base.tuple_size);
     link->moves = round + 1;
@@ -214,7 +218,11 @@ static int wait_round(ps_link *link, uint64_t round, int64_t timeout_ns) {
 static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
     reduce_sum_stage *s = sum_of(link);
     uint64_t round = link->observes;
-    if (round >= link->moves) return PS_ESTATE; /* each observe answers one earlier move */
+    if (round >= link->moves) {
+        ps_stage_explain(&s->base, "reduce-sum: each observe answers one earlier move of its caller, and this "
+                         "caller has observed all %llu it moved: move first", (unsigned long long)round);
+        return PS_ESTATE;
+    }
     int rc = wait_round(link, round, timeout_ns);
     if (rc != PS_OK) return rc;
     round_slot *slot = &s->root->slots[round % ROUND_SLOTS];
@@ -227,7 +235,12 @@ static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
  * the caller's rounds ahead (ROUND_SLOTS beyond its observes), else refused, nothing moved. The
  * rounds it completes are driven down within its one timeout. */
 static int sum_move_many(ps_link *link, ps_op *op) {
-    if (link->moves + op->count > link->observes + ROUND_SLOTS) return PS_ESTATE;
+    if (link->moves + op->count > link->observes + ROUND_SLOTS) {
+        ps_stage_explain(link->stage, "reduce-sum: a sum holds %d rounds ahead of a caller's observes, and these %u "
+                         "moves do not fit after the %llu this caller has not observed yet: observe first",
+                         ROUND_SLOTS, op->count, (unsigned long long)(link->moves - link->observes));
+        return PS_ESTATE;
+    }
     const unsigned char *tuples = op->in;
     size_t size = link->stage->tuple_size;
     int64_t deadline = ps_deadline(op->timeout_ns);
