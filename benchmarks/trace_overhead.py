@@ -3,7 +3,9 @@
 Each run times a C loop of move+observe pairs through [core] and through [trace -> core] (a trace
 big enough to record every operation), each on a fresh element. The overhead per operation is the
 difference per pair, halved, converted to timestamp-counter ticks with the trace's own calibration
-(read from a trace file's header). The median over the runs is compared with the target.
+(read from a trace file's header). The median over the runs is compared with the target (issue
+11's: at most 40 cycles). Beside it, what the two reads of the clock a traced operation makes cost
+on this machine: on a virtual machine whose timestamp counter is emulated they alone can pass it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import paths
 import paths._native as native
 from paths.runtime.trace_file import read_trace
 
-TARGET_CYCLES = 60       # the paper measured 100-120 cycles per operation
+TARGET_CYCLES = 40       # the paper measured 100-120 cycles per operation
+CLOCK_READS = 10_000_000
 MAX_EVENTS = 1 << 26     # the trace stage's largest capacity
 
 
@@ -81,9 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{run:>3}  {plain:>12.1f}  {traced:>14.1f}  {cycles:>18.1f}")
 
     median = trace_overhead_cycles(args.pairs, args.runs, show)
+    with tempfile.TemporaryDirectory() as directory:
+        clock_cycles = 2 * native.bench.clock_read_ns(CLOCK_READS) * ticks_per_ns(directory)
     verdict = "PASS" if median <= TARGET_CYCLES else "MISS"
     print(f"trace overhead: {median:.1f} cycles per operation (median of {args.runs}), "
           f"target <= {TARGET_CYCLES}: {verdict}")
+    print(f"of which the clock: {clock_cycles:.1f} cycles (a traced operation reads it twice; on this machine)")
     return 0
 
 

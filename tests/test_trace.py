@@ -356,3 +356,16 @@ def test_a_hostile_header_is_named_not_a_traceback(space, tmp_path, capsys, offs
     assert trace_command([str(path)]) == 1
     err = capsys.readouterr().err
     assert str(path) in err and "Traceback" not in err
+
+
+def test_the_overhead_benchmark_names_its_target_and_what_the_clock_costs(capsys):
+    from benchmarks import trace_overhead
+    assert trace_overhead.main(["--pairs", "1000", "--runs", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"trace overhead: -?[\d.]+ cycles per operation \(median of 1\), target <= 40: (PASS|MISS)",
+                        out[-2]), out
+    assert re.fullmatch(r"of which the clock: [\d.]+ cycles \(a traced operation reads it twice; on this machine\)",
+                        out[-1]), out
+    assert paths._native.bench.clock_read_ns(1000) > 0
+    with pytest.raises(ValueError, match="expected reads > 0"):
+        paths._native.bench.clock_read_ns(0)

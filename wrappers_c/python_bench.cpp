@@ -7,6 +7,7 @@
 
 extern "C" {
 #include "kernels.h"
+#include "trace.h"
 }
 
 namespace paths_native {
@@ -57,6 +58,11 @@ void bind_bench(py::module_ &m) {
         py::gil_scoped_release released;
         return ps_kernel_core_pairs_ns(pairs);
     }, py::arg("pairs"), "Nanoseconds per move+observe pair from a C loop on one element.");
+    bench.def("clock_read_ns", [](int64_t reads) {
+        if (reads <= 0) throw py::value_error("clock_read_ns: expected reads > 0");
+        py::gil_scoped_release released;
+        return ps_trace_clock_read_ns(reads);
+    }, py::arg("reads"), "Nanoseconds one read of the trace stage's clock takes (a traced operation reads it twice).");
     bench.def("pairs_ns", [](const std::shared_ptr<Handle> &handle, int64_t pairs, const py::object &timeout) {
         return single_link_loop(handle, pairs, timeout, "pairs_ns", ps_kernel_link_pairs_ns,
                                 "an operation failed or returned a wrong tuple");

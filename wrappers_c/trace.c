@@ -82,6 +82,15 @@ double ps_trace_ticks_per_ns(void) {
     return calibrated_ticks_per_ns;
 }
 
+double ps_trace_clock_read_ns(int64_t reads) {
+    uint64_t sum = 0;
+    int64_t start = ps_now_ns();
+    for (int64_t i = 0; i < reads; i++) sum += ticks_now();
+    int64_t ns = ps_now_ns() - start;
+    __asm__ volatile("" : : "r"(sum)); /* the reads are used */
+    return reads > 0 ? (double)ns / (double)reads : 0.0;
+}
+
 /* ---- files still to write, and those that could not be ----------------------------------- */
 
 static pthread_mutex_t failures_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -66,6 +66,9 @@ extern "C" {
 
 /* Ticks of the trace clock per nanosecond, measured once per process (~10 ms, on first use). */
 double ps_trace_ticks_per_ns(void);
+/* Nanoseconds one read of the trace clock takes, from `reads` of them in a row: a traced
+ * operation reads it twice (what a virtual machine's clock costs shows here). */
+double ps_trace_clock_read_ns(int64_t reads);
 
 /* Trace files are written when their stages are released, often by a thread no one waits on (a
  * server's link ending): a file that cannot be written must still reach the user. The process
