@@ -369,3 +369,17 @@ def test_the_overhead_benchmark_names_its_target_and_what_the_clock_costs(capsys
     assert paths._native.bench.clock_read_ns(1000) > 0
     with pytest.raises(ValueError, match="expected reads > 0"):
         paths._native.bench.clock_read_ns(0)
+
+
+def test_the_summary_keeps_its_columns_under_the_longest_operation_name(tmp_path):
+    from paths.runtime.trace_file import format_summary
+    path = str(tmp_path / "ops.bin")
+    h = paths.build_path(paths.make_path(paths.stage("trace", file=path), paths.stage("core", name="S", format="q")),
+                         pastset=paths.PastSet())
+    h.move(1)
+    h.observe_range(0, 1, timeout=5)
+    del h
+    gc.collect()
+    table = format_summary(read_trace(path)).splitlines()[1:]
+    assert [row.split()[1] for row in table] == ["op", "move", "observe_range"]
+    assert len({len(row) for row in table}) == 1  # every row as wide as the header: the columns line up

@@ -229,9 +229,11 @@ def format_summary(trace: Trace) -> str:
     if trace.dropped:
         lines.append(f"  warning: {trace.dropped} operations were not recorded (the buffer was full: "
                      f"raise the trace stage's capacity)")
-    lines.append(f"  {'thread':>6}  {'op':<10}  {'count':>9}  {'median ns':>10}  {'p99 ns':>10}")
-    for thread, op, count, median, p99 in summary_rows(trace):
-        lines.append(f"  {thread:>6}  {op:<10}  {count:>9}  {median:>10.0f}  {p99:>10}")
+    rows = summary_rows(trace)
+    width = max([len("op")] + [len(op) for _, op, _, _, _ in rows])  # observe_range is the longest name
+    lines.append(f"  {'thread':>6}  {'op':<{width}}  {'count':>9}  {'median ns':>10}  {'p99 ns':>10}")
+    for thread, op, count, median, p99 in rows:
+        lines.append(f"  {thread:>6}  {op:<{width}}  {count:>9}  {median:>10.0f}  {p99:>10}")
     return "\n".join(lines)
 
 
