@@ -340,6 +340,26 @@ def test_nothing_of_the_run_is_left_after_the_launcher_is_interrupted_or_killed(
     assert probe.alive() == []
 
 
+@pytest.mark.parametrize("command", ["launch", "run"])
+def test_ctrl_c_while_the_nodes_start_says_one_line(app, probe, command):
+    """Ctrl-C (SIGINT to the whole process group, local nodes included) as the node processes
+    start up: the launcher says it was interrupted, and no node prints a traceback for it."""
+    what = ["launch", "--map", "paper-4w", "--threads", "6", "--", sys.executable, app, "sleep"] if command == "launch" \
+        else ["run", "gsum", "--map", "paper-4w", "--threads", "6"]
+    run = subprocess.Popen([sys.executable, "-m", "paths", *what], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True, env={**os.environ, **probe.env})
+    try:
+        probe.wait_for("start", 2)  # both nodes' interpreters are up, importing paths
+        os.killpg(run.pid, signal.SIGINT)
+        out, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+    assert (run.returncode, err) == (130, "paths: interrupted\n"), err
+    assert probe.alive_within(REAPED_WITHIN) == []
+
+
 @pytest.mark.parametrize("how", ["a rank fails", "timeout", "SIGINT", "SIGKILL", "SIGHUP to the group"])
 def test_what_a_rank_started_is_stopped_with_it(app, probe, how):
     """Each rank a shell that runs the program (as a wrapper script does): when the ranks are

@@ -123,7 +123,7 @@ class _Node:
         self._error_lines = LineBuffer()
         self.process = subprocess.Popen(command.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.errors, bufsize=0,
-                                        preexec_fn=dies_with_me(signal.SIGTERM))
+                                        preexec_fn=dies_with_me(signal.SIGTERM, ctrl_c=signal.SIG_IGN))
         self.endpoint = ""
         self.lines: collections.deque[str] = collections.deque()  # read, not taken yet
         self._received = LineBuffer()  # the lines not read whole yet

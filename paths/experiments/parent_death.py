@@ -30,11 +30,16 @@ _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
 _prctl.restype = ctypes.c_int
 
 
-def dies_with_me(number: int = signal.SIGKILL) -> Callable[[], None]:
-    """A preexec_fn for subprocess.Popen: the child gets signal `number` when this process ends."""
+def dies_with_me(number: int = signal.SIGKILL, ctrl_c=signal.SIG_DFL) -> Callable[[], None]:
+    """A preexec_fn for subprocess.Popen: the child gets signal `number` when this process ends.
+    `ctrl_c` is its SIGINT: SIG_DFL, as a program started from a shell has it (a node ignores it
+    and its ranks would inherit that), or SIG_IGN for a node, whose launcher handles Ctrl-C (SIGINT
+    to the terminal's process group, local nodes included) and stops its nodes itself: a node still
+    starting up would print a traceback for it."""
     starter = os.getpid()
 
     def arm() -> None:
+        signal.signal(signal.SIGINT, ctrl_c)
         if _prctl(PR_SET_PDEATHSIG, int(number), 0, 0, 0) != 0 or os.getppid() != starter:
             os._exit(1)  # cannot arm it, or the starter is gone already: a child must not outlive it
 
