@@ -360,7 +360,7 @@ def test_paths_run_and_show_take_the_tree_form_from_the_command_line(tmp_path):
     done = paths_command("run", "gsum", "--map", "paper-4w", "--threads", "8", "--tree-form", "allreduce-tree",
                          "--max-fanin", "2", "--repeat", "1", "--rounds", "200", "--csv", str(out))
     assert done.returncode == 0, done.stderr
-    assert "(policy bucket, max fan-in 2, tree form allreduce-tree)" in done.stdout
+    assert "(policy block, max fan-in 2, tree form allreduce-tree)" in done.stdout
     assert [row["tree_form"] for row in csv.DictReader(out.open())] == ["allreduce-tree"]
     shown = paths_command("show", "--map", "paper-4w", "--threads", "8", "--tree-form", "allreduce")
     assert shown.returncode == 0 and "form allreduce" in shown.stdout

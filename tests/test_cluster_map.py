@@ -26,7 +26,7 @@ def test_every_shipped_map_loads():
     for name in SHIPPED:
         cluster_map = builtin_map(name)
         assert cluster_map.name == name
-        assert cluster_map.policy == "bucket"
+        assert cluster_map.policy == "block"
         assert cluster_map.source.endswith(f"{name}.yaml")
         assert load_map(cluster_map.source) == cluster_map
 
@@ -124,7 +124,7 @@ def test_a_delay_written_with_an_exponent_and_no_dot_is_a_number():
 def test_defaults():
     cluster_map = load_map_text(BASE)
     assert cluster_map.home == "n0"
-    assert (cluster_map.policy, cluster_map.max_fanin, cluster_map.links) == ("bucket", 4, ())
+    assert (cluster_map.policy, cluster_map.max_fanin, cluster_map.links) == ("block", 4, ())
     assert cluster_map.launch == Launch("local", "ssh {host} {command}")
     assert cluster_map.node("n3").address is None
 

@@ -179,7 +179,7 @@ def test_a_c_kernel_sums_and_passes_barriers_across_nodes_and_reports_columns(bu
                      "--arg", "rounds=4", "--csv", str(out), cwd=built)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "./libkernels.so:count on map paper-4w (policy bucket, max fan-in 4), rounds=4 x 2 runs"
+    assert lines[0] == "./libkernels.so:count on map paper-4w (policy block, max fan-in 4), rounds=4 x 2 runs"
     assert lines[1].split() == ["threads", "nodes"] + [f"{c}:{s}" for c in ("total", "barriers", "thread")
                                                        for s in ("min", "avg", "max")]
     # a column's cells share their decimals: whole numbers have none

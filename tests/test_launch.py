@@ -483,7 +483,7 @@ def test_the_sbatch_script_asks_for_room_for_the_placement(policy, threads, fiel
     script = batch_script("paper-4w", threads, policy, ["python", "app.py", "--rounds", "5"])
     assert sbatch_fields(script) == {"job-name": "paths-paper-4w", **fields}
     assert script.startswith("#!/bin/bash\n")
-    assert rank_environment(script) == ["export PATHS_MAP=paper-4w", f"export PATHS_POLICY={policy}",
+    assert rank_environment(script) == ["export PATHS_MAP=paper-4w", f"export PATHS_POLICY={fields['distribution']}",
                                         "unset PATHS_SUM PATHS_ACQUIRE PATHS_RELEASE"]
     assert script.endswith(f"\nsrun --distribution=arbitrary --ntasks={threads} python app.py --rounds 5\n")
 
@@ -585,7 +585,7 @@ def test_the_sbatch_options_survive_a_command_of_several_lines_and_a_map_name_of
     header = lines[:next(i for i, line in enumerate(lines) if not line.startswith("#"))]
     assert sbatch_fields("\n".join(header)) == {"job-name": "paths-my_map__1", "nodes": "1", "ntasks": "2",
                                                 "ntasks-per-node": "2", "distribution": "block"}
-    assert header[1] == "# 2 ranks of python -c 'import sys\\nprint(1)' on map my map #1, policy bucket:"
+    assert header[1] == "# 2 ranks of python -c 'import sys\\nprint(1)' on map my map #1, policy block:"
     assert script.endswith("srun --distribution=arbitrary --ntasks=2 python -c 'import sys\nprint(1)'\n")
 
 

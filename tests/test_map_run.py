@@ -154,7 +154,7 @@ def test_mcpi_through_a_map_finds_pi(probe):
         assert m.value > 0
     assert [m.nodes for m in report.measurements] == [1, 2, 8]
     table = results_table(cluster_map, settings, report.measurements).splitlines()
-    assert table[0] == "MCPi on map paper-4w (policy bucket, max fan-in 4), 10000000 darts x 1 run"
+    assert table[0] == "MCPi on map paper-4w (policy block, max fan-in 4), 10000000 darts x 1 run"
     assert table[1].split() == ["threads", "nodes"] + [f"{c}:{s}" for c in ("seconds", "pi") for s in ("min", "avg", "max")]
     assert [line.split()[:2] for line in table[2:]] == [["1", "1"], ["6", "2"], ["32", "8"]]
     for line, m in zip(table[2:], report.measurements):  # one run each: min = avg = max
@@ -201,14 +201,14 @@ def test_paths_run_prints_the_table_and_writes_csv_and_plot(probe, tmp_path):
                      "--rounds", "20", "--csv", str(out_csv), "--plot", str(out_png))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("GSum on map paper-4w (policy even, max fan-in 4), 20 rounds x 2 runs")
+    assert lines[0].startswith("GSum on map paper-4w (policy cyclic, max fan-in 4), 20 rounds x 2 runs")
     assert lines[1].split() == ["threads", "nodes", "min", "avg", "max"]
     assert [line.split()[:2] for line in lines[2:4]] == [["1", "1"], ["5", "5"]]
     assert f"wrote {out_csv}" in lines and f"wrote {out_png}" in lines
     with open(out_csv, newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(r["kernel"], r["map"], r["policy"], r["max_fanin"], r["threads"], r["nodes"], r["repeat"])
-            for r in rows] == [("gsum", "paper-4w", "even", "4", str(n), str(k), str(r))
+            for r in rows] == [("gsum", "paper-4w", "cyclic", "4", str(n), str(k), str(r))
                                for n, k in ((1, 1), (5, 5)) for r in (0, 1)]
     assert list(rows[0]) == ["kernel", "map", "policy", "max_fanin", "tree_form", "threads", "nodes", "repeat",
                             "us_per_global_sum"]
@@ -421,7 +421,7 @@ def test_several_maps_and_policies_in_one_run(probe, tmp_path):
     with open(out) as f:
         rows = list(csv.DictReader(f))
     assert sorted({(r["map"], r["policy"]) for r in rows}) == [
-        ("paper-4w", "bucket"), ("paper-4w", "even"), ("paper-8w", "bucket"), ("paper-8w", "even")]
+        ("paper-4w", "block"), ("paper-4w", "cyclic"), ("paper-8w", "block"), ("paper-8w", "cyclic")]
     assert len(rows) == 4 * 2
     assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
 

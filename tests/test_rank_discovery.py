@@ -232,6 +232,19 @@ def test_a_python_program_given_a_wrong_rank_says_so_in_one_line(variables, line
     assert (done.returncode, done.stderr) == (1, line + "\n")
 
 
+def test_ranks_that_name_one_policy_by_its_two_names_meet(tmp_path):
+    """block and bucket are one policy, whichever a rank's PATHS_POLICY says (or its map's default)."""
+    base = {**{k: v for k, v in os.environ.items() if not k.startswith(("PATHS_", "OMPI_", "PMI", "SLURM_"))},
+            "PATHS_MAP": "paper-2w", "PATHS_SUM": "TOTAL", "SLURM_NTASKS": "3", "SLURM_JOB_ID": "8",
+            "SLURM_STEP_ID": "0", "PATHS_RENDEZVOUS_DIR": str(tmp_path), "PATHS_RENDEZVOUS_TIMEOUT": "30"}
+    program = [sys.executable, "-c", "import paths\nt = paths.acquire('TOTAL', 'q')\nt.move(1)\nprint(t.observe(timeout=30))\n"]
+    ranks = [subprocess.Popen(program, env={**base, "SLURM_PROCID": str(rank), **policy}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for rank, policy in enumerate([{"PATHS_POLICY": "block"}, {"PATHS_POLICY": "bucket"}, {}])]
+    outcomes = [(rank.communicate(timeout=60), rank.returncode) for rank in ranks]
+    assert outcomes == [(("(3,)\n", ""), 0)] * 3, outcomes
+
+
 def test_ranks_with_another_map_are_refused_everywhere(tmp_path):
     answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}, checks={2: "map other"})
     expected = "rank 2 runs map other, rank 0 map m: give every rank the same"

@@ -277,7 +277,7 @@ def test_render_shows_threads_stages_and_element():
     text = plan_reduction(builtin_map("paper-4w"), 6, ELEMENT).render()
     assert text == "\n".join(
         [
-            "map paper-4w: 6 threads on 2 nodes, policy bucket, max_fanin 4",
+            "map paper-4w: 6 threads on 2 nodes, policy block, max_fanin 4",
             "core(format='q', name='PI-SUM1')  on n0",
             "└── reduce-sum(id='cluster:4w', num_threads=2)  on n0",
             "    ├── reduce-sum(id='node:n0', num_threads=4)  on n0",
@@ -296,5 +296,5 @@ def test_render_names_a_callable_policy():
         == "map multicluster: 3 threads on 3 nodes, policy cluster_round_robin, max_fanin 4"
     )
     assert plan_reduction(MULTI, 1, ELEMENT).render().splitlines()[0] == (
-        "map multicluster: 1 thread on 1 node, policy bucket, max_fanin 4")
+        "map multicluster: 1 thread on 1 node, policy block, max_fanin 4")
     assert "delay(jitter_ms=0.0, ms=1.0, pipelined=1)  on w8n0" in text

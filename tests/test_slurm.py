@@ -50,7 +50,7 @@ def test_paths_run_inside_salloc(slurm, allocation_map, tmp_path):
                 "--repeat", "2", "--rounds", "200"], slurm, tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == ("GSum on map allocation (policy bucket, max fan-in 4), 200 rounds x 2 runs: "
+    assert lines[0] == ("GSum on map allocation (policy block, max fan-in 4), 200 rounds x 2 runs: "
                         "microseconds per global sum (median round per run)")
     assert [line.split()[:2] for line in lines[2:]] == [["1", "1"], ["2", "1"]]
     assert re.search(r"salloc: Granted job allocation \d+", done.stderr)

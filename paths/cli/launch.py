@@ -42,7 +42,7 @@ from ..model.cluster_map import MapError, map_reference, open_map
 from ..experiments.launcher import LaunchError, NodeProcesses
 from ..experiments.rank_processes import TEXT_ERRORS
 from ..runtime.node_servers import NodeServers
-from ..model.placement import MAX_THREADS, placement_warnings_said
+from ..model.placement import MAX_THREADS, canonical_policy, placement_warnings_said
 from ..runtime.rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
 from ..runtime.process_context import make_runtime
 from .run import add_rank_options, make_folder, positive, seconds
@@ -99,7 +99,8 @@ def add_placement_options(parser: argparse.ArgumentParser) -> None:
     launch and paths sbatch read them."""
     parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
     parser.add_argument("--threads", type=positive(MAX_THREADS), required=True, help="how many ranks")
-    parser.add_argument("--policy", help="placement: block, cyclic (bucket and even are the same two) or "
+    parser.add_argument("--policy", type=canonical_policy,
+                        help="placement: block, cyclic (bucket and even are the same two) or "
                                          "pkg.mod:func; default: the map's")
     add_rank_options(parser)
 

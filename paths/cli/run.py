@@ -33,7 +33,7 @@ from ..model.cluster_map import MAX_FANIN, TREE_FORMS, ClusterMap, MapError, ope
 from ..experiments.experiment import Measurement, RunSettings, checked_kernel, plans_for, run_experiment, trace_prefix
 from ..runtime.kernel import load_kernel, parse_kernel_args
 from ..experiments.launcher import LaunchError
-from ..model.placement import MAX_THREADS, PlacementWarning
+from ..model.placement import MAX_THREADS, PlacementWarning, canonical_policy
 from ..model.reduction_tree import plan_reduction
 
 
@@ -196,7 +196,7 @@ def run_command(argv: list[str]) -> int:
                     args.launch, args.timeout, collect_counters=args.counters, trace_dir=args.trace,
                     pin=args.pin, args=kernel_args, sums=tuple(args.sum), acquire=args.acquire,
                     release=args.release, tree_form=args.tree_form))
-                for map_name in _listed(args.map) for policy in _listed(args.policy)]
+                for map_name in _listed(args.map) for policy in map(canonical_policy, _listed(args.policy))]
         if args.trace and len(runs) > 1:
             raise ValueError("--trace: trace one map and policy at a time (their trace files would mix)")
         if args.trace:

@@ -32,13 +32,11 @@ from collections import Counter
 from collections.abc import Sequence
 
 from ..model.cluster_map import MapError, map_reference, open_map
-from ..model.placement import placement_warnings_said
+from ..model.placement import SLURM_NAMES, canonical_policy, placement_warnings_said
 from .launch import add_placement_options, options_and_command, rank_variables
 from ..runtime.process_context import make_runtime
 from ..runtime.rank_discovery import MAP, POLICY
 
-# The built-in policies' names for Slurm's --distribution (a policy of one's own has none).
-SLURM_DISTRIBUTION = {"block": "block", "bucket": "block", "cyclic": "cyclic", "even": "cyclic"}
 # What sbatch reads in an #SBATCH line as the end of an option, a quote, an escape or a comment.
 NOT_IN_AN_OPTION = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -47,7 +45,7 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
                  acquire: str | None = None, release: str | None = None) -> str:
     """The script's text; ValueError (MapError) for a map, policy, count or hook that cannot be."""
     cluster_map = open_map(map_name)
-    chosen = policy or cluster_map.policy
+    chosen = canonical_policy(policy) or cluster_map.policy
     runtime = make_runtime(cluster_map, threads, sums=sums, policy=chosen, acquire=acquire, release=release)
     per_node = Counter(runtime.placements)
     variables = rank_variables(sums, acquire, release)
@@ -65,7 +63,7 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
         f"#SBATCH --nodes={len(used)}",
         f"#SBATCH --ntasks={len(used) * busiest}",
         f"#SBATCH --ntasks-per-node={busiest}",
-        *([f"#SBATCH --distribution={SLURM_DISTRIBUTION[chosen]}"] if chosen in SLURM_DISTRIBUTION else []),
+        *([f"#SBATCH --distribution={chosen}"] if chosen in SLURM_NAMES.values() else []),  # a built-in
         f"export {MAP}={shlex.quote(map_reference(map_name))}",
         f"export {POLICY}={shlex.quote(chosen)}",
         *(f"export {name}={shlex.quote(value)}" for name, value in variables.items() if value is not None),

@@ -29,11 +29,11 @@ import yaml
 
 from .hostlist import MAX_HOSTS, expand_hostlist
 from .named_function import import_function
-from .placement import resolve_policy
+from .placement import canonical_policy, resolve_policy
 from .stage_kinds import kinds
 
 MAPS_DIR = Path(__file__).resolve().parents[2] / "maps"
-DEFAULT_POLICY = "bucket"
+DEFAULT_POLICY = "block"
 DEFAULT_MAX_FANIN = 4
 MAX_FANIN = kinds()["reduce-sum"].params["num_threads"].max  # the most contributors a sum stage takes
 # How the node partial sums of a run meet (docs/maps.md, "Reduction tree"): reduce-sum stages joined
@@ -480,7 +480,7 @@ def _policy(field: _Field) -> str:
         resolve_policy(name)
     except ValueError as error:
         field.fail(str(error))
-    return name
+    return canonical_policy(name)
 
 
 def _tree(field: _Field) -> tuple[int, str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence, Union
 
 from .named_function import DOTTED_NAME, import_function, raised_where
 
@@ -59,6 +59,13 @@ def even(cluster_map: ClusterMap, n_threads: int) -> list[str]:
 
 
 BUILTIN_POLICIES: dict[str, Policy] = {"block": bucket, "cyclic": even, "bucket": bucket, "even": even}
+SLURM_NAMES = {"bucket": "block", "even": "cyclic"}  # the names runs report and compare
+
+
+def canonical_policy(name: Optional[str]) -> Optional[str]:
+    """The name a run knows a policy by: a built-in one's Slurm name (bucket is block, even is
+    cyclic), else the name given (None: none given)."""
+    return SLURM_NAMES.get(name, name) if name else name
 
 
 def resolve_policy(name: str) -> Policy:
@@ -95,7 +102,7 @@ def policy_name(cluster_map: ClusterMap, policy: Union[str, Policy, None]) -> st
     """How to call a policy in messages: its name, a function's qualified name, or the map's."""
     if policy is None:
         return cluster_map.policy
-    return policy if isinstance(policy, str) else getattr(policy, "__qualname__", repr(policy))
+    return canonical_policy(policy) if isinstance(policy, str) else getattr(policy, "__qualname__", repr(policy))
 
 
 def _runners(cluster_map: ClusterMap) -> list[Node]:

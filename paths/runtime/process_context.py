@@ -29,7 +29,7 @@ from ..model.named_function import raised_where
 from .kernel import current_context, parse_kernel_args
 from ..model.path_edit import with_traces
 from ..model.path_spec import PathSpec, make_path, stage
-from ..model.placement import place, placement_warnings_said
+from ..model.placement import canonical_policy, place, placement_warnings_said
 from .rank_discovery import ACQUIRE, MAP, POLICY, RELEASE, SUMS, Discovered, RankError, discover
 from .rank_wiring import wire
 from .rendezvous import RendezvousError
@@ -161,6 +161,7 @@ def make_runtime(cluster_map: ClusterMap, threads: Optional[int], *, sums=(), po
     here or by the map, building its paths in `context` (default: the process's own). None for
     `threads`: none placed yet (a node's, whose runs come placed: Runtime.for_run)."""
     acquire, release = acquire or cluster_map.acquire, release or cluster_map.release
+    policy = canonical_policy(policy)
     placements = tuple(place(cluster_map, threads, policy)) if threads is not None else ()
     return Runtime(cluster_map, placements, frozenset(sums), policy, max_fanin, named_hook(acquire, "acquire"),
                    named_hook(release, "release"), (acquire or "(default)", release or "(default)"),
