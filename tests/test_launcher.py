@@ -326,7 +326,7 @@ launch:
 """
 
 
-def test_slurm_commands_take_the_allocation_hosts_in_map_order():
+def test_slurm_commands_give_the_nodes_the_run_uses_the_allocation_hosts_in_map_order():
     cluster_map = load_map_text(SLURM_MAP)
     environ = {"SLURM_JOB_NODELIST": "c[1-4]"}
     commands = node_commands(cluster_map, ["l0", "l1", "r0", "r1"], environ=environ)
@@ -338,16 +338,18 @@ def test_slurm_commands_take_the_allocation_hosts_in_map_order():
         bind = (["--bind", "tcp://0.0.0.0:7100", "--advertise", command.node] if command.node.startswith("r")
                 else ["--bind", "tcp://0.0.0.0:*", "--advertise", host])  # a host name is advertised, not bound
         assert command.argv[6:] == node + [command.node] + bind
-    # A run that needs only some nodes still gives each its own host of the map order.
+    # A run that needs only some nodes takes as many hosts (as paths sbatch asks for), in map order.
     assert [(c.node, c.argv[5]) for c in node_commands(cluster_map, ["r1", "l0"], environ=environ)] == [
-        ("r1", "c4"), ("l0", "c1")]
+        ("r1", "c2"), ("l0", "c1")]
     assert [c.argv[5] for c in node_commands(cluster_map, ["l0"], environ={"SLURM_NODELIST": "x[7-9],y"})] == ["x7"]
 
 
 def test_slurm_allocation_with_too_few_hosts():
     with pytest.raises(LaunchError) as failed:
-        node_commands(load_map_text(SLURM_MAP), ["l0"], environ={"SLURM_JOB_NODELIST": "c[1-3]"})
-    assert str(failed.value) == ("slurm: the allocation has 3 hosts (c1, c2, c3) but map allocation has 4 nodes")
+        node_commands(load_map_text(SLURM_MAP), ["r1", "l0", "l1", "r0"], environ={"SLURM_JOB_NODELIST": "c[1-3]"})
+    assert str(failed.value) == ("slurm: the allocation has 3 hosts (c1, c2, c3) but the run uses 4 nodes of map "
+                                 "allocation (l0, l1, r0, r1)")
+    assert len(node_commands(load_map_text(SLURM_MAP), ["l0", "r1"], environ={"SLURM_JOB_NODELIST": "c[1-2]"})) == 2
 
 
 def test_slurm_outside_an_allocation(probe, tmp_path, monkeypatch):

@@ -3,8 +3,8 @@
 Three ways to start a node (the map's `launch.mode`, or --launch):
   local  emulation on this machine: each node a local process with its own server on loopback;
   ssh    the map's command template, e.g. "ssh {host} {command}", per node;
-  slurm  inside an allocation: the allocation's hosts (SLURM_JOB_NODELIST) take the map's
-         nodes in order, each started with srun on its host.
+  slurm  inside an allocation: the allocation's hosts (SLURM_JOB_NODELIST) go to the nodes the
+         run uses, in map order, each started with srun on its host.
 Off this machine (ssh, slurm) servers bind every interface, so the run makes a CURVE key pair
 for its servers and one for each node as a client, and hands each node on its standard input
 the servers' pair, its own client pair and every node's client public key: traffic between nodes
@@ -79,10 +79,11 @@ def node_commands(cluster_map: ClusterMap, nodes: list[str], mode: str | None = 
         return commands
     if mode == "slurm":
         hosts = slurm_hosts(environ)
-        if len(hosts) < len(cluster_map.nodes):
-            raise LaunchError(f"slurm: the allocation has {len(hosts)} hosts ({', '.join(hosts)}) but map "
-                              f"{cluster_map.name} has {len(cluster_map.nodes)} nodes")
-        host_of = {node.name: host for node, host in zip(cluster_map.nodes, hosts)}
+        used = [node.name for node in cluster_map.nodes if node.name in nodes]  # as paths sbatch: in map order
+        if len(hosts) < len(used):
+            raise LaunchError(f"slurm: the allocation has {len(hosts)} hosts ({', '.join(hosts)}) but the run uses "
+                              f"{len(used)} nodes of map {cluster_map.name} ({', '.join(used)})")
+        host_of = dict(zip(used, hosts))
         return [NodeCommand(n, ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", host_of[n]] + python
                             + ["--name", n] + _bind_options(cluster_map, n, host_of[n]))
                 for n in nodes]
