@@ -245,6 +245,20 @@ def test_ranks_that_name_one_policy_by_its_two_names_meet(tmp_path):
     assert outcomes == [(("(3,)\n", ""), 0)] * 3, outcomes
 
 
+def test_ranks_that_reduce_other_sums_are_refused_in_one_line_not_left_waiting(tmp_path):
+    base = {**{k: v for k, v in os.environ.items() if not k.startswith(("PATHS_", "OMPI_", "PMI", "SLURM_"))},
+            "PATHS_MAP": "paper-2w", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "9", "SLURM_STEP_ID": "0",
+            "PATHS_RENDEZVOUS_DIR": str(tmp_path), "PATHS_RENDEZVOUS_TIMEOUT": "30"}
+    program = [sys.executable, "-c", "import paths\nt = paths.acquire('TOTAL', 'q')\nt.move(1)\nt.observe(timeout=30)\n"]
+    ranks = [subprocess.Popen(program, env={**base, "SLURM_PROCID": str(rank), **sums}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for rank, sums in enumerate([{"PATHS_SUM": "TOTAL"}, {}])]
+    outcomes = [(rank.communicate(timeout=60)[1], rank.returncode) for rank in ranks]
+    line = (r"paths: .*rank 1 runs map paper-2w \(\w+\) with policy block, no sums but the map's, rank 0 map "
+            r"paper-2w \(\w+\) with policy block, sums TOTAL: give every rank the same\n")
+    assert all(code == 1 and re.fullmatch(line, err) for err, code in outcomes), outcomes
+
+
 def test_ranks_with_another_map_are_refused_everywhere(tmp_path):
     answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}, checks={2: "map other"})
     expected = "rank 2 runs map other, rank 0 map m: give every rank the same"

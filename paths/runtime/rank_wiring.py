@@ -126,7 +126,10 @@ def _host_servers(runtime, found: Discovered, authenticate: bool) -> tuple[list[
 
 
 def _check(runtime) -> str:
-    """What every rank must agree on: the map (by its text) and the placement policy."""
+    """What every rank must agree on: the map (by its text), the placement policy and the elements
+    reduced as sums (a rank that moves into a sum the others take for a plain element waits for
+    ever)."""
     cluster_map = runtime.cluster_map
     digest = hashlib.sha1(cluster_map.text.encode()).hexdigest()[:10]
-    return f"map {cluster_map.name} ({digest}) with policy {runtime.policy or cluster_map.policy}"
+    sums = f", sums {','.join(sorted(runtime.sums))}" if runtime.sums else ", no sums but the map's"
+    return f"map {cluster_map.name} ({digest}) with policy {runtime.policy or cluster_map.policy}{sums}"
