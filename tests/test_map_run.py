@@ -211,8 +211,14 @@ def test_paths_run_prints_the_table_and_writes_csv_and_plot(probe, tmp_path):
             for r in rows] == [("gsum", "paper-4w", "cyclic", "4", str(n), str(k), str(r))
                                for n, k in ((1, 1), (5, 5)) for r in (0, 1)]
     assert list(rows[0]) == ["kernel", "map", "policy", "max_fanin", "tree_form", "threads", "nodes", "repeat",
-                            "us_per_global_sum"]
+                            "us_per_global_sum", "us_per_global_sum:min", "us_per_global_sum:avg",
+                            "us_per_global_sum:max"]
     assert all(float(r["us_per_global_sum"]) > 0 for r in rows)
+    for n in ("1", "5"):  # each row holds its thread count's min, avg and max over the runs
+        values = [float(r["us_per_global_sum"]) for r in rows if r["threads"] == n]
+        for r in (r for r in rows if r["threads"] == n):
+            assert [float(r[f"us_per_global_sum:{s}"]) for s in ("min", "avg", "max")] == pytest.approx(
+                [min(values), sum(values) / len(values), max(values)])
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(probe.started().values()) == ["n0", "n1", "n2", "n3", "n4"]  # 5 threads dealt: 5 nodes
 

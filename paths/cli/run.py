@@ -181,7 +181,8 @@ def run_command(argv: list[str]) -> int:
                         help="bind each node's threads to its CPUs: thread t of a node's n on its CPU "
                              "t*cpus/n, so a group of a tree shares a CPU; with --launch local every "
                              "node process first gets its own share of this machine's CPUs")
-    parser.add_argument("--csv", help="write every measurement to this CSV file")
+    parser.add_argument("--csv", help="write every measurement to this CSV file (a row per run, with each "
+                                      "column's COLUMN:min, :avg and :max over its thread count)")
     parser.add_argument("--plot", help="write a plot (min/avg/max per thread count) to this PNG file")
     args = parser.parse_args(argv)
     for option, owner, value in (("--rounds", "gsum", args.rounds), ("--darts", "mcpi", args.darts)):
@@ -365,18 +366,28 @@ def counters_table(counters: dict[int, dict[str, list]]) -> str:
 
 
 def write_csv(path: str, runs: list[Run]) -> None:
-    """One row per run: the configuration, then every column the kernel reported."""
+    """One row per run: the configuration, every column the kernel reported, then each column's
+    min, avg and max over the runs of its thread count (COLUMN:min ..., as the table's cells say:
+    no kernel's column has a ':')."""
     columns = columns_of(runs)
+    stats = ("min", "avg", "max")
+
+    def number(value: float) -> str:
+        return "" if math.isnan(value) else f"{value:.10g}"
+
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow([*_native.RUN_COLUMNS, *columns])  # the kernel's own are none of these
+        writer.writerow([*_native.RUN_COLUMNS, *columns,  # the kernel's own are none of these
+                         *(f"{c}:{stat}" for c in columns for stat in stats)])
         for run in runs:
             cluster_map, settings = run.cluster_map, run.settings
             for m in run.measurements:
+                same = [other for other in run.measurements if other.threads == m.threads]
                 writer.writerow([m.kernel, cluster_map.name, settings.policy or cluster_map.policy,
                                  settings.max_fanin or cluster_map.max_fanin,
                                  settings.tree_form or cluster_map.tree_form, m.threads, m.nodes, m.repeat,
-                                 *(f"{m.columns[c]:.10g}" if c in m.columns else "" for c in columns)])
+                                 *(f"{m.columns[c]:.10g}" if c in m.columns else "" for c in columns),
+                                 *(number(value) for c in columns for value in _stats(same, c))])
 
 
 def write_plot(path: str, runs: list[Run]) -> None:
