@@ -314,6 +314,37 @@ def test_pipelined_moves_that_wait_past_their_slices_take_effect_in_order(local_
     assert reader.observe_range(0, 16, timeout=1) == [(i,) for i in range(16)]
 
 
+def test_a_call_whose_time_ends_behind_waiting_pipelined_moves_times_out_and_they_go_on_later(local_server, proto,
+                                                                                             capfd):
+    """The element is full: pipelined moves wait at the server past their slices. An observe of
+    0.1 s behind them times out, not run, and the moves are held back; the next call sends them
+    again, and they land in order once there is room. A caller that goes while they still wait
+    says on stderr how many did not take effect, and they never do."""
+    name = f"FULL-{proto}"
+    element = local_server.pastset.enter(name, "q")
+    element.delta(1)
+    element.move(-1)
+    h = build_path(make_path(stage("remote", host=local_server.endpoint, proto=proto, timeout_ms=400, window=4),
+                             stage("core", name=name, format="q")), pastset=paths.PastSet())
+    h.move(1)
+    h.move(2)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        h.observe(0, timeout=0.1)
+    assert time.monotonic() - started < 1.5  # its own timeout, past it by one slice at most
+    threading.Timer(0.5, lambda: [element.observe(timeout=5) for _ in range(3)]).start()
+    assert h.last() == 3  # the held moves went again, and landed once there was room
+    assert element.observe_range(0, 3, timeout=1) == [(-1,), (1,), (2,)]
+    h.move(3)  # the room the reader made, one tuple ahead of it
+    h.move(4)  # waits: nobody reads any more
+    del h
+    assert re.search(rf"paths: on release, remote {re.escape(local_server.endpoint)}: 1 tuples of pipelined moves did "
+                     rf"not take effect: they still waited at the server 500 ms after release", capfd.readouterr().err)
+    assert element.observe(timeout=1) == (3,)  # room again: nothing more comes
+    time.sleep(0.5)
+    assert element.last() == 4
+
+
 def test_many_pipelining_producers_on_a_bounded_element_lose_duplicate_and_reorder_nothing(local_server, proto):
     """Four producers, each its own pipelined link (window 8, slices of 0.2 s), move 300 tuples
     each into an element bounded to 8 ahead of its reader, which stops for longer than a slice

@@ -44,6 +44,8 @@ typedef struct connection {
     ps_pipeline pipeline;   /* pipelined requests whose answers are not read yet, oldest first */
     uint64_t oldest_pending;/* the request id of the oldest of them (the others' follow it by one) */
     uint64_t answered;      /* tuples of pipelined requests that took effect so far */
+    int held;               /* the pipelined requests kept were not sent again after a slice ended
+                               (their caller's time was up): they are not on their way */
     int failed;             /* a status that broke the connection, 0 while it works */
     unsigned char *request; /* the encoded request: a BUILD's path spec, or a frame of tuples */
     size_t capacity;        /* its bytes */
@@ -199,6 +201,13 @@ static int send_again(remote_stage *r, connection *c) {
     return PS_OK;
 }
 
+/* Sends the pipelined requests held back on their way again, before any other request. */
+static int resume(remote_stage *r, connection *c) {
+    if (!c->held) return PS_OK;
+    c->held = 0;
+    return send_again(r, c);
+}
+
 /* Reads the answers of every pipelined request after the oldest, and of the caller's own request
  * `own` (0: none), all sent behind the oldest, which did not take effect whole: none may have run. */
 static int read_not_run(remote_stage *r, connection *c, uint64_t own) {
@@ -230,8 +239,9 @@ static int drop_pipeline(remote_stage *r, connection *c, const ps_frame *answer,
 /* Reads the answers of pipelined requests, oldest first, until at most `keep` are not answered,
  * and, when `own` is not 0, the answer to the caller's own request sent behind them. At the first
  * that did not take effect whole, the server ran none after it: after a slice that ended, all go
- * again (SEND_AGAIN when `own` was among them, or PS_ETIMEDOUT once `deadline` passed); after a
- * failure, all are dropped (its status). PS_OK: own's answer is still to read. */
+ * again (SEND_AGAIN when `own` was among them), or, once `deadline` passed, are held back until
+ * the caller's next operation (PS_ETIMEDOUT); after a failure, all are dropped (its status).
+ * PS_OK: own's answer is still to read. */
 static int drain(remote_stage *r, connection *c, uint32_t keep, uint64_t own, int64_t deadline) {
     while (c->pipeline.count > keep) {
         ps_frame answer;
@@ -250,9 +260,12 @@ static int drain(remote_stage *r, connection *c, uint32_t keep, uint64_t own, in
         c->answered += failed.value > 0 ? (uint64_t)failed.value : 0; /* a first part of a frame */
         if (failed.status != PS_ETIMEDOUT) return drop_pipeline(r, c, &failed, why);
         ps_pipeline_took(&c->pipeline, failed.value > 0 ? (uint32_t)failed.value : 0, r->base.tuple_size);
+        if (!ps_remaining(deadline)) {
+            c->held = 1;
+            return PS_ETIMEDOUT;
+        }
         if ((rc = send_again(r, c)) != PS_OK) return rc;
-        if (own) return ps_remaining(deadline) ? SEND_AGAIN : PS_ETIMEDOUT;
-        if (!ps_remaining(deadline)) return PS_ETIMEDOUT;
+        if (own) return SEND_AGAIN;
     }
     return PS_OK;
 }
@@ -301,6 +314,8 @@ static int round_trips(ps_link *link, ps_op *op) {
     int64_t deadline = ps_deadline(op->timeout_ns);
     int64_t moves_due = waits ? deadline : ps_deadline(PS_UNTIMED_WAIT_NS); /* pipelined moves before it */
     for (;;) {
+        int rc = resume(r, c);
+        if (rc != PS_OK) return rc;
         uint32_t shape = ps_op_kinds[sending].shape;
         uint32_t n = shape & PS_OP_TUPLE_IN ? 1 - op->done : 0;
         int64_t slice = shape & PS_OP_WAITS ? slice_by(r, deadline) : server_slice(r);
@@ -318,7 +333,7 @@ static int round_trips(ps_link *link, ps_op *op) {
         if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
         /* Pipelined moves went first: their answers come first. Sending before reading them
          * lets a move and the observe after it share one round trip. */
-        int rc = behind ? drain(r, c, 0, id, moves_due) : PS_OK;
+        rc = behind ? drain(r, c, 0, id, moves_due) : PS_OK;
         if (rc == SEND_AGAIN) continue;
         if (rc != PS_OK) return rc;
         ps_frame answer;
@@ -405,7 +420,8 @@ static int stream_tuples(ps_link *link, ps_op *op) {
  * with window > 1); any other operation reads their answers first. PS_ETIMEDOUT: not sent. */
 static int send_pipelined(remote_stage *r, connection *c, uint8_t op, int64_t argument, int64_t deadline,
                           const void *payload, uint32_t tuples) {
-    int rc = drain(r, c, r->window - 1, 0, deadline);
+    int rc = resume(r, c);
+    if (rc == PS_OK) rc = drain(r, c, r->window - 1, 0, deadline);
     if (rc != PS_OK) return rc;
     size_t length = (size_t)tuples * r->base.tuple_size;
     if (ps_pipeline_push(&c->pipeline, r->window, op, argument, payload, length, tuples) != PS_OK) return PS_ENOMEM;
@@ -608,13 +624,14 @@ static void remote_detach(ps_stage *stage, uint32_t slot) {
     connection *c = &r->connections[slot];
     if (!c->request) return; /* never attached, or detached already */
     int open = c->socket || c->channel.fd >= 0;
-    int rc = open && !c->failed ? drain(r, c, 0, 0, ps_deadline(RELEASE_WAIT_MS * 1000000LL)) : PS_OK;
+    int rc = open && !c->failed ? resume(r, c) : PS_OK;
+    if (rc == PS_OK && open && !c->failed) rc = drain(r, c, 0, 0, ps_deadline(RELEASE_WAIT_MS * 1000000LL));
     if (rc != PS_OK && !c->failed) { /* nobody is left to tell */
         char why[PS_STAGE_ERROR_MAX];
-        if (rc == PS_ETIMEDOUT)
-            ps_stage_explain(&r->base, "remote %s: %llu tuples of pipelined moves could not take effect within %d ms "
-                             "of release", r->endpoint, (unsigned long long)c->pipeline.tuples,
-                             RELEASE_WAIT_MS);
+        if (rc == PS_ETIMEDOUT) /* held back: not sent again */
+            ps_stage_explain(&r->base, "remote %s: %llu tuples of pipelined moves did not take effect: they still "
+                             "waited at the server %d ms after release", r->endpoint,
+                             (unsigned long long)c->pipeline.tuples, RELEASE_WAIT_MS);
         ps_stage_error(&r->base, why, sizeof why);
         fprintf(stderr, "paths: on release, %s\n", why);
     }
