@@ -32,10 +32,11 @@
  *           right tuple or refused as axed, and none begun after an axe returned gets a tuple that
  *           axe freed.
  *   streams writers move distinct values in move_many's of 1 to 9000 (up to 5 frames, streamed)
- *           through remote stages (tcp and ipc), each call with a timeout of 5 ms and what is
- *           left of it called again, into an element bounded to 2500 unread, whose reader pauses
- *           10 ms now and then: streams are cut (a frame cut short, those after it not run) and
- *           sent again, and the reader takes every value once, each writer's in order.
+ *           through remote stages (tcp and ipc; the last one pipelining, window 8), each call with
+ *           a timeout of 5 ms and what is left of it called again, into an element bounded to 2500
+ *           unread, whose reader pauses 10 ms now and then: streams are cut (a frame cut short,
+ *           those after it not run) and sent again, pipelined frames held back and sent again,
+ *           and the reader takes every value once, each writer's in order.
  *   allreduce  groups of allreduce members, each in a thread of its own, all finding each other
  *           through this process's server (PEER): 6 by recursive doubling over tcp (two past the
  *           largest power of two), 7 up and down a tree of fan-in 3 over ipc, 4 whose every call
@@ -615,6 +616,7 @@ typedef struct streams_job {
     ps_stage *stage;           /* a writer's remote stage; the reader's: the element */
     int index;
     int64_t tuples;            /* per writer */
+    int pipelined;             /* its remote stage has window > 1: a fence waits for its moves */
 } streams_job;
 
 static void *stream_writer(void *arg) {
@@ -641,6 +643,11 @@ static void *stream_writer(void *arg) {
               next, WAIT / MS);
         if (rc != PS_OK) break;
         next += n;
+    }
+    if (job->pipelined) { /* its last frames may still wait at the server, or in the stage */
+        ps_op fence = {.kind = PS_OP_FENCE, .timeout_ns = WAIT};
+        int rc = ps_link_call(&link, &fence);
+        CHECK(rc == PS_OK, "streams: writer %d: fence: %s: %s", job->index, ps_status_name(rc), stage_error(job->stage));
     }
     free(values);
     ps_link_detach(&link);
@@ -681,22 +688,25 @@ static void run_streams(ps_stage *element, const char *endpoint, int64_t tuples)
     ps_link_detach(&bounding);
     const char *protos[STREAM_WRITERS] = {"tcp", "ipc", "tcp"};
     ps_stage *remotes[STREAM_WRITERS];
-    streams_job writers[STREAM_WRITERS], reader = {element, 0, tuples};
+    streams_job writers[STREAM_WRITERS], reader = {element, 0, tuples, 0};
     pthread_t threads[STREAM_WRITERS + 1];
     start_thread(&threads[STREAM_WRITERS], stream_reader, &reader);
     for (int w = 0; w < STREAM_WRITERS; w++) {
-        remotes[w] = remote_stage(endpoint, protos[w], STREAMS_SPEC, 1, 1);
-        writers[w] = (streams_job){remotes[w], w, tuples};
+        int pipelined = w == STREAM_WRITERS - 1;
+        remotes[w] = remote_stage(endpoint, protos[w], STREAMS_SPEC, pipelined ? 8 : 1, 1);
+        writers[w] = (streams_job){remotes[w], w, tuples, pipelined};
         start_thread(&threads[w], stream_writer, &writers[w]);
     }
     for (int t = 0; t <= STREAM_WRITERS; t++) pthread_join(threads[t], NULL);
-    int64_t cut = 0;
+    int64_t cut = 0, resent = 0;
     for (int w = 0; w < STREAM_WRITERS; w++) {
         cut += counter_of(remotes[w], "streams_cut");
+        resent += counter_of(remotes[w], "resent");
+        CHECK(counter_of(remotes[w], "dropped") == 0, "streams: writer %d dropped moves", w);
         ps_stage_release(remotes[w]);
     }
     CHECK(tuples * STREAM_WRITERS < PAUSE_EVERY || cut > 0, "streams: no stream was cut");
-    printf("streams: %" PRId64 " streams cut and sent on\n", cut);
+    printf("streams: %" PRId64 " streams cut and sent on, %" PRId64 " pipelined frames sent again\n", cut, resent);
 }
 
 /* ---- allreduce ------------------------------------------------------------------------------------ */
