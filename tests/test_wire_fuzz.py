@@ -385,3 +385,31 @@ def test_thousands_of_hostile_frames_at_a_direct_link(peer_server, zmq_context, 
     exact_round_trips(endpoint, f"DIRECT-AFTER-{transport}")
     grown = process.rss_kb() - rss_before
     assert grown < RSS_GROWTH_KB, f"server memory grew by {grown / 1024:.1f} MB"
+
+
+def test_another_peers_frames_on_a_zmq_link_do_not_stop_the_clients_pipeline(peer_server, zmq_context):
+    """Anyone who reaches a ZeroMQ link's port may send it frames: each is refused as misaddressed,
+    and the client's requests sent behind its earlier ones (status 1) and its streams go on as
+    if nothing came between."""
+    _, endpoint = peer_server
+    link_id, link_endpoint, _ = open_link(zmq_context, endpoint, "PIPELINED")
+    client, stranger = dealer(zmq_context, link_endpoint), dealer(zmq_context, link_endpoint)
+
+    def tuple_of(value: int) -> bytes:
+        return value.to_bytes(8, "little", signed=True)
+
+    client.send(encode(MOVE, tuple_of(1), request_id=1, handle_id=link_id))
+    assert decode(zmq_answer(client))["status"] == PS_OK
+    for junk in (encode(PING, handle_id=link_id + 1), encode(MOVE, tuple_of(9), handle_id=link_id ^ 1), b"junk"):
+        stranger.send(junk)
+        assert HEADER.unpack_from(zmq_answer(stranger))[2] == PS_EINVAL  # refused, answered
+    client.send(encode(MOVE, tuple_of(2), request_id=2, handle_id=link_id, status=BEHIND))
+    assert decode(zmq_answer(client))["status"] == PS_OK
+    client.send(encode(MOVE_MANY, tuple_of(3), request_id=3, handle_id=link_id, argument=0))
+    assert decode(zmq_answer(client))["status"] == PS_OK
+    stranger.send(encode(PING, handle_id=0))
+    assert decode(zmq_answer(stranger))["status"] == PS_EINVAL
+    client.send(encode(MOVE_MANY, tuple_of(4), request_id=4, handle_id=link_id, argument=1))
+    assert decode(zmq_answer(client))["status"] == PS_OK
+    client.send(encode(LAST, request_id=5, handle_id=link_id))
+    assert decode(zmq_answer(client))["value"] == 4

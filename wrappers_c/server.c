@@ -393,9 +393,10 @@ static int answer_request(link_worker *w, const ps_frame *request, int runnable,
         *from_client = runnable && request->handle_id == w->id;
     }
     if (rc == PS_EINVAL) atomic_fetch_add(&s->bad_frames, 1);
-    /* A frame refused unrun (or unreadable) may have been one of a stream: a frame that continues
-     * its stream is not run. */
-    if (!ran && rc != PS_OK) w->stream_whole = 0;
+    /* A frame of the client's refused unrun (or, on its own direct connection, unreadable) may have
+     * been one of a stream: a frame that continues its stream is not run. Another peer's frame on
+     * a ZeroMQ link's socket changes nothing of the client's. */
+    if (!ran && rc != PS_OK && (*from_client || w->transport != PS_TRANSPORT_ZMQ)) w->stream_whole = 0;
     uint32_t shape = ran ? ps_op_kinds[op.kind].shape : 0;
     if (shape & PS_OP_TUPLES_OUT && rc == PS_OK) return send_range(w, request, &op, sink);
     /* The answer's value: the kind's value (a tuple freed by axe: the first live index), or else
@@ -776,7 +777,11 @@ static int open_link(ps_server *s, link_worker *w, char *bound, size_t bound_siz
     }
     char bind_to[PS_CHANNEL_ENDPOINT_MAX + 32];
     if (strncmp(s->endpoint, "tcp://", 6) == 0) snprintf(bind_to, sizeof bind_to, "tcp://%s:*", host);
-    else snprintf(bind_to, sizeof bind_to, "%s.%llu", s->endpoint, (unsigned long long)w->id);
+    else { /* a name of its own: the link's id, which only its client may know, would show in a file name */
+        uint64_t name;
+        if (getrandom(&name, sizeof name, 0) != (ssize_t)sizeof name) return PS_EREMOTE;
+        snprintf(bind_to, sizeof bind_to, "%s.%016llx", s->endpoint, (unsigned long long)name);
+    }
     size_t bound_length = bound_size;
     /* A link's messages are never longer than its largest frame (a longer one drops its peer
      * unread), and each way its queue holds LINK_QUEUE_BYTES of them: answers its client leaves
