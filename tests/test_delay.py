@@ -238,3 +238,13 @@ def test_a_pipelined_link_of_no_delay_passes_moves_straight_on(space):
     h.move(1)
     assert space.enter("W", "q").last() == 1  # applied before the move returned: no courier
     assert "streamed" not in h.stage.counters()
+
+
+def test_a_pipelined_move_many_crosses_as_messages_of_at_most_16_kib_whole_and_in_order(space):
+    """Each message on the wire holds at most 2048 'q' tuples (its queue's room is bounded): a
+    move_many of 5000 goes as three, and lands whole, in order."""
+    h = build_path(make_path(stage("delay", ms=1, pipelined=1), stage("core", name="MANY", format="q")), pastset=space)
+    h.move_many([(i,) for i in range(5000)])
+    assert h.last() == 5000  # the caller's own moves: it waits for them
+    assert h.observe_range(0, 5000, timeout=5) == [(i,) for i in range(5000)]
+    assert h.stage.counters()["streamed"] == 3

@@ -341,6 +341,21 @@ def test_a_stage_beyond_the_memory_budget_is_refused_before_it_is_created(childr
     settled(server.pid, before, f"a 1.2 GB trace and a 4 GiB cache ({proto})", rss_kb=10_000)
 
 
+def test_a_pipelined_delays_queue_counts_against_the_budget(children):
+    """Its queue holds 64 messages of up to 16 KiB of tuples, or one larger tuple each: 64 MiB of
+    1 MiB tuples, which a client's budget of 32 MiB refuses before anything is created."""
+    server, endpoint = children.paths_serve("--client-memory-budget", "32M")
+    before = figures(server.pid)
+    wire = {"ms": 30000, "pipelined": 1}
+    assert paths._native.stage_footprint("delay", wire, "1048576s") > 64 << 20
+    assert paths._native.stage_footprint("delay", wire, "q") < 2 << 20
+    with pytest.raises(ValueError, match=r"stage delay\(ms=30000, pipelined=1\): asks \d+ bytes, beyond the memory "
+                                         r"budget of client 127\.0\.0\.2"):
+        build_path(make_path(stage("remote", host=from_host(endpoint, "127.0.0.2")), stage("delay", **wire),
+                             stage("core", name="D", format="1048576s")), pastset=paths.PastSet())
+    settled(server.pid, before, "a delay's queue of 1 MiB tuples", rss_kb=10_000)
+
+
 def test_client_and_server_budgets_hold_each_client_and_all_of_them(children):
     cache = paths._native.stage_footprint("cache", {"capacity": 1 << 20}, "q")  # 8 MiB and a little
     server, endpoint = children.paths_serve("--client-memory-budget", str(cache * 5 // 2),

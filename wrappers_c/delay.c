@@ -33,6 +33,7 @@
 #include "stage_base.h"
 #include "stage_kinds.h"
 #include "waitpoint.h"
+#include "wire.h"
 
 enum { REPEAT_WITHIN_NS = 10 * 1000 * 1000, QUEUE_MESSAGES = 64, CACHE_LINE = 64 };
 enum { NO_CALLER = PS_PASS_THROUGH_CALLERS }; /* a queued message's slot once its caller went (drop_queued) */
@@ -170,10 +171,16 @@ static int wait_delivered(delay_stage *d, wire_caller *c, int64_t deadline) {
     }
 }
 
-/* Queues the caller's move (or move_many) to arrive one crossing from now; PS_ETIMEDOUT when the
- * queue stays full until the deadline (nothing sent), PS_ENOMEM. */
+/* Tuples one message on the wire holds at most (a move_many's frame): so the queue's room, which
+ * the stage's footprint counts, is bounded. */
+static uint32_t message_tuples(size_t tuple_size) { return (uint32_t)ps_wire_batch_tuples(tuple_size); }
+
+/* Queues the next message of the caller's move (or move_many: up to message_tuples of its tuples
+ * not queued yet, op->done counting them) to arrive one crossing from now; PS_ETIMEDOUT when the
+ * queue stays full until the deadline (nothing more sent), PS_ENOMEM. */
 static int send_ahead(delay_stage *d, ps_link *link, ps_op *op, int64_t deadline) {
-    size_t bytes = (size_t)(op->kind == PS_OP_MOVE ? 1 : op->count) * d->base.tuple_size;
+    uint32_t left = ps_op_tuples_in(op) - op->done, most = message_tuples(d->base.tuple_size);
+    size_t bytes = (size_t)(left < most ? left : most) * d->base.tuple_size;
     uint32_t spins = 0;
     queued *q;
     for (;;) {
@@ -193,12 +200,12 @@ static int send_ahead(delay_stage *d, ps_link *link, ps_op *op, int64_t deadline
         q->tuples = grown;
         q->capacity = bytes;
     }
-    memcpy(q->tuples, op->in, bytes);
+    memcpy(q->tuples, (const unsigned char *)op->in + (size_t)op->done * d->base.tuple_size, bytes);
     q->slot = link->slot;
     q->kind = op->kind;
     q->count = (uint32_t)(bytes / d->base.tuple_size);
     q->arrives_ns = ps_now_ns() + crossing_ns(d);
-    op->done = q->count; /* the entry is the courier's once the lock is given back */
+    op->done += q->count; /* the entry is the courier's once the lock is given back */
     d->callers[link->slot].sent++;
     d->tail++;
     pthread_mutex_unlock(&d->queue_lock);
@@ -294,7 +301,8 @@ static int delay_call(ps_link *link, ps_op *op) {
     int64_t deadline = ps_deadline(op->timeout_ns);
     if (d->pipelined && (op->kind == PS_OP_MOVE || op->kind == PS_OP_MOVE_MANY)) {
         int rc = take_failure(d, &d->callers[link->slot]);
-        return rc == PS_OK ? send_ahead(d, link, op, deadline) : rc;
+        while (rc == PS_OK && op->done < ps_op_tuples_in(op)) rc = send_ahead(d, link, op, deadline);
+        return rc;
     }
     int waits = (ps_op_kinds[op->kind].shape & PS_OP_WAITS) != 0;
     int rc = waits ? go(link, op, deadline) : PS_OK;
@@ -352,8 +360,9 @@ static void delay_destroy(ps_stage *stage) {
 }
 
 static size_t delay_footprint(const ps_params *params, size_t tuple_size) {
-    (void)tuple_size;
-    size_t wire = ps_params_int(params, "pipelined") ? PS_PASS_THROUGH_CALLERS * sizeof(wire_caller) : 0;
+    size_t wire = ps_params_int(params, "pipelined") ? PS_PASS_THROUGH_CALLERS * sizeof(wire_caller) +
+                                                           QUEUE_MESSAGES * (size_t)message_tuples(tuple_size) * tuple_size
+                                                     : 0; /* the queue's messages, at their largest */
     return sizeof(delay_stage) + PS_PASS_THROUGH_CALLERS * sizeof(in_flight) + wire;
 }
 
