@@ -224,6 +224,25 @@ class RefuseObserve:
         raise LookupError("this stage refuses next-observes")
 
 
+def test_a_call_waiting_in_slices_holds_its_handle_between_them(space):
+    """A blocking call waits in slices (so that Ctrl-C is seen); another thread that calls the
+    handle over and over, between two of them too, is refused every time, and the waiting call
+    ends as its own timeout says, never refused itself."""
+    h = build_path(make_path(stage("core", name="EMPTY", format="q")), pastset=space)
+    outcome, others = [], []
+    waiter = threading.Thread(target=lambda: outcome.append(pytest.raises(TimeoutError, h.observe, timeout=0.8)))
+    waiter.start()
+    time.sleep(0.05)
+    while waiter.is_alive():
+        try:
+            h.last()
+            others.append("went through")
+        except RuntimeError as e:
+            others.append(str(e)[:40])
+    waiter.join()
+    assert outcome and others and set(others) == {"this handle is in use by another thread "}
+
+
 def test_a_handle_in_use_by_one_thread_refuses_another_and_goes_on(space):
     """A thread's handle is one caller's link (a remote stage's connection, a sum's contributor):
     another thread's call while one runs is refused, not let through to break it."""

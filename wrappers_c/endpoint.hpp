@@ -5,6 +5,7 @@
 //   int call(ps_op *op)              runs one operation (its results are in op)
 //   int64_t deadline()               the latest any call may wait (PS_FOREVER: no limit)
 //   std::string explanation()        what the path could say about its last failure
+//   void hold(), void let_go()       around a call of several slices: no other thread's call between
 #ifndef WRAPPERS_ENDPOINT_HPP
 #define WRAPPERS_ENDPOINT_HPP
 
@@ -62,7 +63,7 @@ public:
         std::string call = label_ + " move_many";
         std::vector<unsigned char> packed;
         size_t n = codec_.pack_all(tuples, call, packed), done = 0;
-        int rc = wait_in_slices([&](int64_t slice) {
+        int rc = sliced([&](int64_t slice) {
             int64_t deadline = ps_deadline(slice);
             int status = PS_OK;
             while (done < n && status == PS_OK) {
@@ -78,7 +79,7 @@ public:
                 done += op.done;
             }
             return status;
-        }, timeout, Backend::deadline());
+        }, timeout);
         std::string moved = (ps_op_done_is_at_least(rc) ? "at least " : "") + std::to_string(done) + " of " +
                             std::to_string(n) + " tuples moved";
         if (rc != PS_OK) fail(rc, call + " (" + moved + ")");
@@ -142,12 +143,12 @@ public:
         ps_op op = operation(PS_OP_EXCHANGE);
         op.in = PyBytes_AS_STRING(packed.ptr());
         op.out = buffer.data();
-        int rc = wait_in_slices([&](int64_t slice) {
+        int rc = sliced([&](int64_t slice) {
             op.timeout_ns = slice;
             int status = Backend::call(&op);
             if (op.kind == PS_OP_EXCHANGE && op.done) op.kind = PS_OP_OBSERVE;  // what is left of it
             return status;
-        }, timeout, Backend::deadline());
+        }, timeout);
         if (rc != PS_OK) fail(rc, label_ + (op.kind == PS_OP_OBSERVE ? " exchange (moved; its observe)" : " exchange"));
         return codec_.unpack(buffer.data());
     }
@@ -186,12 +187,27 @@ public:
     }
 
 private:
+    // Runs a call in slices (see wait_in_slices), holding the backend throughout: another thread's
+    // call (or fence) between two slices is refused, as one during a slice is.
+    template <class Op>
+    int sliced(Op op, const py::object &timeout) {
+        Backend::hold();
+        try {
+            int rc = wait_in_slices(op, timeout, Backend::deadline());
+            Backend::let_go();
+            return rc;
+        } catch (...) {
+            Backend::let_go();
+            throw;
+        }
+    }
+
     // Runs an operation that may wait, in slices (see wait_in_slices).
     int waiting(ps_op &op, const py::object &timeout) {
-        return wait_in_slices([&](int64_t slice) {
+        return sliced([&](int64_t slice) {
             op.timeout_ns = slice;
             return Backend::call(&op);
-        }, timeout, Backend::deadline());
+        }, timeout);
     }
 
     // Runs an operation that does not wait and returns its value.

@@ -52,6 +52,8 @@ public:
     int call(ps_op *op) { return ps_element_call(e_, op); }
     int64_t deadline() const { return PS_FOREVER; }
     std::string explanation() const { return ""; }
+    void hold() {}    // an element serves every thread at once
+    void let_go() {}
 
     std::string name() const { return ps_element_name(e_); }
     py::dict stats() const;

@@ -114,6 +114,13 @@ public:
     void unclaim() {
         if (--depth_ == 0) user_.store(std::thread::id{});
     }
+    // A call of several slices claims the handle from its first to its last (Endpoint::sliced).
+    void hold() {
+        if (owns_) claim();
+    }
+    void let_go() {
+        if (owns_) unclaim();
+    }
     // Releases the caller's link and what it holds of the path now, with the GIL held, unless an
     // operation of it runs in another thread (then false: they stay until the handle goes).
     // Operations after it are refused (PS_ECLOSED) either way.
