@@ -383,6 +383,25 @@ def test_many_pipelining_producers_on_a_bounded_element_lose_duplicate_and_reord
     assert sum(h.stage.counters()["resent"] for h in handles) > 0  # slices did end
 
 
+def test_a_batchs_timed_send_through_a_pipelined_remote_reaches_the_server_at_once(local_server):
+    """flush_us bounds how long moves wait, also above a pipelined remote on tcp: the move_many the
+    timer sends leaves at once, not held back for a request to follow it (200 ms)."""
+    element = local_server.pastset.enter("TIMED", "q")
+    arrivals = []
+    for attempt in range(3):  # the quickest of three: one late turn of a busy machine is not the send
+        h = build_path(make_path(stage("batch", max_moves=1000, flush_us=20000),
+                                 stage("remote", host=local_server.endpoint, window=8),
+                                 stage("core", name="TIMED", format="q")), pastset=paths.PastSet())
+        before, started = element.last(), time.monotonic()
+        for i in range(5):
+            h.move(i)
+        while element.last() < before + 5:
+            time.sleep(0.001)
+        arrivals.append(time.monotonic() - started)
+        del h
+    assert min(arrivals) < 0.15, arrivals
+
+
 def test_a_failed_pipelined_move_drops_it_and_those_after_it_and_the_next_call_says_so(proto):
     """A move the server's path refuses: the server runs none of the caller's requests sent after
     it; the caller's next operation, not run, fails with that move's error, saying how many did not

@@ -44,6 +44,7 @@ typedef struct connection {
     ps_pipeline pipeline;   /* pipelined requests whose answers are not read yet, oldest first */
     uint64_t oldest_pending;/* the request id of the oldest of them (the others' follow it by one) */
     uint64_t answered;      /* tuples of pipelined requests that took effect so far */
+    int64_t last_pipelined; /* when the last pipelined request was sent (ps_now_ns) */
     int held;               /* the pipelined requests kept were not sent again after a slice ended
                                (their caller's time was up): they are not on their way */
     int failed;             /* a status that broke the connection, 0 while it works */
@@ -93,9 +94,9 @@ static void *open_socket(remote_stage *r, const char *endpoint) {
     return ps_control_socket(endpoint, &keys);
 }
 
-/* Sends an encoded request on the direct connection. A pipelined move is followed by more: it
- * leaves marked so (TCP holds it back for the next request, at most 200 ms), and with batch > 1
- * it waits in the caller's buffer until `batch` moves do. Whatever waits goes out as soon as the
+/* Sends an encoded request on the direct connection. A pipelined request followed by more (one of
+ * a burst) leaves marked so (TCP holds it back for the next request, at most 200 ms), and with
+ * batch > 1 it waits in the caller's buffer until `batch` moves do. Whatever waits goes out as soon as the
  * caller sends any other request or waits for an answer. */
 static int send_direct(remote_stage *r, connection *c, size_t length, int pipelined) {
     if (!pipelined) return ps_channel_send(&c->channel, c->request, length, 0);
@@ -181,9 +182,12 @@ enum { SEND_AGAIN = -1 };
  * effect whole, or a stream's frame after a cut one). */
 static int not_run(const ps_frame *answer) { return answer->status == PS_ESTATE && answer->value == 0; }
 
-/* Sends a pipelined request (the newest kept) on its way: behind the ones before it, if any. */
-static int send_pending(remote_stage *r, connection *c, const ps_pending *e, int64_t argument, int behind) {
-    uint64_t id = send_request(r, c, c->socket, e->op, argument, server_slice(r), e->payload, e->length, 1, behind);
+/* Sends a pipelined request on its way, behind the ones before it, if any; marked to be followed
+ * by `more` (see send_direct), or sent now with what waits before it. */
+static int send_pending(remote_stage *r, connection *c, const ps_pending *e, int64_t argument, int behind,
+                        int more) {
+    uint64_t id = send_request(r, c, c->socket, e->op, argument, server_slice(r), e->payload, e->length, more,
+                               behind);
     return id ? PS_OK : broken(r, c, "cannot send", PS_EREMOTE);
 }
 
@@ -194,7 +198,8 @@ static int send_again(remote_stage *r, connection *c) {
     for (uint32_t i = 0; i < c->pipeline.count; i++) {
         const ps_pending *e = ps_pipeline_at(&c->pipeline, i);
         int rc = send_pending(r, c, e, i == 0 && e->argument == PS_WIRE_STREAM_CONTINUES ? PS_WIRE_STREAM_STARTS
-                                                                                          : e->argument, i > 0);
+                                                                                          : e->argument, i > 0,
+                              i + 1 < c->pipeline.count);
         if (rc != PS_OK) return rc;
     }
     atomic_fetch_add_explicit(&r->resent, c->pipeline.count, memory_order_relaxed);
@@ -415,18 +420,27 @@ static int stream_tuples(ps_link *link, ps_op *op) {
     }
 }
 
+/* A pipelined request this soon after the one before is taken as one of a burst: it leaves marked
+ * to be followed by more (see send_direct), which may hold it back until the next one. One that
+ * comes alone leaves at once (a batch's timed send), and takes what waits before it along. */
+static const int64_t BURST_NS = 100000;
+
 /* One request sent without waiting for its answer, kept until it is answered, once fewer than
  * `window` are not answered yet, by `deadline` (pipelining: moves, and the frames of a move_many,
- * with window > 1); any other operation reads their answers first. PS_ETIMEDOUT: not sent. */
+ * with window > 1); any other operation reads their answers first. `more`: the call sends more
+ * (a move_many's frames but its last). PS_ETIMEDOUT: not sent. */
 static int send_pipelined(remote_stage *r, connection *c, uint8_t op, int64_t argument, int64_t deadline,
-                          const void *payload, uint32_t tuples) {
+                          const void *payload, uint32_t tuples, int more) {
     int rc = resume(r, c);
     if (rc == PS_OK) rc = drain(r, c, r->window - 1, 0, deadline);
     if (rc != PS_OK) return rc;
     size_t length = (size_t)tuples * r->base.tuple_size;
     if (ps_pipeline_push(&c->pipeline, r->window, op, argument, payload, length, tuples) != PS_OK) return PS_ENOMEM;
     if (c->pipeline.count == 1) c->oldest_pending = c->next_request + 1;
-    return send_pending(r, c, ps_pipeline_at(&c->pipeline, c->pipeline.count - 1), argument, c->pipeline.count > 1);
+    int64_t now = ps_now_ns(), before = c->last_pipelined;
+    c->last_pipelined = now;
+    return send_pending(r, c, ps_pipeline_at(&c->pipeline, c->pipeline.count - 1), argument, c->pipeline.count > 1,
+                        more || now - before < BURST_NS);
 }
 
 /* After a failure dropped the pipelined requests: of the `sent` tuples of a call that began with
@@ -445,7 +459,7 @@ static int pipelined_move(ps_link *link, ps_op *op) {
     connection *c = &r->connections[link->slot];
     if (c->failed) return c->failed;
     uint64_t kept = c->pipeline.tuples, answered = c->answered;
-    int rc = send_pipelined(r, c, ps_op_kinds[PS_OP_MOVE].wire, 0, ps_deadline(op->timeout_ns), op->in, 1);
+    int rc = send_pipelined(r, c, ps_op_kinds[PS_OP_MOVE].wire, 0, ps_deadline(op->timeout_ns), op->in, 1, 0);
     if (rc != PS_OK && rc != PS_ETIMEDOUT) count_dropped(c, op, kept, answered, 0);
     return rc;
 }
@@ -464,7 +478,8 @@ static int pipelined_stream(ps_link *link, ps_op *op) {
     while (rc == PS_OK && op->done < op->count) {
         uint32_t n = op->count - op->done < frame_tuples ? op->count - op->done : frame_tuples;
         rc = send_pipelined(r, c, ps_op_kinds[op->kind].wire, op->done ? PS_WIRE_STREAM_CONTINUES : PS_WIRE_STREAM_STARTS,
-                            deadline, (const unsigned char *)op->in + (size_t)op->done * r->base.tuple_size, n);
+                            deadline, (const unsigned char *)op->in + (size_t)op->done * r->base.tuple_size, n,
+                            op->done + n < op->count);
         if (rc == PS_OK) op->done += n;
     }
     if (rc != PS_OK && rc != PS_ETIMEDOUT && !c->failed) count_dropped(c, op, kept, answered, op->done);
