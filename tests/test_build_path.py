@@ -502,6 +502,9 @@ def test_a_nul_byte_in_a_stage_parameter_is_refused_before_anything_is_built(spa
         build_path(make_path(stage("core", name="a\x00b", format="q")), pastset=space)
     with pytest.raises(ValueError, match=r"parameter 'file' must not contain a NUL byte"):
         build_path(make_path(stage("trace", file="t\x00.bin"), CORE), pastset=space)
+    with pytest.raises(ValueError, match=r"parameter 'name' must be text UTF-8 can hold \(no lone surrogate\), got "
+                                         r"'\\ud800'"):
+        build_path(make_path(stage("core", name="\ud800", format="q")), pastset=space)
     assert space.elements() == []
 
 

@@ -174,6 +174,12 @@ def _check_value(spec: StageSpec, param: ParamInfo, value: Any) -> None:
         )
     if isinstance(value, str) and "\0" in value:  # C would cut the text there
         raise ValueError(f"{_describe(spec)}: parameter {param.name!r} must not contain a NUL byte, got {value!r}")
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no C text holds it
+            raise ValueError(f"{_describe(spec)}: parameter {param.name!r} must be text UTF-8 can hold (no lone "
+                             f"surrogate), got {value!r}") from None
     if param.min is not None and not param.min <= value <= param.max:
         raise ValueError(
             f"{_describe(spec)}: parameter {param.name!r} must be between "
