@@ -45,10 +45,12 @@ def refused_by_server(parts: list[bytes], at_link: bool, link_id: int) -> bool:
     request = decode(parts[0])
     if request is None:
         return True
-    if not at_link:
+    if not at_link:  # a request here has status 0; a PING, no payload; a PEER's group, no NUL
         build = request["op"] == BUILD and 0 < request["length"] <= SPEC_MAX and request["argument"] in TRANSPORTS
-        peer = request["op"] == PEER and 0 < request["length"] <= GROUP_MAX and 0 <= request["argument"] < 1 << 32
-        return not (request["op"] == PING or build or peer)
+        peer = (request["op"] == PEER and 0 < request["length"] <= GROUP_MAX and 0 <= request["argument"] < 1 << 32
+                and b"\0" not in parts[0][HEADER.size:])
+        ping = request["op"] == PING and request["length"] == 0
+        return request["status"] != 0 or not (ping or build or peer)
     length = request["length"]
     if request["op"] == MOVE_MANY:  # argument: a stream's first frame (0) or one that continues it (1)
         payload_ok = length % TUPLE_SIZE == 0 and 0 < length <= BATCH_PAYLOAD and request["argument"] in (0, 1)
@@ -413,3 +415,17 @@ def test_another_peers_frames_on_a_zmq_link_do_not_stop_the_clients_pipeline(pee
     assert decode(zmq_answer(client))["status"] == PS_OK
     client.send(encode(LAST, request_id=5, handle_id=link_id))
     assert decode(zmq_answer(client))["value"] == 4
+
+
+@pytest.mark.parametrize("frame", [encode(PING, b"x"), encode(PING, status=5), encode(PEER, b"g\0h", argument=1),
+                                   encode(BUILD, b"{}", status=BEHIND)],
+                         ids=["PING with a payload", "PING with a status", "PEER of a group with a NUL",
+                              "BUILD sent behind"])
+def test_the_main_endpoint_refuses_what_a_link_refuses_too(peer_server, zmq_context, frame):
+    _, endpoint = peer_server
+    main = dealer(zmq_context, endpoint)
+    main.send(frame)
+    assert HEADER.unpack_from(zmq_answer(main))[2] == PS_EINVAL
+    main.send(encode(PING, request_id=9))
+    assert decode(zmq_answer(main))["status"] == PS_OK
+    main.close()
