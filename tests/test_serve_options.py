@@ -129,7 +129,9 @@ def test_a_bad_limit_is_one_line_and_exit_2(args, problem):
                                       "of a network interface (not a host name)"),
     (["--bind", "tcp://127.0.0.1:*", "--trace-dir", "/no/such/folder"],
      "paths serve: --trace-dir /no/such/folder: no such folder (trace files are written there)"),
-], ids=["a host name", "a missing trace folder"])
+    (["--bind", "ipc:///no/such/folder/server"], "paths serve: --bind: cannot bind 'ipc:///no/such/folder/server': "
+                                                 "No such file or directory"),
+], ids=["a host name", "a missing trace folder", "an ipc path in no folder"])
 def test_a_bind_or_trace_folder_that_cannot_be_is_one_line_and_exit_2(args, problem):
     done = paths_serve(*args)
     assert (done.returncode, done.stderr, done.stdout) == (2, problem + "\n", "")

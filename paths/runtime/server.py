@@ -307,7 +307,7 @@ def serve_command(argv: list[str]) -> int:
                     "and holds each client to a share of builds and links. A client is its "
                     "--curve-clients key, else its address (all clients of one host are one), "
                     "else 'local'. Exit status: 0 when stopped, 1 when a trace file could not be "
-                    "written (each is named), 2 for a usage error.")
+                    "written (each is named), 2 for a usage error (an endpoint it cannot bind too).")
     parser.add_argument("--bind", default="tcp://127.0.0.1:7000",
                         help="ZeroMQ endpoint to bind (default tcp://127.0.0.1:7000; port * picks a free one). "
                              "Binding beyond loopback needs --curve-secret, or --insecure. An ipc://PATH's socket "
@@ -386,9 +386,9 @@ def serve_command(argv: list[str]) -> int:
               "build stages, read and write its elements, and read all its traffic", file=sys.stderr)
     try:
         server = PathServer(args.bind, secret, trace_dir=args.trace_dir, policy=policy, curve_clients=clients)
-    except ValueError as e:
-        print(f"paths serve: {e}", file=sys.stderr)
-        return 1
+    except ValueError as e:  # the endpoint is taken, or its folder is not there: choose another
+        print(f"paths serve: --bind: {str(e).removeprefix('paths server: ')}", file=sys.stderr)
+        return 2
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: server.stop_serving())
     print(f"READY {server.endpoint}", flush=True)
