@@ -460,7 +460,7 @@ static int pipelined_move(ps_link *link, ps_op *op) {
     if (c->failed) return c->failed;
     uint64_t kept = c->pipeline.tuples, answered = c->answered;
     int rc = send_pipelined(r, c, ps_op_kinds[PS_OP_MOVE].wire, 0, ps_deadline(op->timeout_ns), op->in, 1, 0);
-    if (rc != PS_OK && rc != PS_ETIMEDOUT) count_dropped(c, op, kept, answered, 0);
+    if (rc != PS_OK && rc != PS_ETIMEDOUT && !c->failed) count_dropped(c, op, kept, answered, 0);
     return rc;
 }
 
