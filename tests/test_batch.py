@@ -18,6 +18,7 @@ from paths import build_path, make_path, stage
 from paths.model.cluster_map import load_map_text
 from paths.model.reduction_tree import hop
 from paths.runtime.server import PathServer
+from refusing_stage import NoNegatives  # noqa: F401  (registers the kind test-no-negatives)
 
 PATIENCE_S = 30  # the longest any wait here may take before its test fails
 
@@ -255,6 +256,60 @@ def test_a_send_failing_on_the_sender_thread_is_reported_by_the_next_move():
     with pytest.raises(ConnectionError, match=r"batch: at least 0 of 4 moves sent down together took effect"):
         h.move(9)
     h.move(10)  # reported once: the next move is buffered again
+
+
+@pytest.mark.parametrize("buffers", [1, 2])
+def test_moves_a_pipelined_remote_below_dropped_are_counted_off_and_said(buffers):
+    """A pipelined remote (window=2) answers a send before its moves took effect. The server's path
+    refuses -2: the sends of [1, -2] and [3, 4] were counted as sent, but only 1 took effect. The
+    send that hears of it, [5, 6], says that the 3 moves sent down before it did not take effect
+    either, and the counters count them dropped, not sent, when the error comes. With buffers=1 the
+    move of 6 sends [5, 6] and fails; with buffers=2 the sender's failure is heard by the next move
+    that waits for it (7 or 9, as the sender's pace has it), not taken, and a buffer handed over
+    before the caller heard, [7, 8], goes too."""
+    policy = paths.ServerPolicy(allow_kinds=frozenset({"test-no-negatives"}))
+    values = (1, -2, 3, 4, 5, 6, 7, 8, 9, 10)
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=policy).start() as server:
+        h = build_path(make_path(stage("batch", max_moves=2, buffers=buffers),
+                                 stage("remote", host=server.endpoint, timeout_ms=5000, window=2),
+                                 stage("test-no-negatives"), stage("core", name="P", format="q")),
+                       pastset=paths.PastSet())
+        failures = []
+        for v in values:
+            try:
+                h.move(v)
+            except ValueError as e:
+                failures.append((v, str(e), h.stage.counters()))
+        assert len(failures) == 1, failures
+        v, message, counters = failures[0]
+        assert v in ((6,) if buffers == 1 else (7, 9)), failures
+        made = values.index(v) + (buffers == 1)  # the failed move of 6 took its tuple into the buffer
+        after = made - 1 - 5  # made before the caller heard, after the failed [5, 6]
+        said = f", and the {after} moves made after them were dropped" if after else ""
+        assert f"(batch: 0 of 2 moves sent down together took effect, then the send failed (invalid argument), and " \
+               f"the 3 moves sent down before them did not take effect{said}: remote" in message, message
+        assert (counters["moves_sent"], counters["dropped"]) == (1, made - 1), counters
+        moved = [1] + [m for m in values if m > v]
+        assert h.observe_range(0, h.last(), timeout=PATIENCE_S) == [(m,) for m in moved]
+        counters = h.stage.counters()
+        assert (counters["moves_sent"], counters["dropped"]) == (len(moved), made - 1)
+
+
+def test_a_pass_through_operation_that_hears_of_a_pipelined_remotes_drop_counts_it_off():
+    """The moves went down to a pipelined remote (window=8), which answered them at once; the
+    server refused -2. The last() that hears of it counts the 5 moves dropped, not sent."""
+    policy = paths.ServerPolicy(allow_kinds=frozenset({"test-no-negatives"}))
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=policy).start() as server:
+        h = build_path(make_path(stage("batch", max_moves=2, buffers=2),
+                                 stage("remote", host=server.endpoint, timeout_ms=5000, window=8),
+                                 stage("test-no-negatives"), stage("core", name="P", format="q")),
+                       pastset=paths.PastSet())
+        for v in (1, -2, 3, 4, 5, 6):
+            h.move(v)
+        with pytest.raises(ValueError, match=r"it and the 2 sent after it did not take effect \(5 tuples\)"):
+            h.last()
+        counters = h.stage.counters()
+        assert (counters["moves_sent"], counters["dropped"]) == (1, 5), counters
 
 
 def test_a_move_many_whose_own_send_fails_counts_only_its_tuples_that_took_effect(space):

@@ -65,6 +65,8 @@ typedef struct caller {
                                     `owner` too, of a caller in an operation) */
     uint64_t made;               /* moves taken into the buffers so far */
     _Atomic uint64_t applied;    /* moves that took effect below so far (a prefix of those made) */
+    _Atomic uint64_t dropped_below; /* moves of earlier sends a failed send's stage below dropped (a
+                                    pipelined remote's), not said in the stage's error yet */
     _Atomic int halted;          /* a send of the sender's failed: it drops the buffers handed before the
                                     caller heard of it (before resume_at, once resume_known) */
     _Atomic int resume_known;
@@ -98,9 +100,15 @@ static unsigned char *buffer_of(const batch_stage *b, const caller *c, uint32_t 
 
 /* ---- the stage's error: what a failed send did ----------------------------------------------- */
 
-static void explain(batch_stage *b, int status, uint32_t done, uint32_t of, uint64_t after) {
-    char dropped[96] = "";
-    if (after) snprintf(dropped, sizeof dropped, ", and the %llu moves made after them were dropped", (unsigned long long)after);
+static void explain(batch_stage *b, int status, uint32_t done, uint32_t of, uint64_t before, uint64_t after) {
+    char dropped[192] = "";
+    int n = 0;
+    if (before)
+        n = snprintf(dropped, sizeof dropped, ", and the %llu moves sent down before them did not take effect",
+                     (unsigned long long)before);
+    if (after)
+        snprintf(dropped + n, sizeof dropped - (size_t)n, ", and the %llu moves made after them were dropped",
+                 (unsigned long long)after);
     ps_stage_explain_moves(&b->base, status, done, of, "sent down together", "the send failed", dropped);
 }
 
@@ -117,23 +125,36 @@ static void empty(caller *c) {
     atomic_store_explicit(&c->due_ns, INT64_MAX, memory_order_relaxed);
 }
 
+static int wait_sent(batch_stage *b, caller *c, uint32_t slot, uint32_t on_way, int64_t deadline);
+
 /* A failure of the sender's that the caller has not heard of: its status (explained), or PS_OK.
- * The moves the caller made after the failed ones go too: the buffers handed over since (the
- * sender drops them), the one filling. */
-static int take_failure(batch_stage *b, caller *c) {
+ * The moves the caller made after the failed ones go too: the buffers handed over since (dropped
+ * before it returns, so that the counters say so), the one filling. */
+static int take_failure(batch_stage *b, caller *c, uint32_t slot) {
     uint32_t done, of;
     int status = ps_deferred_failure_take(&c->failure, &done, &of);
     if (status == PS_OK) return PS_OK;
     atomic_store_explicit(&c->resume_at, atomic_load_explicit(&c->handed, memory_order_relaxed), memory_order_relaxed);
     atomic_store_explicit(&c->resume_known, 1, memory_order_release);
+    wait_sent(b, c, slot, 0, ps_deadline(RELEASE_WAIT_NS)); /* none goes down: all are dropped */
     atomic_fetch_add_explicit(&b->dropped, c->count, memory_order_relaxed);
     empty(c);
     uint64_t lost = c->made - atomic_load_explicit(&c->applied, memory_order_acquire);
-    explain(b, status, done, of, lost > of - done ? lost - (of - done) : 0);
+    uint64_t before = atomic_exchange(&c->dropped_below, 0), failed = of - done + before;
+    explain(b, status, done, of, before, lost > failed ? lost - failed : 0);
     return status;
 }
 
 /* ---- sending a buffer down ------------------------------------------------------------------ */
+
+/* A failed operation says that `earlier` of the caller's moves counted as applied were dropped below
+ * (a pipelined remote sends them later, and they did not take effect). */
+static void count_off(batch_stage *b, caller *c, int64_t earlier) {
+    if (earlier <= 0) return;
+    atomic_fetch_sub_explicit(&c->applied, (uint64_t)earlier, memory_order_release);
+    atomic_fetch_sub_explicit(&b->moves_sent, earlier, memory_order_relaxed);
+    atomic_fetch_add_explicit(&b->dropped, earlier, memory_order_relaxed);
+}
 
 /* Sends n of the caller's tuples down its link as one operation (a lone move for one tuple);
  * returns its status, with the tuples that took effect in *took. */
@@ -145,6 +166,10 @@ static int send_down(batch_stage *b, caller *c, ps_link *down, const unsigned ch
     atomic_fetch_add_explicit(&c->applied, op.done, memory_order_release);
     atomic_fetch_add_explicit(&b->moves_sent, op.done, memory_order_relaxed);
     if (rc == PS_OK) atomic_fetch_add_explicit(&b->sends, 1, memory_order_relaxed);
+    if (rc != PS_OK && rc != PS_ETIMEDOUT && op.dropped > 0) {
+        count_off(b, c, op.dropped);
+        atomic_fetch_add_explicit(&c->dropped_below, (uint64_t)op.dropped, memory_order_relaxed);
+    }
     return rc;
 }
 
@@ -163,7 +188,7 @@ static int send_filling(batch_stage *b, caller *c, ps_link *down, int64_t deadli
     }
     if (rc != PS_OK) {
         atomic_fetch_add_explicit(&b->dropped, c->count - took, memory_order_relaxed);
-        explain(b, rc, took, c->count, 0);
+        explain(b, rc, took, c->count, atomic_exchange(&c->dropped_below, 0), 0);
     }
     empty(c);
     return rc;
@@ -276,7 +301,7 @@ static int wait_sent(batch_stage *b, caller *c, uint32_t slot, uint32_t on_way, 
 /* Everything the caller holds goes down by the deadline: what it handed over, then the rest. */
 static int send_all(batch_stage *b, caller *c, ps_link *link, int64_t deadline) {
     int rc = wait_sent(b, c, link->slot, 0, deadline);
-    if (rc == PS_OK) rc = take_failure(b, c);
+    if (rc == PS_OK) rc = take_failure(b, c, link->slot);
     return rc == PS_OK ? send_filling(b, c, ps_stage_down(link), deadline) : rc;
 }
 
@@ -334,14 +359,14 @@ static int64_t deadline_of(int64_t *deadline, const ps_op *op) {
 
 /* Returns rc; after a failure (not a timeout), op->done counts only those of the moves op took
  * since it came (when the caller had made `made` and op had done `done`) that took effect, and
- * op->value how many of the caller's earlier moves were dropped (those an earlier call of a move_many
- * waiting in slices took too: its caller counts them off). */
+ * op->dropped how many of the caller's earlier moves were dropped (those an earlier call of a
+ * move_many waiting in slices took too: its caller counts them off). */
 static int settle(caller *c, ps_op *op, uint64_t made, uint32_t done, int rc) {
     if (rc == PS_OK || rc == PS_ETIMEDOUT) return rc;
     uint64_t applied = atomic_load_explicit(&c->applied, memory_order_acquire);
     uint64_t took = applied > made ? applied - made : 0;
     if (took < op->done - done) op->done = done + (uint32_t)took;
-    op->value = (int64_t)(made > applied ? made - applied : 0);
+    op->dropped = (int64_t)(made > applied ? made - applied : 0);
     return rc;
 }
 
@@ -352,7 +377,7 @@ static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
     int64_t deadline = 0;
     uint32_t n = ps_op_tuples_in(op), done = op->done;
     uint64_t made = c->made;
-    int rc = take_failure(b, c);
+    int rc = take_failure(b, c, link->slot);
     if (rc != PS_OK) return settle(c, op, made, done, rc);
     size_t size = b->base.tuple_size;
     const unsigned char *in = op->in;
@@ -361,7 +386,7 @@ static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
             return settle(c, op, made, done, rc);
         if (c->count == 0) { /* the buffer to fill next may still be on its way */
             if ((rc = wait_sent(b, c, link->slot, b->buffers - 1, deadline_of(&deadline, op))) != PS_OK) return rc;
-            if ((rc = take_failure(b, c)) != PS_OK) return settle(c, op, made, done, rc);
+            if ((rc = take_failure(b, c, link->slot)) != PS_OK) return settle(c, op, made, done, rc);
         }
         uint32_t k = n - op->done < b->capacity - c->count ? n - op->done : b->capacity - c->count;
         unsigned char *buffer = buffer_of(b, c, atomic_load_explicit(&c->handed, memory_order_relaxed));
@@ -386,7 +411,10 @@ static int send_then_pass(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
     if (waits) op->timeout_ns = ps_remaining(deadline);
     rc = ps_stage_pass(link, op);
     op->timeout_ns = timeout_ns;
-    if (rc != PS_OK && rc != PS_ETIMEDOUT) forget_explanation(b);
+    if (rc != PS_OK && rc != PS_ETIMEDOUT) {
+        count_off(b, c, op->dropped); /* the stage below says which of them (pipelined remote's) */
+        forget_explanation(b);
+    }
     return rc;
 }
 
@@ -486,6 +514,7 @@ static int batch_attach(ps_stage *stage, uint32_t slot) {
     empty(c);
     c->made = 0;
     atomic_store(&c->applied, 0);
+    atomic_store(&c->dropped_below, 0);
     atomic_store(&c->halted, 0);
     atomic_store(&c->leaving, 0);
     atomic_store_explicit(&c->live, 1, memory_order_release);
@@ -507,7 +536,7 @@ static void batch_detach(ps_stage *stage, uint32_t slot) {
         wait_sent(b, c, slot, 0, PS_FOREVER);
         atomic_fetch_sub(&b->going, 1);
     }
-    if (take_failure(b, c) != PS_OK) ps_stage_print_error(&b->base, "a caller left stage 'batch' unaware");
+    if (take_failure(b, c, slot) != PS_OK) ps_stage_print_error(&b->base, "a caller left stage 'batch' unaware");
     uint32_t held = c->count;
     int rc = send_filling(b, c, &b->base.caller_links[slot], deadline);
     if (rc == PS_ETIMEDOUT) {

@@ -74,8 +74,8 @@ public:
                 status = Backend::call(&op);
                 // Failed: the caller's moves a stage dropped are its latest, those an earlier slice's
                 // call took of these tuples first.
-                if (status != PS_OK && status != PS_ETIMEDOUT && op.value > 0)
-                    done -= std::min<size_t>(static_cast<size_t>(op.value), done);
+                if (status != PS_OK && status != PS_ETIMEDOUT && op.dropped > 0)
+                    done -= std::min<size_t>(static_cast<size_t>(op.dropped), done);
                 done += op.done;
             }
             return status;

@@ -88,10 +88,10 @@ typedef struct ps_op {
     uint32_t done;       /* result: tuples of `in` that took effect, all of them on PS_OK; a
                             failed operation may have done a first part (an exchange its move) */
     int64_t value;       /* result, PS_OP_VALUE_OUT; PS_OP_TUPLES_OUT: the tuples written to `out`; an
-                            operation refused PS_EAXED: the first index not freed (-1: not known); a
-                            move or move_many that failed: how many moves the caller made before it
-                            (taken by a stage that sends them later, a batch) were then dropped (a
-                            suffix of the caller's moves before it), else 0 */
+                            operation refused PS_EAXED: the first index not freed (-1: not known) */
+    int64_t dropped;     /* result of a failed operation: how many moves the caller made before it,
+                            taken by a stage that sends them later (a batch, a pipelined remote), were
+                            then dropped (a suffix of the caller's moves before it), else 0 */
 } ps_op;
 
 /* The tuples an operation takes in: 0, 1, or its count. */

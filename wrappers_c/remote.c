@@ -303,6 +303,16 @@ static int take_range(remote_stage *r, connection *c, uint64_t id, ps_frame *ans
     return PS_OK;
 }
 
+/* After a failure dropped the pipelined requests: of the `sent` tuples of a call that began with
+ * `kept` tuples of earlier calls not answered and `answered` answered, those that took effect
+ * (op->done, the first ones), and those of the earlier calls that did not (op->dropped: its caller,
+ * a move_many waiting in slices or a batch, counts off those it had counted). */
+static void count_dropped(const connection *c, ps_op *op, uint64_t kept, uint64_t answered, uint32_t sent) {
+    uint64_t since = c->answered - answered;
+    op->done = since > kept ? (uint32_t)(since - kept < sent ? since - kept : sent) : 0;
+    op->dropped = since < kept ? (int64_t)(kept - since) : 0;
+}
+
 /* One operation of at most one tuple in: sent in slices of at most timeout_ms, each answered,
  * until it is done or the caller's timeout ends. The table says what travels: the tuple it takes
  * in, how many it asks back (an observe_range: its answer streams in frames), the one it gives
@@ -318,6 +328,7 @@ static int round_trips(ps_link *link, ps_op *op) {
     int waits = ps_op_kinds[op->kind].shape & PS_OP_WAITS;
     int64_t deadline = ps_deadline(op->timeout_ns);
     int64_t moves_due = waits ? deadline : ps_deadline(PS_UNTIMED_WAIT_NS); /* pipelined moves before it */
+    uint64_t kept = c->pipeline.tuples, answered = c->answered;
     for (;;) {
         int rc = resume(r, c);
         if (rc != PS_OK) return rc;
@@ -340,6 +351,7 @@ static int round_trips(ps_link *link, ps_op *op) {
          * lets a move and the observe after it share one round trip. */
         rc = behind ? drain(r, c, 0, id, moves_due) : PS_OK;
         if (rc == SEND_AGAIN) continue;
+        if (rc != PS_OK && rc != PS_ETIMEDOUT && !c->failed) count_dropped(c, op, kept, answered, 0);
         if (rc != PS_OK) return rc;
         ps_frame answer;
         rc = wait_answer(r, c, c->socket, id, r->timeout_ns, &answer);
@@ -441,16 +453,6 @@ static int send_pipelined(remote_stage *r, connection *c, uint8_t op, int64_t ar
     c->last_pipelined = now;
     return send_pending(r, c, ps_pipeline_at(&c->pipeline, c->pipeline.count - 1), argument, c->pipeline.count > 1,
                         more || now - before < BURST_NS);
-}
-
-/* After a failure dropped the pipelined requests: of the `sent` tuples of a call that began with
- * `kept` tuples of earlier calls not answered and `answered` answered, those that took effect
- * (op->done, the first ones), and those of the earlier calls that did not (op->value: its caller,
- * a move_many waiting in slices, counts off those it had counted). */
-static void count_dropped(const connection *c, ps_op *op, uint64_t kept, uint64_t answered, uint32_t sent) {
-    uint64_t since = c->answered - answered;
-    op->done = since > kept ? (uint32_t)(since - kept < sent ? since - kept : sent) : 0;
-    op->value = since < kept ? (int64_t)(kept - since) : 0;
 }
 
 /* A move with window > 1. */
