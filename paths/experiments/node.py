@@ -57,7 +57,7 @@ from ..runtime.node_servers import NodeServers
 from ..model.placement import PlacementWarning
 from .rank_processes import RankProcesses
 from ..runtime.process_context import Tracing, make_runtime
-from ..runtime.server import PathServer
+from ..runtime.server import PathServer, bind_failure
 from ..runtime.server_policy import ServerPolicy
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # each stops a node's ranks and the node
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         server = node.server = PathServer(args.bind, secret, trace_dir=args.trace_dir, context=node.context,
                                           policy=ServerPolicy.for_run_nodes(), curve_clients=clients).start()
     except ValueError as e:  # the map's address for this node cannot be bound here
-        print(f"node {args.name}: --bind {args.bind}: {e}", file=sys.stderr)
+        print(f"node {args.name}: --bind: {bind_failure(e)}", file=sys.stderr)
         return 2
     endpoint = server.endpoint
     if args.advertise:

@@ -225,6 +225,11 @@ def _end_builds() -> None:
 Z85_DIGITS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#")
 
 
+def bind_failure(error: ValueError) -> str:
+    """Why a PathServer could not bind its endpoint, for a line that already names --bind."""
+    return str(error).removeprefix("paths server: ")
+
+
 def read_key_file(path: str, what: str) -> str:
     """A Z85 CURVE key from a file (its first line); ValueError naming the file and what is wrong."""
     try:
@@ -387,7 +392,7 @@ def serve_command(argv: list[str]) -> int:
     try:
         server = PathServer(args.bind, secret, trace_dir=args.trace_dir, policy=policy, curve_clients=clients)
     except ValueError as e:  # the endpoint is taken, or its folder is not there: choose another
-        print(f"paths serve: --bind: {str(e).removeprefix('paths server: ')}", file=sys.stderr)
+        print(f"paths serve: --bind: {bind_failure(e)}", file=sys.stderr)
         return 2
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: server.stop_serving())
