@@ -20,7 +20,10 @@ pkg-config --exists libzmq 2>/dev/null || need_packages+=(libzmq3-dev)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_packages+=(python3-venv)
 python3 -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
     >/dev/null 2>&1 || need_packages+=(python3-dev)
-if [ "$job" = bench ]; then command -v mpicc >/dev/null 2>&1 || need_packages+=(openmpi-bin libopenmpi-dev); fi
+if [ "$job" = bench ]; then  # mpicc with MPI's headers (openmpi-bin alone has no mpi.h), and mpirun
+    { command -v mpirun && echo '#include <mpi.h>' | mpicc -E -x c -o /dev/null -; } >/dev/null 2>&1 ||
+        need_packages+=(openmpi-bin libopenmpi-dev)
+fi
 if [ ${#need_packages[@]} -gt 0 ]; then
     echo "bootstrap: installing system packages: ${need_packages[*]}"
     if [ "$(id -u)" -ne 0 ]; then echo "bootstrap: run as root to install ${need_packages[*]}" >&2; exit 1; fi

@@ -127,7 +127,16 @@ def zmq_round_trip_us(rounds: int, bytes_: int = FRAME_BYTES) -> float:
 
 
 def mpi_available() -> bool:
-    return shutil.which("mpicc") is not None and shutil.which("mpirun") is not None
+    """mpicc, MPI's headers and mpirun are here (Debian's openmpi-bin alone brings mpicc without
+    mpi.h, which libopenmpi-dev holds)."""
+    if shutil.which("mpicc") is None or shutil.which("mpirun") is None:
+        return False
+    try:
+        found = subprocess.run(["mpicc", "-E", "-x", "c", "-o", os.devnull, "-"], input="#include <mpi.h>\n",
+                               capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return found.returncode == 0
 
 
 def mpi_allreduce_us(processes: int, rounds: int, timeout: float = 120.0, bind: bool = False, *,

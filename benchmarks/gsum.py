@@ -56,12 +56,24 @@ def outside_kernel() -> Kernel:
     header = Path(paths.get_include()) / "paths.h"
     if not OUTSIDE.exists() or OUTSIDE.stat().st_mtime < max(SOURCE.stat().st_mtime, header.stat().st_mtime):
         OUTSIDE.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O2", f"-I{paths.get_include()}",
-                        str(SOURCE), "-o", str(OUTSIDE)], check=True)
+        compiler = os.environ.get("CC", "cc")
+        built = subprocess.run([compiler, "-shared", "-fPIC", "-O2", f"-I{paths.get_include()}", str(SOURCE), "-o",
+                                str(OUTSIDE)], capture_output=True, text=True)
+        if built.returncode != 0:
+            raise RuntimeError(f"cannot build {SOURCE.name} as a user would ({compiler}, exit {built.returncode}): "
+                               f"{built.stderr.strip()[-300:]}")
     return load_kernel(f"{OUTSIDE}:gsum")
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return measure(argv)
+    except (anchors.AnchorUnavailable, RuntimeError, OSError) as e:  # an anchor or a kernel that cannot be built
+        print(f"benchmarks.gsum: {e}", file=sys.stderr)
+        return 1
+
+
+def measure(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gsum", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=parse_counts, default=parse_counts("1,2,4,8,16"),

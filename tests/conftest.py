@@ -15,6 +15,7 @@ from slurm_cluster import SlurmCluster
 from system_packages import install_missing
 
 import paths
+from benchmarks import anchors
 from paths.experiments import experiment
 from paths.experiments.launcher import NodeProcesses
 
@@ -97,9 +98,9 @@ def slurm(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def openmpi():
-    """The variables `mpirun` (Open MPI, installed when missing) needs here: as root, and with
-    more ranks than this machine has CPUs."""
-    why_not = install_missing(["openmpi-bin"], ["mpirun"])
+    """The variables `mpirun` (Open MPI, installed when missing, with mpicc and its headers for
+    the MPI anchor) needs here: as root, and with more ranks than this machine has CPUs."""
+    why_not = install_missing(["openmpi-bin", "libopenmpi-dev"], ["mpirun", "mpicc"], anchors.mpi_available)
     if why_not:
         pytest.skip(f"no Open MPI: {why_not}")
     return {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from typing import Optional
+from typing import Callable, Optional
 
 SBIN = ("/usr/sbin", "/sbin", "/usr/local/sbin")  # daemons live there, not always on a test's PATH
 
@@ -15,11 +15,14 @@ def command_path(command: str) -> Optional[str]:
     return shutil.which(command) or shutil.which(command, path=os.pathsep.join(SBIN))
 
 
-def install_missing(packages: list[str], commands: list[str]) -> Optional[str]:
-    """None once every command is there (installing `packages` if one is missing), else why not."""
+def install_missing(packages: list[str], commands: list[str],
+                    ready: Optional[Callable[[], bool]] = None) -> Optional[str]:
+    """None once every command is there and `ready()` holds, if given (what else the packages
+    bring: a header, say), installing `packages` if not; else why not."""
     missing = [c for c in commands if command_path(c) is None]
-    if not missing:
+    if not missing and (ready is None or ready()):
         return None
+    missing = missing or [f"what {' '.join(packages)} provide"]
     if os.geteuid() != 0:
         return f"{', '.join(missing)} missing, and installing {' '.join(packages)} needs root"
     if shutil.which("apt-get") is None:
@@ -31,4 +34,6 @@ def install_missing(packages: list[str], commands: list[str]) -> Optional[str]:
             last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
             return f"cannot install {' '.join(packages)}: {' '.join(step[:2])} failed: {last[0]}"
     still = [c for c in commands if command_path(c) is None]
+    if not still and ready is not None and not ready():
+        still = [f"what {' '.join(packages)} provide"]
     return f"{', '.join(still)} still missing after installing {' '.join(packages)}" if still else None

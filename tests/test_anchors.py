@@ -68,3 +68,18 @@ def test_the_mpi_anchor_runs_on_the_transport_its_label_says(openmpi, monkeypatc
     assert anchors.mpi_allreduce_us(2, 20, transport=transport) > 0
     shown = anchor_runs[-1].stdout + anchor_runs[-1].stderr
     assert re.findall(r"select: component (\w+) selected", shown) == ["ob1", "ob1"], shown
+
+
+def test_mpi_without_its_headers_is_not_available_and_gsum_says_so(tmp_path, monkeypatch):
+    """Debian's openmpi-bin brings mpicc and mpirun but not mpi.h (libopenmpi-dev): the MPI anchor
+    cannot be built then, so GSum leaves its column out and says what to install."""
+    for command, script in (("mpicc", "exit 1"), ("mpirun", "exit 0")):
+        (tmp_path / command).write_text(f"#!/bin/sh\n{script}\n")
+        (tmp_path / command).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert not anchors.mpi_available()
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gsum", "--threads", "1", "--tree", "flat", "--rounds",
+                           "20", "--repeat", "1", "--no-targets"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "(MPI not installed: apt-get install openmpi-bin libopenmpi-dev)" in done.stdout.splitlines()[0]
