@@ -2,6 +2,7 @@
 on the way there changed nothing, calls made in 0.1 s slices still cross slow links, and Ctrl-C
 interrupts a call on its way (and one blocked in a Python stage) at once."""
 
+import re
 import signal
 import sys
 import textwrap
@@ -13,6 +14,7 @@ from child_processes import ChildProcesses
 
 import paths
 from paths import build_path, make_path, stage
+from refusing_stage import NoNegatives  # noqa: F401  (registers the kind test-no-negatives)
 
 SLACK_S = 0.5   # how much later than planned a sleeping call may return on a loaded machine
 # A crossing short enough to end in a caller's first 0.1 s slice, long enough that one crossing,
@@ -216,10 +218,35 @@ def test_a_failed_delivery_is_reported_by_the_next_operation_with_what_took_effe
         paths.fence(h, timeout=PATIENCE_S)
     for v in range(3):  # the server is gone: these cannot arrive
         h.move(v)
-    with pytest.raises(ConnectionError, match=r"delay: at least 0 of 3 moves sent ahead took effect \(the other 3 "
+    with pytest.raises(ConnectionError, match=r"delay: at least 0 of 1 moves sent ahead took effect \(the other 1 "
                                               r"may have too: the answer was lost\), then their delivery failed "
-                                              r"\(remote failure\): remote tcp://127\.0\.0\.1:\d+"):
+                                              r"\(remote failure\), and the 2 moves sent after them were dropped: "
+                                              r"remote tcp://127\.0\.0\.1:\d+"):
         h.last()
+    assert h.stage.counters()["dropped"] == 3
+
+
+@pytest.mark.parametrize("hears_by", ["last", "move"])
+def test_moves_sent_after_a_failed_delivery_are_dropped_so_what_took_effect_is_a_prefix(space, hears_by):
+    """-2 is refused below; 3 and 4, on the wire behind it, must not take effect after it (a hole in
+    the caller's moves): they are dropped, and the caller's next operation says so. A move made
+    once -2 was refused hears of it, after waiting for 3 and 4, and is not sent itself; the
+    caller's next move is."""
+    h = build_path(make_path(stage("delay", ms=5, pipelined=1), stage("test-no-negatives"),
+                             stage("core", name="H", format="q")), pastset=space)
+    for v in (1, -2, 3, 4):
+        h.move(v)
+    deadline = time.monotonic() + PATIENCE_S
+    while hears_by == "move" and h.stage.counters()["dropped"] == 0:  # -2 refused; 3 and 4 may be on the wire yet
+        assert time.monotonic() < deadline, "-2 was not refused"
+        time.sleep(0.001)
+    with pytest.raises(ValueError, match=re.escape(
+            "(delay: 0 of 1 moves sent ahead took effect, then their delivery failed (invalid argument), and the 2 "
+            "moves sent after them were dropped: test-no-negatives: ValueError: no negatives here, got -2)")):
+        h.last() if hears_by == "last" else h.move(5)
+    h.move(6)
+    paths.fence(h, timeout=PATIENCE_S)
+    assert space.enter("H", "q").observe_range(0, 10) == [(1,), (6,)]
     assert h.stage.counters()["dropped"] == 3
 
 

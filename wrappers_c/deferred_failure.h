@@ -20,6 +20,10 @@ void ps_deferred_failure_init(ps_deferred_failure *f);
 void ps_deferred_failure_destroy(ps_deferred_failure *f);
 /* Adds a failure: `done` of `of` moves took effect; the status kept is the first one's. */
 void ps_deferred_failure_record(ps_deferred_failure *f, int status, uint32_t done, uint32_t of);
+/* Whether a failure waits to be reported. */
+static inline int ps_deferred_failure_pending(ps_deferred_failure *f) {
+    return atomic_load_explicit(&f->status, memory_order_acquire) != 0;
+}
 /* The failure not reported yet, cleared: its status (with its counts), or PS_OK. */
 int ps_deferred_failure_take(ps_deferred_failure *f, uint32_t *done, uint32_t *of);
 

@@ -20,7 +20,9 @@
  * moves on the same wire: it crosses as above, then waits (by its timeout) until the courier has
  * applied them, so a caller observes its own moves. A move that failed below is reported by the
  * caller's next operation, which does nothing else, with how many of its tuples took effect in
- * the stage's error. A move waits (by its timeout) while QUEUE_MESSAGES are on their way.
+ * the stage's error; the courier drops the caller's messages after it until the caller has heard
+ * (a move first waits for them), so that what took effect of a caller's moves is a prefix of
+ * them. A move waits (by its timeout) while QUEUE_MESSAGES are on their way.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -65,6 +67,7 @@ typedef struct wire_caller {
     _Atomic uint64_t delivered;          /* of those, the ones the courier is done with */
     _Atomic int leaving;                 /* it goes: the courier drops what it cannot deliver at once */
     ps_deferred_failure failure;
+    _Atomic uint64_t dropped_after;      /* moves the courier dropped after the failure, whole */
 } wire_caller;
 
 typedef struct delay_stage {
@@ -157,7 +160,12 @@ static int come_back(ps_link *link, const ps_op *op, int rc, int64_t deadline) {
 static int take_failure(delay_stage *d, wire_caller *c) {
     uint32_t done, of;
     int status = ps_deferred_failure_take(&c->failure, &done, &of);
-    if (status != PS_OK) ps_stage_explain_moves(&d->base, status, done, of, "sent ahead", "their delivery failed", "");
+    if (status == PS_OK) return PS_OK;
+    char after[96] = "";
+    uint64_t dropped = atomic_exchange(&c->dropped_after, 0);
+    if (dropped)
+        snprintf(after, sizeof after, ", and the %llu moves sent after them were dropped", (unsigned long long)dropped);
+    ps_stage_explain_moves(&d->base, status, done, of, "sent ahead", "their delivery failed", after);
     return status;
 }
 
@@ -214,9 +222,16 @@ static int send_ahead(delay_stage *d, ps_link *link, ps_op *op, int64_t deadline
 }
 
 /* Passes one message on below when it arrives, in slices until it went, failed, or its caller
- * left or the stage stops (then what did not go is dropped, as a failure the caller hears of). */
+ * left or the stage stops (then what did not go is dropped, as a failure the caller hears of).
+ * After a failure the caller has not heard of, it is dropped whole: no later move of the caller
+ * takes effect after one that did not. */
 static void deliver(delay_stage *d, const queued *q) {
     wire_caller *c = &d->callers[q->slot];
+    if (ps_deferred_failure_pending(&c->failure)) { /* the caller takes it only once this is done */
+        atomic_fetch_add_explicit(&d->dropped, q->count, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->dropped_after, q->count, memory_order_relaxed);
+        return;
+    }
     while (!atomic_load(&c->leaving) && !atomic_load(&d->stopping) &&
            sleep_until(d, q->arrives_ns, ps_deadline(COURIER_SLICE_NS)) < q->arrives_ns) {
     }
@@ -300,7 +315,10 @@ static int delay_call(ps_link *link, ps_op *op) {
     delay_stage *d = delay_of(link);
     int64_t deadline = ps_deadline(op->timeout_ns);
     if (d->pipelined && (op->kind == PS_OP_MOVE || op->kind == PS_OP_MOVE_MANY)) {
-        int rc = take_failure(d, &d->callers[link->slot]);
+        wire_caller *c = &d->callers[link->slot];
+        /* After a failure, the moves sent before the caller hears of it are dropped first. */
+        if (ps_deferred_failure_pending(&c->failure) && wait_delivered(d, c, deadline) != PS_OK) return PS_ETIMEDOUT;
+        int rc = take_failure(d, c);
         while (rc == PS_OK && op->done < ps_op_tuples_in(op)) rc = send_ahead(d, link, op, deadline);
         return rc;
     }
