@@ -109,3 +109,16 @@ def test_the_round_model_recovers_the_costs_a_sweep_was_made_of():
     assert model.best_factor(k) == pytest.approx(math.sqrt(k * message / tuple_))  # 3162: past 2048
     flat = fit_round_model(k, {f: base + k / f * message for f in FACTORS})  # no cost grows with the factor
     assert not math.isfinite(flat.best_factor(k)) or flat.best_factor(k) > 1e6
+
+
+def test_the_best_factor_is_inside_the_range_only_when_none_past_it_is_faster():
+    """1024 the fastest of 4 ... 2048 but 8192 faster still: the curve has not turned inside the
+    range (a MISS); 256 the fastest of all: it has."""
+    from benchmarks.aggregation import FACTORS, best_factors
+
+    beyond = (4096, 8192)
+    falling = {f: 1.0 / f for f in FACTORS + beyond} | {2048: 1.0}  # 2048 slow by chance, 8192 fastest
+    assert best_factors(falling, FACTORS, beyond) == (8192, 4096, False)
+    turning = {f: abs(math.log2(f) - 8.2) + 1.0 for f in FACTORS + beyond}  # least at 256, then 512
+    assert best_factors(turning, FACTORS, beyond) == (256, 512, True)
+    assert best_factors({f: 1.0 / f for f in FACTORS}, FACTORS, ()) == (2048, 1024, False)
