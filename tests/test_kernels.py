@@ -817,14 +817,16 @@ def rank_program(tmp_path_factory):
     return folder / "rank_program"
 
 
-def start_ranks(program: Path, size: int, *args: str, folder: Path) -> list[subprocess.Popen]:
-    """`size` ranks of the C program under mpirun's variables (no mpirun), on map paper-2w."""
+def start_ranks(program: Path, size: int, *args: str, folder: Path, ranks: int | None = None) -> list[subprocess.Popen]:
+    """`size` ranks of the C program under mpirun's variables (no mpirun), on map paper-2w (the
+    first `ranks` of them only, when given)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONHOME"}
     env.update({"OMPI_COMM_WORLD_SIZE": str(size), "OMPI_COMM_WORLD_LOCAL_SIZE": str(size),
                 "PMIX_NAMESPACE": folder.name, "PATHS_MAP": "paper-2w", "PATHS_SUM": "TOTAL",
                 "PATHS_RENDEZVOUS_DIR": str(folder)})
     return [subprocess.Popen([str(program), *args], env={**env, "OMPI_COMM_WORLD_RANK": str(r)},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(size)]
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for r in range(size if ranks is None else ranks)]
 
 
 def test_a_program_that_ends_without_paths_finalize_is_finalized_on_its_way_out(rank_program, tmp_path):
@@ -834,6 +836,26 @@ def test_a_program_that_ends_without_paths_finalize_is_finalized_on_its_way_out(
     outcomes = [rank.communicate(timeout=60) for rank in ranks]
     assert [(rank.returncode, out) for rank, (out, _) in zip(ranks, outcomes)] == [
         (0, f"rank {r} total 3\n") for r in range(2)], outcomes
+
+
+@pytest.mark.parametrize("size, args", [(1, ("wait",)), (2, ("sum",))],
+                         ids=["in a blocking call", "in paths_init waiting for rank 1"])
+def test_ctrl_c_stops_a_program_of_its_own_as_it_would_without_python(rank_program, tmp_path, size, args):
+    """The program left SIGINT at its default: Ctrl-C ends it at once, killed by SIGINT (130 in a
+    shell), whether it waits in a C call or in paths_init for a rank that never comes; it is not
+    turned into a KeyboardInterrupt that C code never sees (which left the program running and
+    aborted it in paths_finalize)."""
+    rank = start_ranks(rank_program, size, *args, folder=tmp_path, ranks=1)[0]
+    try:
+        if args == ("wait",):
+            assert rank.stdout.readline() == "waiting\n"
+        time.sleep(0.5)
+        rank.send_signal(signal.SIGINT)
+        out, err = rank.communicate(timeout=20)
+        assert (rank.returncode, err) == (-signal.SIGINT, ""), err
+    finally:
+        rank.kill()
+        rank.communicate()
 
 
 @pytest.mark.parametrize("how, status, err", [

@@ -178,7 +178,9 @@ int64_t paths_now_ns(void);                        /* a monotonic clock */
  * rank but tells them, so that none waits for it (its part of a sum) and its launcher ends the
  * run at once: one that said so with paths_fail(NULL, ...) before paths_finalize, or that ends
  * without paths_finalize (returns from main, calls exit) with a status other than 0 (it is
- * finalized on its way out; with status 0 as paths_finalize would). A process calls paths_init
+ * finalized on its way out; with status 0 as paths_finalize would). Signals stay the program's:
+ * Ctrl-C ends it as it would without PATHS (its own SIGINT handler, if any, runs; else it is
+ * killed), in paths_init as in any call. A process calls paths_init
  * once, as MPI_Init: not again after paths_finalize. Compile and link with
  * `cc prog.c $(python -m paths config --cflags --libs)`. */
 int paths_init(int *argc, char ***argv);

@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,17 @@ static int started_python;     /* paths_init started the interpreter: paths_fina
 static int ended_python;       /* ... and ended it: it cannot start again (its modules would not) */
 static int exit_handled;       /* finalize_at_exit is registered (once per process) */
 static PyThreadState *program; /* the main thread's Python state while the program runs */
+
+/* Ctrl-C stops the program as it would without Python: the interpreter is started without its
+ * signal handlers, but its signal module, once imported, takes SIGINT (to raise KeyboardInterrupt,
+ * which C code never sees) wherever the program left it at its default. So it is imported at
+ * once, and SIGINT given back as the program had it. */
+static int keep_programs_ctrl_c(const struct sigaction *programs) {
+    PyObject *module = PyImport_ImportModule("signal");
+    if (!module) return PATHS_EINVAL;
+    Py_DECREF(module);
+    return sigaction(SIGINT, programs, NULL) == 0 ? PATHS_OK : PATHS_EINVAL;
+}
 
 /* Prints the pending Python exception as one line, "call: message" (a ValueError says what to
  * fix; any other exception is named), and clears it. */
@@ -162,11 +174,13 @@ int paths_init(int *argc, char ***argv) {
     }
     char site_dir[PATH_MAX];
     package_site(site_dir, sizeof site_dir);
+    struct sigaction programs_ctrl_c;
+    sigaction(SIGINT, NULL, &programs_ctrl_c);
     if (!Py_IsInitialized()) {
         char python[PATH_MAX];
         PyConfig config;
         PyConfig_InitPythonConfig(&config);
-        config.install_signal_handlers = 0; /* Ctrl-C stops the program as it would without Python */
+        config.install_signal_handlers = 0; /* see keep_programs_ctrl_c */
         config.parse_argv = 0;
         environment_python(site_dir, python, sizeof python);
         PyStatus status = python[0] ? PyConfig_SetBytesString(&config, &config.executable, python) : PyStatus_Ok();
@@ -179,7 +193,9 @@ int paths_init(int *argc, char ***argv) {
         started_python = 1;
     }
     PyGILState_STATE gil = PyGILState_Ensure();
-    int rc = add_package_site(site_dir);
+    int rc = started_python && keep_programs_ctrl_c(&programs_ctrl_c) != PATHS_OK ? report_python_error("paths_init")
+                                                                                  : PATHS_OK;
+    if (rc == PATHS_OK) rc = add_package_site(site_dir);
     if (rc == PATHS_OK) rc = start_runtime(argc, argv);
     PyGILState_Release(gil);
     if (started_python) program = PyEval_SaveThread();

@@ -8,6 +8,8 @@
  *                                adds its part (the others wait for it)
  *     rank_program said R        as sum, but rank R says `rank R gives up` with paths_fail (and
  *                                prints it), calls paths_finalize and returns 1 before its part
+ *     rank_program wait          prints `waiting`, then observes the element NEVER, which nobody
+ *                                moves into, with no timeout: until Ctrl-C
  */
 #include <paths.h>
 #include <stdio.h>
@@ -24,6 +26,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", paths_last_error(NULL));
         paths_finalize();
         return 1;
+    }
+    if (strcmp(what, "wait") == 0) {
+        paths_handle *never = paths_acquire(NULL, "NEVER", "q");
+        int64_t value;
+        printf("waiting\n");
+        fflush(stdout);
+        return never && paths_observe(never, &value, PATHS_FOREVER) == PATHS_OK ? 0 : 1;
     }
     paths_handle *total = paths_acquire(NULL, "TOTAL", "q");
     int64_t mine = rank + 1, all = 0;
