@@ -591,6 +591,51 @@ def test_ctrl_c_ends_a_kernel_run_in_this_process_at_once():
     assert time.monotonic() - interrupted < 2.0
 
 
+PARTIAL_KERNEL = """
+    import pathlib
+    import time
+
+    def kernel(ctx):
+        if ctx.threads >= 3:
+            if ctx.arg("how") == "fail":
+                raise RuntimeError("three is too many")
+            pathlib.Path(ctx.arg("started")).touch()
+            time.sleep(120)
+        ctx.report("x", 1.0 + ctx.thread)
+"""
+
+
+@pytest.mark.parametrize("how", ["fail", "ctrl-c"])
+def test_a_run_that_fails_or_is_interrupted_keeps_what_it_measured_before(user_module, tmp_path, how):
+    """Thread counts 1 and 2 are measured, then 3 fails (or waits until Ctrl-C): their table is
+    printed and the --csv file written with their runs, and the run exits 1 (130)."""
+    user_module("partial_kernel", PARTIAL_KERNEL)
+    started, out = tmp_path / "started", tmp_path / "partial.csv"
+    run = subprocess.Popen([sys.executable, "-m", "paths", "run", "partial_kernel:kernel", "--threads", "1-4",
+                            "--repeat", "2", "--csv", str(out), "--arg", f"how={how}", "--arg", f"started={started}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                           start_new_session=True)
+    try:
+        if how == "ctrl-c":
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while not started.exists():
+                assert time.monotonic() < deadline and run.poll() is None, run.communicate()
+                time.sleep(0.05)
+            os.killpg(run.pid, signal.SIGINT)
+        stdout, stderr = run.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+    assert run.returncode == (1 if how == "fail" else 130), stderr
+    assert ("three is too many" if how == "fail" else "paths: interrupted\n") in stderr
+    assert "keeping what was measured before it ended: 4 runs at 1, 2 threads" in stderr
+    rows = re.findall(r"^\s+(\d+)\s+1\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", stdout, re.M)
+    assert rows == [("1", "1.00000", "1.00000", "1.00000"), ("2", "1.50000", "1.50000", "1.50000")], stdout
+    assert [(r["threads"], r["repeat"], r["x"]) for r in csv_rows(out)] == [
+        ("1", "0", "1"), ("1", "1", "1"), ("2", "0", "1.5"), ("2", "1", "1.5")]
+
+
 @pytest.mark.parametrize("call, line", [
     (lambda h: paths.bench.mcpi(h, 2.5), "mcpi: expected darts, a whole number from 1 to 2**63-1, got 2.5"),
     (lambda h: paths.bench.mcpi(h, 2**70),

@@ -12,7 +12,9 @@ A map is a YAML file or the name of a shipped one (local, paper-2w, paper-4w, pa
 multicluster); with no --map the local machine's map is used. Swap the map, not the code — or
 compare several in one run: `--map paper-2w,paper-4w,paper-8w --policy block,cyclic` runs every
 pair, prints a table each, and puts them side by side in the CSV and in one plot. Every column
-the kernel reports (paths_report) gets min / avg / max per thread count.
+the kernel reports (paths_report) gets min / avg / max per thread count. A run that fails or is
+interrupted (Ctrl-C) still prints the table of what it measured before, and writes it to --csv
+and --plot.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from dataclasses import dataclass, field
 
 from .. import _native
 from ..model.cluster_map import MAX_FANIN, TREE_FORMS, ClusterMap, MapError, open_map
-from ..experiments.experiment import Measurement, RunSettings, checked_kernel, plans_for, run_experiment, trace_prefix
+from ..experiments.experiment import (Measurement, RunReport, RunSettings, checked_kernel, plans_for, run_experiment,
+                                      trace_prefix)
 from ..runtime.kernel import load_kernel, parse_kernel_args
 from ..experiments.launcher import LaunchError
 from ..model.placement import MAX_THREADS, PlacementWarning, canonical_policy
@@ -213,21 +216,43 @@ def run_command(argv: list[str]) -> int:
             print(f"paths run: warning: {message}", file=sys.stderr)
         if args.trace:
             _clear_traces(args.trace, trace_prefix(load_kernel(args.kernel)))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", PlacementWarning)
-            for run in runs:
-                report = _run_with_progress(run.cluster_map, run.settings)
-                run.measurements, run.counters = report.measurements, report.counters
-                print(results_table(run.cluster_map, run.settings, run.measurements), flush=True)
-                if args.counters:
-                    print(counters_table(run.counters))
     except BrokenPipeError:
         raise  # the reader of the tables went away (| head): the command line's exit 141, not a usage error
     except (MapError, ValueError, LaunchError, OSError) as e:
         print(f"paths run: {e}", file=sys.stderr)
         return 1 if isinstance(e, LaunchError) else 2
+    done = 0  # the run under way
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PlacementWarning)
+            for done, run in enumerate(runs):
+                _run_with_progress(run)
+                print(results_table(run.cluster_map, run.settings, run.measurements), flush=True)
+                if args.counters:
+                    print(counters_table(run.counters))
+    except BrokenPipeError:
+        raise
+    except (KeyboardInterrupt, MapError, ValueError, LaunchError, OSError) as e:
+        # What was measured before is kept: its table, and the files asked for.
+        status = 130 if isinstance(e, KeyboardInterrupt) else 1 if isinstance(e, LaunchError) else 2
+        print("paths: interrupted" if status == 130 else f"paths run: {e}", file=sys.stderr)  # as `paths` says it
+        measured = [run for run in runs if run.measurements]
+        if measured and measured[-1] is runs[done]:
+            counts = sorted({m.threads for m in runs[done].measurements})
+            print(f"paths run: keeping what was measured before it ended: {len(runs[done].measurements)} runs at "
+                  f"{', '.join(map(str, counts))} threads", file=sys.stderr)
+            print(results_table(runs[done].cluster_map, runs[done].settings, runs[done].measurements), flush=True)
+        return _write_outputs(args, measured) or status
+    status = _write_outputs(args, runs)
+    if status == 0 and args.trace:
+        return _merge_traces(args.trace, trace_prefix(load_kernel(args.kernel)))
+    return status
+
+
+def _write_outputs(args: argparse.Namespace, runs: list[Run]) -> int:
+    """The --csv and --plot files of the runs: 0, or 1 when one cannot be written (said)."""
     for option, path, write in (("--csv", args.csv, write_csv), ("--plot", args.plot, write_plot)):
-        if not path:
+        if not path or not runs:
             continue
         try:
             write(path, runs)
@@ -235,8 +260,6 @@ def run_command(argv: list[str]) -> int:
             print(f"paths run: {option} {path}: cannot write it: {e.strerror or e}", file=sys.stderr)
             return 1
         print(f"wrote {path}")
-    if args.trace:
-        return _merge_traces(args.trace, trace_prefix(load_kernel(args.kernel)))
     return 0
 
 
@@ -277,16 +300,19 @@ def _merge_traces(directory: str, prefix: str) -> int:
     return 0
 
 
-def _run_with_progress(cluster_map: ClusterMap, settings: RunSettings):
+def _run_with_progress(run: Run) -> None:
+    """Measures the run, its measurements kept in it as they are made."""
     from tqdm import tqdm
 
+    settings = run.settings
+    report = RunReport(run.measurements, run.counters)
     total = len(settings.thread_counts) * settings.repeat
-    with tqdm(total=total, desc=f"{settings.kernel} on {cluster_map.name}", unit="run", file=sys.stderr,
+    with tqdm(total=total, desc=f"{settings.kernel} on {run.cluster_map.name}", unit="run", file=sys.stderr,
               disable=None, leave=False) as bar:
         def step(threads: int, repeat: int) -> None:
             bar.set_postfix_str(f"{threads} threads")
             bar.update()
-        return run_experiment(cluster_map, settings, step)
+        run_experiment(run.cluster_map, settings, step, report)
 
 
 def _summary(measurements: list[Measurement]) -> list[tuple[int, int, list[Measurement]]]:

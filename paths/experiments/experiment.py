@@ -124,11 +124,15 @@ def checked_kernel(cluster_map: ClusterMap, settings: RunSettings) -> Kernel:
 
 
 def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
-                   progress: Callable[[int, int], None] = lambda threads, repeat: None) -> RunReport:
+                   progress: Callable[[int, int], None] = lambda threads, repeat: None,
+                   report: Optional[RunReport] = None) -> RunReport:
+    """Runs the kernel for every thread count and repeat; `report` (a new one when None) holds
+    each run's measurement as soon as it is made, so a run that fails or is interrupted later
+    keeps those made before."""
     kernel = checked_kernel(cluster_map, settings)
     plans = plans_for(cluster_map, settings)
     nodes = reachable_nodes(cluster_map, plans.values())
-    report = RunReport()
+    report = RunReport() if report is None else report
     node_options = ("--trace-dir", os.path.abspath(settings.trace_dir)) if settings.trace_dir else ()
     context = {"op": "context", "map": cluster_map.text, "source": cluster_map.source,
                "kernel": kernel.location, "kernel_name": kernel.name,
