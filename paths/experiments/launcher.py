@@ -46,6 +46,17 @@ START_SECONDS = 60.0
 QUIT_SECONDS = 5.0
 
 
+def exit_reason(returncode: int) -> str:
+    """How a process ended, as its parent saw it: "exit 3", or "killed by SIGSEGV" (a negative
+    return code is the signal that ended it)."""
+    if returncode >= 0:
+        return f"exit {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
+
+
 class LaunchError(RuntimeError):
     """A node that could not be started or that failed; the message names it."""
 
@@ -173,7 +184,7 @@ class _Node:
         tail = ""
         if self.process.returncode is not None:  # what it wrote last, not passed on yet
             tail = "\n".join(self._new_errors(ended=True)).strip()[-600:]
-        code = f" (exit {self.process.returncode})" if self.process.returncode is not None else ""
+        code = f" ({exit_reason(self.process.returncode)})" if self.process.returncode is not None else ""
         return f"node {self.name} {what}{code}" + (f":\n{tail}" if tail else "")
 
     def ask_to_quit(self) -> None:
