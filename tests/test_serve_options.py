@@ -1,13 +1,15 @@
 """`paths serve`'s key options as a user meets them: a missing, empty, short or garbled
---curve-secret file, --keygen into a folder that is not there, --insecure, and the limits it
+--curve-secret file, --keygen where no folder can be, --insecure, and the limits it
 holds clients to (sizes with units): each one clear line on stderr, the right exit code, no
 traceback. A server bound to an ipc path leaves no socket file behind."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 
@@ -63,11 +65,21 @@ def test_a_public_key_given_as_the_curve_secret_is_one_line_and_exit_2(tmp_path,
                            "one: give the PREFIX.key file that `paths serve --keygen PREFIX` wrote beside PREFIX.pub\n")
 
 
-def test_keygen_into_a_missing_folder_is_one_line_and_exit_2(tmp_path):
-    prefix = tmp_path / "no" / "such" / "server"
+def test_keygen_makes_a_missing_folder_its_owners_alone(tmp_path):
+    """As docs/serving.md has it: `paths serve --keygen clients/alice` in a new folder."""
+    prefix = tmp_path / "clients" / "alice"
+    done = paths_serve("--keygen", str(prefix))
+    assert (done.returncode, done.stderr) == (0, "")
+    assert stat.S_IMODE(os.stat(prefix.parent).st_mode) == 0o700
+    assert sorted(p.name for p in prefix.parent.iterdir()) == ["alice.key", "alice.pub"]
+
+
+def test_keygen_where_no_folder_can_be_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "a file").write_text("")
+    prefix = tmp_path / "a file" / "server"
     done = paths_serve("--keygen", str(prefix))
     assert done.returncode == 2
-    assert done.stderr == f"paths serve: --keygen {prefix}: cannot write '{prefix}.key': No such file or directory\n"
+    assert done.stderr == f"paths serve: --keygen {prefix}: cannot make the folder '{prefix.parent}': File exists\n"
 
 
 def test_keygen_makes_the_secret_the_owners_alone_and_never_replaces_a_key(tmp_path):

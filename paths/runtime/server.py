@@ -409,8 +409,8 @@ def serve_command(argv: list[str]) -> int:
 
 
 def _keygen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """paths serve --keygen PREFIX: a new key pair in PREFIX.key (secret) and PREFIX.pub; it never
-    replaces a key, and serves nothing."""
+    """paths serve --keygen PREFIX: a new key pair in PREFIX.key (secret) and PREFIX.pub, PREFIX's
+    folder made when missing (its owner's alone); it never replaces a key, and serves nothing."""
     serving = next((action.option_strings[0] for action in parser._actions if action.dest not in ("help", "keygen")
                     and getattr(args, action.dest) != action.default), None)
     existing = next((args.keygen + suffix for suffix in (".key", ".pub") if os.path.lexists(args.keygen + suffix)),
@@ -425,6 +425,12 @@ def _keygen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         problem = ""
     if problem:
         print(f"paths serve: --keygen {args.keygen}: {problem}", file=sys.stderr)
+        return 2
+    folder = os.path.dirname(args.keygen) or "."
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError as e:
+        print(f"paths serve: --keygen {args.keygen}: cannot make the folder '{folder}': {e.strerror}", file=sys.stderr)
         return 2
     public, secret = _native.curve_keypair()
     try:  # the secret is the owner's alone from the moment it exists
