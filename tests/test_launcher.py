@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -189,6 +190,34 @@ def test_local_nodes_get_their_own_share_of_the_cpus_when_pinning():
     shared = node_commands(cluster_map, ["n0", "n1", "n2"], "local", share_cpus=True)
     given = [c.argv[c.argv.index("--cpus") + 1] for c in shared]
     assert given == [format_cpu_list(share) for share in cpu_shares(3, allowed)]
+
+
+EMULATED_ADDRESSES = """
+name: addressed
+clusters:
+  c:
+    nodes: h[0-3]
+    cpus: 1
+    address: {h0: "tcp://127.0.0.1:%d", h1: "tcp://127.0.0.2:*", h2: "tcp://[::1]:7002", h3: "tcp://h3.example:7003"}
+root: h0
+"""
+
+
+def test_emulated_nodes_bind_their_loopback_addresses_as_given_and_others_a_free_port(probe):
+    """`launch: local` runs the map on this machine: a loopback address of the map is bound as
+    given (so a port in use is said, not passed over); another machine's is not this one's."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    cluster_map = load_map_text(EMULATED_ADDRESSES % port, source="addressed.yaml")
+    binds = [c.argv[c.argv.index("--bind") + 1] for c in node_commands(cluster_map, ["h0", "h1", "h2", "h3"])]
+    assert binds == [f"tcp://127.0.0.1:{port}", "tcp://127.0.0.2:*", "tcp://[::1]:7002", "tcp://127.0.0.1:*"]
+    with pytest.raises(LaunchError, match=rf"node h0: --bind: cannot bind 'tcp://127\.0\.0\.1:{port}': Address "
+                                          r"already in use"):
+        run_experiment(cluster_map, RunSettings("gsum", [1], repeat=1, rounds=5, timeout=RUN_TIMEOUT))
+    taken.close()
+    assert_all_reaped(probe, ["h0"])
 
 
 FAKE_SSH = """\

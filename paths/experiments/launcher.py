@@ -78,7 +78,7 @@ def node_commands(cluster_map: ClusterMap, nodes: list[str], mode: str | None = 
     python = [sys.executable, "-m", "paths.experiments.node", *node_options]
     if mode == "local":
         shares = cpu_shares(len(nodes), sorted(os.sched_getaffinity(0))) if share_cpus else None
-        return [NodeCommand(n, python + ["--name", n, "--bind", "tcp://127.0.0.1:*"]
+        return [NodeCommand(n, python + ["--name", n, "--bind", _emulated_bind(cluster_map, n)]
                             + (["--cpus", format_cpu_list(shares[i])] if shares else []))
                 for i, n in enumerate(nodes)]
     if mode == "ssh":
@@ -99,6 +99,20 @@ def node_commands(cluster_map: ClusterMap, nodes: list[str], mode: str | None = 
                             + ["--name", n] + _bind_options(cluster_map, n, host_of[n]))
                 for n in nodes]
     raise LaunchError(f"unknown launch mode {mode!r} (expected local, ssh or slurm)")
+
+
+def _emulated_bind(cluster_map: ClusterMap, node: str) -> str:
+    """Where a node emulated on this machine binds: its address in the map when that is a
+    loopback one (127.0.0.0/8, [::1]), else a free port of 127.0.0.1 (the map's addresses are
+    those of other machines)."""
+    address = cluster_map.node(node).address
+    if address:
+        try:
+            if ipaddress.ip_address(split_address(address)[0].strip("[]")).is_loopback:
+                return address
+        except ValueError:  # a host name
+            pass
+    return "tcp://127.0.0.1:*"
 
 
 def _bind_options(cluster_map: ClusterMap, node: str, host: str) -> list[str]:
