@@ -484,6 +484,10 @@ BROKEN = {
                     "merge keys (<<) are not supported: write the fields out"),
     "a recursive anchor": (edited(("nodes: n[0-7]", "nodes: &n [n0, *n]")), 4, "clusters.4w.nodes[1]",
                            "an anchor used inside itself"),
+    "an anchor used inside itself as a field": (edited(("root: n0", "root: n0\nelements: &e {X: *e}")), 7,
+                                                "elements.X", "an anchor used inside itself"),
+    "a cluster holding its clusters": (edited(("clusters:\n", "clusters: &c\n"), ("cpus: 4", "cpus: 4\n    x: *c")), 2,
+                                       "clusters.4w.x", "an anchor used inside itself"),
     "a NUL character": (edited(("name: t", "name: t\0")), 1, None, "invalid YAML: character #x0000 is not allowed"),
     # lists nested past what YAML's composer recurses to, and past what its constructor does
     "lists nested 5000 deep": (edited(("cpus: 4", "cpus: " + "[" * 5000 + "]" * 5000)), 5, None,

@@ -243,10 +243,18 @@ def load_map_text(text: str, source: str = "<string>") -> ClusterMap:
 
 
 class _Field:
-    """A YAML node and the field path that leads to it, so that errors can point at it."""
+    """A YAML node and the field path that leads to it, so that errors can point at it; and the
+    nodes it is inside of, so that an alias of one of them (an anchor used inside itself) is
+    refused as such rather than walked into."""
 
-    def __init__(self, node: yaml.Node, path: str, source: str) -> None:
-        self.node, self.path, self.source = node, path, source
+    def __init__(self, node: yaml.Node, path: str, source: str, inside: frozenset = frozenset()) -> None:
+        self.node, self.path, self.source, self.inside = node, path, source, inside
+
+    def _child(self, node: yaml.Node, path: str) -> "_Field":
+        child = _Field(node, path, self.source, self.inside | {id(self.node)})
+        if id(node) in child.inside:
+            child.fail("an anchor used inside itself (a map is plain YAML: mappings, lists, strings and numbers)")
+        return child
 
     def fail(self, problem: str) -> NoReturn:
         line = self.node.start_mark.line + 1
@@ -282,7 +290,7 @@ class _Field:
                 _Field(key_node, self.path, self.source).fail("merge keys (<<) are not supported: write the fields out")
             key = _Field(key_node, self.path, self.source).string("a name as key")
             shown = key if len(key) <= 40 else key[:37] + "..."
-            child = _Field(value_node, f"{self.path}.{shown}" if self.path else shown, self.source)
+            child = self._child(value_node, f"{self.path}.{shown}" if self.path else shown)
             if key in found:
                 child.fail(f"duplicate key (first at line {found[key].node.start_mark.line + 1})")
             found[key] = child
@@ -302,9 +310,7 @@ class _Field:
     def items(self, expected: str) -> list[_Field]:
         if not isinstance(self.node, yaml.SequenceNode):
             self.expect(expected)
-        return [
-            _Field(node, f"{self.path}[{i}]", self.source) for i, node in enumerate(self.node.value)
-        ]
+        return [self._child(node, f"{self.path}[{i}]") for i, node in enumerate(self.node.value)]
 
     def string(self, expected: str) -> str:
         value = self.value()
