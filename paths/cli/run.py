@@ -238,8 +238,8 @@ def run_command(argv: list[str]) -> int:
         print("paths: interrupted" if status == 130 else f"paths run: {e}", file=sys.stderr)  # as `paths` says it
         measured = [run for run in runs if run.measurements]
         if measured and measured[-1] is runs[done]:
-            counts = sorted({m.threads for m in runs[done].measurements})
-            print(f"paths run: keeping what was measured before it ended: {len(runs[done].measurements)} runs at "
+            counts, made = sorted({m.threads for m in runs[done].measurements}), len(runs[done].measurements)
+            print(f"paths run: keeping what was measured before it ended: {made} run{'s' if made != 1 else ''} at "
                   f"{', '.join(map(str, counts))} threads", file=sys.stderr)
             print(results_table(runs[done].cluster_map, runs[done].settings, runs[done].measurements), flush=True)
         return _write_outputs(args, measured) or status
