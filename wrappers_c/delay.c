@@ -316,9 +316,14 @@ static int delay_call(ps_link *link, ps_op *op) {
     int64_t deadline = ps_deadline(op->timeout_ns);
     if (d->pipelined && (op->kind == PS_OP_MOVE || op->kind == PS_OP_MOVE_MANY)) {
         wire_caller *c = &d->callers[link->slot];
-        /* After a failure, the moves sent before the caller hears of it are dropped first. */
-        if (ps_deferred_failure_pending(&c->failure) && wait_delivered(d, c, deadline) != PS_OK) return PS_ETIMEDOUT;
-        int rc = take_failure(d, c);
+        /* A failure is heard only once every move sent before is done with (dropped): one heard
+         * with moves still on the wire would let them through after the failed one. A failure
+         * recorded after this look is heard by the next operation. */
+        int rc = PS_OK;
+        if (ps_deferred_failure_pending(&c->failure)) {
+            if (wait_delivered(d, c, deadline) != PS_OK) return PS_ETIMEDOUT;
+            rc = take_failure(d, c);
+        }
         while (rc == PS_OK && op->done < ps_op_tuples_in(op)) rc = send_ahead(d, link, op, deadline);
         return rc;
     }

@@ -28,7 +28,11 @@
  *             another index held, or one half written.
  *   wire      the order scene's callers through a pipelined delay (moves streamed by its courier
  *             thread), alone and below a batch: every move once, in order, none dropped, also
- *             of the callers that leave without a fence.
+ *             of the callers that leave without a fence. Then the callers through a pipelined
+ *             delay over the refusing kind (below): what took effect of each caller's moves is in
+ *             order, each once, and a prefix up to each failure: every gap in it ends at the move
+ *             that heard of a failure (not taken), and every move taken either took effect or is
+ *             counted dropped.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -206,6 +210,8 @@ static void run_wire(ps_space *space, int64_t moves) {
         ps_stage_release(core);
     }
 }
+
+static void run_wire_failing(ps_space *space, int64_t moves);
 
 /* ---- bound ---------------------------------------------------------------------------------- */
 
@@ -518,6 +524,84 @@ static void run_churn(ps_space *space, int64_t reads) {
     ps_stage_release(core);
 }
 
+/* ---- wire failing: a pipelined delay over the refusing kind ------------------------------------ */
+
+typedef struct wire_failing_job {
+    ps_stage *delay;
+    int caller;
+    int64_t moves, taken;
+    bool *heard; /* moves[seq]: the call of move seq returned the failure it heard of (not taken) */
+} wire_failing_job;
+
+static void *wire_failing_caller(void *arg) {
+    wire_failing_job *job = arg;
+    ps_link link;
+    attach_or_die(job->delay, &link);
+    for (int64_t seq = 0; seq < job->moves; seq++) {
+        int rc = link_move(&link, &(pair){job->caller, seq}, WAIT);
+        CHECK(rc == PS_OK || rc == PS_ECLOSED, "wire failing: caller %d move %" PRId64 ": %s", job->caller, seq,
+              ps_status_name(rc));
+        job->heard[seq] = rc != PS_OK;
+        job->taken += rc == PS_OK;
+    }
+    int rc;
+    while ((rc = link_simple(&link, PS_OP_FENCE, WAIT)) == PS_ECLOSED) { /* a failure it had not heard of yet */
+    }
+    CHECK(rc == PS_OK, "wire failing: caller %d fence: %s", job->caller, ps_status_name(rc));
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static void run_wire_failing(ps_space *space, int64_t moves) {
+    atomic_store(&scene_running, "wire failing");
+    ps_stage *core = create_core(space, "WIREFAIL", "qq");
+    ps_params none = {NULL, 0};
+    ps_build_context context = {space};
+    ps_stage *refusing = NULL;
+    char error[256] = "";
+    if (ps_stage_create(&REFUSING, &none, &context, core, &refusing, error, sizeof error) != PS_OK) {
+        fprintf(stderr, "FAIL: create the refusing stage: %s\n", error);
+        exit(1);
+    }
+    ps_param_value values[] = {float_param("ms", 0.05), int_param("pipelined", 1)};
+    ps_stage *delay = create_stage(space, "delay", values, 2, refusing);
+    pthread_t threads[CALLERS];
+    wire_failing_job jobs[CALLERS];
+    for (int c = 0; c < CALLERS; c++) {
+        jobs[c] = (wire_failing_job){delay, c, moves, 0, calloc((size_t)moves, sizeof(bool))};
+        CHECK(jobs[c].heard != NULL, "wire failing: calloc");
+        if (!jobs[c].heard) exit(1);
+        start_thread(&threads[c], wire_failing_caller, &jobs[c]);
+    }
+    for (int c = 0; c < CALLERS; c++) pthread_join(threads[c], NULL);
+    int64_t dropped = counter_of(delay, "dropped"), taken = 0;
+    ps_stage_release(delay);
+    ps_element *element = enter_or_die(space, "WIREFAIL", "qq");
+    int64_t last = ps_last(element), next[CALLERS] = {0};
+    for (int c = 0; c < CALLERS; c++) taken += jobs[c].taken;
+    CHECK(last + dropped == taken, "wire failing: %" PRId64 " took effect and %" PRId64 " were dropped of %" PRId64
+          " moves taken", last, dropped, taken);
+    for (int64_t i = 0; i < last; i++) {
+        pair p = {-1, -1};
+        ps_observe_at(element, i, &p, WAIT);
+        bool known = p.caller >= 0 && p.caller < CALLERS && p.seq >= next[p.caller] && p.seq < moves;
+        CHECK(known, "wire failing: tuple %" PRId64 " is (%" PRId64 ", %" PRId64 "): not after its caller's last",
+              i, p.caller, p.seq);
+        if (!known) break;
+        wire_failing_job *job = &jobs[p.caller];
+        CHECK(!job->heard[p.seq], "wire failing: caller %" PRId64 "'s move %" PRId64 " took effect, though its call "
+              "failed", p.caller, p.seq);
+        CHECK(p.seq == next[p.caller] || job->heard[p.seq - 1], "wire failing: caller %" PRId64 "'s moves %" PRId64
+              " to %" PRId64 " did not take effect but %" PRId64 " did, with no failure heard before it", p.caller,
+              next[p.caller], p.seq - 1, p.seq);
+        next[p.caller] = p.seq + 1;
+    }
+    ps_leave(element);
+    for (int c = 0; c < CALLERS; c++) free(jobs[c].heard);
+    ps_stage_release(refusing);
+    ps_stage_release(core);
+}
+
 int main(int argc, char **argv) {
     stress_run run = stress_begin("stress_batch", argc, argv, 4000, RUN_BUDGET);
     int64_t moves = run.rounds;
@@ -532,6 +616,7 @@ int main(int argc, char **argv) {
     run_prefetch(space, moves * 2);
     run_churn(space, moves * 25);
     run_wire(space, moves / 4);
+    run_wire_failing(space, moves / 8);
     int code = stress_end(&run);
     ps_space_free(space);
     return code;
