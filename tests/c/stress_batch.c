@@ -311,17 +311,23 @@ static int refusing_create(const ps_params *params, const ps_build_context *cont
     return PS_OK;
 }
 
-static void run_failing(ps_space *space) {
-    atomic_store(&scene_running, "failing");
-    ps_stage *core = create_core(space, "FAILING", "qq");
+/* A refusing stage over `below`, or the end of the test. */
+static ps_stage *create_refusing(ps_space *space, ps_stage *below) {
     ps_params none = {NULL, 0};
     ps_build_context context = {space};
     ps_stage *refusing = NULL;
     char error[256] = "";
-    if (ps_stage_create(&REFUSING, &none, &context, core, &refusing, error, sizeof error) != PS_OK) {
+    if (ps_stage_create(&REFUSING, &none, &context, below, &refusing, error, sizeof error) != PS_OK) {
         fprintf(stderr, "FAIL: create the refusing stage: %s\n", error);
         exit(1);
     }
+    return refusing;
+}
+
+static void run_failing(ps_space *space) {
+    atomic_store(&scene_running, "failing");
+    ps_stage *core = create_core(space, "FAILING", "qq");
+    ps_stage *refusing = create_refusing(space, core);
     for (int buffers = 1; buffers <= 2; buffers++) {
         ps_stage *batch = create_batch(space, 5, buffers, 0, refusing);
         ps_link link;
@@ -555,14 +561,7 @@ static void *wire_failing_caller(void *arg) {
 static void run_wire_failing(ps_space *space, int64_t moves) {
     atomic_store(&scene_running, "wire failing");
     ps_stage *core = create_core(space, "WIREFAIL", "qq");
-    ps_params none = {NULL, 0};
-    ps_build_context context = {space};
-    ps_stage *refusing = NULL;
-    char error[256] = "";
-    if (ps_stage_create(&REFUSING, &none, &context, core, &refusing, error, sizeof error) != PS_OK) {
-        fprintf(stderr, "FAIL: create the refusing stage: %s\n", error);
-        exit(1);
-    }
+    ps_stage *refusing = create_refusing(space, core);
     ps_param_value values[] = {float_param("ms", 0.05), int_param("pipelined", 1)};
     ps_stage *delay = create_stage(space, "delay", values, 2, refusing);
     pthread_t threads[CALLERS];
