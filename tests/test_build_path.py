@@ -225,22 +225,26 @@ class RefuseObserve:
 
 
 def test_a_call_waiting_in_slices_holds_its_handle_between_them(space):
-    """A blocking call waits in slices (so that Ctrl-C is seen); another thread that calls the
-    handle over and over, between two of them too, is refused every time, and the waiting call
-    ends as its own timeout says, never refused itself."""
+    """A blocking call waits in slices of 0.1 s (so that Ctrl-C is seen); another thread that
+    calls the handle over and over, between two of them too, is refused every time, and the
+    waiting call ends as its own timeout says, never refused itself. The other thread counts from
+    its first refusal (the wait has begun) for 0.4 s of the wait's 0.8 s (after that, the wait may
+    have ended and the handle be free)."""
     h = build_path(make_path(stage("core", name="EMPTY", format="q")), pastset=space)
     outcome, others = [], []
     waiter = threading.Thread(target=lambda: outcome.append(pytest.raises(TimeoutError, h.observe, timeout=0.8)))
     waiter.start()
-    time.sleep(0.05)
-    while waiter.is_alive():
+    until = None
+    while until is None or time.monotonic() < until:
         try:
             h.last()
-            others.append("went through")
+            if until is not None:
+                others.append("went through")
         except RuntimeError as e:
+            until = until or time.monotonic() + 0.4
             others.append(str(e)[:40])
     waiter.join()
-    assert outcome and others and set(others) == {"this handle is in use by another thread "}
+    assert outcome and len(others) > 1 and set(others) == {"this handle is in use by another thread "}
 
 
 def test_a_handle_in_use_by_one_thread_refuses_another_and_goes_on(space):
