@@ -536,7 +536,7 @@ typedef struct wire_failing_job {
     ps_stage *delay;
     int caller;
     int64_t moves, taken;
-    bool *heard; /* moves[seq]: the call of move seq returned the failure it heard of (not taken) */
+    bool *heard; /* one per move: heard[seq], the call of move seq returned a failure it heard of (not taken) */
 } wire_failing_job;
 
 static void *wire_failing_caller(void *arg) {
