@@ -375,6 +375,22 @@ def test_paths_run_and_show_take_the_tree_form_from_the_command_line(tmp_path):
     assert unknown.returncode == 2 and "invalid choice: 'exchange'" in unknown.stderr
 
 
+def test_a_map_whose_allreduce_crosses_a_delayed_link_is_one_line_for_every_command(tmp_path):
+    linked = tmp_path / "linked.yaml"
+    linked.write_text("name: linked\nclusters:\n  a: {nodes: \"a[0-1]\", cpus: 1}\n  b: {nodes: \"b[0-1]\", cpus: 1}\n"
+                      "root: a0\ntree: {form: allreduce}\nlinks:\n  - {between: [a, b], delay_ms: 1}\n")
+    for command in (("launch", "--map", str(linked), "--threads", "4", "--", "true"),
+                    ("sbatch", "--map", str(linked), "--threads", "4", "--", "true"),
+                    ("run", "gsum", "--map", str(linked), "--threads", "4"),
+                    ("show", "--map", str(linked), "--threads", "4")):
+        refused = paths_command(*command)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, (command, refused.stderr)
+        assert refused.stderr.startswith(f"paths {command[0]}: {linked}: map 'linked': tree form allreduce: the link "
+                                         f"between clusters 'a' and 'b' has a delay or a batch"), refused.stderr
+    assert paths_command("launch", "--map", str(linked), "--threads", "2", "--", "true").returncode == 0, \
+        "two threads stay inside cluster a"
+
+
 def test_a_hundred_hostile_connections_while_a_member_joins_change_nothing(group):
     g = group(2, name="G-flood", format="q")
     zero, one = g.build()

@@ -204,7 +204,7 @@ def test_a_root_sum_of_more_clusters_than_a_sum_stage_takes_is_refused():
     text = "name: many\nclusters:\n" + "".join(f"  c{i}: {{nodes: h{i}, cpus: 1}}\n" for i in range(4097)) + "root: h0\n"
     many = load_map_text(text)
     assert plan_reduction(many, 4096, ELEMENT).paths[1][1] == stage("reduce-sum", num_threads=4096, id="root")
-    with pytest.raises(ValueError, match=r"^map 'many': threads on 4097 clusters, and the root sum adds at most 4096 "):
+    with pytest.raises(ValueError, match=r"^<string>: map 'many': threads on 4097 clusters, and the root sum adds at most 4096 "):
         plan_reduction(many, 4097, ELEMENT)
 
 

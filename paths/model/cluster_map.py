@@ -242,6 +242,11 @@ def load_map_text(text: str, source: str = "<string>") -> ClusterMap:
     )
 
 
+def _tag_name(tag: str) -> str:
+    """A YAML tag as a map would write it: tag:yaml.org,2002:int is !!int."""
+    return "!!" + tag.rsplit(":", 1)[1] if tag.startswith("tag:yaml.org,2002:") else tag
+
+
 class _Field:
     """A YAML node and the field path that leads to it, so that errors can point at it; and the
     nodes it is inside of, so that an alias of one of them (an anchor used inside itself) is
@@ -279,6 +284,8 @@ class _Field:
             problem = "an anchor used inside itself" if "recursive" in (error.problem or "") else error.problem
             raise MapError(f"{self.source}:{mark.line + 1}: {self.path or '(top level)'}: {problem} "
                            f"(a map is plain YAML: mappings, lists, strings and numbers)") from None
+        except (ValueError, LookupError, AttributeError, TypeError, OverflowError):  # a tag's constructor refused
+            self.fail(f"{_shown.repr(self.node.value)} is not a valid {_tag_name(self.node.tag)}")
 
     def entries(self, expected: str) -> dict[str, _Field]:
         """The values of a mapping by key; keys must be unique names."""

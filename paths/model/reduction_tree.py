@@ -35,7 +35,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterator, Optional, Union
 
-from .cluster_map import MAX_FANIN, TREE_FORMS, ClusterMap
+from .cluster_map import MAX_FANIN, TREE_FORMS, ClusterMap, MapError
 from .path_spec import PathSpec, StageSpec, make_path, stage
 from .placement import Policy, place, policy_name
 from .stage_kinds import kinds
@@ -218,7 +218,7 @@ def _sum_tree(cluster_map: ClusterMap, threads_on: dict[str, list[_Thread]], max
             cluster_sums.append(_combine(node_sums, max_fanin, f"cluster:{cluster.name}", head))
     # One root sum takes every cluster sum, whatever max_fanin: one crossing per cluster.
     if len(cluster_sums) > MAX_FANIN:
-        raise ValueError(f"map {cluster_map.name!r}: threads on {len(cluster_sums)} clusters, and the root sum adds "
+        raise MapError(f"{cluster_map.source}: map {cluster_map.name!r}: threads on {len(cluster_sums)} clusters, and the root sum adds "
                          f"at most {MAX_FANIN} cluster sums: use fewer threads or clusters")
     return _combine(cluster_sums, max(len(cluster_sums), 2), "root", cluster_map.root)
 
@@ -227,7 +227,7 @@ def _allreduce(cluster_map: ClusterMap, group: str, nodes: list[str], rank: int,
                max_fanin: int) -> tuple[StageSpec, ...]:
     """The allreduce stage of member `rank` of `nodes` (none for a group of one node), over
     direct hops: ipc where every hop between the members says ipc, else tcp. A hop that a link
-    delays or batches, or that goes over zmq, cannot carry it: ValueError naming the link."""
+    delays or batches, or that goes over zmq, cannot carry it: MapError naming the map's file and the link."""
     if len(nodes) == 1:
         return ()
     clusters = sorted({cluster_map.node(node).cluster for node in nodes})
@@ -236,12 +236,12 @@ def _allreduce(cluster_map: ClusterMap, group: str, nodes: list[str], rank: int,
         for b in clusters[i:]:
             link = cluster_map.link_between(a, b)
             if link is not None and (link.delay_ms is not None or link.batch is not None):
-                raise ValueError(f"map {cluster_map.name!r}: tree form {form}: the link between clusters {a!r} and "
+                raise MapError(f"{cluster_map.source}: map {cluster_map.name!r}: tree form {form}: the link between clusters {a!r} and "
                                  f"{b!r} has a delay or a batch, which allreduce's direct connections do not "
                                  f"carry: use tree form sums on this map")
             protos.add(cluster_map.proto_between(a, b))
     if "zmq" in protos:
-        raise ValueError(f"map {cluster_map.name!r}: tree form {form}: a hop between its nodes is on zmq, and "
+        raise MapError(f"{cluster_map.source}: map {cluster_map.name!r}: tree form {form}: a hop between its nodes is on zmq, and "
                          f"allreduce's members connect directly (tcp or ipc): use tree form sums on this map")
     params = {"group": group, "nodes": ",".join(nodes), "rank": rank}
     if form == "allreduce-tree":

@@ -163,9 +163,12 @@ def make_runtime(cluster_map: ClusterMap, threads: Optional[int], *, sums=(), po
     acquire, release = acquire or cluster_map.acquire, release or cluster_map.release
     policy = canonical_policy(policy)
     placements = tuple(place(cluster_map, threads, policy)) if threads is not None else ()
-    return Runtime(cluster_map, placements, frozenset(sums), policy, max_fanin, named_hook(acquire, "acquire"),
-                   named_hook(release, "release"), (acquire or "(default)", release or "(default)"),
-                   tracing=tracing, tree_form=tree_form, context=context or default_context())
+    runtime = Runtime(cluster_map, placements, frozenset(sums), policy, max_fanin, named_hook(acquire, "acquire"),
+                      named_hook(release, "release"), (acquire or "(default)", release or "(default)"),
+                      tracing=tracing, tree_form=tree_form, context=context or default_context())
+    if placements:
+        runtime.nodes()  # a map whose sums cannot take these threads (MapError) fails here, before anything starts
+    return runtime
 
 
 # ---- a program of its own ------------------------------------------------------------------------
