@@ -360,12 +360,14 @@ def test_ctrl_c_while_the_nodes_start_says_one_line(app, probe, command):
     assert probe.alive_within(REAPED_WITHIN) == []
 
 
-@pytest.mark.parametrize("how", ["a rank fails", "timeout", "SIGINT", "SIGKILL", "SIGHUP to the group"])
+@pytest.mark.parametrize("how", ["a rank fails", "timeout", "SIGINT", "SIGKILL", "SIGHUP to the group",
+                                 "SIGKILL to the group", "SIGKILL to the node"])
 def test_what_a_rank_started_is_stopped_with_it(app, probe, how):
     """Each rank a shell that runs the program (as a wrapper script does): when the ranks are
     stopped (another rank failed, --timeout, SIGINT to the launcher, SIGKILL to the launcher, a
-    closed terminal: SIGHUP to the launcher's process group, its local nodes included), the
-    programs the shells started go too, not only the shells."""
+    closed terminal: SIGHUP to the launcher's process group; SIGKILL to that group; the node
+    killed, as the OOM killer would), the programs the shells started go too, not only the
+    shells."""
     late = 'test "$PATHS_RANK" != 1 || sleep 2; '  # the failing rank: once the others are up
     command = ["sh", "-c", late + '"$0" "$@"; exit $?', sys.executable, app, "sleep",
                *(["1", "3"] if how == "a rank fails" else [])]
@@ -375,7 +377,10 @@ def test_what_a_rank_started_is_stopped_with_it(app, probe, how):
     try:
         up = [run.stdout.readline() for _ in range(3)]
         assert all(" up " in line for line in up), up
-        if how.startswith("SIG"):
+        if how.endswith("node"):
+            [node] = probe.started()
+            os.kill(node, signal.SIGKILL)
+        elif how.startswith("SIG"):
             number = getattr(signal, how.split()[0])
             os.killpg(run.pid, number) if how.endswith("group") else os.kill(run.pid, number)
         _, err = run.communicate(timeout=60)
@@ -383,7 +388,8 @@ def test_what_a_rank_started_is_stopped_with_it(app, probe, how):
         assert left == [], f"left {REAPED_WITHIN} s after the run ended ({how}): {left}"
         assert probe.alive_within(REAPED_WITHIN) == []
         assert run.returncode == {"a rank fails": 3, "timeout": 1, "SIGINT": 130, "SIGKILL": -signal.SIGKILL,
-                                  "SIGHUP to the group": -signal.SIGHUP}[how], err
+                                  "SIGHUP to the group": -signal.SIGHUP, "SIGKILL to the group": -signal.SIGKILL,
+                                  "SIGKILL to the node": 1}[how], err
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)

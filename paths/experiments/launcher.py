@@ -15,7 +15,10 @@ Every process started is reaped: on success, on error and on Ctrl-C. A killed la
 SIGKILL) leaves no node behind either: each node (or its ssh or srun) gets the parent-death
 signal, SIGTERM, on which a node stops its ranks' process groups before it exits (SIGKILL would
 leave what the ranks started), and a node ends by itself when its standard input closes, at once when it is busy
-(paths/experiments/node.py). Start nodes from the main thread: the parent-death signal follows the thread
+(paths/experiments/node.py). A local node leads a session of its own, so that a kill of the
+launcher's whole process group reaches the launcher alone; and it tells the launcher its ranks'
+process groups, which the launcher kills once the node has ended, for a node killed by SIGKILL
+(say by the kernel's OOM killer) cannot stop them itself. Start nodes from the main thread: the parent-death signal follows the thread
 that started them.
 """
 
@@ -65,6 +68,7 @@ class LaunchError(RuntimeError):
 class NodeCommand:
     node: str
     argv: list[str]
+    local: bool = False  # the node process runs here (not an ssh or srun client of one elsewhere)
 
 
 def node_commands(cluster_map: ClusterMap, nodes: list[str], mode: str | None = None,
@@ -79,7 +83,7 @@ def node_commands(cluster_map: ClusterMap, nodes: list[str], mode: str | None = 
     if mode == "local":
         shares = cpu_shares(len(nodes), sorted(os.sched_getaffinity(0))) if share_cpus else None
         return [NodeCommand(n, python + ["--name", n, "--bind", _emulated_bind(cluster_map, n)]
-                            + (["--cpus", format_cpu_list(shares[i])] if shares else []))
+                            + (["--cpus", format_cpu_list(shares[i])] if shares else []), local=True)
                 for i, n in enumerate(nodes)]
     if mode == "ssh":
         commands = []
@@ -147,9 +151,13 @@ class _Node:
         # read at an offset of its own: the node writes at the shared one
         self._unread_errors = open(f"/proc/self/fd/{self.errors.fileno()}", "rb")
         self._error_lines = LineBuffer()
+        # A local node leads a session of its own: a kill of the launcher's whole process group
+        # (SIGKILL included) then ends the launcher alone, and the node stops its ranks as it would
+        # after any death of its launcher.
         self.process = subprocess.Popen(command.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.errors, bufsize=0,
+                                        stderr=self.errors, bufsize=0, start_new_session=command.local,
                                         preexec_fn=dies_with_me(signal.SIGTERM, ctrl_c=signal.SIG_IGN))
+        self.rank_groups: set[int] = set()  # a local node's ranks' process groups, as it said
         self.endpoint = ""
         self.lines: collections.deque[str] = collections.deque()  # read, not taken yet
         self._received = LineBuffer()  # the lines not read whole yet
@@ -311,8 +319,12 @@ class NodeProcesses:
                 for node in nodes:
                     while node.name not in lines and node.lines:
                         line = node.lines.popleft()
-                        if on_event and line.startswith('{"event"'):
-                            on_event(node.name, json.loads(line))
+                        if line.startswith('{"event"'):
+                            event = json.loads(line)
+                            if event["event"] == "started" and node.command.local:
+                                node.rank_groups.add(event["group"])
+                            if on_event:
+                                on_event(node.name, event)
                             continue
                         lines[node.name] = parse(node.name, line)
                         selector.unregister(node.process.stdout)
@@ -348,4 +360,9 @@ class NodeProcesses:
         deadline = time.monotonic() + QUIT_SECONDS
         for node in nodes:
             node.reap(deadline)
+        for group in {group for node in nodes for group in node.rank_groups}:
+            try:  # what a rank started is left only when its node was killed (SIGKILL): it goes now
+                os.killpg(group, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         self.nodes.clear()

@@ -20,7 +20,7 @@ standard input and output, one JSON object per line. The node first prints `READ
     {"op": "launch", "command": [...], "cwd": DIR,       start these ranks of `paths launch`
      "ranks": {rank: {VAR: value}}}                      (each with its environment; null unsets) and wait
                                                          for them; meanwhile event lines
-                                                         {"event": "output"|"exit", ...}
+                                                         {"event": "started"|"output"|"exit", ...}
                                                          (paths/experiments/rank_processes.py)
     {"op": "quit"}                                       stop; so does the end of standard input
 
@@ -32,8 +32,10 @@ A thread reads standard input. Its end while the node is idle stops the node onc
 "quit" does; its end while a request runs (a kernel, ranks) means the launcher is gone: the node
 stops its ranks and exits at once. A local node also gets the parent-death signal from its
 launcher (paths/experiments/parent_death.py): SIGTERM, which while ranks run stops them and
-their process groups first; so does SIGHUP, which a closed terminal sends the launcher's process
-group, local nodes included. Ranks get SIGKILL as theirs from their node. Either signal ends
+their process groups first; so does SIGHUP (a local node leads a session of its own, which a
+closed terminal's SIGHUP does not reach: its launcher's death does). Ranks get SIGKILL as theirs
+from their node, and the launcher hears each rank's process group ("started"), to stop what a
+rank started should this node be killed. Either signal ends
 the node at once, leaving no temporary file of a trace stage still in use (a failed run's).
 """
 
@@ -131,6 +133,8 @@ class Node:
     def launch_op(self, request: dict) -> dict:
         self.ranks = RankProcesses(request["command"], {int(r): env for r, env in request["ranks"].items()},
                                    request.get("cwd"))
+        for rank in self.ranks.ranks:  # its process group, which the launcher stops should this node be killed
+            self.say({"event": "started", "rank": rank.rank, "group": rank.process.pid})
         # The launcher stops the run (SIGTERM), or the terminal it shares with this node closes (SIGHUP)
         stopped = {number: signal.signal(number, lambda *_: self.abort()) for number in STOP_SIGNALS}
         try:
