@@ -394,6 +394,11 @@ RUN_ERRORS = {  # kernel and its options, exit status, the one line on stderr (a
                                r"returned PATHS_EFAILED: the kernel's own failure: paths_acquire\('X', 'd'\) by thread "
                                r"2: its path remote\(host='n0'\) -> core\(format='d', name='X\.3\.0'\): "
                                r".*stage 'core': element 'X\.3\.0' exists with format 'q', not 'd'.*"),
+    "two formats, a long name": (["./libkernels.so:two_formats", "--map", "paper-2w", "--threads", "3",
+                                  "--arg", "name=" + "a_long_element_name_" * 12],
+                                 r"node n1: KernelError: .* by thread 2: its path remote\(host='n0'\) -> core\(format="
+                                 r"'d', name='(a_long_element_name_){12}\.3\.0'\): .*stage 'core': element "
+                                 r"'(a_long_element_name_){12}\.3\.0' exists with format 'q', not 'd'.*"),
     "a hook raises": (["./libkernels.so:touch", "--map", "paper-4w", "--threads", "6",
                        "--acquire", "raising_hook:acquire"],
                       r"node n1: KernelError: kernel \./libkernels\.so:touch: thread 5 on node n1 returned "
@@ -472,6 +477,35 @@ def test_a_kernel_reads_why_an_operation_failed_where_the_status_cannot_say(buil
                                          stage("core", name="S", format="q")), pastset=space)
     done = run_kernel(kernel, [0], 1, "here", {}, lambda thread, name, format: element, lambda thread, handle: None)
     assert done.reports == {0: [("explained", 1.0)]}
+
+
+@pytest.mark.parametrize("how", ["paths_release", "return"])
+def test_moves_a_batch_holds_go_down_as_the_kernel_lets_the_handle_go(built, space, how):
+    """As `paths run` does, the release hook keeps the handle (and so its stages, for their
+    counters): the moves its batch holds go down all the same, on paths_release or as the kernel
+    returns, and the other thread sees the last of them."""
+    kernel = load_kernel(str(built / "libkernels.so") + ":release_sends")
+    core = stage("core", name="L", format="q")
+    batched = paths.build_path(make_path(stage("batch", max_moves=100), core), pastset=space)
+    direct = paths.build_path(make_path(core), pastset=space)
+    done = run_kernel(kernel, [0, 1], 2, "here", {"release": str(int(how == "paths_release"))},
+                      lambda thread, name, format: direct if thread else batched, lambda thread, handle: None)
+    assert done.reports == {0: [], 1: [("seen", 9.0)]}
+    assert [direct.observe(i) for i in range(10)] == [(i,) for i in range(10)]
+
+
+def test_moves_a_batch_could_not_send_as_the_kernel_returned_fail_its_thread(built, space):
+    import refusing_stage  # noqa: F401 - registers the kind test-no-negatives
+    kernel = load_kernel(str(built / "libkernels.so") + ":release_sends")
+    core = stage("core", name="L", format="q")
+    batched = paths.build_path(make_path(stage("batch", max_moves=100), stage("test-no-negatives"), core), pastset=space)
+    direct = paths.build_path(make_path(core), pastset=space)
+    with pytest.raises(KernelError, match=r"thread 0 .*as the kernel returned: the moves a handle held back could not "
+                                          r"go down within 1000 ms: batch: 9 of 10 moves sent down together took "
+                                          r"effect, then the send failed .*no negatives here, got -1"):
+        run_kernel(kernel, [0, 1], 2, "here", {"negative": "1", "last": "8"},
+                   lambda thread, name, format: direct if thread else batched, lambda thread, handle: None)
+    assert direct.last() == 9  # the nine before the refused one, and nothing after
 
 
 @pytest.mark.parametrize("across", ["here", "remote"])

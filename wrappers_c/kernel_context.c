@@ -163,13 +163,32 @@ static void misused(paths_kernel_ctx *c) {
     memcpy(c->misuse_error, c->error, sizeof c->error);
 }
 
+/* What a handle's stages hold back for its thread (a batch's buffer) goes down as the thread lets
+ * the handle go, within RELEASE_FLUSH_MS, whether or not the release hook frees the handle then
+ * (`paths run` keeps a run's stages until its last repeat, for their counters). Only moves are
+ * held back, and any other operation sends them down first: a handle whose last operation was no
+ * move holds nothing back. */
+enum { RELEASE_FLUSH_MS = 1000 };
+
+static int flush_held_back(paths_kernel_ctx *c, ps_link *link, const char *when, int say_why) {
+    if (!link->moved_last) return PS_OK;
+    ps_op op = {.kind = PS_OP_FLUSH, .timeout_ns = RELEASE_FLUSH_MS * 1000000LL};
+    int rc = ps_link_call(link, &op);
+    if (rc == PS_OK || !say_why) return rc;
+    char why[PS_STAGE_ERROR_MAX];
+    ps_stage_error(link->stage, why, sizeof why);
+    return explain(c, rc, "%s: the moves a handle held back could not go down within %d ms: %s", when,
+                   RELEASE_FLUSH_MS, *why ? why : ps_status_name(rc));
+}
+
 int ps_kernel_ctx_release(paths_kernel_ctx *c, paths_handle *h) {
     c = context(c);
     for (int i = 0; i < c->held_count; i++) {
         if (c->held[i] != (ps_link *)h) continue;
         c->held[i] = c->held[--c->held_count];
+        int rc = flush_held_back(c, (ps_link *)h, "paths_release", 1);
         c->run->hooks.release(c->run->hooks.data, c->thread, (ps_link *)h);
-        return PS_OK;
+        return rc;
     }
     return explain(c, PS_EINVAL, "paths_release: given a handle thread %d does not hold (released already?)",
                    c->thread);
@@ -177,6 +196,13 @@ int ps_kernel_ctx_release(paths_kernel_ctx *c, paths_handle *h) {
 
 void paths_release(paths_kernel_ctx *c, paths_handle *h) {
     if (ps_kernel_ctx_release(c, h) != PS_OK) misused(context(c));
+}
+
+void ps_context_flush_held(paths_kernel_ctx *c) {
+    for (int i = 0; i < c->held_count; i++) {
+        int fine = c->status == PS_OK && c->misuse == PS_OK; /* else the kernel's own reason stands */
+        if (flush_held_back(c, c->held[i], "as the kernel returned", fine) != PS_OK && fine) misused(c);
+    }
 }
 
 void ps_context_release_all(paths_kernel_ctx *c) {

@@ -14,7 +14,7 @@
 enum {
     PS_REPORT_NAME_MAX = 63,  /* longest column name */
     PS_REPORTS_MAX = 32,      /* columns one thread may report */
-    PS_CONTEXT_ERROR = 512,   /* bytes of one thread's last error line */
+    PS_CONTEXT_ERROR = 2048,  /* bytes of one thread's last error line: a stage's (PS_STAGE_ERROR_MAX) and its context */
 };
 
 typedef struct ps_report {
@@ -80,6 +80,9 @@ struct ps_kernel_run {
     ps_waitpoint ending;        /* bumped by every thread that ends */
 };
 
+/* Sends down what the handles the context still holds hold back (a batch's buffer), as its
+ * kernel returns: a failure fails a thread that returned PATHS_OK. */
+void ps_context_flush_held(paths_kernel_ctx *c);
 /* Gives back every handle the context still holds, through the release hook. */
 void ps_context_release_all(paths_kernel_ctx *c);
 

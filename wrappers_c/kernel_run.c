@@ -90,6 +90,7 @@ static void *kernel_thread(void *arg) {
     ps_kernel_run *run = c->run;
     if (pass_gate(run) != 0) return NULL;
     c->status = run->kernel(c);
+    ps_context_flush_held(c);
     settle(c);
     if (c->status != PS_OK) {
         int none = -1;

@@ -135,9 +135,11 @@ int paths_arg_double(paths_kernel_ctx *c, const char *key, double *out);
  * that did not answer, an element acquired with two formats). The run releases every handle a
  * kernel still holds when the kernel returns. */
 paths_handle *paths_acquire(paths_kernel_ctx *c, const char *element, const char *format);
-/* Releases a handle this thread acquired. Given any other (one released already), it does nothing
- * and, as it returns no status, fails the thread: the run ends with PATHS_EINVAL and this call's
- * reason, though the kernel returns PATHS_OK. A refused paths_report does the same. */
+/* Releases a handle this thread acquired: what its stages hold back for the thread (a batch's
+ * moves) goes down first, within 1 s, as it does for the handles a kernel holds as it returns; one
+ * that cannot fails the thread, saying why. Given any other handle (one released already), it
+ * does nothing and, as it returns no status, fails the thread: the run ends with PATHS_EINVAL and
+ * this call's reason, though the kernel returns PATHS_OK. A refused paths_report does the same. */
 void paths_release(paths_kernel_ctx *c, paths_handle *h);
 /* Why the last failed paths_acquire, paths_barrier or paths_arg_* of this context failed (or
  * what paths_fail said), as one line; "" if nothing failed yet. */

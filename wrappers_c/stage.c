@@ -217,6 +217,7 @@ static inline void count(ps_link *link, int64_t bytes) {
 int ps_link_call(ps_link *link, ps_op *op) {
     ps_stage *s = link->stage;
     op->done = 0;
+    link->moved_last = op->kind == PS_OP_MOVE || op->kind == PS_OP_MOVE_MANY;
     int rc = s->kind->call(link, op);
     if (rc == PS_OK) op->done = ps_op_tuples_in(op);
     uint32_t tuples = op->done + ps_op_tuples_out(op, rc);

@@ -38,6 +38,8 @@ typedef struct ps_link {
     uint32_t slot;      /* this caller's contributor number at the stage: 0, 1, ... */
     uint64_t moves;     /* moves this caller made through the link */
     uint64_t observes;  /* next-observes this caller made through the link */
+    int moved_last;     /* its last operation was a move or move_many: a stage below may hold it
+                           back (a batch); any other operation sends down what was held first */
     /* Counted by the link's one user at a time (a joining stage's link below is handed from
      * thread to thread under the stage's own guard), read by anyone (relaxed atomics): no
      * shared cache line is written per operation. The stage adds them up when asked. */

@@ -46,13 +46,15 @@ int failing(paths_kernel_ctx *c) {
     return paths_barrier(c, (int64_t)(timeout * 1e9));
 }
 
-/* Thread 0 acquires element X as "q"; after a barrier the last thread acquires it as "d". */
+/* Thread 0 acquires element X (--arg name) as "q"; after a barrier the last thread acquires it
+ * as "d". */
 int two_formats(paths_kernel_ctx *c) {
     int last = paths_thread(c) == paths_threads(c) - 1;
-    paths_handle *h = paths_thread(c) == 0 ? paths_acquire(c, "X", "q") : NULL;
+    const char *name = paths_arg(c, "name") ? paths_arg(c, "name") : "X";
+    paths_handle *h = paths_thread(c) == 0 ? paths_acquire(c, name, "q") : NULL;
     if (paths_thread(c) == 0 && !h) return PATHS_EFAILED;
     int rc = paths_barrier(c, 20 * 1000000000LL);
-    if (rc == PATHS_OK && last && !paths_acquire(c, "X", "d")) return PATHS_EFAILED;
+    if (rc == PATHS_OK && last && !paths_acquire(c, name, "d")) return PATHS_EFAILED;
     return rc;
 }
 
@@ -233,4 +235,30 @@ int barrier_in_turns(paths_kernel_ctx *c) {
     }
     if (paths_thread(c) == 0) paths_report(c, "turns", turns);
     return rc;
+}
+
+/* Thread 0 moves 0 .. 9 (the 10th as -1 with --arg negative=1) through its handle, a path of the
+ * test's with a batch that holds them, then lets the handle go: by paths_release with --arg
+ * release=1, else by returning. Thread 1 waits up to 5 s for tuple `last` (--arg, default 9) by
+ * its index and reports what it saw (-1: nothing). */
+int release_sends(paths_kernel_ctx *c) {
+    paths_handle *h = paths_acquire(c, "L", "q");
+    if (!h) return PATHS_EFAILED;
+    int64_t negative = 0, release = 0, last = 9;
+    paths_arg_int(c, "negative", &negative);
+    paths_arg_int(c, "release", &release);
+    paths_arg_int(c, "last", &last);
+    if (paths_thread(c) == 0) {
+        for (int64_t i = 0; i < 10; i++) {
+            int64_t t = negative && i == 9 ? -1 : i;
+            int rc = paths_move(h, &t, PATHS_FOREVER);
+            if (rc != PATHS_OK) return paths_fail(c, rc, "move %lld: %s", (long long)i, paths_strerror(rc));
+        }
+        if (release) paths_release(c, h);
+        return PATHS_OK;
+    }
+    int64_t seen = -1;
+    int rc = paths_observe_at(h, last, &seen, 5000000000LL);
+    paths_report(c, "seen", rc == PATHS_OK ? (double)seen : -1.0);
+    return PATHS_OK;
 }
