@@ -133,6 +133,27 @@ def test_a_patterns_star_stays_within_a_label_of_the_host_and_its_port(children,
     assert served_exactly(endpoint, "tcp") < PROMPT_S
 
 
+def test_a_patterns_star_in_an_ipc_path_takes_no_dot_dot(children, tmp_path):
+    """'ipc://DIR/allowed/*/sock' takes a socket one folder down, not one that '..' leads out of
+    the allowed folder to: the server never connects there."""
+    outside = socket.socket(socket.AF_UNIX)
+    outside.bind(str(tmp_path / "sock"))
+    outside.listen(8)
+    inside = tmp_path / "allowed" / "a"
+    inside.mkdir(parents=True)
+    server, endpoint = children.paths_serve("--allow-remote", f"ipc://{tmp_path}/allowed/*/sock")
+    attacker = from_host(endpoint, "127.0.0.2")
+    for target in (f"ipc://{tmp_path}/allowed/../sock", f"ipc://{tmp_path}/allowed/./../sock",
+                   f"ipc://{tmp_path}/allowed/.hidden/sock"):
+        with pytest.raises(ValueError, match=f"this server reaches only the endpoints it trusts .*'{target}' is not one"):
+            build_path(path_to(attacker, stage("remote", host=target, timeout_ms=1000)), pastset=paths.PastSet())
+    with pytest.raises(ValueError, match="allowed/a/sock: no answer to BUILD"):  # trusted: tried; nobody serves there
+        build_path(path_to(attacker, stage("remote", host=f"ipc://{inside}/sock", timeout_ms=500)),
+                   pastset=paths.PastSet())
+    assert accepted(outside, 0.3) == []
+    outside.close()
+
+
 @pytest.mark.parametrize("proto", PROTOS)
 def test_a_trusted_pattern_lets_no_source_address_or_loop_through(children, listener, proto):
     port = listener.getsockname()[1]
@@ -439,6 +460,25 @@ def test_each_newcomer_finds_a_link_while_any_is_free():
         assert "this server holds 12 links, all it can serve" in refusals[-1]
         held[0].move(3)
         assert held[-1].observe(timeout=5) == (3,)
+
+
+def test_connections_that_never_greet_are_closed_within_seconds(children):
+    """TCP connections to the server's endpoint that send nothing hold a descriptor each: the
+    server closes them once its handshake interval (3 s) passes, not ZeroMQ's default 30 s, so that
+    a client that opens them by the thousand cannot keep newcomers out for long."""
+    server, endpoint = children.paths_serve()
+    host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(20)]
+    started = time.monotonic()
+    try:
+        for sock in idle:
+            while sock.recv(4096):  # ZeroMQ's greeting, then the end of the connection
+                pass
+        assert time.monotonic() - started < 8, "closed at the handshake interval"
+    finally:
+        for sock in idle:
+            sock.close()
+    assert served_exactly(endpoint, "tcp") < PROMPT_S
 
 
 def test_more_zmq_links_than_libzmq_allows_by_default(children):

@@ -116,7 +116,9 @@ int ps_control_request(const char *endpoint, const ps_curve_client *keys, const 
 
 /* An endpoint or a pattern with the separators of its parts as '/': so that, matched with
  * FNM_PATHNAME, a '*' or '?' stays within one label of a host, its port, or one part of a path
- * (tcp://10.1.2.* takes no host name 10.1.2.example.org, nor a second port). 0 when too long. */
+ * (tcp://10.1.2.* takes no host name 10.1.2.example.org, nor a second port), and, with FNM_PERIOD,
+ * matches no part's leading dot (ipc:///run/paths/STAR/sock takes no /run/paths/../sock). 0 when
+ * too long. */
 static int as_parts(const char *text, int tcp, char *out, size_t size) {
     size_t length = strlen(text);
     if (length >= size) return 0;
@@ -132,7 +134,7 @@ int ps_endpoint_trusted(const ps_build_context *context, const char *endpoint) {
     if (!as_parts(endpoint, tcp, parts, sizeof parts)) return 0;
     for (size_t i = 0; i < context->trusted_endpoint_count; i++)
         if (as_parts(context->trusted_endpoints[i], tcp, pattern, sizeof pattern) &&
-            fnmatch(pattern, parts, FNM_PATHNAME) == 0)
+            fnmatch(pattern, parts, FNM_PATHNAME | FNM_PERIOD) == 0)
             return 1;
     return 0;
 }

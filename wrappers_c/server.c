@@ -28,6 +28,7 @@ enum {
     ANSWER_TEXT_MAX = 1024,       /* error texts in answers are cut to this */
     HEARTBEAT_MS = 2000,          /* ZeroMQ heartbeats on every server socket */
     PEER_SILENCE_MS = 10000,      /* a peer silent this long is taken as gone */
+    HANDSHAKE_MS = 3000,          /* a connection that has not greeted (CURVE too) by then is closed */
     CONNECT_WAIT_MS = 1000,       /* a direct connection presents the link's secret this soon */
     PENDING_MAX = 8,              /* direct connections that may be presenting it at once */
     LINK_QUEUE_BYTES = 8 << 20,   /* zmq: what waits in a link's queue, each way, at most */
@@ -105,7 +106,7 @@ struct ps_server {
 static int make_server_socket(ps_server *s, const char *endpoint, void **out) {
     void *socket = zmq_socket(ps_zmq_context(), ZMQ_ROUTER);
     if (!socket) return -1;
-    int zero = 0, one = 1, heartbeat_ms = HEARTBEAT_MS, silence_ms = PEER_SILENCE_MS;
+    int zero = 0, one = 1, heartbeat_ms = HEARTBEAT_MS, silence_ms = PEER_SILENCE_MS, handshake_ms = HANDSHAKE_MS;
     int64_t largest = PS_WIRE_HEADER + PS_WIRE_MAX_PAYLOAD; /* a larger message drops its peer unread */
     zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
     ps_zmq_allow_ipv6(socket, endpoint);
@@ -113,6 +114,9 @@ static int make_server_socket(ps_server *s, const char *endpoint, void **out) {
     /* A peer whose host vanished (no connection reset ever comes) is dropped after the silence. */
     zmq_setsockopt(socket, ZMQ_HEARTBEAT_IVL, &heartbeat_ms, sizeof heartbeat_ms);
     zmq_setsockopt(socket, ZMQ_HEARTBEAT_TIMEOUT, &silence_ms, sizeof silence_ms);
+    /* Connections that never greet (ZeroMQ waits 30 s by default) cannot hold the descriptors
+     * that newcomers need for long. */
+    zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms);
     if (s->curve_secret[0]) {
         if (zmq_setsockopt(socket, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
             zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, s->curve_secret, 41) != 0 ||
