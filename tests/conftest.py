@@ -5,6 +5,7 @@ it, for tests that speak the wire protocol by hand, and the launchers of other p
 single-node Slurm (tests/slurm_cluster.py) and Open MPI's mpirun, installed when missing."""
 
 import os
+import signal
 import textwrap
 
 import pytest
@@ -18,6 +19,12 @@ import paths
 from benchmarks import anchors
 from paths.experiments import experiment
 from paths.experiments.launcher import NodeProcesses
+
+# The Ctrl-C tests send SIGINT to the processes they start, which must take it as a program
+# started from a terminal does. A suite started in the background by a script (`cmd &`, no job
+# control) has SIGINT ignored, and every process it starts would inherit that: take it back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
