@@ -469,6 +469,43 @@ def test_paths_run_nodes_go_when_their_launcher_is_killed(probe):
         run.communicate()
 
 
+@pytest.mark.parametrize("how", ["Ctrl-C", "SIGKILL to the launcher", "SIGKILL to a node"])
+def test_what_a_kernel_started_goes_with_its_run(probe, user_module, tmp_path, how):
+    """Each thread of a Python kernel starts a process of its own and waits: `paths run` is
+    interrupted, or killed, or one node is killed; the kernels' processes go with the run."""
+    marker = str(tmp_path / "kernel-child")
+    user_module("spawning", f"""
+        import subprocess, sys, time
+
+        def spawn(ctx):
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", {marker!r}])
+            time.sleep(120)
+    """)
+    run = subprocess.Popen([sys.executable, "-m", "paths", "run", "spawning:spawn", "--map", "paper-4w", "--threads",
+                            "6", "--repeat", "1", "--timeout", "600"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(processes_with(marker)) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(processes_with(marker)) == 6
+        if how == "Ctrl-C":
+            os.killpg(run.pid, signal.SIGINT)
+        elif how.endswith("launcher"):
+            run.kill()
+        else:
+            os.kill(next(pid for pid, name in probe.started().items() if name == "n1"), signal.SIGKILL)
+        run.communicate(timeout=60)
+        left = gone_within(marker, REAPED_WITHIN)
+        assert left == [], f"left {REAPED_WITHIN} s after {how}: {left}"
+        assert probe.alive_within(REAPED_WITHIN) == []
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+        end_what_outlived(marker)
+
+
 # ---- paths sbatch ----------------------------------------------------------------------------------
 
 def sbatch_fields(script: str) -> dict[str, str]:

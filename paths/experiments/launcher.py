@@ -13,13 +13,14 @@ their node's client key).
 
 Every process started is reaped: on success, on error and on Ctrl-C. A killed launcher (even by
 SIGKILL) leaves no node behind either: each node (or its ssh or srun) gets the parent-death
-signal, SIGTERM, on which a node stops its ranks' process groups before it exits (SIGKILL would
-leave what the ranks started), and a node ends by itself when its standard input closes, at once when it is busy
-(paths/experiments/node.py). A local node leads a session of its own, so that a kill of the
-launcher's whole process group reaches the launcher alone; and it tells the launcher its ranks'
-process groups, which the launcher kills once the node has ended, for a node killed by SIGKILL
-(say by the kernel's OOM killer) cannot stop them itself. Start nodes from the main thread: the parent-death signal follows the thread
-that started them.
+signal, SIGTERM, on which a node stops its ranks' process groups (and, a local node, its own:
+what a kernel started) before it exits (SIGKILL would leave what the ranks started), and a node
+ends by itself when its standard input closes, at once when it is busy (paths/experiments/node.py).
+Start nodes from the main thread: the parent-death signal follows the thread that started them.
+A local node leads a session of its own, so that a kill of the launcher's whole process group
+reaches the launcher alone; and it tells the launcher its ranks' process groups, which the
+launcher kills, with the node's own group, once the node has ended: a node killed by SIGKILL (say
+by the kernel's OOM killer) cannot stop them itself.
 """
 
 from __future__ import annotations
@@ -360,8 +361,11 @@ class NodeProcesses:
         deadline = time.monotonic() + QUIT_SECONDS
         for node in nodes:
             node.reap(deadline)
-        for group in {group for node in nodes for group in node.rank_groups}:
-            try:  # what a rank started is left only when its node was killed (SIGKILL): it goes now
+        # What a rank, or a kernel in a local node (its process group's), started is left only
+        # when its node was killed (SIGKILL): it goes now.
+        groups = {group for node in nodes for group in node.rank_groups}
+        for group in groups | {node.process.pid for node in nodes if node.command.local}:
+            try:
                 os.killpg(group, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass

@@ -152,11 +152,14 @@ class Node:
             print(json.dumps(line), file=self.channel, flush=True)
 
     def abort(self) -> None:
-        """The launcher is gone while a request runs: stop the ranks, end the process at once (leaving
-        no temporary trace file)."""
+        """The launcher is gone while a request runs: stop the ranks and what a kernel started, end
+        the process at once (leaving no temporary trace file)."""
         ranks = self.ranks
         if ranks is not None:
             ranks.stop()
+        if os.getpgrp() == os.getpid():  # a local node: what a kernel started is in its group
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            os.killpg(0, signal.SIGTERM)
         _native.discard_unwritten_traces()
         os._exit(1)
 
