@@ -53,6 +53,16 @@ def end_what_outlived(marker: str) -> None:
         os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
+def end_run(run: subprocess.Popen, marker: str | None = None) -> None:
+    """A test's run ended: its process group killed if it is still there, its output read, and
+    what outlived it (by marker) killed."""
+    if run.poll() is None:
+        os.killpg(run.pid, signal.SIGKILL)
+    run.communicate()
+    if marker:
+        end_what_outlived(marker)
+
+
 def gone_within(marker: str, seconds: float) -> list[str]:
     """What is still there (by `ps`) `seconds` after now, or [] as soon as nothing is."""
     deadline = time.monotonic() + seconds
@@ -334,9 +344,7 @@ def test_nothing_of_the_run_is_left_after_the_launcher_is_interrupted_or_killed(
         assert probe.alive_within(REAPED_WITHIN) == []  # the nodes too (they stop their ranks first)
         assert code == (130 if how == "SIGINT" else -signal.SIGKILL)
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-        run.communicate()
+        end_run(run)
     assert probe.alive() == []
 
 
@@ -353,9 +361,7 @@ def test_ctrl_c_while_the_nodes_start_says_one_line(app, probe, command):
         os.killpg(run.pid, signal.SIGINT)
         out, err = run.communicate(timeout=30)
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.communicate()
+        end_run(run)
     assert (run.returncode, err) == (130, "paths: interrupted\n"), err
     assert probe.alive_within(REAPED_WITHIN) == []
 
@@ -391,10 +397,7 @@ def test_what_a_rank_started_is_stopped_with_it(app, probe, how):
                                   "SIGHUP to the group": -signal.SIGHUP, "SIGKILL to the group": -signal.SIGKILL,
                                   "SIGKILL to the node": 1}[how], err
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-        run.communicate()
-        end_what_outlived(app)
+        end_run(run, app)
     assert probe.alive() == []
 
 
@@ -447,10 +450,7 @@ def test_a_daemon_of_a_running_rank_goes_when_the_launcher_is_stopped(tmp_path, 
         assert left == [], f"left {REAPED_WITHIN} s after {how}: {left}"
         assert probe.alive_within(REAPED_WITHIN) == []
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-        run.communicate()
-        end_what_outlived(str(rank))
+        end_run(run, str(rank))
     assert probe.alive() == []
 
 
@@ -464,9 +464,7 @@ def test_paths_run_nodes_go_when_their_launcher_is_killed(probe):
         run.wait(timeout=30)
         assert probe.alive_within(REAPED_WITHIN) == [], "node processes outlived their killed launcher"
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-        run.communicate()
+        end_run(run)
 
 
 @pytest.mark.parametrize("how", ["Ctrl-C", "SIGKILL to the launcher", "SIGKILL to a node"])
@@ -500,10 +498,7 @@ def test_what_a_kernel_started_goes_with_its_run(probe, user_module, tmp_path, h
         assert left == [], f"left {REAPED_WITHIN} s after {how}: {left}"
         assert probe.alive_within(REAPED_WITHIN) == []
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-        run.communicate()
-        end_what_outlived(marker)
+        end_run(run, marker)
 
 
 # ---- paths sbatch ----------------------------------------------------------------------------------
