@@ -501,11 +501,23 @@ def test_moves_a_batch_could_not_send_as_the_kernel_returned_fail_its_thread(bui
     batched = paths.build_path(make_path(stage("batch", max_moves=100), stage("test-no-negatives"), core), pastset=space)
     direct = paths.build_path(make_path(core), pastset=space)
     with pytest.raises(KernelError, match=r"thread 0 .*as the kernel returned: the moves a handle held back could not "
-                                          r"go down within 1000 ms: batch: 9 of 10 moves sent down together took "
-                                          r"effect, then the send failed .*no negatives here, got -1"):
+                                          r"go down: batch: 9 of 10 moves sent down together took effect, then the "
+                                          r"send failed .*no negatives here, got -1"):
         run_kernel(kernel, [0, 1], 2, "here", {"negative": "1", "last": "8"},
                    lambda thread, name, format: direct if thread else batched, lambda thread, handle: None)
     assert direct.last() == 9  # the nine before the refused one, and nothing after
+
+
+def test_moves_still_on_a_slow_wire_as_the_kernel_returns_are_no_failure(built, space):
+    """Thread 0's moves cross a pipelined delay of 1.2 s: as it returns they are still on their
+    way after the second its handles wait; the thread does not fail, and the moves arrive."""
+    kernel = load_kernel(str(built / "libkernels.so") + ":release_sends")
+    core = stage("core", name="L", format="q")
+    wire = paths.build_path(make_path(stage("delay", ms=1200, pipelined=1), core), pastset=space)
+    direct = paths.build_path(make_path(core), pastset=space)
+    done = run_kernel(kernel, [0, 1], 2, "here", {},
+                      lambda thread, name, format: direct if thread else wire, lambda thread, handle: None)
+    assert done.reports == {0: [], 1: [("seen", 9.0)]}
 
 
 @pytest.mark.parametrize("across", ["here", "remote"])

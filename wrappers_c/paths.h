@@ -136,8 +136,8 @@ int paths_arg_double(paths_kernel_ctx *c, const char *key, double *out);
  * kernel still holds when the kernel returns. */
 paths_handle *paths_acquire(paths_kernel_ctx *c, const char *element, const char *format);
 /* Releases a handle this thread acquired: what its stages hold back for the thread (a batch's
- * moves) goes down first, within 1 s, as it does for the handles a kernel holds as it returns; one
- * that cannot fails the thread, saying why. Given any other handle (one released already), it
+ * moves) goes down first (waiting at most 1 s), as it does for the handles a kernel holds as it
+ * returns; a send that fails fails the thread, saying why. Given any other handle (one released already), it
  * does nothing and, as it returns no status, fails the thread: the run ends with PATHS_EINVAL and
  * this call's reason, though the kernel returns PATHS_OK. A refused paths_report does the same. */
 void paths_release(paths_kernel_ctx *c, paths_handle *h);
