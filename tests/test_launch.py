@@ -430,10 +430,11 @@ def test_what_ranks_leave_as_they_end_goes_with_the_run(tmp_path, probe, script,
     assert probe.alive() == []
 
 
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL", "SIGKILL to the node"])
 def test_a_daemon_of_a_running_rank_goes_when_the_launcher_is_stopped(tmp_path, probe, how):
     """A rank starts a child in a session of its own (setsid) and runs on; the launcher is then
-    stopped. The rank's child becomes its node's as the rank is stopped, and is stopped too."""
+    stopped, or the node killed. The rank's child becomes its node's as the rank is stopped (or,
+    the node killed, the launcher's), and is stopped too."""
     rank = tmp_path / "daemon_parent.py"
     rank.write_text("import os, subprocess, sys, time\n"
                     "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[0]],\n"
@@ -444,7 +445,11 @@ def test_a_daemon_of_a_running_rank_goes_when_the_launcher_is_stopped(tmp_path, 
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert [run.stdout.readline().split()[-1] for _ in range(2)] == ["up", "up"]
-        os.kill(run.pid, getattr(signal, how))
+        if how.endswith("node"):
+            [node] = probe.started()
+            os.kill(node, signal.SIGKILL)
+        else:
+            os.kill(run.pid, getattr(signal, how))
         run.wait(timeout=30)
         left = gone_within(str(rank), REAPED_WITHIN)
         assert left == [], f"left {REAPED_WITHIN} s after {how}: {left}"
@@ -467,27 +472,37 @@ def test_paths_run_nodes_go_when_their_launcher_is_killed(probe):
         end_run(run)
 
 
-@pytest.mark.parametrize("how", ["Ctrl-C", "SIGKILL to the launcher", "SIGKILL to a node"])
+@pytest.mark.parametrize("how", ["the kernel returns", "Ctrl-C", "SIGTERM to the launcher", "SIGKILL to the launcher",
+                                 "SIGKILL to a node"])
 def test_what_a_kernel_started_goes_with_its_run(probe, user_module, tmp_path, how):
-    """Each thread of a Python kernel starts a process of its own and waits: `paths run` is
-    interrupted, or killed, or one node is killed; the kernels' processes go with the run."""
+    """Each thread of a Python kernel starts two processes that ignore SIGTERM, one of them in a
+    session of its own (a daemon), and returns or waits: the kernel returns, `paths run` is
+    interrupted or killed, or one node is killed; the kernels' processes go with the run."""
     marker = str(tmp_path / "kernel-child")
     user_module("spawning", f"""
         import subprocess, sys, time
 
         def spawn(ctx):
-            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", {marker!r}])
-            time.sleep(120)
+            for session in (False, True):
+                subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                                  "signal.SIG_IGN); print(flush=True); time.sleep(120)", {marker!r}],
+                                 start_new_session=session, stdout=subprocess.PIPE).stdout.readline()
+            if ctx.arg("wait") == "1":
+                time.sleep(120)
     """)
     run = subprocess.Popen([sys.executable, "-m", "paths", "run", "spawning:spawn", "--map", "paper-4w", "--threads",
-                            "6", "--repeat", "1", "--timeout", "600"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
+                            "6", "--repeat", "1", "--timeout", "600", "--arg", f"wait={int(how != 'the kernel returns')}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while len(processes_with(marker)) < 6 and time.monotonic() < deadline:
+        while how != "the kernel returns" and len(processes_with(marker)) < 12 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(processes_with(marker)) == 6
-        if how == "Ctrl-C":
+        assert how == "the kernel returns" or len(processes_with(marker)) == 12
+        if how == "the kernel returns":
+            pass
+        elif how == "SIGTERM to the launcher":
+            run.terminate()
+        elif how == "Ctrl-C":
             os.killpg(run.pid, signal.SIGINT)
         elif how.endswith("launcher"):
             run.kill()

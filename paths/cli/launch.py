@@ -40,6 +40,7 @@ from collections.abc import Sequence
 
 from ..model.cluster_map import MapError, map_reference, open_map
 from ..experiments.launcher import LaunchError, NodeProcesses
+from ..experiments.parent_death import adopt_orphans
 from ..experiments.rank_processes import TEXT_ERRORS
 from ..runtime.node_servers import NodeServers
 from ..model.placement import MAX_THREADS, canonical_policy, placement_warnings_said
@@ -135,6 +136,7 @@ def options_and_command(parser: argparse.ArgumentParser, argv: list[str]) -> tup
 
 
 def launch_command(argv: list[str]) -> int:
+    adopt_orphans()  # so that what a killed node's ranks left goes with the run (parent_death.py)
     args, command = options_and_command(_parser(), argv)
     try:
         cluster_map = open_map(args.map)

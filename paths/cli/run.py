@@ -36,6 +36,7 @@ from ..experiments.experiment import (Measurement, RunReport, RunSettings, check
                                       trace_prefix)
 from ..runtime.kernel import load_kernel, parse_kernel_args
 from ..experiments.launcher import LaunchError
+from ..experiments.parent_death import adopt_orphans
 from ..model.placement import MAX_THREADS, PlacementWarning, canonical_policy
 from ..model.reduction_tree import plan_reduction
 
@@ -155,6 +156,7 @@ def _map_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_command(argv: list[str]) -> int:
+    adopt_orphans()  # so that what a killed node's kernels left goes with the run (parent_death.py)
     parser = argparse.ArgumentParser(prog="paths run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kernel", help="gsum (global-sum latency), mcpi (Monte Carlo pi), FILE.so:SYMBOL "

@@ -20,7 +20,8 @@ Start nodes from the main thread: the parent-death signal follows the thread tha
 A local node leads a session of its own, so that a kill of the launcher's whole process group
 reaches the launcher alone; and it tells the launcher its ranks' process groups, which the
 launcher kills, with the node's own group, once the node has ended: a node killed by SIGKILL (say
-by the kernel's OOM killer) cannot stop them itself.
+by the kernel's OOM killer) cannot stop them itself. A launcher that adopts orphans (the `paths
+run` and `paths launch` commands) also stops what such a node's daemons left it.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ from ..model.cluster_map import ClusterMap, split_address
 from ..model.cpu_sets import cpu_shares, format_cpu_list
 from ..model.hostlist import expand_hostlist
 from .line_buffer import LineBuffer
-from .parent_death import dies_with_me
+from .parent_death import Orphans, adopts_orphans, children, dies_with_me
+from .rank_processes import STOP_SECONDS
 
 START_SECONDS = 60.0
 QUIT_SECONDS = 5.0
@@ -258,6 +260,7 @@ class NodeProcesses:
         self.public_key = ""  # the run's CURVE public key, when secure: what proves its servers
         self.client_keys: dict[str, tuple[str, str]] = {}  # node -> the CURVE key pair it presents, when secure
         self.nodes: dict[str, _Node] = {}
+        self.others = set(children())  # this process's children from before: not the run's
 
     def __enter__(self) -> "NodeProcesses":
         try:
@@ -369,4 +372,6 @@ class NodeProcesses:
                 os.killpg(group, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        if adopts_orphans():  # the command's: what a killed node's daemons left it goes too
+            Orphans(self.others).stop(STOP_SECONDS)
         self.nodes.clear()

@@ -57,7 +57,8 @@ from ..model.cluster_map import load_map_text
 from ..model.cpu_sets import cpu_list, format_cpu_list
 from ..runtime.node_servers import NodeServers
 from ..model.placement import PlacementWarning
-from .rank_processes import RankProcesses
+from .parent_death import Orphans, adopt_orphans, children
+from .rank_processes import STOP_SECONDS, RankProcesses
 from ..runtime.process_context import Tracing, make_runtime
 from ..runtime.server import PathServer, bind_failure
 from ..runtime.server_policy import ServerPolicy
@@ -77,6 +78,8 @@ class Node:
         self.runtime = None  # the run's context, from "context"
         self.kernel = None
         self.ranks: RankProcesses | None = None  # while a "launch" runs
+        adopt_orphans()  # what its ranks and kernels start stays its to stop, whatever session it leaves for
+        self.own = set(children())  # none: every later child is a run's
         self._output = threading.Lock()  # one line at a time on standard output
 
     def addresses_op(self, request: dict) -> dict:
@@ -111,9 +114,12 @@ class Node:
             self.handles.append(handle)
             runtime.release(handle, thread)
 
-        done = kernel.run_kernel(self.kernel, request["threads"], runtime.threads, self.name, request["args"],
-                                 acquire, release, spans_processes=request["spans_processes"],
-                                 pin=request["pin"], until_failure=True)
+        try:
+            done = kernel.run_kernel(self.kernel, request["threads"], runtime.threads, self.name, request["args"],
+                                     acquire, release, spans_processes=request["spans_processes"],
+                                     pin=request["pin"], until_failure=True)
+        finally:  # what the kernel started (or left this node, the subreaper) goes with its run
+            Orphans(self.own).stop(STOP_SECONDS)
         return {"seconds": done.seconds, "reports": {str(t): r for t, r in done.reports.items()}}
 
     def counters_op(self, request: dict) -> dict:
@@ -157,9 +163,7 @@ class Node:
         ranks = self.ranks
         if ranks is not None:
             ranks.stop()
-        if os.getpgrp() == os.getpid():  # a local node: what a kernel started is in its group
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            os.killpg(0, signal.SIGTERM)
+        Orphans(self.own).stop(STOP_SECONDS)  # what a kernel started
         _native.discard_unwritten_traces()
         os._exit(1)
 

@@ -21,7 +21,7 @@ import time
 from typing import Callable
 
 from .line_buffer import LineBuffer
-from .parent_death import adopt_orphans, children, dies_with_me
+from .parent_death import Orphans, adopt_orphans, children, dies_with_me, reaped
 
 STOP_SECONDS = 1.0  # how long a stopped rank has between SIGTERM and SIGKILL
 DRAIN_SECONDS = 1.0  # how long a rank's pipes may stay open after it exited (a child of its own)
@@ -125,29 +125,20 @@ class RankProcesses:
         groups = list(ranks)
         for group in groups:
             _signal_group(group, signal.SIGTERM)
-        signalled: set[int] = set()
+        orphans = Orphans(ranks | self.others)  # the node's children the ranks left it
         deadline = time.monotonic() + STOP_SECONDS
         while True:
-            adopted = self._orphans(ranks)  # a rank's children become the node's as it exits: each turn
             late = time.monotonic() >= deadline
-            for pid in adopted:
-                if late or pid not in signalled:
-                    _signal(pid, signal.SIGKILL if late else signal.SIGTERM)
-                    signalled.add(pid)
+            adopted = orphans.turn(late)
             if late:
                 for group in groups:
                     _signal_group(group, signal.SIGKILL)
-            running = [pid for pid in running if not _reaped(pid, block=late)]
-            adopted = [pid for pid in adopted if not _reaped(pid, block=late)]
+            running = [pid for pid in running if not reaped(pid, block=late)]
             groups = [group for group in groups if group in running or _signal_group(group, 0)]
-            settled = not (running or groups or adopted or self._orphans(ranks))
+            settled = not (running or groups or adopted or orphans.left())
             if settled or time.monotonic() >= deadline + STOP_SECONDS:  # then: what not even SIGKILL ends
                 return
             time.sleep(0.01)
-
-    def _orphans(self, ranks: set[int]) -> list[int]:
-        """The node's children that are neither ranks nor its own from before: what ranks left it."""
-        return [pid for pid in children() if pid not in ranks and pid not in self.others]
 
 
 def _environment(variables: dict[str, str | None]) -> dict[str, str]:
@@ -163,18 +154,3 @@ def _signal_group(group: int, number: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
-
-
-def _signal(pid: int, number: int) -> None:
-    try:
-        os.kill(pid, number)
-    except ProcessLookupError:
-        pass
-
-
-def _reaped(pid: int, block: bool = False) -> bool:
-    """Reap pid if it has exited (wait for it with block); True once it is gone."""
-    try:
-        return os.waitpid(pid, 0 if block else os.WNOHANG)[0] == pid
-    except ChildProcessError:  # reaped already
-        return True
