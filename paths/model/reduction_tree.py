@@ -203,6 +203,11 @@ def plan_reduction(
     )
 
 
+def _unusable(cluster_map: ClusterMap, problem: str) -> MapError:
+    """A map that cannot carry a run's sums, named by its file and name."""
+    return MapError(f"{cluster_map.source}: map {cluster_map.name!r}: {problem}")
+
+
 def _sum_tree(cluster_map: ClusterMap, threads_on: dict[str, list[_Thread]], max_fanin: int) -> Union[_Sum, _Thread]:
     """The tree of sums of the form `sums`: nodes, clusters, root (see the module docstring)."""
     cluster_sums = []
@@ -218,8 +223,8 @@ def _sum_tree(cluster_map: ClusterMap, threads_on: dict[str, list[_Thread]], max
             cluster_sums.append(_combine(node_sums, max_fanin, f"cluster:{cluster.name}", head))
     # One root sum takes every cluster sum, whatever max_fanin: one crossing per cluster.
     if len(cluster_sums) > MAX_FANIN:
-        raise MapError(f"{cluster_map.source}: map {cluster_map.name!r}: threads on {len(cluster_sums)} clusters, and the root sum adds "
-                         f"at most {MAX_FANIN} cluster sums: use fewer threads or clusters")
+        raise _unusable(cluster_map, f"threads on {len(cluster_sums)} clusters, and the root sum adds at most "
+                                     f"{MAX_FANIN} cluster sums: use fewer threads or clusters")
     return _combine(cluster_sums, max(len(cluster_sums), 2), "root", cluster_map.root)
 
 
@@ -236,13 +241,13 @@ def _allreduce(cluster_map: ClusterMap, group: str, nodes: list[str], rank: int,
         for b in clusters[i:]:
             link = cluster_map.link_between(a, b)
             if link is not None and (link.delay_ms is not None or link.batch is not None):
-                raise MapError(f"{cluster_map.source}: map {cluster_map.name!r}: tree form {form}: the link between clusters {a!r} and "
-                                 f"{b!r} has a delay or a batch, which allreduce's direct connections do not "
-                                 f"carry: use tree form sums on this map")
+                raise _unusable(cluster_map, f"tree form {form}: the link between clusters {a!r} and {b!r} has a "
+                                             f"delay or a batch, which allreduce's direct connections do not carry: "
+                                             f"use tree form sums on this map")
             protos.add(cluster_map.proto_between(a, b))
     if "zmq" in protos:
-        raise MapError(f"{cluster_map.source}: map {cluster_map.name!r}: tree form {form}: a hop between its nodes is on zmq, and "
-                         f"allreduce's members connect directly (tcp or ipc): use tree form sums on this map")
+        raise _unusable(cluster_map, f"tree form {form}: a hop between its nodes is on zmq, and allreduce's "
+                                     f"members connect directly (tcp or ipc): use tree form sums on this map")
     params = {"group": group, "nodes": ",".join(nodes), "rank": rank}
     if form == "allreduce-tree":
         params.update(algorithm="tree", fanin=max_fanin)
