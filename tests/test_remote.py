@@ -596,7 +596,24 @@ def test_ipc_and_inproc_transports(tmp_path, proto):
         handle.move(7)
         assert handle.observe(timeout=5) == (7,)
         assert (handle.first(), handle.last()) == (1, 1)
+        time.sleep(0.5)  # idle for several of the link's slices: its client is still there
+        handle.move(8)
+        assert (handle.observe(1), handle.last()) == ((8,), 2)
         del handle
+
+
+def test_an_inproc_link_whose_server_closed_fails_within_its_timeout(tmp_path):
+    server = PathServer(f"inproc://paths-test-{tmp_path.name}", pastset=paths.PastSet()).start()
+    handle = build_path(make_path(stage("remote", host=f"inproc://paths-test-{tmp_path.name}", proto="inproc",
+                                        timeout_ms=500), stage("core", name="T", format="q")),
+                        pastset=paths.PastSet())
+    handle.move(1)
+    server.close()
+    started = time.monotonic()
+    with pytest.raises(ConnectionError, match="cannot send: the connection closed"):
+        handle.last()  # inproc does not reconnect: the send has nowhere to go
+    assert time.monotonic() - started < 5
+    del handle
 
 
 def _ipv6_loopback() -> bool:

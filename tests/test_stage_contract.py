@@ -63,6 +63,14 @@ class ContractPythonRefusing:
         return refuse
 
 
+@paths.stage_kind("contract-python-refusing-observe")
+class ContractPythonRefusingObserve:
+    """Refuses observe only: an exchange, which it does not take whole, is its move and then that."""
+
+    def observe(self, below):
+        raise NotImplementedError("contract-python-refusing-observe refuses observe")
+
+
 KINDS = [name for name, info in paths.kinds().items() if info.python_class is None] + \
     ["forwarding", "contract-python-passing"]
 
@@ -71,7 +79,7 @@ KINDS = [name for name, info in paths.kinds().items() if info.python_class is No
 def server():
     """A loopback server that also builds this file's Python kinds (a server builds only the C
     kinds unless told otherwise)."""
-    mine = (Forwarding, ContractPythonPassing, ContractPythonRefusing)
+    mine = (Forwarding, ContractPythonPassing, ContractPythonRefusing, ContractPythonRefusingObserve)
     python_kinds = frozenset(name for name, info in paths.kinds().items() if info.python_class in mine)
     with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=ServerPolicy(allow_kinds=python_kinds)) \
             as served:
@@ -196,6 +204,20 @@ def test_a_refused_operation_is_not_implemented_with_a_message_and_changes_nothi
             assert words in str(refused.value)
         element = (server.context if above else context).pastset.enter(name, "q")
         assert (element.first(), element.last(), element.delta()) == (0, 0, 0)
+
+
+def test_an_exchange_whose_observe_is_refused_says_its_move_stays(server):
+    for above in ([], [stage("remote", host=server.endpoint, timeout_ms=5000)]):
+        context = BuildContext(paths.PastSet())
+        name = f"refused-observe-{len(above)}"
+        h = build_path(make_path(*above, stage("contract-python-refusing-observe"),
+                                 stage("core", name=name, format="q")), context=context)
+        with pytest.raises(NotImplementedError) as refused:
+            h.exchange((5,), timeout=TIMEOUT_S)
+        said = " ".join([str(refused.value), *getattr(refused.value, "__notes__", [])])
+        assert "exchange (moved; its observe)" in said, said
+        element = (server.context if above else context).pastset.enter(name, "q")
+        assert (element.last(), element.observe(0)) == (1, (5,))
 
 
 def test_a_timed_out_observe_changes_nothing(tree):

@@ -89,9 +89,14 @@ static void explain(remote_stage *r, const char *what, const char *detail) {
     ps_stage_explain(&r->base, "remote %s: %s%s%s", r->endpoint, what, detail ? ": " : "", detail ? detail : "");
 }
 
+/* The caller's own socket to its link. A send waits at most timeout_ms: over inproc, which does
+ * not reconnect, a link whose socket has closed leaves it nowhere to queue. */
 static void *open_socket(remote_stage *r, const char *endpoint) {
     ps_curve_client keys = {r->server_key, r->client_public, r->client_secret};
-    return ps_control_socket(endpoint, &keys);
+    void *socket = ps_control_socket(endpoint, &keys);
+    int wait_ms = (int)(r->timeout_ns / 1000000);
+    if (socket) zmq_setsockopt(socket, ZMQ_SNDTIMEO, &wait_ms, sizeof wait_ms);
+    return socket;
 }
 
 /* Sends an encoded request on the direct connection. A pipelined request followed by more (one of

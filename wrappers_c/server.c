@@ -802,7 +802,8 @@ static int open_link(ps_server *s, link_worker *w, char *bound, size_t bound_siz
         zmq_getsockopt(w->socket, ZMQ_LAST_ENDPOINT, bound, &bound_length) != 0)
         return PS_EREMOTE;
     note_socket_file(&w->file, bind_to, bound);
-    w->peers_monitor = watch_peers(w);
+    /* inproc reports no connections coming or going: its client, in this process, lets go itself */
+    w->peers_monitor = strncmp(bind_to, "inproc://", 9) == 0 ? NULL : watch_peers(w);
     return PS_OK;
 }
 
