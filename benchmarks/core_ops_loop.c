@@ -1,6 +1,7 @@
 /* core_ops_loop.c — tight single-thread loops of moves and observes: on an element, and through a
  * path. */
 #include "kernels.h"
+#include "latencies.h"
 
 #include <stdlib.h>
 
@@ -38,6 +39,25 @@ double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns)
         if (ps_link_call(link, &observe) != PS_OK || out != i) return -1.0;
     }
     return (double)(ps_now_ns() - start) / (double)pairs;
+}
+
+double ps_kernel_link_pair_median_ns(ps_link *link, int64_t pairs, int64_t timeout_ns) {
+    double *latencies = malloc((size_t)pairs * sizeof *latencies);
+    if (!latencies) return -1.0;
+    int64_t out = 0;
+    for (int64_t i = 0; i < pairs; i++) {
+        int64_t begin = ps_now_ns();
+        ps_op move = {.kind = PS_OP_MOVE, .in = &i, .timeout_ns = timeout_ns};
+        ps_op observe = {.kind = PS_OP_OBSERVE, .out = &out, .timeout_ns = timeout_ns};
+        if (ps_link_call(link, &move) != PS_OK || ps_link_call(link, &observe) != PS_OK || out != i) {
+            free(latencies);
+            return -1.0;
+        }
+        latencies[i] = (double)(ps_now_ns() - begin);
+    }
+    double median = median_of(latencies, pairs);
+    free(latencies);
+    return median;
 }
 
 /* The element's last() through the link, or -1. */

@@ -18,6 +18,10 @@ double ps_kernel_core_pairs_ns(int64_t pairs);
  * single thread; -1 on a failed operation or a wrong tuple. */
 double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns);
 
+/* The same pairs, each timed on its own (as the anchors time each round trip): the median pair's
+ * nanoseconds. */
+double ps_kernel_link_pair_median_ns(ps_link *link, int64_t pairs, int64_t timeout_ns);
+
 /* Nanoseconds per move through one caller's link (any path over a "q" element), single thread,
  * timed until a last() after the loop has answered, i.e. until every move is acknowledged
  * (a remote stage's pipelined moves included); -1 on a failed operation, or when last() grew

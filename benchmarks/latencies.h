@@ -1,6 +1,7 @@
-/* latencies.h — what the anchor programs (benchmarks/*_anchor/, mpi/, openmp/) share: a
- * monotonic clock in microseconds and the median of a run's latencies. Header only: each anchor
- * is one C file, compiled on its own by benchmarks/anchors.py with -I benchmarks. */
+/* latencies.h — what the anchor programs (benchmarks/*_anchor/, mpi/, openmp/) share, and the
+ * loops compared with them (core_ops_loop.c): a monotonic clock in microseconds and the median of
+ * a run's latencies. Header only: each anchor is one C file, compiled on its own by
+ * benchmarks/anchors.py with -I benchmarks. */
 #ifndef BENCHMARKS_LATENCIES_H
 #define BENCHMARKS_LATENCIES_H
 

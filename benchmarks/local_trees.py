@@ -37,6 +37,8 @@ def parse_counts(text: str) -> list[int]:
 def parse_trees(text: str) -> list[str]:
     """'flat,fanin4' -> ['flat', 'fanin4']."""
     trees = [t for t in text.split(",") if t]
+    if not trees:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of trees (flat, faninK), got {text!r}")
     for t in trees:
         if t != "flat" and not (t.startswith("fanin") and t[5:].isdigit() and int(t[5:]) >= 2):
             raise argparse.ArgumentTypeError(f"unknown tree {t!r} (expected flat or faninK with K >= 2)")

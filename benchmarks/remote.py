@@ -11,12 +11,14 @@ the physical limit here (the ratios' anchor), and a raw ZeroMQ round trip.
     python -m benchmarks.remote [--pairs N] [--rounds N] [--moves N] [--repeat N]
 
 The server is a `paths serve` child process, so client and server are separate processes, as
-in use; so are the anchors' two ends (benchmarks/tcp_anchor/, benchmarks/zmq_anchor/). Every
-number is the median of --repeat runs, whose measurements take turns, so that a drifting
-machine shifts all of them alike. Targets: one remote operation at most 1.3x the TCP
-ping-pong; a move+observe pair with window=2 at most 1.3x one ping-pong; at least 1,000,000
-pipelined moves per second; move_many of 256 moving at least 5x the tuples per second of single
-pipelined moves (window 64). A MISS is a finding, not an error: the exit code is 0 after any
+in use; so are the anchors' two ends (benchmarks/tcp_anchor/, benchmarks/zmq_anchor/). A run
+times each pair, as each anchor times each round trip, and takes the median; every number is the
+median of --repeat runs, whose measurements take turns, so that a drifting machine shifts all of
+them alike. Targets: one remote operation at most 1.3x the TCP ping-pong; a move+observe pair
+with window=2 at most 1.3x one ping-pong; at least 1,000,000 pipelined moves per second (window
+64, with the remote stage's batch=64: its moves leave 64 to a write; the row without batch is
+shown beside it); move_many of 256 moving at least 5x the tuples per second of single pipelined
+moves (window 64). A MISS is a finding, not an error: the exit code is 0 after any
 report, 1 when a measurement could not run, 2 on bad arguments, 130 on Ctrl-C.
 """
 
@@ -61,8 +63,9 @@ def remote_handle(endpoint: str, proto: str, element: str, window: int = 1, batc
 
 
 def pairs_us(handle, pairs: int) -> float:
-    """Microseconds per move+observe pair through the handle, from a C loop."""
-    return bench.pairs_ns(handle, pairs) / 1000.0
+    """Microseconds of the median move+observe pair through the handle, from a C loop that times
+    each pair on its own, as the anchors time each round trip."""
+    return bench.pair_median_ns(handle, pairs) / 1000.0
 
 
 def moves_per_second(handle, moves: int) -> float:

@@ -58,3 +58,30 @@ def test_a_launcher_that_never_ends_ends_the_benchmark_in_one_line():
                          "launch.RUN_SECONDS = 1")
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == "benchmarks.launch: paths launch did not end within 1 s\n"
+
+
+def test_each_way_of_reaping_is_judged_against_the_bound_in_every_run(monkeypatch, capsys):
+    import benchmarks.launch as launch
+
+    took = {"SIGINT": [0.1, 0.3], "SIGKILL": [0.1, 2.5], "a rank fails": [1.9, 2.0]}
+    monkeypatch.setattr(launch, "median_seconds", lambda *args, **kwargs: 1.0)
+    monkeypatch.setattr(launch, "reaping_seconds", lambda how: took[how].pop(0))
+    launch.report(launch.argparse.Namespace(ranks=2, runs=2))
+    verdicts = [line.split()[:2] for line in capsys.readouterr().out.splitlines() if "median" in line and "max" in line]
+    assert verdicts == [["PASS", "SIGINT"], ["MISS", "SIGKILL"], ["PASS", "a"]]
+
+
+def test_only_the_processes_carrying_a_runs_mark_are_its_own():
+    import os
+
+    import benchmarks.launch as launch
+
+    mine, other = (subprocess.Popen(["sleep", "60"], env={**os.environ, launch.MARK: mark})
+                   for mark in ("run-a", "run-b"))
+    try:
+        assert launch.left("run-a") == [mine.pid]
+    finally:
+        for process in (mine, other):
+            process.kill()
+            process.wait()
+    assert launch.left("run-a") == []

@@ -11,10 +11,13 @@ import math
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+import paths
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 240
@@ -37,7 +40,7 @@ def test_no_measured_run_of_the_remote_benchmark_is_a_handles_first(probe, monke
         used.add(id(handle))
         return 1.0 if first else 1000.0
 
-    monkeypatch.setattr(remote, "bench", SimpleNamespace(pairs_ns=ns, link_moves_ns=ns, link_batches_ns=ns))
+    monkeypatch.setattr(remote, "bench", SimpleNamespace(pair_median_ns=ns, link_moves_ns=ns, link_batches_ns=ns))
     monkeypatch.setattr(remote.anchors, "tcp_ping_pong_us", lambda rounds, poll=False: 1.0)
     monkeypatch.setattr(remote.anchors, "zmq_round_trip_us", lambda rounds: 1.0)
     monkeypatch.setattr(remote, "remote_gsum_us", lambda endpoint, proto, element, rounds: 1.0)
@@ -46,6 +49,28 @@ def test_no_measured_run_of_the_remote_benchmark_is_a_handles_first(probe, monke
     assert measured == {**{f"pair{window}_{proto}": [1.0, 1.0] for window in (1, 2) for proto in ("tcp", "zmq")},
                         **{key: [1e6, 1e6] for key in ("rate_tcp", "rate_zmq", "rate_batched", "many_tcp",
                                                        "many_zmq", "many_pipelined_tcp", "many_pipelined_zmq")}}
+
+
+@paths.stage_kind("test-every-tenth-move-slow")
+class EveryTenthMoveSlow:
+    """Sleeps 20 ms on every tenth move: a pair's mean is then above 2 ms, its median far below."""
+
+    def __init__(self):
+        self.moves = 0
+
+    def move(self, below, t):
+        self.moves += 1
+        if self.moves % 10 == 0:
+            time.sleep(0.02)
+        below.move(t)
+
+
+def test_the_remote_benchmarks_pairs_are_a_median_as_its_anchors_round_trips_are():
+    handle = paths.build_path(paths.make_path(paths.stage("test-every-tenth-move-slow"),
+                                              paths.stage("core", name="MEDIAN", format="q")),
+                              pastset=paths.PastSet())
+    assert paths._native.bench.pairs_ns(handle, 50) > 2e6  # the mean: 5 slow pairs of 50
+    assert paths._native.bench.pair_median_ns(handle, 50) < 1e6  # the median: a fast pair
 
 
 def test_remote_benchmark_reports_both_transports_against_the_anchors(probe):
@@ -142,15 +167,29 @@ def test_cluster_gsum_names_the_configurations_it_leaves_out():
            "node)" in lines
 
 
+def test_cluster_gsum_sets_no_target_at_3_processes():
+    from benchmarks.cluster_gsum import parse_arguments, report
+
+    args = parse_arguments(["--nodes", "2,3,4", "--threads-per-node", "1", "--repeat", "1"])
+    runs = {(config, column): [1.0] for config in args.configs
+            for column in [*((tree, proto) for tree in config.trees() for proto in ("tcp", "zmq")), "mpi"]}
+    lines, _ = report(args.configs, runs, {"ping_pong": [1.0], "ping_pong_polling": [1.0], "zmq_raw": [1.0]}, args)
+    verdicts = [line.split()[0] + " " + line.split(":")[0].split(maxsplit=1)[1].split(" x ")[0].split()[-2]
+                for line in lines if " nodes x " in line]
+    assert verdicts == ["PASS 2", "no 3", "MISS 4"], lines
+
+
 @pytest.mark.parametrize("module, args, words", [
     ("benchmarks.gsum", ["--threads", "1", "--tree", "flat", "--rounds", "10", "--repeat", "1", "--no-targets",
                          "--csv", "/no/such/folder/out.csv"],
      "--csv /no/such/folder/out.csv: no folder /no/such/folder to write it in"),
     ("benchmarks.gsum", ["--threads", "1,2000", "--tree", "flat", "--rounds", "10", "--repeat", "1", "--no-targets"],
      "--threads: at most 1024 (the OpenMP anchor's largest team), got 2000"),
+    ("benchmarks.gsum", ["--tree", ",", "--threads", "1", "--rounds", "10", "--repeat", "1", "--no-targets"],
+     "argument --tree: expected a comma-separated list of trees (flat, faninK), got ','"),
     ("benchmarks.launch", ["--ranks", "0"], "argument --ranks: expected a number > 0, got 0"),
     ("benchmarks.launch", ["--runs", "0"], "argument --runs: expected a number > 0, got 0"),
-], ids=["gsum csv nowhere", "gsum above the OpenMP anchor", "launch no ranks", "launch no runs"])
+], ids=["gsum csv nowhere", "gsum above the OpenMP anchor", "gsum no tree", "launch no ranks", "launch no runs"])
 def test_other_benchmarks_refuse_bad_options_with_exit_2_before_measuring(module, args, words):
     done = run(module, *args)
     assert (done.returncode, done.stdout) == (2, ""), done.stderr

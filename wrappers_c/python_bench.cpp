@@ -68,6 +68,12 @@ void bind_bench(py::module_ &m) {
                                 "an operation failed or returned a wrong tuple");
     }, py::arg("handle"), py::arg("pairs"), py::arg("timeout") = 60.0,
        "Nanoseconds per move+observe pair through one handle, from a C loop (single thread).");
+    bench.def("pair_median_ns", [](const std::shared_ptr<Handle> &handle, int64_t pairs, const py::object &timeout) {
+        return single_link_loop(handle, pairs, timeout, "pair_median_ns", ps_kernel_link_pair_median_ns,
+                                "an operation failed or returned a wrong tuple");
+    }, py::arg("handle"), py::arg("pairs"), py::arg("timeout") = 60.0,
+       "The median nanoseconds of one move+observe pair through one handle, each pair of a C loop timed on its\n"
+       "own (single thread).");
     bench.def("link_moves_ns", [](const std::shared_ptr<Handle> &handle, int64_t moves, const py::object &timeout) {
         return single_link_loop(handle, moves, timeout, "link_moves_ns", ps_kernel_link_moves_ns,
                                 "a move failed, or last() grew by fewer than the moves made");
