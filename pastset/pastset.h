@@ -79,6 +79,9 @@ void ps_leave(ps_element *e);
  * (may be NULL). PS_EINVAL when there is no element of that name, PS_EMISMATCH when it has
  * another format, PS_EFORMAT for a bad format string. */
 int ps_remove(ps_space *space, const char *name, const char *format, int64_t *holds_out);
+/* ps_remove of an element nothing was ever moved into (what a refused build made): PS_ESTATE
+ * while anyone holds it or once a tuple went in. */
+int ps_remove_unused(ps_space *space, const char *name, const char *format);
 /* Copies the format text of the element named `name` into out (PS_FORMAT_MAX_TEXT + 1 bytes hold
  * any): what a PS_EMISMATCH is about. PS_EINVAL when there is no such element. */
 int ps_format_of(ps_space *space, const char *name, char *out, size_t size);

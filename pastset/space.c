@@ -160,7 +160,9 @@ void ps_leave(ps_element *e) {
     if (e) atomic_fetch_sub_explicit(&e->in_space.holds, 1, memory_order_release);
 }
 
-int ps_remove(ps_space *space, const char *name, const char *format, int64_t *holds_out) {
+/* ps_remove, or with `unused` ps_remove_unused: an element nobody holds cannot be moved into
+ * meanwhile (a move needs a hold, a hold needs the space's lock). */
+static int remove_element(ps_space *space, const char *name, const char *format, int unused, int64_t *holds_out) {
     ps_tuple_format parsed;
     uint64_t hash;
     int rc = parse_address(space, name, format, &parsed, &hash);
@@ -170,12 +172,20 @@ int ps_remove(ps_space *space, const char *name, const char *format, int64_t *ho
     int64_t holds = e ? atomic_load_explicit(&e->in_space.holds, memory_order_acquire) : 0;
     if (!e) rc = PS_EINVAL;
     else if (strcmp(e->format.text, parsed.text) != 0) rc = PS_EMISMATCH;
-    else if (holds > 0) rc = PS_ESTATE;
+    else if (holds > 0 || (unused && ps_last(e) > 0)) rc = PS_ESTATE;
     else unlink_element(space, e);
     pthread_mutex_unlock(&space->lock);
     if (holds_out) *holds_out = holds;
     if (rc == PS_OK) ps_element_free(e);
     return rc;
+}
+
+int ps_remove(ps_space *space, const char *name, const char *format, int64_t *holds_out) {
+    return remove_element(space, name, format, 0, holds_out);
+}
+
+int ps_remove_unused(ps_space *space, const char *name, const char *format) {
+    return remove_element(space, name, format, 1, NULL);
 }
 
 int ps_format_of(ps_space *space, const char *name, char *out, size_t size) {

@@ -133,6 +133,46 @@ def test_a_trace_file_that_is_a_folder_is_refused_at_build(space, tmp_path, wher
         build_path(make_path(stage("trace", file=file), stage("core", name="T", format="q")), pastset=space)
 
 
+@paths.stage_kind("test-refused-at-creation")
+class RefusedAtCreation:
+    def __init__(self):
+        raise ValueError("not today")
+
+
+@pytest.mark.parametrize("above, error", [
+    (stage("reduce-sum", num_threads=2), "format '8s' has fields that cannot be added"),
+    (stage("trace", file="/no/such/folder/t.bin"), "cannot write trace file"),
+    (stage("test-refused-at-creation"), "not today"),
+], ids=["a sum of bytes", "an unwritable trace", "a Python kind's __init__"])
+def test_a_build_refused_at_a_stages_creation_leaves_no_element(space, above, error):
+    kept = space.enter("KEPT", "8s")  # there before: a refused build over it leaves it be
+    for name in ("NEW", "KEPT"):
+        with pytest.raises(ValueError, match=error):
+            build_path(make_path(above, stage("core", name=name, format="8s")), pastset=space)
+    assert space.elements() == [("KEPT", "8s")]
+    del kept
+    build_path(make_path(stage("core", name="NEW", format="q")), pastset=space)  # no clash with a leftover
+
+
+def test_a_refused_build_leaves_an_element_someone_moved_into(space):
+    handle = build_path(make_path(stage("core", name="USED", format="8s")), pastset=space)
+    handle.move((b"x",))
+    del handle  # the element outlives its stages, with its tuple
+    with pytest.raises(ValueError, match="cannot be added"):
+        build_path(make_path(stage("reduce-sum", num_threads=2), stage("core", name="USED", format="8s")),
+                   pastset=space)
+    assert space.enter("USED", "8s").observe(0) == (b"x" + bytes(7),)
+    assert space.format_of("USED") == "8s" and space.format_of("NONE") is None
+
+
+def test_only_an_element_nobody_holds_or_moved_into_is_removed_as_unused(space):
+    space.enter("MOVED", "q").move((1,))
+    held = space.enter("HELD", "q")
+    space.enter("EMPTY", "q")
+    assert [space._remove_unused(name, "q") for name in ("MOVED", "HELD", "EMPTY")] == [False, False, True]
+    assert space.elements() == [("MOVED", "q"), ("HELD", "q")] and held.last() == 0
+
+
 def test_one_caller_too_many_is_refused_before_building(space):
     p = sum_path(stage("reduce-sum", num_threads=2, id="x"), stage("reduce-sum", num_threads=1))
     keep = [build_path(p, pastset=space) for _ in range(2)]

@@ -43,6 +43,18 @@ void PastSet::remove(const std::string &name, const std::string &format) {
     if (rc != PS_OK) raise_status(rc, call);
 }
 
+bool PastSet::remove_unused(const std::string &name, const std::string &format) {
+    std::string call = "_remove_unused(" + shown(py::str(name)) + ", " + shown(py::str(format)) + ")";
+    return ps_remove_unused(owner_->space, c_text(name, call).c_str(), c_text(format, call).c_str()) == PS_OK;
+}
+
+std::optional<std::string> PastSet::format_of(const std::string &name) const {
+    char format[PS_FORMAT_MAX_TEXT + 1];
+    std::string call = "format_of(" + shown(py::str(name)) + ")";
+    if (ps_format_of(owner_->space, c_text(name, call).c_str(), format, sizeof format) != PS_OK) return std::nullopt;
+    return std::string(format);
+}
+
 std::vector<std::pair<std::string, std::string>> PastSet::elements() const {
     std::vector<std::pair<std::string, std::string>> out;
     ps_space_each(owner_->space, [](void *context, const ps_element *e) {
@@ -70,6 +82,11 @@ void bind_element(py::module_ &m) {
         .def("remove", &PastSet::remove, py::arg("name"), py::arg("format"),
              "Free the element (name, format) and its tuples (PastSet's delelement); refused while an\n"
              "Element object or a path built over it still holds it.")
+        .def("format_of", &PastSet::format_of, py::arg("name"),
+             "The format of the element named `name`, or None when there is none.")
+        .def("_remove_unused", &PastSet::remove_unused, py::arg("name"), py::arg("format"),
+             "Free the element (name, format) if nothing holds it and no tuple was ever moved into it (what a\n"
+             "refused build made); whether it was freed.")
         .def("elements", &PastSet::elements, "[(name, format), ...] in creation order.");
 }
 

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,6 +72,8 @@ public:
 
     Element enter(const std::string &name, const std::string &format);
     void remove(const std::string &name, const std::string &format);
+    bool remove_unused(const std::string &name, const std::string &format);
+    std::optional<std::string> format_of(const std::string &name) const;
     std::vector<std::pair<std::string, std::string>> elements() const;
     const std::shared_ptr<SpaceOwner> &owner() const { return owner_; }
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import glob
 import threading
+import traceback
 import weakref
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
@@ -98,6 +99,7 @@ class BuildContext:
         if guard is not None:
             guard.admit_path(specs[:local])
         specs, existing, created = self._reserve(specs, local)
+        new_element = self._new_element(specs, local, existing)
         try:
             below, bottom = None, None
             for i in reversed(range(local)):
@@ -117,6 +119,12 @@ class BuildContext:
             remote = bottom if kinds()[specs[local - 1].kind].rest_at is not None else None
             handle = below.native.attach(label, below, remote=remote and remote.native,
                                          remote_spec=remote and _remainder(remote.key, self._route(guard)))
+        except BaseException as failure:
+            if new_element is not None:  # a refused build leaves no element behind: its stages go first
+                below = bottom = None
+                traceback.clear_frames(failure.__traceback__)
+                self.pastset._remove_unused(*new_element)
+            raise
         finally:
             for key in list(created):
                 self._built(created, key)
@@ -125,6 +133,15 @@ class BuildContext:
             self._handles.append((weakref.ref(handle), below.key, label))
         _HANDLE_CONTEXTS[handle] = (self, below.key)
         return handle
+
+    def _new_element(self, specs: StageKey, local: int, existing: list) -> tuple[str, str] | None:
+        """The element (name, format) the bottom stage this build creates would make, when there is
+        none of that name yet."""
+        bottom = specs[local - 1]
+        if existing[local - 1] is not None or not kinds()[bottom.kind].ends_path:
+            return None
+        name, format = bottom.param("name"), bottom.param("format")
+        return (name, format) if self.pastset.format_of(name) is None else None
 
     def _built(self, created: dict, key: StageKey) -> None:
         """A key this build marked as being built is built (or will not be): whoever waits for it
