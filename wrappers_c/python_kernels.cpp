@@ -7,6 +7,7 @@
 #include <climits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -82,8 +83,25 @@ int status_of(const py::error_already_set &e) {
     return PS_EINVAL;
 }
 
+// Kernel threads run the hooks one at a time: a thousand of them asking for the GIL at once would
+// starve the main thread, which needs it to see a signal (Ctrl-C; SIGTERM, which ends a node). A
+// thread that holds the GIL already (a Python kernel's) takes no turn: it would wait for a thread
+// that waits for its GIL.
+std::mutex g_hook_turns;
+
+class HookTurn {
+public:
+    HookTurn() {
+        if (!PyGILState_Check()) turn_ = std::unique_lock<std::mutex>(g_hook_turns);
+    }
+
+private:
+    std::unique_lock<std::mutex> turn_;
+};
+
 ps_link *acquire_hook(void *data, int thread, const char *element, const char *format, int *status, char *error,
                       size_t error_size) {
+    HookTurn turn;
     py::gil_scoped_acquire gil;
     RunHooks &hooks = *static_cast<RunHooks *>(data);
     std::string why;
@@ -119,6 +137,7 @@ ps_link *acquire_hook(void *data, int thread, const char *element, const char *f
 }
 
 void release_hook(void *data, int thread, ps_link *link) {
+    HookTurn turn;
     py::gil_scoped_acquire gil;
     RunHooks &hooks = *static_cast<RunHooks *>(data);
     auto found = hooks.held.find(link);
