@@ -307,21 +307,27 @@ def test_cli_errors(tmp_path, capsys):
     assert "Perfetto" in capsys.readouterr().out
 
     missing = tmp_path / "missing.bin"
-    assert trace_command([str(missing)]) == 1
+    assert trace_command([str(missing)]) == 2
     err = capsys.readouterr().err
     assert str(missing) in err and "No such file" in err and "Traceback" not in err
 
     garbage = tmp_path / "garbage.bin"
     garbage.write_bytes(b"hello, this is not a trace" * 20)
-    assert trace_command([str(garbage)]) == 1
+    assert trace_command([str(garbage)]) == 2
     err = capsys.readouterr().err
     assert str(garbage) in err and "not a PATHS trace" in err and "PATHSTR1" in err
+
+    assert trace_command([str(garbage), "--perfetto", str(tmp_path / "no" / "out.json")]) == 2  # the file first
+    nowhere = tmp_path / "no" / "out.json"
+    real = traced_pairs(paths.PastSet(), tmp_path / "real.bin", 10)
+    assert trace_command([str(real), "--perfetto", str(nowhere)]) == 2
+    assert f"cannot write '{nowhere}': No such file or directory" in capsys.readouterr().err
 
 
 def test_a_file_that_never_ends_or_runs_on_is_refused_without_reading_it_all(space, tmp_path):
     done = subprocess.run([sys.executable, "-m", "paths", "trace", "/dev/zero"], capture_output=True, text=True,
                           timeout=30)
-    assert (done.returncode, done.stdout) == (1, "")
+    assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == ("paths trace: trace file '/dev/zero': not a PATHS trace (expected it to start with "
                            "b'PATHSTR1', got b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00')\n")
     path = traced_pairs(space, tmp_path / "t.bin", 10)
@@ -354,7 +360,7 @@ def test_a_hostile_header_is_named_not_a_traceback(space, tmp_path, capsys, offs
     path.write_bytes(bytes(data))
     with pytest.raises(TraceFileError, match=f"'{path}': .*{words}"):
         read_trace(path)
-    assert trace_command([str(path)]) == 1
+    assert trace_command([str(path)]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and "Traceback" not in err
 

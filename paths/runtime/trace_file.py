@@ -240,8 +240,9 @@ def format_summary(trace: Trace) -> str:
 # ---- the command line -------------------------------------------------------------------------
 
 def trace_command(argv: list) -> int:
-    """`paths trace FILE [FILE...] [--perfetto OUT.json]`: 0 on success, 2 on usage errors,
-    1 when a file cannot be read or written."""
+    """`paths trace FILE [FILE...] [--perfetto OUT.json]`: 0 on success, 2 on a usage error, a
+    file given that is no trace it can read, or an OUT.json it cannot write (as `paths run` for a
+    map it cannot use)."""
     parser = argparse.ArgumentParser(
         prog="paths trace",
         description="Summarize trace files written by `trace` stages (per thread and operation: count, "
@@ -258,7 +259,7 @@ def trace_command(argv: list) -> int:
         traces = [read_trace(path) for path in args.files]
     except TraceFileError as e:
         print(f"paths trace: {e}", file=sys.stderr)
-        return 1
+        return 2
     for trace in traces:
         print(format_summary(trace))
     if args.perfetto:
@@ -266,6 +267,6 @@ def trace_command(argv: list) -> int:
             to_perfetto(traces, args.perfetto)
         except OSError as e:
             print(f"paths trace: cannot write '{args.perfetto}': {e.strerror}", file=sys.stderr)
-            return 1
+            return 2
         print(f"wrote {args.perfetto}: {sum(len(t.events) for t in traces)} events from {len(traces)} trace(s)")
     return 0
