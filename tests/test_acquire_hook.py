@@ -122,3 +122,26 @@ def test_sums_declared_by_the_map_or_by_option_and_fresh_elements_each_run(probe
             rows = [(r["threads"], r["total"], r["logged"]) for r in csv.DictReader(f)]
         assert rows == [("3", "3", "3"), ("3", "3", "3"), ("6", "6", "6"), ("6", "6", "6")]
     assert probe.alive() == []
+
+
+def test_the_default_hook_plans_a_runs_sum_once_for_all_its_threads(monkeypatch):
+    """Each plan places every thread: planned per thread, a run's start-up grew with the square
+    of its threads (4,000 threads did not start within 300 s)."""
+    from paths.runtime import acquire_hook
+
+    planned = []
+
+    def counted(*args, **kwargs):
+        planned.append(args[1])
+        return plan_reduction(*args, **kwargs)
+
+    monkeypatch.setattr(acquire_hook, "plan_reduction", counted)
+    acquire_hook._run_plan.cache_clear()
+    cluster_map = builtin_map("paper-4w")
+    requests = [acquire_hook.AcquireRequest("GSUM", "q", t, 32, "n0", cluster_map, True, cluster_map.home)
+                for t in range(32)]
+    given = [acquire_hook.default_acquire(r) for r in requests]
+    assert planned == [32]
+    assert given == [plan_reduction(cluster_map, 32, ("GSUM", "q")).paths[t] for t in range(32)]
+    acquire_hook.default_acquire(acquire_hook.AcquireRequest("GSUM", "q", 0, 16, "n0", cluster_map, True, "n0"))
+    assert planned == [32, 16]  # another run: its own plan

@@ -155,17 +155,17 @@ def threads_of(pid: int) -> int:
         return int(next(line for line in status if line.startswith("Threads:")).split()[1])
 
 
-def test_sigterm_to_paths_run_while_a_thousand_kernel_threads_build_their_paths_ends_the_node_at_once(probe):
-    """As `timeout` ends a run: the node, told by its launcher's death, stops at once, though a
-    thousand kernel threads want the GIL for their paths' builds, the main thread (which sees the
+def test_sigterm_to_paths_run_while_five_thousand_kernel_threads_build_their_paths_ends_the_node_at_once(probe):
+    """As `timeout` ends a run: the node, told by its launcher's death, stops at once, though five
+    thousand kernel threads want the GIL to build their paths, the main thread (which sees the
     signal) and the thread reading its standard input among them."""
-    run = subprocess.Popen([sys.executable, "-m", "paths", "run", "gsum", "--threads", "1000", "--rounds", "1000000",
+    run = subprocess.Popen([sys.executable, "-m", "paths", "run", "gsum", "--threads", "5000", "--rounds", "1000000",
                             "--repeat", "1", "--timeout", "600"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         [(node, _)] = probe.wait_for("gsum", 1, timeout=RUN_TIMEOUT)
         started = time.monotonic()
-        while threads_of(node) < 1000 and time.monotonic() - started < RUN_TIMEOUT:
+        while threads_of(node) < 5000 and time.monotonic() - started < RUN_TIMEOUT:
             time.sleep(0.05)  # its kernel threads start, and build their paths
         run.send_signal(signal.SIGTERM)
         run.wait(timeout=RUN_TIMEOUT)

@@ -31,6 +31,7 @@ data, as a halo: homed where its owner runs), else the map's `home`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
@@ -69,12 +70,19 @@ def default_acquire(request: AcquireRequest) -> PathSpec:
     element = (request.element, request.format)
     if request.sum:
         at_home = dataclasses.replace(request.map, home=request.home)
-        with placement_warnings_said("", say=False):  # the run's placement's, said where make_runtime ran
-            plan = plan_reduction(at_home, request.threads, element, policy=request.policy,
-                                  max_fanin=request.max_fanin, form=request.tree_form)
+        plan = _run_plan(at_home, request.threads, element, request.policy, request.max_fanin, request.tree_form)
         return plan.paths[request.thread]
     return make_path(*hop(request.map, request.node, request.home),
                      stage("core", name=request.element, format=request.format))
+
+
+@functools.lru_cache(maxsize=16)
+def _run_plan(cluster_map: ClusterMap, threads: int, element: tuple[str, str], policy: Optional[str],
+              max_fanin: Optional[int], form: Optional[str]) -> ReductionPlan:
+    """plan_reduction, made once for all the threads of a run that ask for paths to one sum (each
+    plan places every thread: made per thread, a run's start-up would grow with its square)."""
+    with placement_warnings_said("", say=False):  # the run's placement's, said where make_runtime ran
+        return plan_reduction(cluster_map, threads, element, policy=policy, max_fanin=max_fanin, form=form)
 
 
 def reachable_nodes(cluster_map: ClusterMap, plans: Iterable[ReductionPlan]) -> list[str]:
