@@ -323,6 +323,12 @@ def test_cli_errors(tmp_path, capsys):
     assert trace_command([str(real), "--perfetto", str(nowhere)]) == 2
     assert f"cannot write '{nowhere}': No such file or directory" in capsys.readouterr().err
 
+    kept = real.read_bytes()
+    for spelling in (str(real), str(tmp_path / "." / "real.bin")):  # its own input, however spelled
+        assert trace_command([str(real), "--perfetto", spelling]) == 2
+        assert "is a trace file it reads" in capsys.readouterr().err
+    assert real.read_bytes() == kept
+
 
 def test_a_file_that_never_ends_or_runs_on_is_refused_without_reading_it_all(space, tmp_path):
     done = subprocess.run([sys.executable, "-m", "paths", "trace", "/dev/zero"], capture_output=True, text=True,

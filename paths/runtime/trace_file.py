@@ -239,6 +239,13 @@ def format_summary(trace: Trace) -> str:
 
 # ---- the command line -------------------------------------------------------------------------
 
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them is not there
+        return False
+
+
 def trace_command(argv: list) -> int:
     """`paths trace FILE [FILE...] [--perfetto OUT.json]`: 0 on success, 2 on a usage error, a
     file given that is no trace it can read, or an OUT.json it cannot write (as `paths run` for a
@@ -259,6 +266,10 @@ def trace_command(argv: list) -> int:
         traces = [read_trace(path) for path in args.files]
     except TraceFileError as e:
         print(f"paths trace: {e}", file=sys.stderr)
+        return 2
+    if args.perfetto and any(_same_file(args.perfetto, path) for path in args.files):
+        print(f"paths trace: --perfetto {args.perfetto}: is a trace file it reads; give the JSON another name",
+              file=sys.stderr)
         return 2
     for trace in traces:
         print(format_summary(trace))
