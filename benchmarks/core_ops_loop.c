@@ -29,27 +29,29 @@ double ps_kernel_core_pairs_ns(int64_t pairs) {
     return (double)elapsed / (double)pairs;
 }
 
-double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns) {
+/* Moves i, then observes it back, through the link: a fresh operation each, as paths_move makes
+ * one. Whether both went and the tuple was i. */
+static inline int pair_through(ps_link *link, int64_t i, int64_t timeout_ns) {
     int64_t out = 0;
+    ps_op move = {.kind = PS_OP_MOVE, .in = &i, .timeout_ns = timeout_ns};
+    if (ps_link_call(link, &move) != PS_OK) return 0;
+    ps_op observe = {.kind = PS_OP_OBSERVE, .out = &out, .timeout_ns = timeout_ns};
+    return ps_link_call(link, &observe) == PS_OK && out == i;
+}
+
+double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns) {
     int64_t start = ps_now_ns();
-    for (int64_t i = 0; i < pairs; i++) { /* a fresh operation each, as paths_move makes one */
-        ps_op move = {.kind = PS_OP_MOVE, .in = &i, .timeout_ns = timeout_ns};
-        if (ps_link_call(link, &move) != PS_OK) return -1.0;
-        ps_op observe = {.kind = PS_OP_OBSERVE, .out = &out, .timeout_ns = timeout_ns};
-        if (ps_link_call(link, &observe) != PS_OK || out != i) return -1.0;
-    }
+    for (int64_t i = 0; i < pairs; i++)
+        if (!pair_through(link, i, timeout_ns)) return -1.0;
     return (double)(ps_now_ns() - start) / (double)pairs;
 }
 
 double ps_kernel_link_pair_median_ns(ps_link *link, int64_t pairs, int64_t timeout_ns) {
     double *latencies = malloc((size_t)pairs * sizeof *latencies);
     if (!latencies) return -1.0;
-    int64_t out = 0;
     for (int64_t i = 0; i < pairs; i++) {
         int64_t begin = ps_now_ns();
-        ps_op move = {.kind = PS_OP_MOVE, .in = &i, .timeout_ns = timeout_ns};
-        ps_op observe = {.kind = PS_OP_OBSERVE, .out = &out, .timeout_ns = timeout_ns};
-        if (ps_link_call(link, &move) != PS_OK || ps_link_call(link, &observe) != PS_OK || out != i) {
+        if (!pair_through(link, i, timeout_ns)) {
             free(latencies);
             return -1.0;
         }

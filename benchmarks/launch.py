@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from paths.experiments.parent_death import processes
+
 from .core_ops import positive_int
 
 PATHS = [sys.executable, "-m", "paths", "launch"]
@@ -65,15 +67,12 @@ def left(marker: str) -> list[int]:
     """Live processes (not zombies) of the run: those whose environment holds its marker, which
     the launcher passes on to its nodes and they to their ranks."""
     found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
+    for pid, state, _ in processes():
         try:
-            with open(f"/proc/{entry}/stat") as stat:  # the state follows the command's ")"
-                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-            with open(f"/proc/{entry}/environ", "rb") as environ:
-                if f"{MARK}={marker}".encode() in environ.read().split(b"\0"):
-                    found.append(int(entry))
-        except (OSError, IndexError):  # gone meanwhile
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if state != "Z" and f"{MARK}={marker}".encode() in environ.read().split(b"\0"):
+                    found.append(pid)
+        except OSError:  # gone meanwhile
             continue
     return found
 

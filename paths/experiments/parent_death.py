@@ -23,7 +23,7 @@ import ctypes
 import os
 import signal
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -64,17 +64,21 @@ def adopts_orphans() -> bool:
     return _prctl(PR_GET_CHILD_SUBREAPER, ctypes.addressof(flag), 0, 0, 0) == 0 and flag.value != 0
 
 
-def children() -> list[int]:
-    """The processes whose parent is this one, zombies included."""
-    found = []
+def processes() -> Iterator[tuple[int, str, int]]:
+    """(pid, state, parent) of every process now ("Z": a zombie), from /proc."""
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{entry}/stat") as stat:  # the parent follows the command's ")"
-                if int(stat.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
-                    found.append(int(entry))
-        except (OSError, IndexError, ValueError):  # gone meanwhile
+            with open(f"/proc/{entry}/stat") as stat:  # the state and the parent follow the command's ")"
+                state, parent = stat.read().rsplit(")", 1)[1].split()[:2]
+            yield int(entry), state, int(parent)
+        except (OSError, ValueError):  # gone meanwhile
             continue
-    return found
+
+
+def children() -> list[int]:
+    """The processes whose parent is this one, zombies included."""
+    me = os.getpid()
+    return [pid for pid, _, parent in processes() if parent == me]
 
 
 class Orphans:
