@@ -10,6 +10,10 @@
     rank_app.py sleep [R STATUS]    prints `up PID`, then sleeps (rank R exits with STATUS once
                                     every rank is up: it prints `failing` first, on stderr)
     rank_app.py lines N             prints N numbered lines, half of them on stderr
+    rank_app.py long MIB            rank 0 prints one line of MIB MiB of 'x', then `end`; with
+                                    ranks besides, halfway it makes the file `half` (in its
+                                    working folder) and waits for `done`, which rank 1 makes
+                                    once it has printed `short I` for I = 0..19 after `half`
 
 Every line is flushed: the tests read them as they come.
 """
@@ -50,7 +54,29 @@ def main(what: str, *args: str) -> int:
         for i in range(int(args[0])):
             print(f"line {i}", file=sys.stderr if i % 2 else sys.stdout, flush=True)
         return 0
+    if what == "long":
+        half, together = b"x" * (int(args[0]) << 19), int(os.environ["PATHS_SIZE"]) > 1
+        if int(os.environ["PATHS_RANK"]) == 0:
+            os.write(1, half)  # returns once all but a pipe's worth is read
+            if together:
+                open("half", "w").close()
+                wait_for("done")
+            os.write(1, half + b"\nend\n")
+        elif int(os.environ["PATHS_RANK"]) == 1:
+            wait_for("half")
+            for i in range(20):
+                print(f"short {i}", flush=True)
+            open("done", "w").close()
+        return 0
     raise SystemExit(f"rank_app.py: unknown action {what!r}")
+
+
+def wait_for(name: str) -> None:
+    deadline = time.monotonic() + 60
+    while not os.path.exists(name):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"rank_app.py: no file {name!r} within 60 s")
+        time.sleep(0.01)
 
 
 if __name__ == "__main__":

@@ -239,6 +239,23 @@ def test_what_a_kernel_prints_comes_out_on_standard_error_led_by_its_node(built,
     assert probe.alive() == []
 
 
+def test_a_kernels_long_line_and_bytes_come_out_as_written_led_by_its_node(built, probe, user_module):
+    """A line of 3 MiB (passed on in pieces as it comes, never held whole) and bytes that are not
+    UTF-8 come out on the run's standard error as the kernel wrote them, led by its node."""
+    user_module("long_line_kernel", """
+        import os
+
+        def kernel(ctx):
+            if ctx.thread == 0:
+                os.write(1, b"y" * (3 << 20) + b"\\n\\xff\\xfe not text\\n")
+    """)
+    command = [sys.executable, "-m", "paths", "run", "long_line_kernel:kernel", "--map", "paper-4w", "--threads", "1"]
+    done = subprocess.run(command, capture_output=True, timeout=120, cwd=built)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert b"[n0] " + b"y" * (3 << 20) + b"\n[n0] \xff\xfe not text\n" in done.stderr
+    assert probe.alive() == []
+
+
 # ---- the hooks ----------------------------------------------------------------------------------
 
 def test_a_replaced_acquire_hook_changes_the_path_and_the_release_hook_sees_every_handle(built, probe, user_module,

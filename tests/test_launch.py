@@ -243,6 +243,40 @@ def test_a_ranks_bytes_come_out_as_it_wrote_them_even_when_not_text(tmp_path):
     assert done.stdout == b"".join(b"[0] " + line + b"\n" for line in data.split(b"\n")[:-1])
 
 
+def test_a_long_line_comes_out_whole_and_is_never_held_whole(app):
+    """64 MiB in one line: out byte for byte, while no process of the run (launcher, node, rank)
+    ever holds much more than a piece of it (held whole, the launcher and the node each took
+    about four times the line)."""
+    code = ("import resource, subprocess, sys; run = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE); "
+            "sys.stdout.buffer.write(run.stdout); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
+            "run.returncode, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "paths", "launch", "--threads", "1",
+                           "--", sys.executable, app, "long", "64"], capture_output=True, timeout=120)
+    peak_kb, status = map(int, done.stderr.split()[-2:])
+    assert status == 0, done.stderr
+    assert done.stdout == b"[0] " + b"x" * (64 << 20) + b"\n[0] end\n"
+    assert peak_kb < 100_000, f"a process of the run peaked at {peak_kb} kB"
+
+
+def test_a_long_line_another_rank_comes_between_goes_on_led_by_its_rank(app, tmp_path):
+    """Rank 0's line of 3 MiB is half out (a piece of it passed on) when rank 1 prints its lines:
+    they break it there, and it goes on led by its rank again; in a file of its own it is whole."""
+    done = launch("--threads", "2", "--", sys.executable, app, "long", "3", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line[:5] for line in lines] == ["[0] x"] + ["[1] s"] * 20 + ["[0] x", "[0] e"], [l[:20] for l in lines]
+    assert lines[1:21] == [f"[1] short {i}" for i in range(20)]
+    assert len(lines[0]) - 4 >= 1 << 20  # a piece of a MiB or more
+    assert lines[0][4:] + lines[21][4:] == "x" * (3 << 20) and lines[22] == "[0] end"
+    out = tmp_path / "out"
+    for made in ("half", "done"):
+        (tmp_path / made).unlink()
+    done = launch("--threads", "2", "--output-dir", str(out), "--", sys.executable, app, "long", "3", cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert (out / "rank.0.log").read_text() == "x" * (3 << 20) + "\nend\n"  # byte for byte, in a file
+    assert (out / "rank.1.log").read_text() == "".join(f"short {i}\n" for i in range(20))
+
+
 # ---- exit statuses and reaping ---------------------------------------------------------------------
 
 def test_the_first_failing_rank_gives_the_exit_status_and_the_others_are_stopped(app, probe):

@@ -29,3 +29,29 @@ def test_a_long_line_in_many_pieces_is_one_line():
         assert buffer.feed(b"x" * 1000) == []
     assert buffer.feed(b"x\nnext") == [b"x" * 1_000_001]
     assert buffer.rest() == [b"next"]
+
+
+def test_a_long_line_is_taken_out_in_pieces_that_join_to_it():
+    rng = random.Random(11)
+    for _ in range(300):
+        size = rng.randrange(1, 50)
+        data = b"\n".join(bytes(rng.choice(b"ab") for _ in range(rng.randrange(0, 200))) for _ in range(3)) + b"\n"
+        buffer, out = LineBuffer(), bytearray()
+        for chunk in pieces(data, rng):
+            for line in buffer.feed(chunk):
+                out += line + b"\n"
+            piece = buffer.piece(size)
+            assert piece == b"" or len(piece) >= size  # nothing taken before `size` has come
+            out += piece
+        assert buffer.rest() == []
+        assert bytes(out) == data, (size, data)
+
+
+def test_a_piece_is_only_the_start_of_the_line_not_yet_ended():
+    buffer = LineBuffer()
+    assert buffer.feed(b"one\ntw") == [b"one"]
+    assert buffer.piece(3) == b""
+    assert buffer.feed(b"o and") == []
+    assert buffer.piece(3) == b"two and"
+    assert buffer.feed(b" three\n") == [b" three"]
+    assert buffer.piece(1) == b"" and buffer.rest() == []

@@ -22,7 +22,8 @@ another its home. A rank's own node's stages live in its node's server, shared b
 ranks.
 
 Every line a rank prints comes out prefixed with its rank, `[3] ...` (standard error on standard
-error), or with --output-dir DIR into DIR/rank.<rank>.log (both streams, unprefixed). The exit
+error), or with --output-dir DIR into DIR/rank.<rank>.log (both streams, unprefixed). A long
+line goes on in pieces as it comes, never held whole (experiments/tagged_output.py). The exit
 status is the first failing rank's (128 + N for a rank killed by signal N); the other ranks are
 stopped then (SIGTERM, SIGKILL a second later). Ctrl-C stops them all (exit 130), and so does
 --timeout (exit 1). Nothing the run started outlives it, even a launcher killed with SIGKILL:
@@ -42,6 +43,7 @@ from ..model.cluster_map import MapError, map_reference, open_map
 from ..experiments.launcher import LaunchError, NodeProcesses
 from ..experiments.parent_death import adopt_orphans
 from ..experiments.rank_processes import TEXT_ERRORS
+from ..experiments.tagged_output import write_tagged
 from ..runtime.node_servers import NodeServers
 from ..model.placement import MAX_THREADS, canonical_policy, placement_warnings_said
 from ..runtime.rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
@@ -73,19 +75,17 @@ class RankOutput:
     def _path(self, rank: int) -> str:
         return os.path.join(self.directory, f"rank.{rank}.log")
 
-    def line(self, rank: int, stream: str, text: str) -> None:
-        """One line of a rank, written as the very bytes the rank wrote (TEXT_ERRORS)."""
-        data = text.encode("utf-8", TEXT_ERRORS) + b"\n"
+    def line(self, rank: int, stream: str, text: str, more: bool = False) -> None:
+        """One line of a rank, or with `more` a piece of a long one (tagged_output.py), written as
+        the very bytes the rank wrote (TEXT_ERRORS)."""
+        data = text.encode("utf-8", TEXT_ERRORS)
         if self.directory is None:
-            out = sys.stdout if stream == "out" else sys.stderr
-            out.flush()
-            out.buffer.write(f"[{rank}] ".encode() + data)
-            out.buffer.flush()
+            write_tagged(sys.stdout if stream == "out" else sys.stderr, f"[{rank}] ", data, ends=not more)
             return
         try:
             if rank not in self.files:
                 self.files[rank] = open(self._path(rank), "ab")
-            self.files[rank].write(data)
+            self.files[rank].write(data if more else data + b"\n")
             self.files[rank].flush()
         except OSError as e:
             raise LaunchError(f"--output-dir {self.directory}: cannot write {self._path(rank)}: {e.strerror}") from None
@@ -156,7 +156,7 @@ def launch_command(argv: list[str]) -> int:
 
     def on_event(node: str, event: dict) -> None:
         if event["event"] == "output":
-            output.line(event["rank"], event["stream"], event["text"])
+            output.line(event["rank"], event["stream"], event["text"], event.get("more", False))
         elif event["event"] == "exit" and event["status"] != 0:
             raise RankFailed(event["rank"], node, event["status"])
 

@@ -44,7 +44,8 @@ from .. import _native
 from ..model.cluster_map import ClusterMap, split_address
 from ..model.cpu_sets import cpu_shares, format_cpu_list
 from ..model.hostlist import expand_hostlist
-from .line_buffer import LineBuffer
+from .line_buffer import PIECE_BYTES, LineBuffer
+from .tagged_output import end_open_lines, write_tagged
 from .parent_death import Orphans, adopts_orphans, children, dies_with_me
 from .rank_processes import STOP_SECONDS
 
@@ -180,18 +181,22 @@ class _Node:
         self.lines.extend(line.decode("utf-8", "replace") for line in self._received.feed(data))
         return bool(data)
 
-    def _new_errors(self, ended: bool) -> list[str]:
-        """Each whole line the node wrote on its standard error since the last look, and once it
-        has `ended` the rest."""
-        lines = self._error_lines.feed(self._unread_errors.read())
-        return [line.decode("utf-8", "replace") for line in lines + (self._error_lines.rest() if ended else [])]
-
     def pass_on_errors(self, ended: bool = False) -> None:
         """The node's new lines on standard error (a kernel's prints, say) on this process's, led
-        by the node's name."""
-        for line in self._new_errors(ended):
-            sys.stderr.write(f"[{self.name}] {line}\n")
-        sys.stderr.flush()
+        by the node's name, read a piece at a time: a long line goes on in pieces as it comes
+        (tagged_output.py); once the node has `ended`, its last line too."""
+        tag = f"[{self.name}] "
+        while True:
+            data = self._unread_errors.read(PIECE_BYTES)
+            for line in self._error_lines.feed(data):
+                write_tagged(sys.stderr, tag, line)
+            piece = self._error_lines.piece()
+            if piece:
+                write_tagged(sys.stderr, tag, piece, ends=False)
+            if len(data) < PIECE_BYTES:
+                break
+        for line in self._error_lines.rest() if ended else []:
+            write_tagged(sys.stderr, tag, line)
 
     def send(self, request: dict) -> None:
         try:
@@ -208,7 +213,8 @@ class _Node:
             pass
         tail = ""
         if self.process.returncode is not None:  # what it wrote last, not passed on yet
-            tail = "\n".join(self._new_errors(ended=True)).strip()[-600:]
+            lines = self._error_lines.feed(self._unread_errors.read()) + self._error_lines.rest()
+            tail = b"\n".join(lines).decode("utf-8", "replace").strip()[-600:]
         code = f" ({exit_reason(self.process.returncode)})" if self.process.returncode is not None else ""
         return f"node {self.name} {what}{code}" + (f":\n{tail}" if tail else "")
 
@@ -374,4 +380,5 @@ class NodeProcesses:
                 pass
         if adopts_orphans():  # the command's: what a killed node's daemons left it goes too
             Orphans(self.others).stop(STOP_SECONDS)
+        end_open_lines()  # a line a node or rank did not end, before this process says more
         self.nodes.clear()

@@ -20,15 +20,16 @@ import subprocess
 import time
 from typing import Callable
 
-from .line_buffer import LineBuffer
+from .line_buffer import PIECE_BYTES, LineBuffer
 from .parent_death import Orphans, adopt_orphans, children, dies_with_me, reaped
 
 STOP_SECONDS = 1.0  # how long a stopped rank has between SIGTERM and SIGKILL
 DRAIN_SECONDS = 1.0  # how long a rank's pipes may stay open after it exited (a child of its own)
 
-# emit(event) receives {"event": "output", "rank": r, "stream": "out"|"err", "text": line} and
-# {"event": "exit", "rank": r, "status": s}; a line's bytes that are not UTF-8 are kept as lone
-# surrogates (surrogateescape), so that the launcher writes out the very bytes the rank wrote
+# emit(event) receives {"event": "output", "rank": r, "stream": "out"|"err", "text": line} (with
+# "more": true, a piece of a long line, which goes on: line_buffer.py) and {"event": "exit",
+# "rank": r, "status": s}; a line's bytes that are not UTF-8 are kept as lone surrogates
+# (surrogateescape), so that the launcher writes out the very bytes the rank wrote
 TEXT_ERRORS = "surrogateescape"
 Emit = Callable[[dict], None]
 
@@ -36,6 +37,12 @@ Emit = Callable[[dict], None]
 def exit_status(returncode: int) -> int:
     """A shell's exit status: the code, or 128 + the signal that ended the process."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def _output(rank: int, stream: str, line: bytes, more: bool = False) -> dict:
+    """The event of a rank's line, or with `more` of a piece of one."""
+    event = {"event": "output", "rank": rank, "stream": stream, "text": line.decode("utf-8", TEXT_ERRORS)}
+    return {**event, "more": True} if more else event
 
 
 class _Rank:
@@ -76,10 +83,16 @@ class RankProcesses:
             while len(statuses) < len(self.ranks):
                 for key, _ in selector.select(0.05):
                     rank, stream = key.data
-                    data = key.fileobj.read()
+                    try:  # at most a piece's worth: a rank that writes on and on is passed on as it goes
+                        data = os.read(key.fd, PIECE_BYTES)
+                    except BlockingIOError:
+                        continue
                     if data:
                         self._lines(rank, stream, rank.partial[stream].feed(data), emit)
-                    elif data is not None:  # the end of the pipe
+                        piece = rank.partial[stream].piece()  # of a long line, not held whole
+                        if piece:
+                            emit(_output(rank.rank, stream, piece, more=True))
+                    else:  # the end of the pipe
                         self._lines(rank, stream, rank.partial[stream].rest(), emit)
                         selector.unregister(key.fileobj)
                         rank.open -= 1
@@ -94,8 +107,7 @@ class RankProcesses:
     @staticmethod
     def _lines(rank: _Rank, stream: str, lines: list[bytes], emit: Emit) -> None:
         for line in lines:
-            emit({"event": "output", "rank": rank.rank, "stream": stream,
-                  "text": line.decode("utf-8", TEXT_ERRORS)})
+            emit(_output(rank.rank, stream, line))
 
     @staticmethod
     def _ended(rank: _Rank, selector: selectors.BaseSelector, emit: Emit) -> bool:
