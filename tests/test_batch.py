@@ -312,6 +312,29 @@ def test_a_pass_through_operation_that_hears_of_a_pipelined_remotes_drop_counts_
         assert (counters["moves_sent"], counters["dropped"]) == (1, 5), counters
 
 
+@pytest.mark.parametrize("below", ["remote window=8", "pipelined delay"])
+def test_moves_sent_ahead_of_a_server_that_went_are_counted_off_and_said(below):
+    """The server goes after one move took effect. Five more go down as one send, which a
+    pipelined stage below (a remote with window=8, or a pipelined delay) takes without waiting for
+    its answer, which never comes. The fence that hears of it says that those 5 may not have
+    taken effect, and the batch counts them dropped, not sent."""
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
+        ahead = [stage("remote", host=server.endpoint, timeout_ms=2000, window=8)] if below.startswith("remote") else \
+                [stage("delay", ms=1, pipelined=1), stage("remote", host=server.endpoint, timeout_ms=2000)]
+        h = build_path(make_path(stage("batch", max_moves=100), *ahead, stage("core", name="G", format="q")))
+        h.move(1)
+        assert h.last() == 1
+    for v in range(5):
+        h.move(v)
+    said = r"the 5 tuples of pipelined moves sent before it were not answered \(they may not have taken effect\)" \
+        if below.startswith("remote") else \
+        r"delay: at least 0 of 5 moves sent ahead took effect \(the other 5 may have too: the answer was lost\)"
+    with pytest.raises(ConnectionError, match=said):
+        paths.fence(h, timeout=PATIENCE_S)
+    counters = h.stage.counters()
+    assert (counters["moves_sent"], counters["dropped"]) == (1, 5), counters
+
+
 def test_a_move_many_whose_own_send_fails_counts_only_its_tuples_that_took_effect(space):
     """buffers=1: the move_many sends each buffer it fills itself. Its first buffer (a held move and
     two of its tuples) goes; its second (its last three) is refused at once by the sum below, which

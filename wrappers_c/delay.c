@@ -156,8 +156,10 @@ static int come_back(ps_link *link, const ps_op *op, int rc, int64_t deadline) {
 
 /* ---- pipelined: moves on the wire -------------------------------------------------------------- */
 
-/* A failure of the courier's that the caller has not heard of: its status (explained), or PS_OK. */
-static int take_failure(delay_stage *d, wire_caller *c) {
+/* A failure of the courier's that the caller has not heard of: its status (explained), or PS_OK.
+ * op (NULL: the caller goes) then says how many of the caller's moves sent ahead did not take
+ * effect (op->dropped), so that a stage above that counted them (a batch) counts them off. */
+static int take_failure(delay_stage *d, wire_caller *c, ps_op *op) {
     uint32_t done, of;
     int status = ps_deferred_failure_take(&c->failure, &done, &of);
     if (status == PS_OK) return PS_OK;
@@ -166,6 +168,7 @@ static int take_failure(delay_stage *d, wire_caller *c) {
     if (dropped)
         snprintf(after, sizeof after, ", and the %llu moves sent after them were dropped", (unsigned long long)dropped);
     ps_stage_explain_moves(&d->base, status, done, of, "sent ahead", "their delivery failed", after);
+    if (op) op->dropped = (int64_t)(of - done + dropped);
     return status;
 }
 
@@ -301,10 +304,10 @@ static void drop_queued(delay_stage *d, uint32_t slot) {
 /* Pipelined: another operation of the caller comes after its moves, on the same wire: once it
  * has crossed, it waits (by the deadline) until they have been applied, and reports a failed
  * delivery first instead of going on. */
-static int settle(delay_stage *d, ps_link *link, int64_t deadline) {
+static int settle(delay_stage *d, ps_link *link, ps_op *op, int64_t deadline) {
     wire_caller *c = &d->callers[link->slot];
     if (wait_delivered(d, c, deadline) != PS_OK) return PS_ETIMEDOUT;
-    return take_failure(d, c);
+    return take_failure(d, c, op);
 }
 
 /* ---- the stage's call -------------------------------------------------------------------------- */
@@ -322,14 +325,14 @@ static int delay_call(ps_link *link, ps_op *op) {
         int rc = PS_OK;
         if (ps_deferred_failure_pending(&c->failure)) {
             if (wait_delivered(d, c, deadline) != PS_OK) return PS_ETIMEDOUT;
-            rc = take_failure(d, c);
+            rc = take_failure(d, c, op);
         }
         while (rc == PS_OK && op->done < ps_op_tuples_in(op)) rc = send_ahead(d, link, op, deadline);
         return rc;
     }
     int waits = (ps_op_kinds[op->kind].shape & PS_OP_WAITS) != 0;
     int rc = waits ? go(link, op, deadline) : PS_OK;
-    if (rc == PS_OK && d->pipelined) rc = settle(d, link, waits ? deadline : ps_deadline(PS_UNTIMED_WAIT_NS));
+    if (rc == PS_OK && d->pipelined) rc = settle(d, link, op, waits ? deadline : ps_deadline(PS_UNTIMED_WAIT_NS));
     if (rc == PS_OK) {
         int64_t timeout_ns = op->timeout_ns;
         op->timeout_ns = ps_remaining(deadline);
@@ -352,7 +355,7 @@ static void delay_detach(ps_stage *stage, uint32_t slot) {
         drop_queued(d, slot);
         wait_delivered(d, c, PS_FOREVER);
     }
-    if (take_failure(d, c) != PS_OK) ps_stage_print_error(&d->base, "a caller left stage 'delay' unaware");
+    if (take_failure(d, c, NULL) != PS_OK) ps_stage_print_error(&d->base, "a caller left stage 'delay' unaware");
     atomic_store(&c->leaving, 0);
 }
 

@@ -150,13 +150,29 @@ static void describe_failure(const remote_stage *r, int why, char *detail, size_
     else snprintf(detail, size, "the connection closed or failed");
 }
 
+/* Forgets every pipelined request kept; returns the tuples they carried. */
+static uint64_t forget_pipeline(connection *c) {
+    uint64_t tuples = c->pipeline.tuples;
+    while (c->pipeline.count) ps_pipeline_pop(&c->pipeline);
+    return tuples;
+}
+
 /* The connection is broken for good: this and every later operation on it fail with
- * PS_EREMOTE, naming the server and `why` (the status of the receive or send that failed). */
+ * PS_EREMOTE, naming the server and `why` (the status of the receive or send that failed). The
+ * pipelined moves not answered yet are given up on (counted `dropped`): their answers are lost,
+ * so they may or may not have taken effect, and the message says how many tuples they carried. */
 static int broken(remote_stage *r, connection *c, const char *what, int why) {
     c->failed = PS_EREMOTE;
     atomic_fetch_add_explicit(&r->failures, 1, memory_order_relaxed);
-    char detail[64];
+    char detail[192];
     describe_failure(r, why, detail, sizeof detail);
+    uint64_t unanswered = forget_pipeline(c);
+    if (unanswered) {
+        size_t n = strlen(detail);
+        snprintf(detail + n, sizeof detail - n, "; the %llu tuples of pipelined moves sent before it were not answered "
+                 "(they may not have taken effect)", (unsigned long long)unanswered);
+        atomic_fetch_add_explicit(&r->dropped, (int64_t)unanswered, memory_order_relaxed);
+    }
     explain(r, what, detail);
     return PS_EREMOTE;
 }
@@ -236,9 +252,8 @@ static int read_not_run(remote_stage *r, connection *c, uint64_t own) {
 /* The oldest pipelined request failed (`answer`): it and those after it are dropped, and the
  * caller is told, with the status. */
 static int drop_pipeline(remote_stage *r, connection *c, const ps_frame *answer, const char *why) {
-    uint64_t tuples = c->pipeline.tuples - (uint64_t)(answer->value > 0 ? answer->value : 0);
     uint32_t requests = c->pipeline.count;
-    while (c->pipeline.count) ps_pipeline_pop(&c->pipeline);
+    uint64_t tuples = forget_pipeline(c) - (uint64_t)(answer->value > 0 ? answer->value : 0);
     atomic_fetch_add_explicit(&r->dropped, (int64_t)tuples, memory_order_relaxed);
     ps_stage_explain(&r->base, "remote %s: a pipelined move sent before this call failed (%s%s%s); it and the %u "
                      "sent after it did not take effect (%llu tuples)", r->endpoint, ps_status_name(answer->status),
@@ -308,14 +323,21 @@ static int take_range(remote_stage *r, connection *c, uint64_t id, ps_frame *ans
     return PS_OK;
 }
 
-/* After a failure dropped the pipelined requests: of the `sent` tuples of a call that began with
- * `kept` tuples of earlier calls not answered and `answered` answered, those that took effect
- * (op->done, the first ones), and those of the earlier calls that did not (op->dropped: its caller,
- * a move_many waiting in slices or a batch, counts off those it had counted). */
+/* After a failure dropped the pipelined requests (or a broken connection gave them up): of the
+ * `kept` tuples of earlier calls not answered when a call began, with `answered` answered, those
+ * that did not take effect (op->dropped: its caller, a move_many waiting in slices or a batch,
+ * counts off those it had counted). */
+static void count_dropped_before(const connection *c, ps_op *op, uint64_t kept, uint64_t answered) {
+    uint64_t since = c->answered - answered;
+    op->dropped = since < kept ? (int64_t)(kept - since) : 0;
+}
+
+/* The same for a call that pipelined `sent` tuples of its own after them: op->done becomes those of
+ * them that took effect, the first ones. */
 static void count_dropped(const connection *c, ps_op *op, uint64_t kept, uint64_t answered, uint32_t sent) {
     uint64_t since = c->answered - answered;
     op->done = since > kept ? (uint32_t)(since - kept < sent ? since - kept : sent) : 0;
-    op->dropped = since < kept ? (int64_t)(kept - since) : 0;
+    count_dropped_before(c, op, kept, answered);
 }
 
 /* One operation of at most one tuple in: sent in slices of at most timeout_ms, each answered,
@@ -336,7 +358,6 @@ static int round_trips(ps_link *link, ps_op *op) {
     uint64_t kept = c->pipeline.tuples, answered = c->answered;
     for (;;) {
         int rc = resume(r, c);
-        if (rc != PS_OK) return rc;
         uint32_t shape = ps_op_kinds[sending].shape;
         uint32_t n = shape & PS_OP_TUPLE_IN ? 1 - op->done : 0;
         int64_t slice = shape & PS_OP_WAITS ? slice_by(r, deadline) : server_slice(r);
@@ -349,14 +370,15 @@ static int round_trips(ps_link *link, ps_op *op) {
             payload_length = sizeof count;
         }
         int behind = c->pipeline.count > 0;
-        uint64_t id = send_request(r, c, c->socket, ps_op_kinds[sending].wire, op->argument, slice, payload,
-                                   payload_length, 0, behind);
-        if (!id) return broken(r, c, "cannot send", PS_EREMOTE);
+        uint64_t id = 0;
+        if (rc == PS_OK && !(id = send_request(r, c, c->socket, ps_op_kinds[sending].wire, op->argument, slice,
+                                               payload, payload_length, 0, behind)))
+            rc = broken(r, c, "cannot send", PS_EREMOTE);
         /* Pipelined moves went first: their answers come first. Sending before reading them
          * lets a move and the observe after it share one round trip. */
-        rc = behind ? drain(r, c, 0, id, moves_due) : PS_OK;
+        if (rc == PS_OK && behind) rc = drain(r, c, 0, id, moves_due);
         if (rc == SEND_AGAIN) continue;
-        if (rc != PS_OK && rc != PS_ETIMEDOUT && !c->failed) count_dropped(c, op, kept, answered, 0);
+        if (rc != PS_OK && rc != PS_ETIMEDOUT) count_dropped_before(c, op, kept, answered);
         if (rc != PS_OK) return rc;
         ps_frame answer;
         rc = wait_answer(r, c, c->socket, id, r->timeout_ns, &answer);
@@ -467,7 +489,7 @@ static int pipelined_move(ps_link *link, ps_op *op) {
     if (c->failed) return c->failed;
     uint64_t kept = c->pipeline.tuples, answered = c->answered;
     int rc = send_pipelined(r, c, ps_op_kinds[PS_OP_MOVE].wire, 0, ps_deadline(op->timeout_ns), op->in, 1, 0);
-    if (rc != PS_OK && rc != PS_ETIMEDOUT && !c->failed) count_dropped(c, op, kept, answered, 0);
+    if (rc != PS_OK && rc != PS_ETIMEDOUT) count_dropped(c, op, kept, answered, 0);
     return rc;
 }
 
@@ -489,7 +511,7 @@ static int pipelined_stream(ps_link *link, ps_op *op) {
                             op->done + n < op->count);
         if (rc == PS_OK) op->done += n;
     }
-    if (rc != PS_OK && rc != PS_ETIMEDOUT && !c->failed) count_dropped(c, op, kept, answered, op->done);
+    if (rc != PS_OK && rc != PS_ETIMEDOUT) count_dropped(c, op, kept, answered, op->done);
     return rc;
 }
 
