@@ -501,6 +501,40 @@ def test_more_zmq_links_than_libzmq_allows_by_default(children):
 
 # ---- answers left unread ------------------------------------------------------------------------
 
+def test_clients_that_flood_the_main_endpoint_and_never_read_neither_end_nor_swell_the_server(children,
+                                                                                              zmq_context):
+    """Eight connections send BUILDs of 64 KB (not a path: each is refused) as fast as they can and
+    read no answer, then close, three times over. ZeroMQ queued 1000 of them per connection
+    (about 60 MB each), and libzmq 4.3 aborted the server when a heartbeat fell due on a connection
+    whose peer closed while its queue was full (most rounds)."""
+    server, endpoint = children.paths_serve()
+    before = figures(server.pid)
+    frame = encode(BUILD, b"x" * 65_000, request_id=1)
+    peak = before["rss_kb"]
+    for _ in range(3):
+        flooders = []
+        for _ in range(8):
+            sock = dealer(zmq_context, endpoint)
+            sock.rcvhwm = 1
+            sock.setsockopt(zmq.RCVBUF, 4096)
+            flooders.append(sock)
+        flooding_until = time.monotonic() + 3
+        while time.monotonic() < flooding_until:
+            for sock in flooders:
+                try:
+                    sock.send(frame, zmq.NOBLOCK)
+                except zmq.Again:
+                    pass
+            peak = max(peak, figures(server.pid)["rss_kb"])
+        for sock in flooders:
+            sock.close()
+        time.sleep(2.5)  # past a heartbeat's interval: when the server aborted, it had by then
+        assert server.process.poll() is None, f"the server ended: {server.process.poll()} {server.stderr()[-300:]}"
+    print(f"FIGURES 8 connections flooding the main endpoint, 3 rounds: before {before}, peak {peak} kB")
+    assert peak - before["rss_kb"] < 32_000, (before, peak)
+    assert served_exactly(endpoint, "tcp") < PROMPT_S
+
+
 def test_answers_a_client_leaves_unread_hold_little_of_the_servers_memory(children, zmq_context):
     """A thousand requests of 40 bytes for a tuple of 1 MiB, whose answers the client never reads:
     ZeroMQ queued them all at the server (1 GB). A link holds its unread answers up to 8 MB."""

@@ -22,9 +22,7 @@
 #include "pastset.h"
 #include "waitpoint.h"
 
-/* A peer whose host vanished (no reset ever comes) is noticed after about 10 s of silence, as
- * ZeroMQ's heartbeats notice it on the other transport. */
-enum { BACKLOG = 16, KEEPALIVE_IDLE_S = 2, KEEPALIVE_INTERVAL_S = 2, KEEPALIVE_PROBES = 4 };
+enum { BACKLOG = 16 };
 static const int64_t CONNECT_RETRY_NS = 1000000; /* a full Unix listener's queue: look again this soon */
 
 typedef struct address {
@@ -35,7 +33,7 @@ typedef struct address {
 /* Frames go out as soon as written, and a silent peer's host is probed (TCP only). */
 static void tune(int fd, int family) {
     if (family == AF_UNIX) return;
-    int one = 1, idle = KEEPALIVE_IDLE_S, interval = KEEPALIVE_INTERVAL_S, probes = KEEPALIVE_PROBES;
+    int one = 1, idle = PS_KEEPALIVE_IDLE_S, interval = PS_KEEPALIVE_INTERVAL_S, probes = PS_KEEPALIVE_PROBES;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);

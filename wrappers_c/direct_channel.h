@@ -32,6 +32,10 @@ enum {
     PS_CHANNEL_BUFFER_BYTES = 16384, /* frames that come or go together share a buffer this large */
 };
 
+/* A peer whose host vanished (no reset ever comes) is noticed after about 10 s of silence: TCP
+ * keepalive probes its host, on the direct transport's connections and on ZeroMQ's alike. */
+enum { PS_KEEPALIVE_IDLE_S = 2, PS_KEEPALIVE_INTERVAL_S = 2, PS_KEEPALIVE_PROBES = 4 };
+
 typedef struct ps_channel {
     int fd;                 /* -1: not connected */
     int tcp;                /* a TCP socket (else a Unix one) */

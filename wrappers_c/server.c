@@ -26,8 +26,9 @@
 enum {
     POLL_SLICE_MS = 100,          /* how often a link's thread looks at the stop flag */
     ANSWER_TEXT_MAX = 1024,       /* error texts in answers are cut to this */
-    HEARTBEAT_MS = 2000,          /* ZeroMQ heartbeats on every server socket */
-    PEER_SILENCE_MS = 10000,      /* a peer silent this long is taken as gone */
+    PEER_SILENCE_MS = 10000,      /* a link with no connection this long after BUILD is abandoned */
+    MAIN_REQUESTS = 16,           /* requests of one connection that wait at the main endpoint, at most */
+    MAIN_ANSWERS = 1000,          /* its answers (of at most main_answer's size) not sent yet, at most */
     HANDSHAKE_MS = 3000,          /* a connection that has not greeted (CURVE too) by then is closed */
     CONNECT_WAIT_MS = 1000,       /* a direct connection presents the link's secret this soon */
     PENDING_MAX = 8,              /* direct connections that may be presenting it at once */
@@ -103,17 +104,28 @@ struct ps_server {
     unsigned char main_answer[PS_WIRE_HEADER + ANSWER_TEXT_MAX + 256];
 };
 
-static int make_server_socket(ps_server *s, const char *endpoint, void **out) {
+/* A server's ROUTER socket; `largest` request (a larger one drops its peer unread), at most
+ * `requests` of them waiting per connection, and `answers` of its answers (ZeroMQ's default,
+ * 1000 whatever their size, would let one client's unread answers or unread requests hold a
+ * gigabyte). */
+static int make_server_socket(ps_server *s, const char *endpoint, int64_t largest, int requests, int answers,
+                              void **out) {
     void *socket = zmq_socket(ps_zmq_context(), ZMQ_ROUTER);
     if (!socket) return -1;
-    int zero = 0, one = 1, heartbeat_ms = HEARTBEAT_MS, silence_ms = PEER_SILENCE_MS, handshake_ms = HANDSHAKE_MS;
-    int64_t largest = PS_WIRE_HEADER + PS_WIRE_MAX_PAYLOAD; /* a larger message drops its peer unread */
+    int zero = 0, one = 1, handshake_ms = HANDSHAKE_MS;
+    int idle = PS_KEEPALIVE_IDLE_S, interval = PS_KEEPALIVE_INTERVAL_S, probes = PS_KEEPALIVE_PROBES;
     zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
     ps_zmq_allow_ipv6(socket, endpoint);
     zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &largest, sizeof largest);
-    /* A peer whose host vanished (no connection reset ever comes) is dropped after the silence. */
-    zmq_setsockopt(socket, ZMQ_HEARTBEAT_IVL, &heartbeat_ms, sizeof heartbeat_ms);
-    zmq_setsockopt(socket, ZMQ_HEARTBEAT_TIMEOUT, &silence_ms, sizeof silence_ms);
+    zmq_setsockopt(socket, ZMQ_RCVHWM, &requests, sizeof requests);
+    zmq_setsockopt(socket, ZMQ_SNDHWM, &answers, sizeof answers);
+    /* A peer whose host vanished (no connection reset ever comes) is dropped after about 10 s.
+     * TCP keepalive, not ZeroMQ's heartbeats: libzmq 4.3 aborts the process when a heartbeat
+     * falls due on a connection whose peer closed while its queue here was full. */
+    zmq_setsockopt(socket, ZMQ_TCP_KEEPALIVE, &one, sizeof one);
+    zmq_setsockopt(socket, ZMQ_TCP_KEEPALIVE_IDLE, &idle, sizeof idle);
+    zmq_setsockopt(socket, ZMQ_TCP_KEEPALIVE_INTVL, &interval, sizeof interval);
+    zmq_setsockopt(socket, ZMQ_TCP_KEEPALIVE_CNT, &probes, sizeof probes);
     /* Connections that never greet (ZeroMQ waits 30 s by default) cannot hold the descriptors
      * that newcomers need for long. */
     zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof handshake_ms);
@@ -646,7 +658,8 @@ int ps_server_start(const char *endpoint, const char *curve_secret_z85, int auth
         }
     }
     size_t length = sizeof s->endpoint;
-    if (make_server_socket(s, endpoint, &s->main_socket) != 0 || zmq_bind(s->main_socket, endpoint) != 0 ||
+    if (make_server_socket(s, endpoint, PS_WIRE_HEADER + PS_SPEC_MAX, MAIN_REQUESTS, MAIN_ANSWERS, &s->main_socket) != 0 ||
+        zmq_bind(s->main_socket, endpoint) != 0 ||
         zmq_getsockopt(s->main_socket, ZMQ_LAST_ENDPOINT, s->endpoint, &length) != 0) {
         snprintf(error, error_size, "cannot bind '%s': %s", endpoint, zmq_strerror(zmq_errno()));
         if (s->main_socket) zmq_close(s->main_socket);
@@ -795,10 +808,7 @@ static int open_link(ps_server *s, link_worker *w, char *bound, size_t bound_siz
      * in messages, 1000 by default: 40-byte requests for a 1 MiB tuple would hold a gigabyte. */
     int64_t largest = (int64_t)ps_wire_link_frame_max(w->tuple_size);
     int queued = (int)(LINK_QUEUE_BYTES / largest);
-    if (make_server_socket(s, bind_to, &w->socket) != 0 ||
-        zmq_setsockopt(w->socket, ZMQ_MAXMSGSIZE, &largest, sizeof largest) != 0 ||
-        zmq_setsockopt(w->socket, ZMQ_SNDHWM, &queued, sizeof queued) != 0 ||
-        zmq_setsockopt(w->socket, ZMQ_RCVHWM, &queued, sizeof queued) != 0 || zmq_bind(w->socket, bind_to) != 0 ||
+    if (make_server_socket(s, bind_to, largest, queued, queued, &w->socket) != 0 || zmq_bind(w->socket, bind_to) != 0 ||
         zmq_getsockopt(w->socket, ZMQ_LAST_ENDPOINT, bound, &bound_length) != 0)
         return PS_EREMOTE;
     note_socket_file(&w->file, bind_to, bound);
