@@ -223,7 +223,17 @@ def test_a_python_program_whose_rendezvous_fails_says_so_in_one_line(tmp_path):
      "paths: OMPI_COMM_WORLD_RANK='abc': expected a whole number >= 0"),
     ({"PATHS_RANK": "1"}, "paths: paths launch: PATHS_RANK is set but not PATHS_SIZE: cannot tell how many ranks "
                           "the run has"),
-], ids=["rank past the size", "not a number", "no size"])
+    ({"PMI_RANK": "0", "PMI_SIZE": "99999999999"},
+     "paths: PMI_SIZE='99999999999': expected at most 1048576 (the most threads a run places)"),
+    ({"PMI_RANK": "0", "PMI_SIZE": "1", "PATHS_POLICY": "bogus"},
+     "paths: unknown policy 'bogus': expected 'block', 'cyclic' (or their aliases 'bucket', 'even') or a function "
+     "named 'pkg.mod:func' or 'pkg.mod.func'"),
+    ({"PMI_RANK": "0", "PMI_SIZE": "1", "PATHS_ACQUIRE": "nosuch:hook"},
+     "paths: acquire hook 'nosuch:hook': cannot import module 'nosuch' (No module named 'nosuch')"),
+    ({"PMI_RANK": "0", "PMI_SIZE": "1", "PATHS_RELEASE": "os:getcwd"},
+     "paths: release hook 'os:getcwd': getcwd is not marked as one: decorate it with @paths.release_hook"),
+], ids=["rank past the size", "not a number", "no size", "size past the most", "unknown policy", "no hook module",
+        "not a hook"])
 def test_a_python_program_given_a_wrong_rank_says_so_in_one_line(variables, line):
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PATHS_", "OMPI_", "PMI", "SLURM_"))},
            "PATHS_MAP": "paper-2w", **variables}

@@ -196,17 +196,22 @@ _program_info: Optional[RuntimeInfo] = None
 _program_wiring = None
 
 
+class RunSetupError(ValueError):
+    """What a program's --paths-* options or PATHS_* variables give cannot start its run (a policy,
+    a hook, a --paths-arg): the message names the value and what was expected."""
+
+
 def _say_run_errors_in_one_line() -> None:
     """Makes sys.excepthook, once, say a failed rendezvous, a rank its launcher's variables do not
-    give or a map that cannot be used, not handled, in its one line (it names the rank, the
-    variable, or the file and field), without the traceback of the program's call that met it;
-    anything else goes to the hook before."""
+    give, a map that cannot be used or a run that cannot start, not handled, in its one line (it
+    names the rank, the variable, the file and field, or the value), without the traceback of the
+    program's call that met it; anything else goes to the hook before."""
     before = sys.excepthook
     if getattr(before, "says_run_errors", False):
         return
 
     def excepthook(kind, value, trace):
-        if issubclass(kind, (RendezvousError, RankError, MapError)):
+        if issubclass(kind, (RendezvousError, RankError, MapError, RunSetupError)):
             print(value if str(value).startswith("paths: ") else f"paths: {value}", file=sys.stderr)
         else:
             before(kind, value, trace)
@@ -325,11 +330,16 @@ def start_program(argv: list[str]) -> list[int]:
         given = "--paths-map" if any(arg.partition("=")[0] == "--paths-map" for arg in argv) else MAP
         raise MapError(f"{given}: {e}") from None
     said = found.rank == 0 and found.launcher != "paths launch"  # once, by rank 0; paths launch said it already
-    with placement_warnings_said(f"paths: rank 0 of {found.size}", said):
-        runtime = make_runtime(cluster_map, found.size, sums=options.get("--paths-sum", []),
-                               policy=one.get("--paths-policy"), acquire=one.get("--paths-acquire"),
-                               release=one.get("--paths-release"))
-    args = parse_kernel_args(options.get("--paths-arg", []), "--paths-arg")
+    try:
+        with placement_warnings_said(f"paths: rank 0 of {found.size}", said):
+            runtime = make_runtime(cluster_map, found.size, sums=options.get("--paths-sum", []),
+                                   policy=one.get("--paths-policy"), acquire=one.get("--paths-acquire"),
+                                   release=one.get("--paths-release"))
+        args = parse_kernel_args(options.get("--paths-arg", []), "--paths-arg")
+    except MapError:
+        raise
+    except ValueError as e:
+        raise RunSetupError(str(e)) from None
     wiring = wire(runtime, found, os.environ) if found.launcher != "options" else None
     runtime = dataclasses.replace(runtime, via=wiring.via) if wiring else runtime
     node = runtime.placements[found.rank]

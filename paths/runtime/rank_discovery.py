@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from ..model.placement import MAX_THREADS
+
 # What `paths launch` gives each rank (paths/cli/launch.py), read by paths/runtime/process_context.py.
 RANK, SIZE, NODE, SERVERS = "PATHS_RANK", "PATHS_SIZE", "PATHS_NODE", "PATHS_SERVERS"
 # What a program's run is, in its environment (--paths-X options win): the map, its policy,
@@ -69,7 +71,7 @@ def discover(environ: Optional[Mapping[str, str]] = None) -> Discovered:
         if size_name is None:
             raise RankError(f"{launcher}: {rank_name} is set but not {' or '.join(size_names)}: "
                              "cannot tell how many ranks the run has")
-        size = _whole(environ, size_name, 1)
+        size = _whole(environ, size_name, 1, MAX_THREADS)
         rank = _whole(environ, rank_name, 0)
         if rank >= size:
             raise RankError(f"{launcher}: {rank_name}={rank}: expected a rank below {size_name}={size}")
@@ -82,7 +84,7 @@ def discover(environ: Optional[Mapping[str, str]] = None) -> Discovered:
     return Discovered("", 0, 1, one_host=True)
 
 
-def _whole(environ: Mapping[str, str], name: str, least: int) -> int:
+def _whole(environ: Mapping[str, str], name: str, least: int, most: Optional[int] = None) -> int:
     text = environ[name]
     try:
         value = int(text)
@@ -90,4 +92,6 @@ def _whole(environ: Mapping[str, str], name: str, least: int) -> int:
         value = -1
     if value < least:
         raise RankError(f"{name}={text!r}: expected a whole number >= {least}")
+    if most is not None and value > most:
+        raise RankError(f"{name}={text!r}: expected at most {most} (the most threads a run places)")
     return value
