@@ -968,7 +968,7 @@ def test_ctrl_c_stops_a_program_of_its_own_as_it_would_without_python(rank_progr
 
 @pytest.mark.parametrize("how, status, err", [
     (("fail", "1", "3"), 3, ""),            # returns 3 without paths_finalize
-    (("said", "1"), 1, "rank 1 gives up\n"),  # says why with paths_fail(NULL, ...), then paths_finalize
+    (("said", "1"), 1, "paths: rank 1 of 2 fails: rank 1 gives up\n"),  # paths_fail(NULL, ...), paths_finalize
 ], ids=["returns a failure", "says it fails"])
 def test_a_program_rank_that_fails_ends_at_once_though_the_others_wait_for_it(rank_program, tmp_path, how, status,
                                                                               err):

@@ -148,7 +148,8 @@ const char *paths_last_error(const paths_kernel_ctx *c);
 /* Says why the kernel fails, as one line (printf-style), for the run's error message; returns
  * `status`:  return paths_fail(c, PATHS_EINVAL, "--arg rounds: expected > 0, got %lld", r);
  * An argument may be paths_last_error(c). A program of its own (NULL context) that calls it has
- * failed: paths_finalize then tells the other ranks this line and waits for none (see below). */
+ * failed: paths_finalize then prints this line on stderr (`paths: rank R of N fails: ...`), tells
+ * the other ranks, and waits for none (see below). */
 int paths_fail(paths_kernel_ctx *c, int status, const char *format, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -138,11 +138,13 @@ static void stop_python(void) {
 
 /* end_program(failure) of paths.runtime (with other ranks: the last barrier, or, with a failure
  * of one line, telling them why instead), then the end of the interpreter if paths_init started it.
- * What the program said with paths_fail(NULL, ...) is its failure first. */
+ * What the program said with paths_fail(NULL, ...) is its failure first, and is said on stderr
+ * too (nothing else says it: a launcher that stops the other ranks at once shows only the exit). */
 static void finalize(const char *failure) {
     if (!initialized) return;
     initialized = 0;
     const char *said = ps_kernel_program_failure();
+    if (said) fprintf(stderr, "paths: rank %d of %d fails: %s\n", paths_thread(NULL), paths_threads(NULL), said);
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *runtime = PyImport_ImportModule("paths.runtime.process_context");
     PyObject *done = runtime ? PyObject_CallMethod(runtime, "end_program", "s", said ? said : failure) : NULL;

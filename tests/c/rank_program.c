@@ -6,8 +6,9 @@
  *     rank_program unfinalized   as sum, but returns 0 without paths_finalize
  *     rank_program fail R S      as sum, but rank R returns S without paths_finalize before it
  *                                adds its part (the others wait for it)
- *     rank_program said R        as sum, but rank R says `rank R gives up` with paths_fail (and
- *                                prints it), calls paths_finalize and returns 1 before its part
+ *     rank_program said R        as sum, but rank R says `rank R gives up` with paths_fail (which
+ *                                paths_finalize prints), calls paths_finalize and returns 1 before
+ *                                its part
  *     rank_program wait          prints `waiting`, then observes the element NEVER, which nobody
  *                                moves into, with no timeout: until Ctrl-C
  */
@@ -23,7 +24,6 @@ int main(int argc, char **argv) {
     if (strcmp(what, "fail") == 0 && argc == 4 && rank == atoi(argv[2])) return atoi(argv[3]);
     if (strcmp(what, "said") == 0 && argc == 3 && rank == atoi(argv[2])) {
         paths_fail(NULL, PATHS_EFAILED, "rank %d gives up", rank);
-        fprintf(stderr, "%s\n", paths_last_error(NULL));
         paths_finalize();
         return 1;
     }
