@@ -230,7 +230,7 @@ def test_an_output_dir_file_that_cannot_be_written_is_one_line_and_exit_2(tmp_pa
 
 
 def test_a_ranks_bytes_come_out_as_it_wrote_them_even_when_not_text(tmp_path):
-    data = bytes(range(256)).replace(b"\n", b"") + b"\n" + "é\n".encode("latin-1")
+    data = bytes(range(256)).replace(b"\n", b"") + b"\n" + "é\n".encode("latin-1") + b"no line break at the end"
     (tmp_path / "data").write_bytes(data)
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "paths", "launch", "--threads", "2", "--output-dir", str(out), "--",
@@ -240,7 +240,7 @@ def test_a_ranks_bytes_come_out_as_it_wrote_them_even_when_not_text(tmp_path):
     done = subprocess.run([sys.executable, "-m", "paths", "launch", "--threads", "1", "--", "cat", str(tmp_path / "data")],
                           capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == b"".join(b"[0] " + line + b"\n" for line in data.split(b"\n")[:-1])
+    assert done.stdout == b"".join(b"[0] " + line + b"\n" for line in data.split(b"\n"))  # the last line ended
 
 
 def test_a_long_line_comes_out_whole_and_is_never_held_whole(app):

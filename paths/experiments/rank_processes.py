@@ -93,7 +93,7 @@ class RankProcesses:
                         if piece:
                             emit(_output(rank.rank, stream, piece, more=True))
                     else:  # the end of the pipe
-                        self._lines(rank, stream, rank.partial[stream].rest(), emit)
+                        self._last_piece(rank, stream, emit)
                         selector.unregister(key.fileobj)
                         rank.open -= 1
                 for rank in self.ranks:
@@ -110,6 +110,13 @@ class RankProcesses:
             emit(_output(rank.rank, stream, line))
 
     @staticmethod
+    def _last_piece(rank: _Rank, stream: str, emit: Emit) -> None:
+        """At the end of a pipe: a last line the rank did not end, passed on as a piece (its end
+        never comes), so that the bytes stay the rank's, with no line break added."""
+        for line in rank.partial[stream].rest():
+            emit(_output(rank.rank, stream, line, more=True))
+
+    @staticmethod
     def _ended(rank: _Rank, selector: selectors.BaseSelector, emit: Emit) -> bool:
         """The rank exited and its output is all passed on (or its pipes stayed open, held by a
         child of its own, DRAIN_SECONDS after it exited)."""
@@ -119,7 +126,7 @@ class RankProcesses:
         if rank.open and time.monotonic() - rank.exited_at < DRAIN_SECONDS:
             return False
         for stream, pipe in (("out", rank.process.stdout), ("err", rank.process.stderr)):
-            RankProcesses._lines(rank, stream, rank.partial[stream].rest(), emit)
+            RankProcesses._last_piece(rank, stream, emit)
             if pipe in selector.get_map():
                 selector.unregister(pipe)
             pipe.close()
