@@ -1,7 +1,8 @@
 """`paths serve`'s key options as a user meets them: a missing, empty, short or garbled
 --curve-secret file, --keygen where no folder can be, --insecure, and the limits it
 holds clients to (sizes with units): each one clear line on stderr, the right exit code, no
-traceback. A server bound to an ipc path leaves no socket file behind."""
+traceback. A server bound to an ipc path leaves no socket file behind, and takes no path that is
+another's (a file, a live server's socket)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import argparse
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -186,7 +188,8 @@ def test_a_server_on_an_ipc_path_removes_its_socket_files_as_it_stops(tmp_path, 
 def test_a_stopping_server_leaves_the_file_another_server_bound_at_its_path(tmp_path):
     endpoint = f"ipc://{tmp_path / 'server'}"
     first = PathServer(endpoint, pastset=paths.PastSet()).start()
-    with PathServer(endpoint, pastset=paths.PastSet()).start() as second:  # takes the path over
+    (tmp_path / "server").unlink()  # someone removed its file: the path is free for another
+    with PathServer(endpoint, pastset=paths.PastSet()).start() as second:
         first.close()
         handle = build_path(make_path(stage("remote", host=endpoint, proto="zmq", timeout_ms=5000),
                                       stage("core", name="E", format="q")), pastset=second.pastset)
@@ -194,3 +197,33 @@ def test_a_stopping_server_leaves_the_file_another_server_bound_at_its_path(tmp_
         assert second.pastset.enter("E", "q").observe_range(0, 1, timeout=5) == [(5,)]
         del handle
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_ipc_path_that_is_a_file_or_a_live_servers_is_refused_and_left_as_it_was(tmp_path):
+    """ZeroMQ removes whatever is at the path before it binds: a user's file, or the socket of a
+    server that still serves there, which then nobody could reach."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious data\n")
+    done = paths_serve("--bind", f"ipc://{precious}")
+    assert (done.returncode, done.stderr) == (2, f"paths serve: --bind: cannot bind 'ipc://{precious}': {precious} "
+                                                 "exists and is not a socket (it would be removed)\n")
+    assert precious.read_text() == "precious data\n"
+    endpoint = f"ipc://{tmp_path / 'server'}"
+    with PathServer(endpoint, pastset=paths.PastSet()).start() as first:
+        done = paths_serve("--bind", endpoint)
+        assert (done.returncode, done.stderr) == (2, f"paths serve: --bind: cannot bind '{endpoint}': a server "
+                                                     f"listens on {tmp_path / 'server'} already\n")
+        handle = build_path(make_path(stage("remote", host=endpoint, proto="zmq", timeout_ms=5000),
+                                      stage("core", name="E", format="q")), pastset=paths.PastSet())
+        handle.move(7)  # the first server still serves
+        assert first.pastset.enter("E", "q").observe_range(0, 1, timeout=5) == [(7,)]
+        del handle
+
+
+def test_the_socket_file_a_dead_server_left_is_bound_anew(tmp_path):
+    path = tmp_path / "server"
+    left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    left.bind(str(path))
+    left.close()  # its file stays, with nobody listening
+    with PathServer(f"ipc://{path}", pastset=paths.PastSet()).start():
+        assert stat.S_ISSOCK(path.stat().st_mode)

@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -56,6 +58,27 @@ static void note_socket_file(socket_file *f, const char *asked, const char *boun
               snprintf(f->path, sizeof f->path, "%s", bound + 6) < (int)sizeof f->path && stat(f->path, &st) == 0 &&
               S_ISSOCK(st.st_mode);
     if (f->made) f->device = st.st_dev, f->inode = st.st_ino;
+}
+
+/* Whether ipc://PATH is another's (why, when it is): ZeroMQ removes whatever is at PATH before
+ * it binds, a user's file or a live server's socket alike. Only nothing there, or a socket that
+ * nobody listens on any more (a dead server's), may go. */
+static int ipc_path_taken(const char *endpoint, char *why, size_t size) {
+    const char *path = endpoint + 6;
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    struct stat st;
+    if (strncmp(endpoint, "ipc://", 6) != 0 || *path == '@' || strchr(path, '*') || lstat(path, &st) != 0) return 0;
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(why, size, "%s exists and is not a socket (it would be removed)", path);
+        return 1;
+    }
+    if (strlen(path) >= sizeof address.sun_path) return 0; /* ZeroMQ refuses the name itself */
+    memcpy(address.sun_path, path, strlen(path));
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int live = fd >= 0 && connect(fd, (struct sockaddr *)&address, sizeof address) == 0;
+    if (fd >= 0) close(fd);
+    if (live) snprintf(why, size, "a server listens on %s already", path);
+    return live;
 }
 
 static void close_bound_socket(void *socket, socket_file *f) {
@@ -658,6 +681,12 @@ int ps_server_start(const char *endpoint, const char *curve_secret_z85, int auth
         }
     }
     size_t length = sizeof s->endpoint;
+    char taken[PS_CHANNEL_ENDPOINT_MAX + 64];
+    if (ipc_path_taken(endpoint, taken, sizeof taken)) {
+        snprintf(error, error_size, "cannot bind '%s': %s", endpoint, taken);
+        free_server(s);
+        return PS_EINVAL;
+    }
     if (make_server_socket(s, endpoint, PS_WIRE_HEADER + PS_SPEC_MAX, MAIN_REQUESTS, MAIN_ANSWERS, &s->main_socket) != 0 ||
         zmq_bind(s->main_socket, endpoint) != 0 ||
         zmq_getsockopt(s->main_socket, ZMQ_LAST_ENDPOINT, s->endpoint, &length) != 0) {
