@@ -239,6 +239,18 @@ BROKEN = {
         "clusters.4w.nodes",
         "expected a host list like 'n[0-7]' or a list of them, got 7",
     ),
+    "empty node list": (
+        edited(("n[0-7]", "[]")),
+        4,
+        "clusters.4w.nodes",
+        "a cluster needs at least one node: expected a host list like 'n[0-7]' or a list of them, got an empty list",
+    ),
+    "empty node list beside a cluster with nodes": (
+        edited(("root: n0", "  x: {nodes: [], cpus: 1}\nroot: n0")),
+        6,
+        "clusters.x.nodes",
+        "a cluster needs at least one node",
+    ),
     "duplicate node within a cluster": (
         edited(("n[0-7]", "n[0-7],n3")),
         4,
@@ -490,6 +502,27 @@ BROKEN = {
                                    "'zzz' is not a valid !!timestamp"),
     "a timestamp tag on no day": (edited(("cpus: 4", "cpus: !!timestamp 2001-13-45")), 5, "clusters.4w.cpus",
                                   "'2001-13-45' is not a valid !!timestamp"),
+    # a tag on a mapping or a list: its fields are read one by one, so no constructor sees it
+    "a python tag on a cluster": (edited(("  4w:", "  4w: !!python/object:dict")), 3, "clusters.4w",
+                                  "could not determine a constructor for the tag "
+                                  "'tag:yaml.org,2002:python/object:dict'"),
+    "a python tag on the elements": (BASE + "elements: !!python/object/apply:os.system {X: {reduce: sum}}\n", 7,
+                                     "elements", "could not determine a constructor for the tag "
+                                                 "'tag:yaml.org,2002:python/object/apply:os.system'"),
+    "a tag of its own on a flow mapping": (BASE + "tree: !custom {max_fanin: 2}\n", 7, "tree",
+                                           "could not determine a constructor for the tag '!custom'"),
+    "a tag of its own on a block mapping": (edited(("clusters:", "clusters: !x")), 2, "clusters",
+                                            "could not determine a constructor for the tag '!x'"),
+    "a tag of its own on a list": (BASE + "links: !custom []\n", 7, "links",
+                                   "could not determine a constructor for the tag '!custom'"),
+    "a tag of its own on the top level": ("!top\n" + BASE, 1, "(top level)",
+                                          "could not determine a constructor for the tag '!top'"),
+    "a set": (BASE + "tree: !!set {max_fanin: 3}\n", 7, "tree",
+              "expected a plain mapping, got one tagged !!set (a map is plain YAML"),
+    "an ordered mapping": (edited(("nodes: n[0-7]", "nodes: !!omap [a: n0]")), 4, "clusters.4w.nodes",
+                           "expected a plain list, got one tagged !!omap"),
+    "pairs": (edited(("nodes: n[0-7]", "nodes: !!pairs [a: n0]")), 4, "clusters.4w.nodes",
+              "expected a plain list, got one tagged !!pairs"),
     "a merge key": (edited(("    cpus: 4", "    <<: {cpus: 4}")), 5, "clusters.4w",
                     "merge keys (<<) are not supported: write the fields out"),
     "a recursive anchor": (edited(("nodes: n[0-7]", "nodes: &n [n0, *n]")), 4, "clusters.4w.nodes[1]",
@@ -574,6 +607,22 @@ def test_a_map_that_is_not_utf8_names_the_file_and_line(tmp_path):
     path.write_bytes(edited(("root: n0", "root: n\xe9")).encode("latin-1"))
     with pytest.raises(MapError, match=rf"^{path}:6: expected UTF-8 text, got byte 0xe9$"):
         load_map(path)
+
+
+def test_the_standard_tags_of_a_mapping_and_a_list_are_plain():
+    cluster_map = load_map_text(edited(("  4w:", "  4w: !!map"), ("nodes: n[0-7]", "nodes: !!seq [n0, n1]")))
+    assert [node.name for node in cluster_map.nodes] == ["n0", "n1"]
+
+
+def test_paths_show_refuses_a_tagged_mapping_in_one_line(tmp_path):
+    path = tmp_path / "tagged.yaml"
+    path.write_text(edited(("  4w:", "  4w: !!python/object:dict")))
+    done = subprocess.run([sys.executable, "-m", "paths", "show", "--map", str(path), "--threads", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"paths show: {path}:3: clusters.4w: could not determine a constructor for the "
+                                  "tag 'tag:yaml.org,2002:python/object:dict'")
+    assert done.stderr.count("\n") == 1
 
 
 def test_paths_show_refuses_dev_zero_at_once():

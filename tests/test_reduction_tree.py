@@ -161,6 +161,24 @@ def test_no_node_holds_two_partial_sums():
                     check_tree(plan)
 
 
+def test_a_head_is_grouped_where_its_node_stands_in_map_order():
+    """Groups are consecutive nodes in map order, the head's among them: b4 holds the cluster's
+    sum, and its own node sum goes up with b3's, not ahead of b0's and b1's."""
+    seven = load_map_text("name: h\nclusters: {b: {nodes: 'b[0-6]', cpus: 1, head: b4}}\nroot: b4\n")
+    plan = plan_reduction(seven, 7, ELEMENT, max_fanin=3)
+    groups = defaultdict(list)  # the nodes whose threads each first-level sum of the cluster adds
+    for node, path in zip(plan.placements, plan.paths):
+        ids = [spec.param("id") for spec in path if spec.kind == "reduce-sum"]
+        groups[next(i for i in ids if i.startswith("cluster:b:1:"))].append(node)
+    assert groups == {"cluster:b:1:0": ["b0", "b1", "b2"], "cluster:b:1:1": ["b3", "b4"],
+                      "cluster:b:1:2": ["b5", "b6"]}
+    check_tree(plan)
+    # The head's node sum, alone in the last group, goes straight into the cluster's sum on it: no hop.
+    three = load_map_text("name: h\nclusters: {a: {nodes: 'a[0-2]', cpus: 1, head: a2}}\nroot: a2\n")
+    assert plan_reduction(three, 3, ELEMENT, max_fanin=2).paths[2] == make_path(
+        stage("reduce-sum", num_threads=2, id="cluster:a"), CORE)
+
+
 def test_node_sub_tree_when_a_node_has_more_threads_than_max_fanin():
     big = load_map_text("name: big\nclusters: {c: {nodes: fat, cpus: 10}}\nroot: fat\n")
     plan = plan_reduction(big, 10, ELEMENT)

@@ -242,6 +242,11 @@ def load_map_text(text: str, source: str = "<string>") -> ClusterMap:
     )
 
 
+# The tags of a plain mapping and a plain list (YAML gives them to untagged ones), and what they are.
+_PLAIN_TAGS = {yaml.MappingNode: ("tag:yaml.org,2002:map", "mapping"),
+               yaml.SequenceNode: ("tag:yaml.org,2002:seq", "list")}
+
+
 def _tag_name(tag: str) -> str:
     """A YAML tag as a map would write it: tag:yaml.org,2002:int is !!int."""
     return "!!" + tag.rsplit(":", 1)[1] if tag.startswith("tag:yaml.org,2002:") else tag
@@ -250,16 +255,22 @@ def _tag_name(tag: str) -> str:
 class _Field:
     """A YAML node and the field path that leads to it, so that errors can point at it; and the
     nodes it is inside of, so that an alias of one of them (an anchor used inside itself) is
-    refused as such rather than walked into."""
+    refused as such rather than walked into. A mapping or a list with a tag of its own is refused
+    (one without, or with !!map or !!seq, is plain): its fields are read one by one, never
+    constructed, so no constructor would see the tag."""
 
     def __init__(self, node: yaml.Node, path: str, source: str, inside: frozenset = frozenset()) -> None:
         self.node, self.path, self.source, self.inside = node, path, source, inside
+        if id(node) in inside:
+            self.fail("an anchor used inside itself (a map is plain YAML: mappings, lists, strings and numbers)")
+        plain_tag, kind = _PLAIN_TAGS.get(type(node), (node.tag, ""))
+        if node.tag != plain_tag:
+            self.value()  # a tag no constructor takes fails here, named as on a scalar
+            self.fail(f"expected a plain {kind}, got one tagged {_tag_name(node.tag)} "
+                      "(a map is plain YAML: mappings, lists, strings and numbers)")
 
     def _child(self, node: yaml.Node, path: str) -> "_Field":
-        child = _Field(node, path, self.source, self.inside | {id(self.node)})
-        if id(node) in child.inside:
-            child.fail("an anchor used inside itself (a map is plain YAML: mappings, lists, strings and numbers)")
-        return child
+        return _Field(node, path, self.source, self.inside | {id(self.node)})
 
     def fail(self, problem: str) -> NoReturn:
         line = self.node.start_mark.line + 1
@@ -424,6 +435,8 @@ def _host_names(field: _Field, room: int) -> list[str]:
     """The names of a host list, or a list of them; the map has room for `room` more nodes."""
     expected = "a host list like 'n[0-7]' or a list of them"
     parts = field.items(expected) if isinstance(field.node, yaml.SequenceNode) else [field]
+    if not parts:
+        field.fail(f"a cluster needs at least one node: expected {expected}, got an empty list")
     names: list[str] = []
     for part in parts:
         text = part.string(expected)

@@ -5,7 +5,8 @@ Bottom up (a level with a single contributor adds no sum: there are no fan-in-1 
   node     the threads of a node meet in one reduce-sum on that node, id "node:<node>"; more than
            max_fanin threads get a local sub-tree of sums under it, ids "node:<node>:<level>:<i>".
   cluster  the node partial sums of a cluster combine level by level in sums of fan-in at most
-           max_fanin, ids "cluster:<cluster>:<level>:<i>".  The last level is ONE sum, id
+           max_fanin, ids "cluster:<cluster>:<level>:<i>", in groups of consecutive nodes in map
+           order (the head's node among them where it stands).  The last level is ONE sum, id
            "cluster:<cluster>", on the cluster's head (default: its first node with threads); every
            other lives on the first node of its group that holds none yet: no node holds two.
   root     one sum of the cluster sums, id "root", on the root node; its fan-in is the number of
@@ -217,10 +218,9 @@ def _sum_tree(cluster_map: ClusterMap, threads_on: dict[str, list[_Thread]], max
             for node in cluster.nodes
             if threads_on[node.name]
         ]
-        if node_sums:
-            head = cluster.head or node_sums[0].node
-            node_sums.sort(key=lambda part: part.node != head)  # the head's own part leads
-            cluster_sums.append(_combine(node_sums, max_fanin, f"cluster:{cluster.name}", head))
+        if node_sums:  # grouped in map order, the head's own with the nodes next to it
+            cluster_sums.append(_combine(node_sums, max_fanin, f"cluster:{cluster.name}",
+                                         cluster.head or node_sums[0].node))
     # One root sum takes every cluster sum, whatever max_fanin: one crossing per cluster.
     if len(cluster_sums) > MAX_FANIN:
         raise _unusable(cluster_map, f"threads on {len(cluster_sums)} clusters, and the root sum adds at most "
@@ -232,7 +232,8 @@ def _allreduce(cluster_map: ClusterMap, group: str, nodes: list[str], rank: int,
                max_fanin: int) -> tuple[StageSpec, ...]:
     """The allreduce stage of member `rank` of `nodes` (none for a group of one node), over
     direct hops: ipc where every hop between the members says ipc, else tcp. A hop that a link
-    delays or batches, or that goes over zmq, cannot carry it: MapError naming the map's file and the link."""
+    delays or batches, or that goes over zmq, cannot carry it: MapError naming the map's file and the
+    link, or the cluster whose proto says zmq."""
     if len(nodes) == 1:
         return ()
     clusters = sorted({cluster_map.node(node).cluster for node in nodes})
@@ -240,14 +241,15 @@ def _allreduce(cluster_map: ClusterMap, group: str, nodes: list[str], rank: int,
     for i, a in enumerate(clusters):
         for b in clusters[i:]:
             link = cluster_map.link_between(a, b)
+            carrier = f"the link between clusters {a!r} and {b!r}" if a != b else f"cluster {a!r}"
             if link is not None and (link.delay_ms is not None or link.batch is not None):
-                raise _unusable(cluster_map, f"tree form {form}: the link between clusters {a!r} and {b!r} has a "
-                                             f"delay or a batch, which allreduce's direct connections do not carry: "
-                                             f"use tree form sums on this map")
-            protos.add(cluster_map.proto_between(a, b))
-    if "zmq" in protos:
-        raise _unusable(cluster_map, f"tree form {form}: a hop between its nodes is on zmq, and allreduce's "
-                                     f"members connect directly (tcp or ipc): use tree form sums on this map")
+                raise _unusable(cluster_map, f"tree form {form}: {carrier} has a delay or a batch, which allreduce's "
+                                             f"direct connections do not carry: use tree form sums on this map")
+            proto = cluster_map.proto_between(a, b)
+            if proto == "zmq":
+                raise _unusable(cluster_map, f"tree form {form}: {carrier} is on zmq (its proto), and allreduce's "
+                                             f"members connect directly (tcp or ipc): use tree form sums on this map")
+            protos.add(proto)
     params = {"group": group, "nodes": ",".join(nodes), "rank": rank}
     if form == "allreduce-tree":
         params.update(algorithm="tree", fanin=max_fanin)
