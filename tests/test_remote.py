@@ -11,6 +11,7 @@ Every child process is reaped by the fixtures, whatever happens; every wait is b
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -62,6 +63,25 @@ def proto(request):
 def remote_path(address, element, proto, format="q", **remote):
     return make_path(stage("remote", host=address, proto=proto, timeout_ms=TIMEOUT_MS, **remote),
                      stage("core", name=element, format=format))
+
+
+def test_a_process_forked_from_one_that_used_remote_paths_builds_its_own(endpoint, proto):
+    """multiprocessing's default on Linux forks: the child had the parent's ZeroMQ context without
+    its I/O thread, and every BUILD it sent waited out its timeout ('no answer to BUILD')."""
+    parent = build_path(remote_path(endpoint, f"FORKED-{proto}", proto))
+    parent.move((1,))
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only when its own path works
+        code = 1
+        try:
+            child = build_path(remote_path(endpoint, f"FORKED-{proto}", proto))
+            child.move((2,))
+            code = 0 if child.last() == 2 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert parent.observe_range(0, 2, timeout=PATIENCE_S) == [(1,), (2,)]  # the parent's path works on
 
 
 # ---- Figure 1: two client processes, two threads each, one server ---------------------------

@@ -6,8 +6,9 @@
 #include <sys/resource.h>
 #include <zmq.h>
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static void *context;
+static int forgets_in_children; /* forget_in_child is registered */
 
 /* Raises the process's soft limit on open files to the hard one, and returns the hard one. */
 static rlim_t raise_open_files(void) {
@@ -21,7 +22,15 @@ static rlim_t raise_open_files(void) {
     return files.rlim_cur;
 }
 
+/* A child made by fork() has the parent's context but not its I/O thread: it makes its own. The
+ * parent's sockets it inherited stay unusable (ZeroMQ is not fork-safe); new ones work. */
+static void forget_in_child(void) {
+    pthread_mutex_init(&lock, NULL);
+    context = NULL;
+}
+
 static void create(void) {
+    if (!forgets_in_children) forgets_in_children = pthread_atfork(NULL, NULL, forget_in_child) == 0;
     context = zmq_ctx_new();
     if (!context) return;
     /* Every socket holds a descriptor (its mailbox), so there can be no more of them than of those;
@@ -33,8 +42,11 @@ static void create(void) {
 }
 
 void *ps_zmq_context(void) {
-    pthread_once(&once, create);
-    return context;
+    pthread_mutex_lock(&lock);
+    if (!context) create();
+    void *made = context;
+    pthread_mutex_unlock(&lock);
+    return made;
 }
 
 int ps_zmq_max_sockets(void) { return zmq_ctx_get(ps_zmq_context(), ZMQ_MAX_SOCKETS); }

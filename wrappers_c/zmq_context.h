@@ -1,7 +1,8 @@
 /* zmq_context.h — the process's one ZeroMQ context, shared by servers and remote stages (so
  * that inproc endpoints reach across them). Created on first use, kept for the process; creating
  * it raises the process's soft limit on open files to the hard one, and lets the context have as
- * many sockets as that allows (libzmq's own limit permitting). */
+ * many sockets as that allows (libzmq's own limit permitting). A child made by fork() makes a
+ * context of its own on first use (the parent's sockets are not the child's to use). */
 #ifndef WRAPPERS_ZMQ_CONTEXT_H
 #define WRAPPERS_ZMQ_CONTEXT_H
 
