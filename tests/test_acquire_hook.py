@@ -6,6 +6,7 @@ reached there directly and through `remote` (after the link's `delay`) from else
 map both declare sums; each run of `paths run` works on fresh elements."""
 
 import csv
+import re
 import subprocess
 import sys
 
@@ -145,3 +146,32 @@ def test_the_default_hook_plans_a_runs_sum_once_for_all_its_threads(monkeypatch)
     assert given == [plan_reduction(cluster_map, 32, ("GSUM", "q")).paths[t] for t in range(32)]
     acquire_hook.default_acquire(acquire_hook.AcquireRequest("GSUM", "q", 0, 16, "n0", cluster_map, True, "n0"))
     assert planned == [32, 16]  # another run: its own plan
+
+
+def test_a_path_to_a_node_of_the_map_the_run_did_not_start_names_those_it_did(probe, user_module):
+    """It said host 'n7' names no server, expected tcp://HOST:PORT ... or the name of a node of
+    the map: which n7 is."""
+    user_module("far_hook", """
+        import paths
+        from paths import make_path, stage
+
+
+        @paths.acquire_hook
+        def acquire(request):
+            return make_path(stage("remote", host="n7"), stage("core", name=request.element, format=request.format))
+
+
+        def kernel(ctx):
+            ctx.acquire("X", "q")
+    """)
+    done = subprocess.run([sys.executable, "-m", "paths", "run", "far_hook:kernel", "--map", "paper-4w", "--threads",
+                           "8", "--repeat", "1", "--acquire", "far_hook:acquire"], capture_output=True, text=True,
+                          timeout=120)
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert re.fullmatch(r"paths run: node (n[01]): KernelError: kernel far_hook:kernel: thread \d on node \1 returned "
+                        r"PATHS_EFAILED: the kernel's own failure: ValueError: paths_acquire\('X', 'q'\) by thread "
+                        r"\d: its path remote\(host='n7'\) -> core\(format='q', name='X\.8\.0'\): stage 'remote': "
+                        r"node n7 of map paper-4w has no server in this run, which starts only the nodes its threads "
+                        r"run on, those of its sums and its elements' homes: n0, n1 \(at .*far_hook\.py:11\)\n",
+                        done.stderr), done.stderr
+    assert probe.alive() == []

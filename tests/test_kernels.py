@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 
 import paths
-from paths import make_path, stage
+from paths import BuildContext, make_path, stage
+from paths.model.cluster_map import builtin_map
+from paths.runtime.process_context import make_runtime
 from paths.runtime.server import PathServer
 from paths.runtime.kernel import Kernel, KernelError, load_kernel, parse_kernel_args, run_kernel
 from paths.runtime.trace_file import read_trace
@@ -380,6 +382,59 @@ def test_a_kernel_that_cannot_be_loaded_is_refused_before_any_node_starts(built,
     assert probe.started() == {}
 
 
+# What a library's constructor does as it loads, and the one line that says so.
+CONSTRUCTORS = {
+    "crashes": ("abort()", "the library crashed while loading: signal 6 (Aborted)"),
+    "exits": ("exit(3)", "the library ended the process while loading, with exit status 3"),
+    "hangs": ("for (;;) sleep(1)", "the library did not finish loading within 2 s: a constructor in it (or in a "
+                                   "library it needs) still ran"),
+}
+
+
+def constructor_library(folder: Path, case: str) -> str:
+    """A kernel k whose library runs CONSTRUCTORS[case] as it loads: its name for paths run."""
+    (folder / f"{case}.c").write_text(
+        "#include <paths.h>\n#include <stdlib.h>\n#include <unistd.h>\n"
+        f"__attribute__((constructor)) static void load(void) {{ {CONSTRUCTORS[case][0]}; }}\n"
+        "int k(paths_kernel_ctx *c) { (void)c; return PATHS_OK; }\n")
+    compile_c("-shared", "-fPIC", f"-I{paths.get_include()}", f"{case}.c", "-o", f"lib{case}.so", cwd=folder)
+    return f"./lib{case}.so:k"
+
+
+@pytest.mark.parametrize("case", CONSTRUCTORS, ids=list(CONSTRUCTORS))
+def test_a_library_that_crashes_exits_or_hangs_as_it_loads_is_refused_before_any_node_starts(tmp_path, probe, case):
+    """paths run loads a C kernel's library in a child process first: loaded in its own, the
+    library took paths run down with it (exit 134, nothing said) or hung it for good."""
+    kernel = constructor_library(tmp_path, case)
+    begin = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "paths", "run", kernel, "--map", "paper-4w", "--threads", "2",
+                           "--timeout", "2"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    line = f"paths run: kernel {kernel}: {CONSTRUCTORS[case][1]}\n"
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", line)
+    assert time.monotonic() - begin < 30
+    assert probe.started() == {} and probe.alive() == []
+
+
+def test_ctrl_c_while_a_library_loads_ends_paths_run_and_the_loading(tmp_path, probe):
+    kernel = constructor_library(tmp_path, "hangs")
+    run = subprocess.Popen([sys.executable, "-m", "paths", "run", kernel, "--threads", "1"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    children = Path(f"/proc/{run.pid}/task/{run.pid}/children")
+    try:
+        deadline = time.monotonic() + 30
+        while run.poll() is None and not children.read_text().strip():  # until the child that loads it is there
+            assert time.monotonic() < deadline, "no child process loads the library"
+            time.sleep(0.05)
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert (run.returncode, out, err) == (130, "", "paths: interrupted\n")
+    assert probe.alive() == []
+
+
 @pytest.mark.parametrize("source, kind", [
     ("def kernel(ctx):\n    yield ctx.thread\n", "a generator function"),
     ("async def kernel(ctx):\n    ctx.report('n', 1.0)\n", "an async function"),
@@ -422,6 +477,17 @@ RUN_ERRORS = {  # kernel and its options, exit status, the one line on stderr (a
                       r"PATHS_EFAILED: the kernel's own failure: paths_acquire\('X', 'q'\) by thread 5 on node n1: "
                       r"acquire hook raising_hook:acquire raised LookupError: no path to X for thread 5 "
                       r"\(at .*raising_hook\.py:7\)"),
+    "a hook exits": (["./libkernels.so:touch", "--map", "paper-4w", "--threads", "6",
+                      "--acquire", "raising_hook:exiting"],
+                     r"node n1: KernelError: kernel \./libkernels\.so:touch: thread 5 on node n1 returned "
+                     r"PATHS_EFAILED: the kernel's own failure: paths_acquire\('X', 'q'\) by thread 5 on node n1: "
+                     r"acquire hook raising_hook:exiting raised SystemExit: 4 \(at .*raising_hook\.py:14\)"),
+    "a hook raises KeyboardInterrupt": (["./libkernels.so:touch", "--map", "paper-4w", "--threads", "6",
+                                         "--acquire", "raising_hook:interrupting"],
+                                        r"node n1: KernelError: kernel \./libkernels\.so:touch: thread 5 on node n1 "
+                                        r"returned PATHS_EFAILED: the kernel's own failure: paths_acquire\('X', "
+                                        r"'q'\) by thread 5 on node n1: acquire hook raising_hook:interrupting "
+                                        r"raised KeyboardInterrupt: stop \(at .*raising_hook\.py:21\)"),
     "a bad --arg": (["./libkernels.so:count", "--map", "local", "--threads", "2", "--arg", "rounds=many"],
                     r"node localhost: KernelError: kernel \./libkernels\.so:count: thread [01] on node localhost "
                     r"returned PATHS_EINVAL: a bad argument: --arg rounds=many: expected a whole number"),
@@ -438,6 +504,20 @@ def test_a_kernel_that_fails_on_a_node_is_one_line_and_every_node_is_reaped(buil
         def acquire(request):
             if request.thread == 5:
                 raise LookupError(f"no path to {request.element} for thread {request.thread}")
+            return request.default()
+
+
+        @paths.acquire_hook
+        def exiting(request):  # sys.exit(4), as a kernel thread sees it
+            if request.thread == 5:
+                raise SystemExit(4)
+            return request.default()
+
+
+        @paths.acquire_hook
+        def interrupting(request):
+            if request.thread == 5:
+                raise KeyboardInterrupt("stop")
             return request.default()
     """)
     args, pattern = RUN_ERRORS[case]
@@ -804,6 +884,85 @@ def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
                                           r"argument: a Python kernel returns None or a status \(an int from "
                                           r"-2147483648 to 2147483647\), it returned 1180591620717411303424$"):
         run(lambda ctx: 2**70 if ctx.thread == 0 else None)  # thread 0 alone fails: it is the first
+
+
+ACQUIRING = r"""
+#include <paths.h>
+/* Acquires --arg name, or a name that is no UTF-8 text, as "q": fails with what paths_last_error says. */
+static int acquire(paths_kernel_ctx *c, const char *name) {
+    return paths_acquire(c, name, "q") ? PATHS_OK : paths_fail(c, PATHS_EFAILED, "%s", paths_last_error(c));
+}
+int acquire_arg(paths_kernel_ctx *c) { return acquire(c, paths_arg(c, "name")); }
+int acquire_not_utf8(paths_kernel_ctx *c) { return acquire(c, "\xff\xfe"); }
+"""
+
+
+@pytest.fixture(scope="module")
+def acquiring(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("acquiring")
+    (folder / "acquiring.c").write_text(ACQUIRING)
+    compile_c("-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{paths.get_include()}", "acquiring.c", "-o",
+              "libacquiring.so", cwd=folder)
+    return str(folder / "libacquiring.so")
+
+
+def runtime_acquire(space, hook=None):
+    """acquire(thread, element, format) through the runtime of a run of 1 thread on map local, as
+    a node's (with `hook` as its acquire hook), building in `space`."""
+    runtime = make_runtime(builtin_map("local"), 1).for_run(("localhost",), "1.0")
+    runtime.context = BuildContext(space)
+    if hook:
+        runtime.acquire_hook = hook
+    return lambda thread, element, format: runtime.acquire(element, format, thread)
+
+
+def failure_of(kernel: Kernel, space, args: dict, hook=None) -> str:
+    """What thread 0 of a run of `kernel` through runtime_acquire fails with: the line after "the
+    kernel's own failure: "."""
+    with pytest.raises(KernelError) as failed:
+        run_kernel(kernel, [0], 1, "localhost", args, runtime_acquire(space, hook), lambda thread, handle: None)
+    head, _, line = str(failed.value).partition(" returned PATHS_EFAILED: the kernel's own failure: ")
+    assert head == f"kernel {kernel.name}: thread 0 on node localhost" and "\n" not in line, str(failed.value)
+    return line
+
+
+def test_an_acquire_error_shows_a_long_name_short_and_keeps_its_reason(acquiring, space):
+    """paths_last_error was the first 2 KiB of a 200,000-byte name quoted twice, without the
+    reason; a Python kernel's exception said it, after 400,000 characters."""
+    x60 = "x" * 60
+    line = (f"paths_acquire('{x60}...(200000 bytes)', 'q') by thread 0: its path core(format='q', name='{x60}..."
+            "(200000 bytes).1.0'): stage 'core': an element's name is 1 to 255 bytes, got 200004 bytes")
+    assert failure_of(load_kernel(acquiring + ":acquire_arg"), space, {"name": "x" * 200_000}) == line
+    said = []
+
+    def python_kernel(ctx):
+        try:
+            ctx.acquire("x" * 200_000, "q")
+        except ValueError as e:
+            said.append(str(e))
+
+    run_kernel(Kernel("test:kernel", python_kernel), [0], 1, "localhost", {}, runtime_acquire(space),
+               lambda thread, handle: None)
+    assert said == [line]
+
+
+def test_an_acquire_error_too_long_for_a_line_loses_its_middle_not_its_reason(acquiring, space):
+    """A path of 300 delay stages was cut mid-word, 2 KiB in, before the reason."""
+    def delays(request):
+        return make_path(*[stage("delay", ms=0)] * 300, stage("core", name=request.element, format=request.format))
+
+    line = failure_of(load_kernel(acquiring + ":acquire_arg"), space, {"name": "TOTAL"}, delays)
+    assert line.startswith("paths_acquire('TOTAL', 'q') by thread 0: its path delay(ms=0) -> delay(ms=0) -> "), line
+    assert line.endswith(" -> core(format='q', name='TOTAL.1.0'): path of 301 stages: a path has at most 256 (its "
+                         "first stages: delay(ms=0) -> delay(ms=0) -> delay(ms=0) -> ...)"), line
+    assert " [...] " in line and len(line) < 2048
+
+
+def test_an_element_name_that_is_no_utf8_text_is_refused_naming_the_call(acquiring, space):
+    """It was Python's "'utf-8' codec can't decode byte 0xff in position 0", naming neither
+    paths_acquire nor the element."""
+    assert failure_of(load_kernel(acquiring + ":acquire_not_utf8"), space, {}) == (
+        r"paths_acquire('\xff\xfe', 'q') by thread 0: an element's name must be UTF-8 text, and its byte 0 is 0xff")
 
 
 # ---- the capsule and a program of its own --------------------------------------------------------

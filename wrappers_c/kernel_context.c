@@ -32,10 +32,117 @@ const char *ps_kernel_program_failure(void) {
     return own->error[0] ? own->error : "paths_fail with no reason";
 }
 
-/* The context's error line; an argument may be that line itself (paths_last_error). */
+/* ---- error lines ------------------------------------------------------------------------------- */
+
+/* A message shows a value of up to PS_NAME_MAX bytes (the longest element name) whole; a longer
+ * one, which no element's name is, by its first SHOWN_CUT characters, then SHORTENED. */
+enum { SHOWN_CUT = 60 };
+#define SHORTENED "...(%zu bytes)"
+
+/* Bytes of the UTF-8 character at s (as Python decodes it: no overlong form, no surrogate), or 0
+ * when s starts none. */
+static size_t utf8_character(const unsigned char *s) {
+    size_t n = s[0] < 0x80 ? 1 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
+             : s[0] >= 0xf0 && s[0] < 0xf5 ? 4 : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0) || (s[0] == 0xf0 && s[1] < 0x90) ||
+        (s[0] == 0xf4 && s[1] >= 0x90))
+        return 0;
+    return n;
+}
+
+/* Where `text` stops being UTF-8 text, or -1 when it is all UTF-8. */
+static long not_utf8_at(const char *text) {
+    for (const unsigned char *s = (const unsigned char *)text; *s;) {
+        size_t n = utf8_character(s);
+        if (!n) return (long)(s - (const unsigned char *)text);
+        s += n;
+    }
+    return -1;
+}
+
+/* `value` in quotes, as a message shows it (SHORTENED when long): a byte that is no UTF-8
+ * character, or a control character, as \xNN. */
+enum { QUOTED_SIZE = 4 * PS_NAME_MAX + 32 };
+static const char *quoted(char out[QUOTED_SIZE], const char *value) {
+    size_t at = 0, shown = strlen(value) <= PS_NAME_MAX ? PS_NAME_MAX : SHOWN_CUT; /* characters */
+    const unsigned char *s = (const unsigned char *)value;
+    out[at++] = '\'';
+    for (size_t characters = 0; *s && characters < shown; characters++) {
+        size_t n = utf8_character(s);
+        if (n == 1 && (*s < 0x20 || *s == 0x7f)) n = 0;
+        at += n ? (size_t)snprintf(out + at, QUOTED_SIZE - at, "%.*s", (int)n, (const char *)s)
+                : (size_t)snprintf(out + at, QUOTED_SIZE - at, "\\x%02x", *s);
+        s += n ? n : 1;
+    }
+    if (*s) at += (size_t)snprintf(out + at, QUOTED_SIZE - at, SHORTENED, strlen(value));
+    snprintf(out + at, QUOTED_SIZE - at, "'");
+    return out;
+}
+
+/* `text` with each occurrence of `value`, when it is too long to be shown whole, shortened
+ * (SHORTENED); NULL when there is none (or no memory for the copy). */
+static char *with_value_shortened(const char *text, const char *value) {
+    size_t cut = 0, length = strlen(value);
+    if (length <= PS_NAME_MAX || !strstr(text, value)) return NULL;
+    for (int characters = 0; characters < SHOWN_CUT; characters++) {
+        size_t n = utf8_character((const unsigned char *)value + cut);
+        cut += n ? n : 1;
+    }
+    char short_form[QUOTED_SIZE];
+    size_t short_length = (size_t)snprintf(short_form, sizeof short_form, "%.*s" SHORTENED, (int)cut, value, length);
+    char *out = malloc(strlen(text) + 1), *end = out; /* no longer than text: each occurrence shrinks */
+    if (!out) return NULL;
+    for (const char *found; (found = strstr(text, value)); text = found + length) {
+        memcpy(end, text, (size_t)(found - text));
+        end += found - text;
+        memcpy(end, short_form, short_length);
+        end += short_length;
+    }
+    strcpy(end, text);
+    return out;
+}
+
+/* `text` as an error line of at most size - 1 bytes (the acquire hook's, a context's): each of
+ * `values` (NULL-ended: what paths_acquire was given) in it shortened, and, should it still not
+ * fit, its middle cut out. */
+void ps_error_line(char *line, size_t size, const char *text, const char *const *values) {
+    char *shortened = NULL;
+    for (int v = 0; values && values[v]; v++) {
+        char *next = with_value_shortened(shortened ? shortened : text, values[v]);
+        if (!next) continue;
+        free(shortened);
+        shortened = next;
+    }
+    const char *whole = shortened ? shortened : text;
+    size_t length = strlen(whole);
+    if (length < size) {
+        memcpy(line, whole, length + 1);
+    } else { /* its middle goes: its end says why; no UTF-8 character is split */
+        static const char gap[] = " [...] ";
+        size_t room = size - sizeof gap, head = room / 4, tail = length - (room - head);
+        while (head > 0 && ((unsigned char)whole[head] & 0xc0) == 0x80) head--;
+        while (((unsigned char)whole[tail] & 0xc0) == 0x80) tail++;
+        snprintf(line, size, "%.*s%s%s", (int)head, whole, gap, whole + tail);
+    }
+    free(shortened);
+}
+
+/* The context's error line; an argument may be that line itself (paths_last_error). A line too
+ * long for it loses its middle, not its end (ps_error_line). */
 static void say(paths_kernel_ctx *c, const char *format, va_list args) {
     char line[sizeof c->error];
-    vsnprintf(line, sizeof line, format, args);
+    va_list again;
+    va_copy(again, args);
+    int length = vsnprintf(line, sizeof line, format, args);
+    char *whole = length >= (int)sizeof line ? malloc((size_t)length + 1) : NULL;
+    if (whole) {
+        vsnprintf(whole, (size_t)length + 1, format, again);
+        ps_error_line(line, sizeof line, whole, NULL);
+        free(whole);
+    }
+    va_end(again);
     memcpy(c->error, line, sizeof line);
 }
 
@@ -123,8 +230,11 @@ static ps_link *acquire_link(paths_kernel_ctx *c, const char *element, const cha
     c->error[0] = '\0';
     ps_link *link = run->hooks.acquire(run->hooks.data, c->thread, element, format, status, c->error,
                                        sizeof c->error);
-    if (!link && !c->error[0])
-        explain(c, *status, "paths_acquire('%s', '%s'): %s", element, format, ps_status_name(*status));
+    if (!link && !c->error[0]) {
+        char shown_element[QUOTED_SIZE], shown_format[QUOTED_SIZE];
+        explain(c, *status, "paths_acquire(%s, %s) by thread %d: %s", quoted(shown_element, element),
+                quoted(shown_format, format), c->thread, ps_status_name(*status));
+    }
     return link;
 }
 
@@ -134,16 +244,27 @@ paths_handle *paths_acquire(paths_kernel_ctx *c, const char *element, const char
         no_run(c, "paths_acquire");
         return NULL;
     }
+    char shown_element[QUOTED_SIZE], shown_format[QUOTED_SIZE];
     if (!element || !*element || !format || !*format) {
-        explain(c, PS_EINVAL, "paths_acquire: expected an element name and a format, got '%s', '%s'",
-                element ? element : "(null)", format ? format : "(null)");
+        explain(c, PS_EINVAL, "paths_acquire: expected an element name and a format, got %s, %s",
+                element ? quoted(shown_element, element) : "(null)", format ? quoted(shown_format, format) : "(null)");
+        return NULL;
+    }
+    long element_not_utf8 = not_utf8_at(element), format_not_utf8 = not_utf8_at(format);
+    if (element_not_utf8 >= 0 || format_not_utf8 >= 0) { /* the hook, and every message, takes text */
+        int in_element = element_not_utf8 >= 0;
+        long at = in_element ? element_not_utf8 : format_not_utf8;
+        explain(c, PS_EINVAL, "paths_acquire(%s, %s) by thread %d: %s must be UTF-8 text, and its byte %ld is 0x%02x",
+                quoted(shown_element, element), quoted(shown_format, format), c->thread,
+                in_element ? "an element's name" : "a format", at, (unsigned char)(in_element ? element : format)[at]);
         return NULL;
     }
     if (c->held_count == c->held_capacity) { /* room first: nothing can fail once the link exists */
         int capacity = c->held_capacity ? 2 * c->held_capacity : 8;
         ps_link **grown = realloc(c->held, (size_t)capacity * sizeof *grown);
         if (!grown) {
-            explain(c, PS_ENOMEM, "paths_acquire('%s', '%s'): out of memory", element, format);
+            explain(c, PS_ENOMEM, "paths_acquire(%s, %s) by thread %d: out of memory", quoted(shown_element, element),
+                    quoted(shown_format, format), c->thread);
             return NULL;
         }
         c->held = grown;
@@ -308,9 +429,10 @@ static int column_name(const char *name) {
 
 int ps_kernel_ctx_report(paths_kernel_ctx *c, const char *name, double value) {
     c = context(c);
+    char shown_name[QUOTED_SIZE];
     if (!column_name(name))
         return explain(c, PS_EINVAL, "paths_report: expected a column name of 1 to %d letters, digits and _ . - / %%, "
-                       "got '%s'", PS_REPORT_NAME_MAX, name ? name : "(null)");
+                       "got %s", PS_REPORT_NAME_MAX, name ? quoted(shown_name, name) : "(null)");
     if (run_column(name))
         return explain(c, PS_EINVAL, "paths_report('%s'): paths run writes a column of that name itself: choose "
                        "another", name);

@@ -63,6 +63,10 @@ int ps_kernel_ctx_report(paths_kernel_ctx *c, const char *name, double value);
 /* The columns `paths run` writes itself, before the kernel's (NULL ends them): no kernel reports
  * one of these names. */
 extern const char *const ps_run_columns[];
+/* `text` as a context's error line of at most size - 1 bytes (the acquire hook's, a context's):
+ * each of `values` (NULL-ended: what paths_acquire was given) in it shortened when longer than any
+ * element's name, and its middle cut out should it still not fit: never its end, which says why. */
+void ps_error_line(char *line, size_t size, const char *text, const char *const *values);
 
 /* Waits until every thread has ended (PS_OK), or, with until_failure, until one has failed
  * (PATHS_EFAILED: its outcome is final, the others may run on), or the timeout (PS_ETIMEDOUT). */

@@ -1,10 +1,19 @@
 // python_kernels.cpp — kernels as Python runs them: a C kernel loaded from a shared library (its
-// API version checked), or a Python function, run on one C thread per thread of a run, whose
-// paths_acquire and paths_release go to Python hooks; the context of a program of its own.
+// API version checked; loaded in a child process first), or a Python function, run on one C
+// thread per thread of a run, whose paths_acquire and paths_release go to Python hooks; the
+// context of a program of its own.
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <climits>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,6 +28,7 @@
 extern "C" {
 #include "kernel_run.h"
 #include "paths.h"
+
 }
 
 namespace paths_native {
@@ -42,7 +52,89 @@ void export_public_api() {
         throw std::runtime_error("paths: cannot make libpaths (the C API) visible to kernels");
 }
 
-CKernel load_kernel(const std::string &path, const std::string &symbol) {
+// A child process of this one that loads a library, and is ended and reaped once given up.
+class LoadingChild {
+public:
+    // The child has loaded `path` when it writes a byte into the pipe, then ends.
+    explicit LoadingChild(const std::string &path) {
+        int ends[2];
+        if (pipe2(ends, O_CLOEXEC) != 0) throw py::value_error(std::string("cannot load it: pipe: ") + strerror(errno));
+        pid_t parent = getpid();
+        pid_ = fork();
+        if (pid_ == 0) {  // no Python here: the loading, then _exit
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) _exit(1);
+            signal(SIGINT, SIG_IGN);  // Ctrl-C is the parent's to answer: it ends this child
+            dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+            char loaded = 1;
+            _exit(write(ends[1], &loaded, 1) == 1 ? 0 : 1);
+        }
+        close(ends[1]);
+        pipe_ = ends[0];
+        if (pid_ < 0) {
+            close(pipe_);
+            throw py::value_error(std::string("cannot load it: fork: ") + strerror(errno));
+        }
+    }
+    ~LoadingChild() {
+        if (!reaped_) {
+            kill(pid_, SIGKILL);
+            waitpid(pid_, nullptr, 0);
+        }
+        close(pipe_);
+    }
+    LoadingChild(const LoadingChild &) = delete;
+    LoadingChild &operator=(const LoadingChild &) = delete;
+
+    // Waits up to slice_ns for the child to end: PS_OK once it has (reaped), else PS_ETIMEDOUT.
+    int wait(int64_t slice_ns) {
+        struct pollfd ready = {pipe_, POLLIN, 0};
+        int ms = static_cast<int>((slice_ns + 999999) / 1000000);
+        if (poll(&ready, 1, ms) == 1 && read(pipe_, &loaded_, 1) >= 0)  // the byte, or the end of the pipe
+            reaped_ = waitpid(pid_, &status_, 0) == pid_;  // the child has ended or is ending
+        else
+            reaped_ = waitpid(pid_, &status_, WNOHANG) == pid_;
+        return reaped_ ? PS_OK : PS_ETIMEDOUT;
+    }
+    bool loaded() const { return loaded_; }
+    int status() const { return status_; }
+
+private:
+    pid_t pid_ = -1;
+    int pipe_ = -1;
+    char loaded_ = 0;
+    int status_ = 0;
+    bool reaped_ = false;
+};
+
+// The library is loaded in a child process first: one that crashes, ends the process or hangs
+// as it loads (a constructor in it, or in a library it needs) is a ValueError saying so, within
+// `timeout` seconds and with Ctrl-C heard meanwhile, and this process goes on. A library this
+// process has loaded already has nothing more to show. (The launcher checks so, before any node
+// starts and while it has no threads of its own: a fork from a process with threads may find a
+// lock held that no thread will release in the child.)
+void load_in_child_first(const std::string &path, const py::object &timeout) {
+    if (void *loaded = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
+        dlclose(loaded);
+        return;
+    }
+    LoadingChild child(path);
+    if (wait_in_slices([&](int64_t slice_ns) { return child.wait(slice_ns); }, timeout, PS_FOREVER) != PS_OK) {
+        char seconds[32];
+        snprintf(seconds, sizeof seconds, "%g", timeout.cast<double>());
+        throw py::value_error(std::string("the library did not finish loading within ") + seconds +
+                              " s: a constructor in it (or in a library it needs) still ran");
+    }
+    if (child.loaded()) return;
+    if (WIFSIGNALED(child.status()))
+        throw py::value_error("the library crashed while loading: signal " + std::to_string(WTERMSIG(child.status())) +
+                              " (" + strsignal(WTERMSIG(child.status())) + ")");
+    throw py::value_error("the library ended the process while loading, with exit status " +
+                          std::to_string(WEXITSTATUS(child.status())));
+}
+
+CKernel load_kernel(const std::string &path, const std::string &symbol, const py::object &timeout) {
+    if (!timeout.is_none()) load_in_child_first(path, timeout);
     void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!library) throw py::value_error(std::string("cannot load it: ") + dlerror());
     auto version = static_cast<const int *>(dlsym(library, "paths_kernel_api_version"));
@@ -76,6 +168,12 @@ struct RunHooks {
     std::string release_error;
 };
 
+// 'Type: message (at file:line)': the exception, and the user's line that raised it.
+std::string raised_where(const py::error_already_set &e) {
+    py::object where = py::module_::import("paths.model.named_function").attr("raised_where");
+    return where(e.value(), e.trace()).cast<std::string>();
+}
+
 int status_of(const py::error_already_set &e) {
     if (e.matches(PyExc_TimeoutError)) return PS_ETIMEDOUT;
     if (e.matches(PyExc_ConnectionError)) return PS_EREMOTE;
@@ -104,19 +202,17 @@ ps_link *acquire_hook(void *data, int thread, const char *element, const char *f
     HookTurn turn;
     py::gil_scoped_acquire gil;
     RunHooks &hooks = *static_cast<RunHooks *>(data);
-    std::string why;
+    std::string why, call = "paths_acquire('" + std::string(element) + "', '" + format + "')";
     try {
         py::object given = hooks.acquire(thread, element, format);
         if (!py::isinstance<Handle>(given))
-            throw py::type_error("paths_acquire('" + std::string(element) + "', '" + format +
-                                 "'): the acquire hook gave " + py::repr(given).cast<std::string>() + ", not a Handle");
+            throw py::type_error(call + ": the acquire hook gave " + py::repr(given).cast<std::string>() +
+                                 ", not a Handle");
         std::shared_ptr<Handle> handle = given.cast<std::shared_ptr<Handle>>();
         if (handle->format() != format)
-            throw py::value_error("paths_acquire('" + std::string(element) + "', '" + format +
-                                  "'): the acquire hook gave a path to format '" + handle->format() + "'");
+            throw py::value_error(call + ": the acquire hook gave a path to format '" + handle->format() + "'");
         if (!hooks.held.emplace(handle->link(), handle).second)
-            throw py::value_error("paths_acquire('" + std::string(element) + "', '" + format +
-                                  "'): the acquire hook gave a handle that a thread holds already");
+            throw py::value_error(call + ": the acquire hook gave a handle that a thread holds already");
         hooks.acquire_errors.erase(thread);
         return handle->link();
     } catch (py::error_already_set &e) {
@@ -132,7 +228,8 @@ ps_link *acquire_hook(void *data, int thread, const char *element, const char *f
         *status = dynamic_cast<std::bad_alloc *>(&e) ? PS_ENOMEM : PS_EINVAL;
         why = e.what();
     }
-    snprintf(error, error_size, "%s", why.c_str());
+    const char *values[] = {element, format, nullptr};  // shown short in the line when long
+    ps_error_line(error, error_size, why.c_str(), values);
     return nullptr;
 }
 
@@ -172,6 +269,8 @@ public:
         if (failed != hooks_->acquire_errors.end()) {
             std::shared_ptr<py::error_already_set> error = std::move(failed->second);
             hooks_->acquire_errors.erase(failed);
+            std::string line = paths_last_error(c_);  // what a C kernel is told: long values shortened
+            if (py::str(error->value()).cast<std::string>() != line) error->value().attr("args") = py::make_tuple(line);
             error->restore();
             throw py::error_already_set();
         }
@@ -233,8 +332,7 @@ int run_python_kernel(paths_kernel_ctx *c) {
         return paths_fail(c, PS_EINVAL, "a Python kernel returns None or a status (an int from %d to %d), "
                           "it returned %s", INT_MIN, INT_MAX, shown(result).c_str());
     } catch (py::error_already_set &e) {
-        std::string where = py::module_::import("paths.model.named_function").attr("raised_where")(e.value(), e.trace()).cast<std::string>();
-        return paths_fail(c, PATHS_EFAILED, "%s", where.c_str());
+        return paths_fail(c, PATHS_EFAILED, "%s", raised_where(e).c_str());
     } catch (std::exception &e) {  // nothing may escape into the C caller
         return paths_fail(c, PATHS_EFAILED, "%s", e.what());
     }
@@ -384,8 +482,9 @@ void bind_kernels(py::module_ &m) {
         .def_readonly("path", &CKernel::path)
         .def_readonly("symbol", &CKernel::symbol)
         .def_readonly("sums", &CKernel::sums, "the elements it declares as sums (PATHS_SUMS)");
-    m.def("load_kernel", &load_kernel, py::arg("path"), py::arg("symbol"),
-          "Load `int SYMBOL(paths_kernel_ctx *)` from the shared library at path, checking its API version.");
+    m.def("load_kernel", &load_kernel, py::arg("path"), py::arg("symbol"), py::arg("timeout") = py::none(),
+          "Load `int SYMBOL(paths_kernel_ctx *)` from the shared library at path, checking its API version;\n"
+          "with a timeout (seconds), loaded in a child process first, which must load it within that.");
     py::class_<KernelContext>(m, "KernelContext", "A kernel thread's context, for a kernel written in Python.")
         .def_property_readonly("thread", &KernelContext::thread, "0 .. threads-1 over the whole run")
         .def_property_readonly("threads", &KernelContext::threads, "threads in the whole run")

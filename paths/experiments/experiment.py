@@ -116,8 +116,9 @@ def trace_prefix(kernel: Kernel) -> str:
 
 
 def checked_kernel(cluster_map: ClusterMap, settings: RunSettings) -> Kernel:
-    """The kernel, with the hooks checked, before any process starts."""
-    kernel = load_kernel(settings.kernel)
+    """The kernel, with the hooks checked, before any process starts (a C kernel's library must
+    load within the run's timeout)."""
+    kernel = load_kernel(settings.kernel, timeout=min(settings.timeout, KERNEL_TIMEOUT_MAX))
     named_hook(settings.acquire or cluster_map.acquire, "acquire")
     named_hook(settings.release or cluster_map.release, "release")
     return kernel

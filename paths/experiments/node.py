@@ -52,6 +52,7 @@ import warnings
 
 from .. import _native
 from ..runtime import kernel
+from ..runtime.acquire_hook import served_only
 from ..runtime.build import BuildContext
 from ..model.cluster_map import load_map_text
 from ..model.cpu_sets import cpu_list, format_cpu_list
@@ -75,6 +76,7 @@ class Node:
         self.server: PathServer | None = None  # started in self.context by main()
         self.handles: list = []  # of the runs since the last release
         self.addresses: dict[str, str] = {}
+        self.servers: NodeServers | None = None  # the run's, from "addresses"
         self.runtime = None  # the run's context, from "context"
         self.kernel = None
         self.ranks: RankProcesses | None = None  # while a "launch" runs
@@ -87,12 +89,15 @@ class Node:
         they are what the node's server may reach for the paths other nodes send."""
         self.addresses = dict(request["addresses"])
         keys = {node: self.curve_public for node in self.addresses} if self.curve_public else {}
-        self.context.resolve = NodeServers(self.addresses, keys).resolve
+        self.servers = NodeServers(self.addresses, keys)
+        self.context.resolve = self.servers.resolve
         self.context.trusted_endpoints = tuple(self.addresses.values())
         return {}
 
     def context_op(self, request: dict) -> dict:
         cluster_map = load_map_text(request["map"], source=request["source"])
+        if self.servers is not None:  # a path to a node of the map without a server says so
+            self.context.resolve = served_only(self.servers.resolve, cluster_map, self.addresses)
         self.kernel = kernel.load_kernel(request["kernel"], request["kernel_name"])
         self.runtime = make_runtime(cluster_map, None, sums=request["sums"], policy=request["policy"],
                                     max_fanin=request["max_fanin"], tree_form=request["tree_form"],

@@ -40,6 +40,7 @@ from ..model.named_function import HOOK_MARK, import_function
 from ..model.path_spec import PathSpec, make_path, stage
 from ..model.placement import placement_warnings_said
 from ..model.reduction_tree import ReductionPlan, hop, plan_reduction
+from ..model.stage_kinds import KindInfo
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,25 @@ def reachable_nodes(cluster_map: ClusterMap, plans: Iterable[ReductionPlan]) -> 
     return [node.name for node in cluster_map.nodes
             if node.name in homes or any(node.name in plan.placements or node.name in plan.stages_by_node()
                                          for plan in plans)]
+
+
+def served_only(resolve: Callable[[dict, KindInfo], dict], cluster_map: ClusterMap,
+                served: Iterable[str]) -> Callable[[dict, KindInfo], dict]:
+    """A run's `resolve` (a stage's nodes to their servers, paths/runtime/build.py) that refuses a
+    node of the map the run did not start (the `served` ones, reachable_nodes): ValueError naming
+    the node and those that are served, where the stage would only find no server by that name."""
+    served, unserved = list(served), {node.name for node in cluster_map.nodes} - set(served)
+
+    def resolve_served(params: dict, info: KindInfo) -> dict:
+        named = [params[info.rest_at]] if info.rest_at is not None else []
+        named += [node for param in info.node_params for node in (params.get(param) or "").split(",")]
+        for node in named:
+            if node in unserved:
+                raise ValueError(f"stage '{info.name}': node {node} of map {cluster_map.name} has no server in this "
+                                 f"run, which starts only the nodes its threads run on, those of its sums and its "
+                                 f"elements' homes: {', '.join(served)}")
+        return resolve(params, info)
+    return resolve_served
 
 
 def default_release(request: AcquireRequest, handle) -> None:

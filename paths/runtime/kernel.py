@@ -7,6 +7,10 @@
                       ctx.barrier(), ctx.report(name, value), returning None or a status (an int
                       of C's int range, as a C kernel returns): the slow path, for quick experiments
 
+Before any node starts, the launcher loads a C kernel's library in a child process first: one
+that crashes, ends the process or hangs as it loads is refused in one line, as a missing symbol
+is, and the launcher goes on.
+
 A kernel may declare the elements it reduces as sums: PATHS_SUMS(NAME, "TOTAL") in C, an
 attribute `func.paths_sums = ("TOTAL",)` in Python. `paths run` plans their trees with no --sum.
 
@@ -80,20 +84,21 @@ class KernelError(RuntimeError):
 _LOADED: dict[tuple[str, str], Kernel] = {}
 
 
-def load_kernel(name: str, shown_as: Optional[str] = None) -> Kernel:
+def load_kernel(name: str, shown_as: Optional[str] = None, timeout: Optional[float] = None) -> Kernel:
     """The kernel `name` names (see the module docstring), loaded and checked: ValueError saying
-    what to fix for a missing file, symbol, module or function, or another API version. Messages
-    and tables call it `shown_as` (default: name)."""
+    what to fix for a missing file, symbol, module or function, another API version, or (with a
+    timeout, the launcher's check) a library that crashes or does not load within that many seconds.
+    Messages and tables call it `shown_as` (default: name)."""
     key = (name, shown_as or name)
     if key not in _LOADED:
-        _LOADED[key] = dataclasses.replace(_load(name), name=key[1])
+        _LOADED[key] = dataclasses.replace(_load(name, timeout), name=key[1])
     return _LOADED[key]
 
 
-def _load(name: str) -> Kernel:
+def _load(name: str, timeout: Optional[float]) -> Kernel:
     if name in BUILTINS:
         builtin = BUILTINS[name]
-        return Kernel(name, _native.load_kernel(str(BUILTIN_LIBRARY), builtin.symbol), builtin)
+        return Kernel(name, _native.load_kernel(str(BUILTIN_LIBRARY), builtin.symbol, timeout), builtin)
     file, colon, symbol = name.rpartition(":")
     if not colon or not file or not symbol:
         raise ValueError(f"unknown kernel {name!r}: expected {', '.join(BUILTINS)}, FILE.so:SYMBOL (a C kernel) "
@@ -102,7 +107,7 @@ def _load(name: str) -> Kernel:
         if not os.path.isfile(file):
             raise ValueError(f"kernel {name}: no file {file}")
         try:
-            return Kernel(name, _native.load_kernel(os.path.abspath(file), symbol))
+            return Kernel(name, _native.load_kernel(os.path.abspath(file), symbol, timeout))
         except ValueError as e:
             raise ValueError(f"kernel {name}: {e}") from None
     function = import_function(name, "kernel")

@@ -115,7 +115,8 @@ class Runtime:
         hook = default_acquire if element == BARRIER_ELEMENT else self.acquire_hook
         try:
             path = hook(request)
-        except Exception as e:
+        except BaseException as e:
+            _raise_if_this_process_ends(e)
             raise ValueError(f"{call} on node {request.node}: acquire hook {self.hook_names[0]} raised "
                              f"{raised_where(e)}") from e
         if not isinstance(path, PathSpec):
@@ -148,9 +149,18 @@ class Runtime:
         hook = default_release if request.element == BARRIER_ELEMENT else self.release_hook
         try:
             hook(request, handle)
-        except Exception as e:
+        except BaseException as e:
+            _raise_if_this_process_ends(e)
             raise ValueError(f"release of {request.element!r} by thread {thread}: release hook "
                              f"{self.hook_names[1]} raised {raised_where(e)}") from e
+
+
+def _raise_if_this_process_ends(e: BaseException) -> None:
+    """A hook's SystemExit or KeyboardInterrupt on the main thread ends this process (a program
+    of its own, as Python would); on a kernel's thread, where no Ctrl-C or exit is meant for it
+    (signals reach the main thread alone), it is the hook's failure, said as any other."""
+    if not isinstance(e, Exception) and threading.current_thread() is threading.main_thread():
+        raise e
 
 
 def make_runtime(cluster_map: ClusterMap, threads: Optional[int], *, sums=(), policy: Optional[str] = None,
