@@ -420,19 +420,31 @@ def test_ctrl_c_while_a_library_loads_ends_paths_run_and_the_loading(tmp_path, p
     run = subprocess.Popen([sys.executable, "-m", "paths", "run", kernel, "--threads", "1"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     children = Path(f"/proc/{run.pid}/task/{run.pid}/children")
-    try:
+
+    def loading():  # until the child that loads it is there
         deadline = time.monotonic() + 30
-        while run.poll() is None and not children.read_text().strip():  # until the child that loads it is there
+        while run.poll() is None and not children.read_text().strip():
             assert time.monotonic() < deadline, "no child process loads the library"
             time.sleep(0.05)
+
+    out, err, _ = interrupted(run, loading)
+    assert (run.returncode, out, err) == (130, "", "paths: interrupted\n")
+    assert probe.alive() == []
+
+
+def interrupted(run: subprocess.Popen, ready) -> tuple:
+    """Ctrl-C to `run` once ready() returns: its output, and the seconds it took to end after
+    the signal (killed, should it outlive the test)."""
+    try:
+        ready()
+        sent = time.monotonic()
         run.send_signal(signal.SIGINT)
         out, err = run.communicate(timeout=30)
+        return out, err, time.monotonic() - sent
     finally:
         if run.poll() is None:
             run.kill()
             run.communicate()
-    assert (run.returncode, out, err) == (130, "", "paths: interrupted\n")
-    assert probe.alive() == []
 
 
 @pytest.mark.parametrize("source, kind", [
@@ -720,18 +732,14 @@ except KeyboardInterrupt:
 
 def test_ctrl_c_ends_a_kernel_run_in_this_process_at_once():
     run = subprocess.Popen([sys.executable, "-c", CTRL_C], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
+
+    def running():
         assert run.stdout.readline() == "running\n"
         time.sleep(0.5)  # well into the kernel, which would run for minutes
-        interrupted = time.monotonic()
-        run.send_signal(signal.SIGINT)
-        out, _ = run.communicate(timeout=30)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
+
+    out, _, seconds = interrupted(run, running)
     assert (out, run.returncode) == ("interrupted\n", 130)
-    assert time.monotonic() - interrupted < 2.0
+    assert seconds < 2.0
 
 
 PARTIAL_KERNEL = """
