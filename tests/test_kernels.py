@@ -1100,7 +1100,7 @@ def start_ranks(program: Path, size: int, *args: str, folder: Path, ranks: int |
                 "PMIX_NAMESPACE": folder.name, "PATHS_MAP": "paper-2w", "PATHS_SUM": "TOTAL",
                 "PATHS_RENDEZVOUS_DIR": str(folder)})
     return [subprocess.Popen([str(program), *args], env={**env, "OMPI_COMM_WORLD_RANK": str(r)},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="surrogateescape")
             for r in range(size if ranks is None else ranks)]
 
 
@@ -1136,7 +1136,8 @@ def test_ctrl_c_stops_a_program_of_its_own_as_it_would_without_python(rank_progr
 @pytest.mark.parametrize("how, status, err", [
     (("fail", "1", "3"), 3, ""),            # returns 3 without paths_finalize
     (("said", "1"), 1, "paths: rank 1 of 2 fails: rank 1 gives up\n"),  # paths_fail(NULL, ...), paths_finalize
-], ids=["returns a failure", "says it fails"])
+    (("said", "1", "bytes"), 1, "paths: rank 1 of 2 fails: rank 1 gives up \udcff\n"),  # no UTF-8: paths_finalize aborted
+], ids=["returns a failure", "says it fails", "says it fails in bytes that are no text"])
 def test_a_program_rank_that_fails_ends_at_once_though_the_others_wait_for_it(rank_program, tmp_path, how, status,
                                                                               err):
     """Rank 1 fails before it adds its part to the sum rank 0 waits for: returning a failure

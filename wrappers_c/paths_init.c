@@ -147,7 +147,10 @@ static void finalize(const char *failure) {
     if (said) fprintf(stderr, "paths: rank %d of %d fails: %s\n", paths_thread(NULL), paths_threads(NULL), said);
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *runtime = PyImport_ImportModule("paths.runtime.process_context");
-    PyObject *done = runtime ? PyObject_CallMethod(runtime, "end_program", "s", said ? said : failure) : NULL;
+    const char *why = said ? said : failure; /* a program's own text: bytes not UTF-8 shown as \xNN */
+    PyObject *text = PyUnicode_DecodeUTF8(why, (Py_ssize_t)strlen(why), "backslashreplace");
+    PyObject *done = runtime && text ? PyObject_CallMethod(runtime, "end_program", "O", text) : NULL;
+    Py_XDECREF(text);
     if (!done) report_python_error("paths_finalize");
     Py_XDECREF(done);
     Py_XDECREF(runtime);

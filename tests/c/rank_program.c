@@ -6,9 +6,9 @@
  *     rank_program unfinalized   as sum, but returns 0 without paths_finalize
  *     rank_program fail R S      as sum, but rank R returns S without paths_finalize before it
  *                                adds its part (the others wait for it)
- *     rank_program said R        as sum, but rank R says `rank R gives up` with paths_fail (which
- *                                paths_finalize prints), calls paths_finalize and returns 1 before
- *                                its part
+ *     rank_program said R [bytes] as sum, but rank R says `rank R gives up` with paths_fail (which
+ *                                paths_finalize prints; with `bytes`, a byte 0xff that is no UTF-8
+ *                                follows), calls paths_finalize and returns 1 before its part
  *     rank_program wait          prints `waiting`, then observes the element NEVER, which nobody
  *                                moves into, with no timeout: until Ctrl-C
  */
@@ -22,8 +22,8 @@ int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "";
     int rank = paths_thread(NULL);
     if (strcmp(what, "fail") == 0 && argc == 4 && rank == atoi(argv[2])) return atoi(argv[3]);
-    if (strcmp(what, "said") == 0 && argc == 3 && rank == atoi(argv[2])) {
-        paths_fail(NULL, PATHS_EFAILED, "rank %d gives up", rank);
+    if (strcmp(what, "said") == 0 && argc >= 3 && rank == atoi(argv[2])) {
+        paths_fail(NULL, PATHS_EFAILED, "rank %d gives up%s", rank, argc == 4 ? " \xff" : "");
         paths_finalize();
         return 1;
     }
