@@ -415,6 +415,18 @@ def test_a_library_that_crashes_exits_or_hangs_as_it_loads_is_refused_before_any
     assert probe.started() == {} and probe.alive() == []
 
 
+def test_what_a_librarys_constructor_prints_comes_out_once_not_again_from_the_child_that_loads_it_first(tmp_path):
+    (tmp_path / "says.c").write_text(
+        "#include <paths.h>\n#include <stdio.h>\n"
+        "__attribute__((constructor)) static void load(void) { printf(\"constructor says hi\\n\"); fflush(stdout); }\n"
+        "int k(paths_kernel_ctx *c) { (void)c; return PATHS_OK; }\n")
+    compile_c("-shared", "-fPIC", f"-I{paths.get_include()}", "says.c", "-o", "libsays.so", cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "paths", "run", "./libsays.so:k", "--map", "paper-4w", "--threads",
+                           "1"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("constructor says hi\n") == 1  # the launcher's own load; its node's is led by [n0]
+
+
 def test_ctrl_c_while_a_library_loads_ends_paths_run_and_the_loading(tmp_path, probe):
     kernel = constructor_library(tmp_path, "hangs")
     run = subprocess.Popen([sys.executable, "-m", "paths", "run", kernel, "--threads", "1"], stdout=subprocess.PIPE,

@@ -52,7 +52,9 @@ void export_public_api() {
         throw std::runtime_error("paths: cannot make libpaths (the C API) visible to kernels");
 }
 
-// A child process of this one that loads a library, and is ended and reaped once given up.
+// A child process of this one that loads a library, and is ended and reaped once given up. It
+// leads a process group of its own, which goes with it (what a constructor forked off too), and
+// writes nothing (this process loads the library next, and its constructors print then).
 class LoadingChild {
 public:
     // The child has loaded `path` when it writes a byte into the pipe, then ends.
@@ -65,10 +67,14 @@ public:
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != parent) _exit(1);
             signal(SIGINT, SIG_IGN);  // Ctrl-C is the parent's to answer: it ends this child
+            setpgid(0, 0);
+            int nowhere = open("/dev/null", O_WRONLY);
+            if (nowhere >= 0) dup2(nowhere, 1), dup2(nowhere, 2);
             dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
             char loaded = 1;
             _exit(write(ends[1], &loaded, 1) == 1 ? 0 : 1);
         }
+        if (pid_ > 0) setpgid(pid_, pid_);  // as the child does: whichever comes first
         close(ends[1]);
         pipe_ = ends[0];
         if (pid_ < 0) {
@@ -77,6 +83,7 @@ public:
         }
     }
     ~LoadingChild() {
+        if (pid_ > 0) kill(-pid_, SIGKILL);  // its group: the child, and what its constructors forked
         if (!reaped_) {
             kill(pid_, SIGKILL);
             waitpid(pid_, nullptr, 0);
