@@ -427,6 +427,18 @@ def test_what_a_librarys_constructor_prints_comes_out_once_not_again_from_the_ch
     assert done.stdout.count("constructor says hi\n") == 1  # the launcher's own load; its node's is led by [n0]
 
 
+def test_a_kernels_failure_in_bytes_that_are_no_text_keeps_its_reason(tmp_path):
+    """paths_fail's text went to Python as UTF-8: the run said only the codec's complaint."""
+    (tmp_path / "fails.c").write_text(
+        "#include <paths.h>\nint k(paths_kernel_ctx *c) { return paths_fail(c, PATHS_EINVAL, \"caf\\xe9 \\xff\"); }\n")
+    compile_c("-shared", "-fPIC", f"-I{paths.get_include()}", "fails.c", "-o", "libfails.so", cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "paths", "run", "./libfails.so:k", "--threads", "1"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (1, "paths run: node localhost: KernelError: kernel ./libfails.so:k: thread "
+                                                 "0 on node localhost returned PATHS_EINVAL: a bad argument: "
+                                                 "caf\\xe9 \\xff\n")
+
+
 def test_ctrl_c_while_a_library_loads_ends_paths_run_and_the_loading(tmp_path, probe):
     kernel = constructor_library(tmp_path, "hangs")
     run = subprocess.Popen([sys.executable, "-m", "paths", "run", kernel, "--threads", "1"], stdout=subprocess.PIPE,

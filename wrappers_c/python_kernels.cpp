@@ -368,7 +368,10 @@ py::dict thread_outcome(ps_kernel_run *run, int local, int thread) {
     outcome["status"] = status;
     std::string name = paths_strerror(status);  // "PATHS_...: what it means" for a status PATHS knows
     outcome["status_name"] = name.rfind("PATHS_", 0) == 0 ? name : "status " + std::to_string(status) + ": " + name;
-    outcome["error"] = ps_kernel_run_error(run, local);
+    const char *error = ps_kernel_run_error(run, local);  // the kernel's own text: bytes not UTF-8 as \xNN
+    PyObject *text = PyUnicode_DecodeUTF8(error, static_cast<Py_ssize_t>(strlen(error)), "backslashreplace");
+    if (!text) throw py::error_already_set();
+    outcome["error"] = py::reinterpret_steal<py::str>(text);
     outcome["reports"] = reports;
     return outcome;
 }
