@@ -311,6 +311,44 @@ def test_a_run_past_its_timeout_is_stopped(app, probe):
     assert probe.alive() == []
 
 
+GOODBYE = """import os, pathlib, signal, sys, time
+rank, folder = os.environ["PATHS_RANK"], pathlib.Path(sys.argv[1])
+def bye(*_):
+    print("bye from", rank, flush=True)
+    sys.stdout.write("no line break")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+print("ready", flush=True)
+(folder / f"ready.{rank}").touch()
+if rank == "2" and sys.argv[2] == "fail":  # once the others can say goodbye
+    deadline = time.monotonic() + 60
+    while not all((folder / f"ready.{r}").exists() for r in "01") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sys.exit(5)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("stop", ["fail", "timeout"])
+@pytest.mark.parametrize("output_dir", [False, True])
+def test_what_stopped_ranks_print_as_they_end_is_passed_on(tmp_path, stop, output_dir):
+    """A rank stopped because another failed, or by --timeout, on its own node or another: the
+    lines it prints on SIGTERM, and a last one it did not end, come out as any other."""
+    script = tmp_path / "goodbye.py"
+    script.write_text(GOODBYE)
+    out = tmp_path / "out"
+    done = launch("--map", "paper-2w", "--threads", "3", *(["--timeout", "3"] if stop == "timeout" else []),
+                  *(["--output-dir", str(out)] if output_dir else []), "--", sys.executable, str(script),
+                  str(tmp_path), stop)
+    assert done.returncode == (5 if stop == "fail" else 1), done.stderr
+    for rank in (0, 1) if stop == "fail" else (0, 1, 2):
+        if output_dir:
+            assert (out / f"rank.{rank}.log").read_text() == f"ready\nbye from {rank}\nno line break"
+        else:
+            assert f"[{rank}] ready\n" in done.stdout and f"[{rank}] bye from {rank}\n" in done.stdout
+            assert f"[{rank}] no line break\n" in done.stdout or done.stdout.endswith(f"[{rank}] no line break")
+
+
 @pytest.mark.parametrize("args, problem", [
     (["--threads", "2"], "expected -- CMD [ARGS...] after the options"),
     (["--threads", "2", "--"], "expected -- CMD [ARGS...] after the options"),

@@ -244,6 +244,15 @@ class _Node:
                 pass
 
 
+def _event(line: str) -> dict:
+    """A node's line as a dict ({} when it is none)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return {}
+    return event if isinstance(event, dict) else {}
+
+
 def _answer(name: str, line: str) -> dict:
     """A node's answer line as a dict; LaunchError naming the node for a failure."""
     try:
@@ -266,6 +275,7 @@ class NodeProcesses:
         self.public_key = ""  # the run's CURVE public key, when secure: what proves its servers
         self.client_keys: dict[str, tuple[str, str]] = {}  # node -> the CURVE key pair it presents, when secure
         self.nodes: dict[str, _Node] = {}
+        self.on_event: Callable[[str, dict], None] | None = None  # of the last request_all
         self.others = set(children())  # this process's children from before: not the run's
 
     def __enter__(self) -> "NodeProcesses":
@@ -312,6 +322,7 @@ class NodeProcesses:
         {"event": ...} a node writes before its answer go to on_event(node, event) as they come;
         `what` the nodes are waited for, and `if_late` what a user can do when they are late,
         for messages."""
+        self.on_event = on_event
         for name, request in requests.items():
             self.nodes[name].send(request)
         return self._read_lines([self.nodes[n] for n in requests], timeout, what, _answer, on_event, if_late)
@@ -356,6 +367,28 @@ class NodeProcesses:
             node.pass_on_errors()
         return lines
 
+    def _last_output(self, nodes: list[_Node], deadline: float) -> None:
+        """The output events of nodes that are ending (the lines their ranks print as they are
+        stopped) to on_event, until each node's standard output ends or `deadline` passes."""
+        selector = selectors.DefaultSelector()
+        for node in nodes:
+            selector.register(node.process.stdout, selectors.EVENT_READ, node)
+        try:
+            while selector.get_map() and (left := deadline - time.monotonic()) > 0:
+                for key, _ in selector.select(min(left, 0.25)):
+                    if not key.data.read():
+                        selector.unregister(key.fileobj)
+                for node in nodes:
+                    while node.lines:
+                        event = _event(node.lines.popleft())
+                        if self.on_event and event.get("event") == "output":
+                            self.on_event(node.name, event)
+                    node.pass_on_errors()
+        except LaunchError:  # the output cannot be written (--output-dir): the run ends anyway
+            pass
+        finally:
+            selector.close()
+
     def close(self, graceful: bool = True) -> None:
         """Stop and reap every node. Graceful (after a run that went well): each node is asked to
         quit and finishes what it holds. Otherwise (an error, Ctrl-C) nodes may be busy in a
@@ -368,6 +401,7 @@ class NodeProcesses:
             elif node.process.poll() is None:
                 node.process.terminate()
         deadline = time.monotonic() + QUIT_SECONDS
+        self._last_output(nodes, deadline)
         for node in nodes:
             node.reap(deadline)
         # What a rank, or a kernel in a local node (its process group's), started is left only

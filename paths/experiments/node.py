@@ -31,12 +31,14 @@ handles stay until "release", so that "counters" still finds their stages.
 A thread reads standard input. Its end while the node is idle stops the node once idle, as
 "quit" does; its end while a request runs (a kernel, ranks) means the launcher is gone: the node
 stops its ranks and exits at once. A local node also gets the parent-death signal from its
-launcher (paths/experiments/parent_death.py): SIGTERM, which while ranks run stops them and
-their process groups first; so does SIGHUP (a local node leads a session of its own, which a
-closed terminal's SIGHUP does not reach: its launcher's death does). Ranks get SIGKILL as theirs
-from their node, and the launcher hears each rank's process group ("started"), to stop what a
-rank started should this node be killed. Either signal ends
-the node at once, leaving no temporary file of a trace stage still in use (a failed run's).
+launcher (paths/experiments/parent_death.py): SIGTERM, the signal a launcher also stops a run
+with; so does SIGHUP (a local node leads a session of its own, which a closed terminal's SIGHUP
+does not reach: its launcher's death does). While ranks run, either signal stops them and their
+process groups (SIGTERM, SIGKILL a second later), passing on what they print as they end, then
+ends the node; otherwise it ends the node at once, leaving no temporary file of a trace stage
+still in use (a failed run's). Ranks get SIGKILL as theirs from their node, and the launcher
+hears each rank's process group ("started"), to stop what a rank started should this node be
+killed.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class Node:
         self.runtime = None  # the run's context, from "context"
         self.kernel = None
         self.ranks: RankProcesses | None = None  # while a "launch" runs
+        self.stopped = False  # a signal stopped its ranks: the node ends after them
         adopt_orphans()  # what its ranks and kernels start stays its to stop, whatever session it leaves for
         self.own = set(children())  # none: every later child is a run's
         self._output = threading.Lock()  # one line at a time on standard output
@@ -146,16 +149,28 @@ class Node:
                                    request.get("cwd"))
         for rank in self.ranks.ranks:  # its process group, which the launcher stops should this node be killed
             self.say({"event": "started", "rank": rank.rank, "group": rank.process.pid})
-        # The launcher stops the run (SIGTERM), or the terminal it shares with this node closes (SIGHUP)
-        stopped = {number: signal.signal(number, lambda *_: self.abort()) for number in STOP_SIGNALS}
+        # The launcher stops the run (SIGTERM), or the terminal it shares with this node closes
+        # (SIGHUP): the ranks are stopped, what they print as they end passed on, and the node ends.
+        stopped = {number: signal.signal(number, lambda *_: self._stop_ranks()) for number in STOP_SIGNALS}
         try:
-            statuses = self.ranks.wait(self.say)
+            statuses = self.ranks.wait(self._say_or_abort)
         finally:
             for number, handler in stopped.items():
                 signal.signal(number, handler)
             self.ranks.stop()
             self.ranks = None
         return {"statuses": {str(r): s for r, s in statuses.items()}}
+
+    def _stop_ranks(self) -> None:
+        self.ranks.stop_soon()
+        self.stopped = True
+
+    def _say_or_abort(self, line: dict) -> None:
+        """A rank's event to the launcher; when it cannot take it (it is gone), abort()."""
+        try:
+            self.say(line)
+        except OSError:
+            self.abort()
 
     def say(self, line: dict) -> None:
         """One line to the launcher: an answer or an event."""
@@ -260,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
                 node.abort()
             reply = node.answer(request)
             busy.clear()  # before the answer: the launcher may end the input once it has it
+            if node.stopped:  # a signal stopped its ranks: the run ends
+                node.abort()
             node.say(reply)
     except KeyboardInterrupt:
         pass

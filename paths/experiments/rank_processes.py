@@ -9,6 +9,10 @@ Each rank leads a process group of its own, and stopping a rank signals its grou
 started goes with it (the program a wrapper script runs, say), not only the rank itself. A daemon
 a rank forked off into a session of its own becomes the node's child (the node adopts orphans)
 and is stopped with the ranks, when they end or are stopped.
+
+A run that is stopped while its ranks run (another node's rank failed, --timeout, Ctrl-C) stops
+them with stop_soon(): they get SIGTERM, SIGKILL after STOP_SECONDS, and what they print as they
+end (a goodbye on SIGTERM, a last line without its line break) is still passed on.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class _Rank:
 class RankProcesses:
     def __init__(self, command: list[str], environments: dict[int, dict[str, str | None]], cwd: str | None):
         self.ranks: list[_Rank] = []
+        self.stopping_since: float | None = None  # stop_soon() was called then (time.monotonic)
+        self._sent = 0  # the signal the ranks got last from stop_soon() (0: none yet)
         adopt_orphans()
         self.others = set(children())  # not the ranks' (none, in a node)
         try:
@@ -81,6 +87,7 @@ class RankProcesses:
         statuses: dict[int, int] = {}
         try:
             while len(statuses) < len(self.ranks):
+                self._stopping(statuses)
                 for key, _ in selector.select(0.05):
                     rank, stream = key.data
                     try:  # at most a piece's worth: a rank that writes on and on is passed on as it goes
@@ -103,6 +110,23 @@ class RankProcesses:
         finally:
             selector.close()
         return statuses
+
+    def stop_soon(self) -> None:
+        """Have wait() stop the ranks still running, passing on what they print as they end.
+        Safe from a signal handler: it only notes the time."""
+        self.stopping_since = self.stopping_since or time.monotonic()
+
+    def _stopping(self, statuses: dict[int, int]) -> None:
+        """Once stop_soon() was called: SIGTERM to the process group of each rank still there,
+        then SIGKILL after STOP_SECONDS."""
+        if self.stopping_since is None:
+            return
+        number = signal.SIGKILL if time.monotonic() - self.stopping_since >= STOP_SECONDS else signal.SIGTERM
+        if number != self._sent:
+            for rank in self.ranks:
+                if rank.rank not in statuses:
+                    _signal_group(rank.process.pid, number)
+            self._sent = number
 
     @staticmethod
     def _lines(rank: _Rank, stream: str, lines: list[bytes], emit: Emit) -> None:
