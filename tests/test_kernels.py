@@ -1199,6 +1199,25 @@ def test_a_program_with_bad_paths_options_says_so_in_one_line(program, args, lin
     assert (done.returncode, done.stdout, done.stderr) == (2, "", line + "\n")
 
 
+def test_a_programs_own_paths_acquire_shows_a_long_name_short_as_a_kernels_does():
+    """A Python program's paths.acquire quoted a 200,000-character name whole, three times."""
+    from paths.runtime import process_context as runtime
+
+    runtime.start_program(["--paths-map", "local", "--paths-threads", "1", "--paths-thread", "0"])
+    try:
+        with pytest.raises(ValueError) as refused:
+            paths.acquire("x" * 200_000, "q")
+        with pytest.raises(ValueError) as not_text:  # no text the line can show: said as it was
+            paths.acquire("\udcff", "q")
+    finally:
+        runtime.end_program()
+    x60 = "x" * 60
+    assert str(refused.value) == (
+        f"paths_acquire('{x60}...(200000 bytes)', 'q') by thread 0: its path core(format='q', name='{x60}..."
+        "(200000 bytes)'): stage 'core': an element's name is 1 to 255 bytes, got 200000 bytes")
+    assert str(not_text.value).startswith("paths_acquire('\\udcff', 'q') by thread 0: ")
+
+
 def test_paths_acquire_in_python_uses_the_process_runtime():
     from paths.runtime import process_context as runtime
 

@@ -14,7 +14,7 @@
 enum {
     PS_REPORT_NAME_MAX = 63,  /* longest column name */
     PS_REPORTS_MAX = 32,      /* columns one thread may report */
-    PS_CONTEXT_ERROR = 2048,  /* bytes of one thread's last error line: a stage's (PS_STAGE_ERROR_MAX) and its context */
+    PS_CONTEXT_ERROR = PS_ERROR_LINE, /* bytes of one thread's last error line */
 };
 
 typedef struct ps_report {

@@ -63,6 +63,8 @@ int ps_kernel_ctx_report(paths_kernel_ctx *c, const char *name, double value);
 /* The columns `paths run` writes itself, before the kernel's (NULL ends them): no kernel reports
  * one of these names. */
 extern const char *const ps_run_columns[];
+/* Bytes of an error line (a thread's last error): a stage's (PS_STAGE_ERROR_MAX) and its context. */
+enum { PS_ERROR_LINE = 2048 };
 /* `text` as a context's error line of at most size - 1 bytes (the acquire hook's, a context's):
  * each of `values` (NULL-ended: what paths_acquire was given) in it shortened when longer than any
  * element's name, and its middle cut out should it still not fit: never its end, which says why. */

@@ -518,6 +518,17 @@ void bind_kernels(py::module_ &m) {
           py::arg("acquire"), py::arg("release"),
           "Give paths_* calls with a NULL context (a program of its own) this thread of a run.");
     m.def("end_process", &end_process, "Give back the program's handles and end its context.");
+    m.def(
+        "error_line",
+        [](const std::string &text, const std::string &element, const std::string &format) {
+            char line[PS_ERROR_LINE];
+            const char *values[] = {element.c_str(), format.c_str(), nullptr};
+            ps_error_line(line, sizeof line, text.c_str(), values);
+            return std::string(line);
+        },
+        py::arg("text"), py::arg("element"), py::arg("format"),
+        "An acquire error as paths_last_error says it: a long element or format shown short, a line\n"
+        "still too long without its middle.");
 }
 
 }  // namespace paths_native

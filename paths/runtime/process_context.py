@@ -261,7 +261,14 @@ def acquire(element: str, format: str) -> _native.Handle:
     context = current_context()
     if context is not None:
         return context.acquire(element, format)
-    return current("paths.acquire").acquire(element, format, _program_thread)
+    try:
+        return current("paths.acquire").acquire(element, format, _program_thread)
+    except (ValueError, ConnectionError) as e:  # said as a kernel's paths_acquire is: long values short
+        try:
+            e.args = (_native.error_line(str(e), element, format),)
+        except (TypeError, UnicodeError):  # a value that is no text: said as it was
+            pass
+        raise
 
 
 def runtime_info() -> RuntimeInfo:
