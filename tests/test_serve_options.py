@@ -20,7 +20,8 @@ from child_processes import ChildProcesses
 
 import paths
 from paths import build_path, make_path, stage
-from paths.runtime.server import PathServer, _policy
+from paths.runtime.server import STOP_SECONDS, PathServer, _policy
+from paths.runtime.server_policy import ServerPolicy
 
 PATIENCE_S = 30
 
@@ -183,6 +184,67 @@ def test_a_server_on_an_ipc_path_removes_its_socket_files_as_it_stops(tmp_path, 
         server.signal(stop)
         assert server.wait(PATIENCE_S) == 0
     assert list(tmp_path.iterdir()) == []
+
+
+STUCK_KIND = """
+import threading
+
+import paths
+
+RELEASED = threading.Event()
+
+
+@paths.stage_kind("{kind}")
+class Stuck:
+    \"\"\"Its move returns once RELEASED is set: a stage kind's code that hangs.\"\"\"
+
+    def move(self, below, tuple):
+        RELEASED.wait()
+        return below.move(tuple)
+"""
+
+
+def stuck_kind(user_module, kind: str):
+    """The module of a stage kind named `kind` whose move hangs, imported here too (a client
+    checks its path's kinds)."""
+    module = f"{kind.replace('-', '_')}_kind"
+    return __import__(user_module(module, STUCK_KIND.format(kind=kind)))
+
+
+def stuck_path(endpoint: str, kind: str):
+    return make_path(stage("remote", host=endpoint, timeout_ms=300), stage(kind),
+                     stage("core", name="S", format="q"))
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_server_stops_though_a_stage_it_serves_never_returns(user_module, stop):
+    """It waited for the link's thread for ever, deaf to every signal but SIGKILL."""
+    module = stuck_kind(user_module, "stuck-served").__name__
+    with ChildProcesses() as children:
+        server, endpoint = children.paths_serve("--allow-kinds", f"{module}:stuck-served")
+        handle = build_path(stuck_path(endpoint, "stuck-served"), pastset=paths.PastSet())
+        with pytest.raises(ConnectionError, match="no answer: within 300 ms"):
+            handle.move(1)
+        server.signal(stop)
+        assert server.wait(STOP_SECONDS + PATIENCE_S) == 1
+    assert server.stderr() == (f"paths serve: 1 link still in a stage's code {STOP_SECONDS:g} s after the stop (a stage "
+                               "kind whose operation does not return): stopped without waiting for it\n")
+
+
+def test_a_closed_server_keeps_what_a_link_still_in_a_stage_uses(user_module):
+    """PathServer.close(timeout) gives up on the link; the stage's code, once it returns, finds
+    its link and element still there, and its thread ends."""
+    stuck = stuck_kind(user_module, "stuck-here")
+    server = PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(),
+                        policy=ServerPolicy(allow_kinds=frozenset({"stuck-here"}))).start()
+    handle = build_path(stuck_path(server.endpoint, "stuck-here"), pastset=paths.PastSet())
+    with pytest.raises(ConnectionError, match="no answer: within 300 ms"):
+        handle.move(7)
+    assert server.close(timeout=0.2) == 1
+    stuck.RELEASED.set()
+    core = server.pastset.enter("S", "q")
+    assert core.observe_range(0, 1, timeout=PATIENCE_S) == [(7,)]  # the move went on, into the kept element
+    assert PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).close(timeout=0) == 0
 
 
 def test_a_stopping_server_leaves_the_file_another_server_bound_at_its_path(tmp_path):

@@ -43,7 +43,7 @@ public:
         try {
             if (!clients.is_none()) allow_clients(clients.cast<py::dict>());
         } catch (...) {
-            stop();  // no destructor runs for an object whose constructor threw
+            stop(py::none());  // no destructor runs for an object whose constructor threw
             throw;
         }
     }
@@ -65,7 +65,7 @@ public:
         int rc = ps_server_allow_clients(live()->server_, keys.data(), keys.size(), error, sizeof error);
         if (rc != PS_OK) raise_text(PyExc_ValueError, std::string("paths server: ") + error);
     }
-    ~Server() { stop(); }
+    ~Server() { stop(py::none()); }
 
     std::string endpoint() const { return server_ ? ps_server_endpoint(server_) : ""; }
 
@@ -115,12 +115,13 @@ public:
         return d;
     }
 
-    void stop() {
-        if (!server_) return;
+    int stop(const py::object &timeout) {
+        if (!server_) return 0;
+        int64_t wait = timeout_ns(timeout);
         ps_server *server = server_;
         server_ = nullptr;
         py::gil_scoped_release released;
-        ps_server_stop(server);
+        return ps_server_stop(server, wait);
     }
 
 private:
@@ -153,7 +154,9 @@ void bind_server(py::module_ &m) {
              "Serve the handle for the requester (its id is returned), or refuse with the error text.")
         .def("reap", &Server::reap, "Ids of handles whose clients released them.")
         .def("counters", &Server::counters)
-        .def("stop", &Server::stop, "End every link's thread and close every socket.");
+        .def("stop", &Server::stop, py::arg("timeout") = py::none(),
+             "End every link's thread and close every socket. A link's thread still running a stage's code\n"
+             "`timeout` seconds later (None: no limit) is left running: returns how many were.");
     m.def("zmq_max_sockets", &ps_zmq_max_sockets, "The most ZeroMQ sockets this process may have open at once.");
     m.def("abandon_remote_waits", [] { ps_remote_abandon_waits(); },
           "The process is exiting: every remote stage still setting up a link (waiting for the answer to its\n"

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -907,8 +908,8 @@ int ps_server_answer_build(ps_server *s, const ps_build_request *request, ps_lin
     return PS_OK;
 }
 
-static void free_worker(link_worker *w) {
-    pthread_join(w->thread, NULL);
+/* Frees a worker whose thread has been joined. */
+static void free_joined_worker(link_worker *w) {
     free(w->slices[0]);
     free(w->slices[1]);
     free(w->tuple);
@@ -924,7 +925,8 @@ size_t ps_server_reap(ps_server *s, uint64_t *ids, size_t max) {
         if (atomic_load(&w->finished)) {
             *at = w->next;
             ids[n++] = w->id;
-            free_worker(w);
+            pthread_join(w->thread, NULL);
+            free_joined_worker(w);
             atomic_fetch_sub(&s->live, 1);
         } else {
             at = &w->next;
@@ -944,18 +946,30 @@ void ps_server_read_counters(ps_server *s, ps_server_counters *out) {
     out->refused = atomic_load(&s->refused);
 }
 
-void ps_server_stop(ps_server *s) {
-    if (!s) return;
+int ps_server_stop(ps_server *s, int64_t wait_ns) {
+    if (!s) return 0;
     atomic_store(&s->stopping, 1);
     pthread_mutex_lock(&s->lock);
     link_worker *w = s->workers;
     s->workers = NULL;
     pthread_mutex_unlock(&s->lock);
+    struct timespec due;
+    clock_gettime(CLOCK_REALTIME, &due); /* pthread_timedjoin_np's clock */
+    int64_t until = (int64_t)due.tv_nsec + (wait_ns > 0 ? wait_ns : 0);
+    due.tv_sec += (time_t)(until / 1000000000);
+    due.tv_nsec = (long)(until % 1000000000);
+    int left = 0;
     while (w) {
         link_worker *next = w->next;
-        free_worker(w);
+        if ((wait_ns < 0 ? pthread_join(w->thread, NULL) : pthread_timedjoin_np(w->thread, NULL, &due)) == 0) {
+            free_joined_worker(w);
+        } else { /* its stage's code does not return: it keeps the worker (and the server) it uses */
+            pthread_detach(w->thread);
+            left++;
+        }
         w = next;
     }
     close_bound_socket(s->main_socket, &s->main_file);
-    free_server(s);
+    if (!left) free_server(s);
+    return left;
 }

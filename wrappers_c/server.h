@@ -77,8 +77,10 @@ size_t ps_server_reap(ps_server *server, uint64_t *ids, size_t max);
 
 void ps_server_read_counters(ps_server *server, ps_server_counters *out);
 
-/* Ends every link's thread and closes every socket; then frees the server. */
-void ps_server_stop(ps_server *server);
+/* Ends every link's thread and closes every socket; then frees the server. A link's thread
+ * still running a stage's code wait_ns after the call (< 0: no limit) is left running, with what
+ * it uses (the server too): returns how many were, 0 when the server is freed. */
+int ps_server_stop(ps_server *server, int64_t wait_ns);
 
 #ifdef __cplusplus
 }

@@ -19,7 +19,8 @@ also names every server it went through).
     paths serve --bind tcp://127.0.0.1:7000        (also: python -m paths serve)
 
 The server prints one line `READY <endpoint>` when it accepts requests (scripts and tests wait
-for it), and stops cleanly on SIGINT or SIGTERM.
+for it), and stops cleanly on SIGINT or SIGTERM; a link whose stage's code does not return (a
+Python stage kind's) is waited for STOP_SECONDS, then the process ends without it (exit 1).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from ..model.stage_kinds import kinds
 POLL_SECONDS = 0.1
 EXIT_JOIN_SECONDS = 2.0  # at exit, how long a build that gave up may take to end
 BUILD_POLL_SECONDS = 0.002  # how often finished builds are answered while some are running
+STOP_SECONDS = 5.0  # how long `paths serve` waits, once stopped, for its links' stages to return
 TRACE_SETTLE_SECONDS = 5.0  # at the end, how long trace files still being written may take
 
 
@@ -183,15 +185,20 @@ class PathServer:
         _SERVING.add(self)
         return self
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> int:
         """Stop serving. Builds still running (waiting for a server further down) are left to
-        end on their own threads; their answers go nowhere."""
+        end on their own threads; their answers go nowhere. A link whose stage's code has not
+        returned `timeout` seconds later (a Python stage kind's, say; None: no limit) is left
+        running, and keeps the handles it may use: returns how many were (0 when none)."""
         self.stop_serving()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        self.native.stop()
+        left = self.native.stop(timeout)
         self.context.server_ids = tuple(i for i in self.context.server_ids if i != self.id)
-        self._served.clear()
+        if left:
+            _LEFT_RUNNING.append(self._served)
+        self._served = {}
+        return left
 
     def __enter__(self) -> "PathServer":
         return self
@@ -204,6 +211,7 @@ class PathServer:
 # running when the interpreter ends.
 _BUILD_THREADS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
 _SERVING: "weakref.WeakSet[PathServer]" = weakref.WeakSet()
+_LEFT_RUNNING: list[dict] = []  # the handles of servers closed while a link's stage still ran: kept for good
 
 
 @atexit.register
@@ -301,7 +309,8 @@ def serve_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="paths serve",
         description="Host a PastSet and server-side stages for remote stages. Prints "
-                    "'READY <endpoint>' when it accepts requests; stops on SIGINT/SIGTERM. "
+                    "'READY <endpoint>' when it accepts requests; stops on SIGINT/SIGTERM (exit 1 when a "
+                    "link's stage is still in its code 5 s later: it is not waited for). "
                     "Clients set up their links at the ZeroMQ endpoint; each link's operations "
                     "then travel as the client's proto asks: tcp or ipc, a direct connection per "
                     "link, admitted by a per-link secret but NOT encrypted (as MPI's TCP "
@@ -400,7 +409,13 @@ def serve_command(argv: list[str]) -> int:
     try:
         server.serve_forever()
     finally:
-        server.close()
+        left = server.close(STOP_SECONDS)
+    if left:  # the interpreter cannot end around a thread still in a stage's code: the process ends now
+        print(f"paths serve: {left} link{'s' if left > 1 else ''} still in a stage's code {STOP_SECONDS:g} s after "
+              "the stop (a stage kind whose operation does not return): stopped without waiting for "
+              f"{'them' if left > 1 else 'it'}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
     lost = _native.take_trace_failures(TRACE_SETTLE_SECONDS if args.trace_dir else 0)
     if lost:
         print("paths serve: traces lost:\n" + "\n".join(f"  {failure}" for failure in lost), file=sys.stderr)

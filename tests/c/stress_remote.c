@@ -929,7 +929,7 @@ static void run_auth(int64_t tries) {
     atomic_store(&a.stop, true);
     pthread_join(lister, NULL);
     pthread_join(server_thread, NULL);
-    ps_server_stop(a.server);
+    ps_server_stop(a.server, -1);
 }
 
 int main(int argc, char **argv) {
@@ -968,7 +968,7 @@ int main(int argc, char **argv) {
 
     atomic_store(&s.stop, true);
     pthread_join(server_thread, NULL);
-    ps_server_stop(s.server);
+    ps_server_stop(s.server, -1);
     for (int i = 0; i < MAX_LINKS; i++)
         if (s.links[i].link) {
             ps_link_detach(s.links[i].link);
