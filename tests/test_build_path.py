@@ -10,7 +10,8 @@ import time
 import pytest
 
 import paths
-from paths import build_path, make_path, stage
+from paths import BuildContext, build_path, make_path, stage
+from paths.model.stage_kinds import check_spec
 from paths.runtime.build import handle_tree
 from paths.runtime.trace_file import read_trace
 
@@ -355,6 +356,9 @@ class WrongAnswers:
     def observe(self, below):
         return None
 
+    def observe_range(self, below, index, count):
+        return None
+
 
 @pytest.mark.parametrize("call, error, expected", [
     (lambda h: h.first(), TypeError, r"python stage WrongAnswers.first\(\) returned: expected an int, got 'soon'"),
@@ -363,6 +367,8 @@ class WrongAnswers:
     (lambda h: h.observe(), TypeError,
      r"python stage WrongAnswers.observe\(\) returned \(format 'q'\): expected a tuple of 1 value\(s\) \(int\), "
      r"got None"),
+    (lambda h: h.observe_range(0, 1), TypeError,  # was: 'NoneType' object is not iterable
+     r"python stage WrongAnswers.observe_range\(\) returned None: expected a list of 1 to 1 tuples"),
 ])
 def test_python_stage_returning_the_wrong_type_is_one_clear_line(space, call, error, expected):
     h = build_path(make_path(stage("wrong-answers"), CORE), pastset=space)
@@ -586,6 +592,54 @@ def test_python_stage_parameters_are_checked(space):
         build_path(make_path(stage("offset", speed=3), CORE), pastset=space)
     with pytest.raises(ValueError, match="a built-in stage kind has that name"):
         paths.stage_kind("trace")(Offset)
+
+
+class KeywordsOnly:
+    def __init__(self, **params):
+        self.params = params
+
+
+@pytest.mark.parametrize("name", [5, None, "", "x\x00y", "core ", "has space", "mod:kind", "a,b", "-x", "x" * 65])
+def test_a_python_kind_needs_a_name_a_path_can_give(name):
+    """Such names were registered and listed, but no path could use them; a name that is no
+    text made every later "unknown stage kind" message a TypeError of sorting the kinds."""
+    with pytest.raises(ValueError, match=r"^stage_kind\(.*\): expected a name of a letter, then up to 63 letters, "
+                                         r"digits, '-', '_' or '.'$"):
+        paths.stage_kind(name)
+    assert name not in paths.kinds()
+    with pytest.raises(ValueError, match="unknown stage kind 'nosuch'"):
+        check_spec(stage("nosuch"))
+
+
+def test_a_python_kind_is_a_class_whose_init_names_its_parameters():
+    with pytest.raises(TypeError, match=r"^stage_kind\('not-a-class'\): expected a class to register, got <function"):
+        paths.stage_kind("not-a-class")(lambda: None)
+    with pytest.raises(TypeError, match=r"^stage_kind\('keywords-only'\): KeywordsOnly.__init__ takes \*\*params: name "
+                                        r"each parameter the stage takes in its signature"):
+        paths.stage_kind("keywords-only")(KeywordsOnly)  # it refused every parameter a path gave
+    assert not {"not-a-class", "keywords-only"} & set(paths.kinds())
+
+
+def test_build_path_names_a_context_or_pastset_of_the_wrong_type(space):
+    path = make_path(CORE)
+    with pytest.raises(TypeError, match="^build_path: pastset: expected a paths.PastSet, got 'nope'$"):
+        build_path(path, pastset="nope")  # was: cannot create weak reference to 'str' object
+    with pytest.raises(TypeError, match="^build_path: context: expected a paths.BuildContext, got 'nope'$"):
+        build_path(path, context="nope")  # was: 'str' object has no attribute 'build'
+    with pytest.raises(TypeError, match="^BuildContext: resolve: expected a function of \\(params, info\\), got 5$"):
+        BuildContext(space, resolve=5)
+
+
+@pytest.mark.parametrize("resolve, error, expected", [
+    (lambda params, info: None, TypeError, "the build context's resolve returned None: expected the stage's "
+                                           "parameters as a dict"),
+    (lambda params, info: {}["host"], ValueError, "the build context's resolve raised KeyError: 'host'"),
+])
+def test_a_build_contexts_resolve_that_fails_is_named(space, resolve, error, expected):
+    path = make_path(stage("remote", host="n0", timeout_ms=100), CORE)
+    with pytest.raises(error) as failed:
+        build_path(path, context=BuildContext(space, resolve=resolve))
+    assert str(failed.value).startswith("stage remote(host='n0', timeout_ms=100): " + expected), str(failed.value)
 
 
 def test_python_stage_under_gsum_from_c_threads(space):

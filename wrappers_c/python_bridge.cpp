@@ -54,6 +54,9 @@ void copy_out(const TupleCodec &codec, const py::object &t, void *out, const std
 
 // The tuples a method returned for a range (1 to op->count of them) into op->out; their number.
 int64_t copy_all_out(const TupleCodec &codec, const py::object &tuples, ps_op *op, const std::string &what) {
+    if (!py::isinstance<py::iterable>(tuples) || py::isinstance<py::str>(tuples) || py::isinstance<py::bytes>(tuples))
+        throw py::type_error(what + " " + shown(tuples) + ": expected a list of 1 to " + std::to_string(op->count) +
+                             " tuples");
     py::list list = py::list(tuples);
     if (list.size() < 1 || list.size() > op->count)
         throw py::value_error(what + " " + std::to_string(list.size()) + " tuples: expected 1 to " +

@@ -9,6 +9,7 @@ stages apart when paths merge, and never reaches the stage itself.
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -19,6 +20,10 @@ from .path_spec import StageSpec
 BUILDER_PARAMS = ("id",)
 
 _PY_TYPES = {"int": (int,), "float": (int, float), "str": (str,)}
+
+# A kind's name, as the built-in ones are: what a path, `paths kinds` and `--allow-kinds
+# MODULE:KIND,...` can name.
+KIND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -113,17 +118,30 @@ def stage_kind(name: str) -> Callable[[type], type]:
     raises ends the caller's call as a timeout, and a NotImplementedError refuses the operation
     (PS_ENOTSUP); what the method moved through `below` before it raised counts as done (an
     exchange's move, a first part of a move_many), so a caller going on does not move it again.
+
+    The name is a letter, then up to 63 letters, digits, '-', '_' or '.'. The stage's parameters
+    are those __init__ names (each a keyword; one without a default is required): a path may give
+    no other, so __init__ takes no **kwargs.
     """
+    if not isinstance(name, str) or not KIND_NAME.fullmatch(name):
+        raise ValueError(f"stage_kind({name!r}): expected a name of a letter, then up to 63 letters, digits, "
+                         "'-', '_' or '.'")
 
     def register(cls: type) -> type:
+        if not isinstance(cls, type):
+            raise TypeError(f"stage_kind({name!r}): expected a class to register, got {cls!r:.200}")
         if name in _KINDS:
             raise ValueError(f"stage_kind({name!r}): a built-in stage kind has that name")
         if name in _PYTHON_KINDS:
             raise ValueError(f"stage_kind({name!r}): {_PYTHON_KINDS[name].python_class.__qualname__} is registered "
                              "under that name already")
         params = {}
-        for pname, p in inspect.signature(cls.__init__).parameters.items():
-            if pname == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+        signature = inspect.signature(cls.__init__) if cls.__init__ is not object.__init__ else inspect.Signature()
+        for pname, p in signature.parameters.items():
+            if p.kind == p.VAR_KEYWORD:
+                raise TypeError(f"stage_kind({name!r}): {cls.__qualname__}.__init__ takes **{pname}: name each "
+                                "parameter the stage takes in its signature (`paths kinds` lists them)")
+            if pname == "self" or p.kind == p.VAR_POSITIONAL:
                 continue
             required = p.default is inspect.Parameter.empty
             params[pname] = ParamInfo(pname, "any", required, None if required else p.default)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from .. import _native
 from ..model.path_spec import PATH_STAGES_MAX, PathSpec, StageSpec, make_path, path_to_json
+from ..model.named_function import raised_where
 from ..model.stage_kinds import KindInfo, check_spec, kinds, native_params
 
 if TYPE_CHECKING:
@@ -67,6 +68,10 @@ class BuildContext:
     def __init__(self, pastset: Optional[_native.PastSet] = None,
                  resolve: Optional[Callable[[dict, KindInfo], dict]] = None,
                  curve_client: Optional[tuple[str, str]] = None):
+        if pastset is not None and not isinstance(pastset, _native.PastSet):
+            raise TypeError(f"BuildContext: pastset: expected a paths.PastSet, got {pastset!r:.200}")
+        if resolve is not None and not callable(resolve):
+            raise TypeError(f"BuildContext: resolve: expected a function of (params, info), got {resolve!r:.200}")
         self.pastset = pastset if pastset is not None else _native.PastSet()
         self.resolve = resolve or _unchanged
         self.trusted_endpoints: tuple[str, ...] = ()
@@ -185,13 +190,26 @@ class BuildContext:
             return self.server_ids, through
         return (guard.crossed + self.server_ids, through) if guard is not None else ((), ())
 
+    def _resolved(self, spec: StageSpec, params: dict, info: KindInfo) -> dict:
+        """resolve(params, info), which must give the parameters back as a dict."""
+        try:
+            resolved = self.resolve(dict(params), info)
+        except (ValueError, TypeError, ConnectionError):  # its own words for what is wrong
+            raise
+        except Exception as e:
+            raise ValueError(f"stage {spec}: the build context's resolve raised {raised_where(e)}") from e
+        if not isinstance(resolved, dict):
+            raise TypeError(f"stage {spec}: the build context's resolve returned {resolved!r:.200}: expected the "
+                            "stage's parameters as a dict")
+        return resolved
+
     def _create(self, key: StageKey, canonical: StageKey, below: BuiltStage | None,
                 guard: ClientBuild | None) -> BuiltStage:
         spec = key[0]
         info = check_spec(spec)
         params = native_params(spec)
         if info.rest_at is not None or info.node_params:
-            params = self.resolve(params, info)
+            params = self._resolved(spec, params, info)
         # A remote stage's own spec is what the link of a joining stage above it sends (a caller's
         # own link sends its own, at attach).
         params.update({name: _BUILT_PARAMS[name](key, self._route(guard, joining=True)) for name in info.built_params})
@@ -371,6 +389,10 @@ def build_path(
     building the same path for four threads gives one tree with four leaves. The stages are built
     in `context` (a server's, a node's), else in that of `pastset`, else in the process's own.
     """
+    if context is not None and not isinstance(context, BuildContext):
+        raise TypeError(f"build_path: context: expected a paths.BuildContext, got {context!r:.200}")
+    if pastset is not None and not isinstance(pastset, _native.PastSet):
+        raise TypeError(f"build_path: pastset: expected a paths.PastSet, got {pastset!r:.200}")
     if context is None:
         context = context_of(pastset) if pastset is not None else default_context()
     elif pastset is not None and pastset is not context.pastset:
