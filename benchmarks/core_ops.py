@@ -90,12 +90,13 @@ def print_report(rows, pairs, runs):
 
 
 def positive_int(text):
+    """A count an option gives: a whole number from 1 to 2**63-1 (what the C loops count in)."""
     try:
         value = int(text.replace("_", ""))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
+    if not 0 < value < 2**63:
+        raise argparse.ArgumentTypeError(f"expected a number from 1 to 2**63-1, got {value}")
     return value
 
 
@@ -129,7 +130,11 @@ def main(argv=None):
             csv_file = open(arguments.csv, "w", newline="")
         except OSError as error:
             parser.error(f"--csv: cannot write {arguments.csv!r}: {error.strerror}")
-    rows = [measure(side, arguments.pairs, arguments.runs) for side in SIDES]
+    try:  # a C loop hears Ctrl-C once it ends: its --pairs at some 25 ns each
+        rows = [measure(side, arguments.pairs, arguments.runs) for side in SIDES]
+    except KeyboardInterrupt:
+        print("benchmarks.core_ops: interrupted", file=sys.stderr)
+        return 130
     print_report(rows, arguments.pairs, arguments.runs)
     if csv_file:
         with csv_file:

@@ -35,6 +35,7 @@ import paths
 from paths.runtime.kernel import Kernel, load_kernel
 
 from . import anchors
+from .core_ops import positive_int
 from .csv_rows import check_output
 from .local_trees import parse_counts, parse_trees, tree_handles
 from .mcpi import TARGET_SPEEDUP, mcpi_scaling
@@ -71,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     except (anchors.AnchorUnavailable, RuntimeError, OSError) as e:  # an anchor or a kernel that cannot be built
         print(f"benchmarks.gsum: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the anchors' children are reaped on the way out
+        print("benchmarks.gsum: interrupted", file=sys.stderr)
+        return 130
 
 
 def measure(argv: list[str] | None) -> int:
@@ -80,15 +84,14 @@ def measure(argv: list[str] | None) -> int:
                         help="comma-separated thread counts (default 1,2,4,8,16)")
     parser.add_argument("--tree", type=parse_trees, default=parse_trees("flat,fanin4"),
                         help="comma-separated trees: flat, faninK (default flat,fanin4)")
-    parser.add_argument("--rounds", type=int, default=2000, help="global sums per run (default 2000)")
-    parser.add_argument("--repeat", type=int, default=5, help="runs per cell; the median is shown (default 5)")
+    parser.add_argument("--rounds", type=positive_int, default=2000, help="global sums per run (default 2000)")
+    parser.add_argument("--repeat", type=positive_int, default=5,
+                        help="runs per cell; the median is shown (default 5)")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                         help="bind each thread (and each MPI rank) to a CPU (default: on)")
     parser.add_argument("--csv", help="also write the table to this CSV file")
     parser.add_argument("--no-targets", action="store_true", help="skip the trace and MCPi target checks")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.repeat < 1:
-        parser.error("--rounds and --repeat must be >= 1")
     if max(args.threads) > anchors.OPENMP_MAX_THREADS:
         parser.error(f"--threads: at most {anchors.OPENMP_MAX_THREADS} (the OpenMP anchor's largest team), "
                      f"got {max(args.threads)}")

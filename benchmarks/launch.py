@@ -144,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     except (LaunchFailed, subprocess.TimeoutExpired) as e:  # the latter: a ps, or a launcher past its end
         print(f"benchmarks.launch: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # its runs' launchers were told too: each stops its own
+        print("benchmarks.launch: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -16,6 +16,7 @@ import sys
 
 import paths
 
+from .core_ops import positive_int
 from .local_trees import parse_counts, tree_handles
 
 TARGET_SPEEDUP = 1.8  # darts per second at 2 threads over 1 thread's, at least
@@ -34,15 +35,8 @@ def mcpi_scaling(darts: int, runs: int) -> float:
     return mcpi_rate(2, darts, runs) / mcpi_rate(1, darts, runs)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.mcpi", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=parse_counts, default=parse_counts("1,2"))
-    parser.add_argument("--darts", type=int, default=20_000_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args(argv)
-    if args.darts < 1 or args.repeat < 1:
-        parser.error("--darts and --repeat must be >= 1")
+def report(args: argparse.Namespace) -> None:
+    """The table of darts per second by threads, and the 2-thread target."""
     rates = {}
     print(f"{'threads':>8} {'pi':>10} {'error':>10} {'seconds':>9} {'Mdarts/s':>9} {'speed-up':>9}")
     for n in [1] + [n for n in args.threads if n != 1]:
@@ -55,6 +49,20 @@ def main(argv: list[str] | None = None) -> int:
         ratio = rates[2] / rates[1]
         print(f"  {'PASS' if ratio >= TARGET_SPEEDUP else 'MISS'}  MCPi at 2 threads >= {TARGET_SPEEDUP:g}x darts/s of "
               f"1 thread: {ratio:.2f}x")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.mcpi", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=parse_counts, default=parse_counts("1,2"))
+    parser.add_argument("--darts", type=positive_int, default=20_000_000)
+    parser.add_argument("--repeat", type=positive_int, default=5)
+    args = parser.parse_args(argv)
+    try:
+        report(args)
+    except KeyboardInterrupt:
+        print("benchmarks.mcpi: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

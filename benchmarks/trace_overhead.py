@@ -21,6 +21,8 @@ import paths
 import paths._native as native
 from paths.runtime.trace_file import read_trace
 
+from .core_ops import positive_int
+
 TARGET_CYCLES = 40       # the paper measured 100-120 cycles per operation
 CLOCK_READS = 10_000_000
 MAX_EVENTS = 1 << 26     # the trace stage's largest capacity
@@ -34,10 +36,11 @@ def pair_ns(pairs: int, trace_file: str | None) -> float:
     if trace_file:
         top = native.create_stage("trace", {"file": trace_file, "capacity": 2 * pairs}, core, space)
     handle = top.attach("thread 0")
-    ns = native.bench.pairs_ns(handle, pairs)
-    del handle, top, core, space
-    gc.collect()  # releases the trace, which writes its file
-    return ns
+    try:
+        return native.bench.pairs_ns(handle, pairs)
+    finally:  # also when interrupted: the trace writes its file before its folder goes
+        del handle, top, core, space
+        gc.collect()  # releases the trace, which writes its file
 
 
 def ticks_per_ns(directory: str) -> float:
@@ -71,21 +74,23 @@ def main(argv: list[str] | None = None) -> int:
                     "through [trace -> core] minus through [core], halved, in timestamp-counter ticks; "
                     f"median over the runs, against the target of {TARGET_CYCLES} cycles.")
     parser.add_argument("--pairs", type=int, default=1_000_000, help="move+observe pairs per run (default 1000000)")
-    parser.add_argument("--runs", type=int, default=5, help="runs; the median is reported (default 5)")
+    parser.add_argument("--runs", type=positive_int, default=5, help="runs; the median is reported (default 5)")
     args = parser.parse_args(argv)
     if not 1 <= args.pairs <= MAX_EVENTS // 2:
         parser.error(f"--pairs must be between 1 and {MAX_EVENTS // 2} (the trace records 2 events per pair)")
-    if args.runs < 1:
-        parser.error("--runs must be at least 1")
 
     print(f"{'run':>3}  {'core ns/pair':>12}  {'traced ns/pair':>14}  {'overhead cycles/op':>18}")
 
     def show(run: int, plain: float, traced: float, cycles: float) -> None:
         print(f"{run:>3}  {plain:>12.1f}  {traced:>14.1f}  {cycles:>18.1f}")
 
-    median = trace_overhead_cycles(args.pairs, args.runs, show)
-    with tempfile.TemporaryDirectory() as directory:
-        clock_cycles = 2 * native.bench.clock_read_ns(CLOCK_READS) * ticks_per_ns(directory)
+    try:
+        median = trace_overhead_cycles(args.pairs, args.runs, show)
+        with tempfile.TemporaryDirectory() as directory:
+            clock_cycles = 2 * native.bench.clock_read_ns(CLOCK_READS) * ticks_per_ns(directory)
+    except KeyboardInterrupt:
+        print("benchmarks.trace_overhead: interrupted", file=sys.stderr)
+        return 130
     verdict = "PASS" if median <= TARGET_CYCLES else "MISS"
     print(f"trace overhead: {median:.1f} cycles per operation (median of {args.runs}), "
           f"target <= {TARGET_CYCLES}: {verdict}")
