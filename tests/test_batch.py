@@ -219,14 +219,30 @@ def test_a_failed_send_is_reported_by_the_next_operation_with_what_took_effect()
     assert h.stage.counters()["dropped"] == 3
 
 
-def test_a_send_whose_answer_is_lost_says_its_moves_may_have_taken_effect():
-    """The server applies three moves of a batch, then dies while their answer is on its way back:
-    the message may not say that none took effect. A delay there holds the answer until the end of
-    the server's 1 s slice: the moves arrive 2.1 s after they left, in the third slice, so the
-    answer would leave at about 3 s. A move_many with no answer says so too."""
+ANSWER_LATE = """
+import time
+
+import paths
+
+
+@paths.stage_kind("test-answer-late")
+class AnswerLate:
+    \"\"\"Applies a move_many, then holds its answer 10 s.\"\"\"
+
+    def move_many(self, below, tuples):
+        below.move_many(tuples)
+        time.sleep(10)
+"""
+
+
+def test_a_send_whose_answer_is_lost_says_its_moves_may_have_taken_effect(user_module):
+    """The server applies three moves of a batch, then dies while their answer is held (a stage
+    there holds it): the message may not say that none took effect. A move_many with no answer
+    says so too."""
+    __import__(user_module("answer_late", ANSWER_LATE))
     with ChildProcesses() as children:
-        server, endpoint = children.paths_serve()
-        to_server = [stage("remote", host=endpoint), stage("delay", ms=2100), stage("core", name="L", format="q")]
+        server, endpoint = children.paths_serve("--allow-kinds", "answer_late:test-answer-late")
+        to_server = [stage("remote", host=endpoint), stage("test-answer-late"), stage("core", name="L", format="q")]
         batched = build_path(make_path(stage("batch", max_moves=100, buffers=1), *to_server))
         plain = build_path(make_path(*to_server))
         at_server = build_path(make_path(stage("remote", host=endpoint), stage("core", name="L", format="q")))

@@ -500,6 +500,55 @@ def test_a_remote_callers_leaving_releases_its_server_link(local_server):
     assert keeper.last() == 3
 
 
+# ---- Ctrl-C ------------------------------------------------------------------------------------
+
+SERVER_SLICE_S = 1.0  # the longest a server waits before it answers (its cap on a client's slice)
+INTERRUPTED = """
+import socket, sys, time
+import paths
+from paths import build_path, make_path, stage
+from paths.runtime.server import PathServer
+
+call = sys.argv[1]
+if call == "build":  # an endpoint nobody serves: the BUILD's answer never comes
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    endpoint = f"tcp://127.0.0.1:{free.getsockname()[1]}"
+    free.close()
+    go = lambda: build_path(make_path(stage("remote", host=endpoint, timeout_ms=60000),
+                                      stage("core", name="B", format="q")))
+else:  # pipelined moves that wait at the server (a full element) come before it
+    server = PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start()
+    h = build_path(make_path(stage("remote", host=server.endpoint, timeout_ms=60000, window=8),
+                             stage("core", name="W", format="q")))
+    h.delta(2)
+    for value in range(6):
+        h.move(value)
+    go = {"last": h.last, "first": h.first, "axe": lambda: h.axe(0)}[call]
+print("READY", flush=True)
+started = time.monotonic()
+try:
+    go()
+except KeyboardInterrupt:
+    print(f"INTERRUPTED {time.monotonic() - started:.3f}", flush=True)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("call", ["build", "last", "first", "axe"])
+def test_ctrl_c_interrupts_a_remote_stage_that_waits_for_its_server(call):
+    """A BUILD's answer held Ctrl-C for the stage's timeout_ms (here a minute); last(), first()
+    and axe() behind pipelined moves held it 10 s, then timed out."""
+    with ChildProcesses() as children:
+        child = children.start([sys.executable, "-c", INTERRUPTED, call], name=f"remote {call}")
+        child.expect("READY")
+        time.sleep(0.3)  # well into the wait
+        child.signal(signal.SIGINT)
+        waited = float(child.expect("INTERRUPTED ", timeout=PATIENCE_S))
+        assert child.wait(PATIENCE_S) == 130
+    assert waited < 0.3 + SERVER_SLICE_S + 0.5  # heard at the end of the slice the server waits in
+
+
 # ---- the paths serve command ------------------------------------------------------------------
 
 

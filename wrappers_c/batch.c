@@ -404,7 +404,7 @@ static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
 /* Any other operation: what the caller holds goes down first, then the operation. */
 static int send_then_pass(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
     int waits = ps_op_kinds[op->kind].shape & PS_OP_WAITS;
-    int64_t deadline = ps_deadline(waits ? op->timeout_ns : PS_UNTIMED_WAIT_NS);
+    int64_t deadline = ps_held_moves_due(op);
     int rc = send_all(b, c, link, deadline);
     if (rc != PS_OK) return rc;
     int64_t timeout_ns = op->timeout_ns;

@@ -17,10 +17,14 @@ static _Atomic int abandoning;
 static const int64_t SETUP_SLICE_NS = 100000000;
 enum { ENDPOINT_TEXT_MAX = 1024 }; /* a longer endpoint or pattern is trusted by no pattern */
 
+static _Thread_local int (*interrupt_check)(void);
+
 void ps_remote_abandon_waits(void) { atomic_store(&abandoning, 1); }
 
+void ps_setup_interrupt_check(int (*check)(void)) { interrupt_check = check; }
+
 int64_t ps_setup_slice_end(int64_t deadline) {
-    if (atomic_load(&abandoning)) return 0;
+    if (atomic_load(&abandoning) || (interrupt_check && interrupt_check())) return 0;
     int64_t end = ps_now_ns() + SETUP_SLICE_NS;
     return end < deadline ? end : deadline > 0 ? deadline : 1; /* 0 says only "exiting" */
 }

@@ -332,7 +332,7 @@ static int delay_call(ps_link *link, ps_op *op) {
     }
     int waits = (ps_op_kinds[op->kind].shape & PS_OP_WAITS) != 0;
     int rc = waits ? go(link, op, deadline) : PS_OK;
-    if (rc == PS_OK && d->pipelined) rc = settle(d, link, op, waits ? deadline : ps_deadline(PS_UNTIMED_WAIT_NS));
+    if (rc == PS_OK && d->pipelined) rc = settle(d, link, op, waits ? deadline : ps_held_moves_due(op));
     if (rc == PS_OK) {
         int64_t timeout_ns = op->timeout_ns;
         op->timeout_ns = ps_remaining(deadline);

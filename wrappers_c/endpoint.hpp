@@ -172,10 +172,7 @@ public:
         std::string call = label_ + " axe(" + shown(index) + ")";
         ps_op op = operation(PS_OP_AXE);
         int rc = PS_EINDEX;  // an index beyond 64 bits is beyond last() too
-        if (int64_of(index, call, &op.argument)) {
-            py::gil_scoped_release released;
-            rc = Backend::call(&op);
-        }
+        if (int64_of(index, call, &op.argument)) rc = held_moves_first(op);
         if (rc == PS_EINDEX || rc == PS_EINVAL)
             fail(rc, call + ": expected 0 <= index <= last() = " + std::to_string(last()));
         if (rc != PS_OK) fail(rc, call);
@@ -210,13 +207,18 @@ private:
         }, timeout);
     }
 
-    // Runs an operation that does not wait and returns its value.
+    // Runs an operation that does not wait at the element. It may wait for the caller's moves a
+    // stage holds back (PS_UNTIMED_WAIT_NS at most): in slices, so that Ctrl-C is heard.
+    int held_moves_first(ps_op &op) {
+        return sliced([&](int64_t slice) {
+            op.timeout_ns = std::max<int64_t>(slice, 1);  // > 0: the slice, not the stages' default
+            return Backend::call(&op);
+        }, py::float_(PS_UNTIMED_WAIT_NS / 1e9));
+    }
+
+    // Runs an operation that does not wait at the element (held_moves_first) and returns its value.
     int64_t value_of(ps_op op, const char *what) {
-        int rc;
-        {
-            py::gil_scoped_release released;
-            rc = Backend::call(&op);
-        }
+        int rc = held_moves_first(op);
         if (rc != PS_OK) fail(rc, label_ + " " + what);
         return op.value;
     }

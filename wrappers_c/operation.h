@@ -81,7 +81,9 @@ typedef struct ps_op {
     ps_op_kind kind;
     int status;          /* result: the operation's status once it has returned */
     int64_t argument;    /* PS_OP_INDEX, PS_OP_BOUND */
-    int64_t timeout_ns;  /* PS_OP_WAITS: the longest it may wait (PS_FOREVER: no limit) */
+    int64_t timeout_ns;  /* PS_OP_WAITS: the longest it may wait (PS_FOREVER: no limit); any other
+                            kind, when > 0: the longest it may wait for the caller's moves a stage
+                            holds back (ps_held_moves_due) */
     const void *in;      /* PS_OP_TUPLE_IN, PS_OP_TUPLES_IN */
     void *out;           /* PS_OP_TUPLE_OUT, PS_OP_TUPLES_OUT */
     uint32_t count;      /* PS_OP_TUPLES_IN: tuples at `in`; PS_OP_TUPLES_OUT: room at `out` */
@@ -105,6 +107,19 @@ static inline uint32_t ps_op_tuples_out(const ps_op *op, int status) {
     uint32_t shape = ps_op_kinds[op->kind].shape;
     if (status != 0) return 0;
     return shape & PS_OP_TUPLES_OUT ? (uint32_t)op->value : (shape & PS_OP_TUPLE_OUT) != 0;
+}
+
+/* An operation that does not wait (first, last, delta, axe) waits this long at most for the
+ * caller's moves a stage holds back or sent ahead (a batch, a pipelined delay or remote) to take
+ * effect before it runs: the caller always sees its own moves. */
+static const int64_t PS_UNTIMED_WAIT_NS = 10000000000LL;
+
+/* Until when `op` may wait for the caller's moves a stage holds back: one that waits, its
+ * timeout; one that does not, the timeout its caller gave (> 0: a slice, between which a caller
+ * hears Ctrl-C), else PS_UNTIMED_WAIT_NS. */
+static inline int64_t ps_held_moves_due(const ps_op *op) {
+    int waits = (ps_op_kinds[op->kind].shape & PS_OP_WAITS) != 0;
+    return ps_deadline(waits || op->timeout_ns > 0 ? op->timeout_ns : PS_UNTIMED_WAIT_NS);
 }
 
 /* Whether tuples of `in` that an operation which returned `status` did not count as done may have

@@ -49,6 +49,11 @@ std::string shown(const py::handle &value) {
     return text.size() > 120 ? text.substr(0, 117) + "..." : text;
 }
 
+int signal_raised() {
+    py::gil_scoped_acquire gil;
+    return PyErr_Occurred() != nullptr || PyErr_CheckSignals() != 0;
+}
+
 int64_t timeout_ns(const py::object &timeout) {
     if (timeout.is_none()) return PS_FOREVER;
     if (!py::isinstance<py::int_>(timeout) && !py::isinstance<py::float_>(timeout))

@@ -46,6 +46,11 @@ int64_t int_argument(const py::handle &value, const std::string &what);
 // Text handed to C, where a NUL byte would silently end it ('a\0b' would be 'a').
 const std::string &c_text(const std::string &text, const std::string &what);
 
+// A C wait of this thread that cannot come back to Python between its slices asks this (without
+// the GIL): 1 once a signal's handler raised (Ctrl-C's KeyboardInterrupt, kept as the thread's
+// error for the caller to raise), so that the wait gives up.
+int signal_raised();
+
 // Runs op(slice_timeout_ns) without the GIL, in slices, checking for signals between slices,
 // until the timeout or the `latest` deadline (PS_FOREVER: none), whichever comes first. op must
 // leave no trace when it times out, so that it can simply be called again.

@@ -146,7 +146,7 @@ static int wait_answer(remote_stage *r, connection *c, void *socket, uint64_t id
 static void describe_failure(const remote_stage *r, int why, char *detail, size_t size) {
     if (why == PS_ETIMEDOUT) snprintf(detail, size, "within %lld ms", (long long)(r->timeout_ns / 1000000));
     else if (why == PS_EINVAL) snprintf(detail, size, "a malformed answer");
-    else if (why == PS_EINTR) snprintf(detail, size, "this process is exiting");
+    else if (why == PS_EINTR) snprintf(detail, size, "the wait was given up (interrupted, or this process is exiting)");
     else snprintf(detail, size, "the connection closed or failed");
 }
 
@@ -352,9 +352,8 @@ static int round_trips(ps_link *link, ps_op *op) {
     if (c->failed) return c->failed;
     size_t tuple_size = r->base.tuple_size;
     ps_op_kind sending = op->kind;
-    int waits = ps_op_kinds[op->kind].shape & PS_OP_WAITS;
     int64_t deadline = ps_deadline(op->timeout_ns);
-    int64_t moves_due = waits ? deadline : ps_deadline(PS_UNTIMED_WAIT_NS); /* pipelined moves before it */
+    int64_t moves_due = ps_held_moves_due(op); /* pipelined moves before it */
     uint64_t kept = c->pipeline.tuples, answered = c->answered;
     for (;;) {
         int rc = resume(r, c);
@@ -566,7 +565,7 @@ static int build_link(remote_stage *r, connection *c, char *link_endpoint, unsig
     if (rc == PS_OK) atomic_fetch_add_explicit(&r->answers, 1, memory_order_relaxed);
     size_t secret_length = r->transport == PS_TRANSPORT_ZMQ ? 0 : PS_WIRE_SECRET;
     if (rc == PS_EINTR) {
-        explain(r, "no answer to BUILD", "this process is exiting");
+        explain(r, "no answer to BUILD", "the wait was given up (interrupted, or this process is exiting)");
         rc = PS_EREMOTE;
     } else if (rc == PS_EREMOTE || rc == PS_ENOMEM) {
         explain(r, "cannot send BUILD", zmq_strerror(zmq_errno()));

@@ -77,11 +77,6 @@ static inline void ps_axe_point_raise(int64_t *word, int64_t index) {
  * left is given to the next one). */
 enum { PS_PASS_THROUGH_CALLERS = 1024 };
 
-/* An operation that does not wait (first, last, delta, axe) waits this long at most for the
- * caller's moves a stage holds back or sent ahead (a batch, a pipelined delay or remote) to take
- * effect before it runs: the caller always sees its own moves. */
-static const int64_t PS_UNTIMED_WAIT_NS = 10000000000LL;
-
 /* Sets up the generic fields of a freshly allocated stage of `kind` above `below` (NULL for a
  * bottom stage), reaching it as the kind's role says. Returns PS_ESTATE if below's fan-in is
  * exhausted, PS_ENOMEM. On failure the caller frees the stage with ps_stage_abandon. */
