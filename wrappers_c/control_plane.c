@@ -17,11 +17,15 @@ static _Atomic int abandoning;
 static const int64_t SETUP_SLICE_NS = 100000000;
 enum { ENDPOINT_TEXT_MAX = 1024 }; /* a longer endpoint or pattern is trusted by no pattern */
 
-static _Thread_local int (*interrupt_check)(void);
+static _Thread_local ps_interrupt_check interrupt_check;
 
 void ps_remote_abandon_waits(void) { atomic_store(&abandoning, 1); }
 
-void ps_setup_interrupt_check(int (*check)(void)) { interrupt_check = check; }
+ps_interrupt_check ps_setup_interrupt_check(ps_interrupt_check check) {
+    ps_interrupt_check before = interrupt_check;
+    interrupt_check = check;
+    return before;
+}
 
 int64_t ps_setup_slice_end(int64_t deadline) {
     if (atomic_load(&abandoning) || (interrupt_check && interrupt_check())) return 0;

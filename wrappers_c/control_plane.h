@@ -38,8 +38,10 @@ int ps_zmq_receive_frame(void *socket, int64_t deadline, zmq_msg_t *message, ps_
  * the process is exiting, or the calling thread's interrupt check says its caller gave up. */
 int64_t ps_setup_slice_end(int64_t deadline);
 /* The calling thread's check between its set-up slices (NULL: none): nonzero ends the wait, as
- * the process's exit does (the Python binding's: a signal whose handler raised, Ctrl-C). */
-void ps_setup_interrupt_check(int (*check)(void));
+ * the process's exit does (the Python binding's: a signal whose handler raised, Ctrl-C). Returns
+ * the check it replaces. */
+typedef int (*ps_interrupt_check)(void);
+ps_interrupt_check ps_setup_interrupt_check(ps_interrupt_check check);
 
 /* One request at a main endpoint, on a socket of its own, whose answer may be waited for in
  * several goes (an allreduce member looks its peers up between its caller's short calls). */

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "control_plane.h"
 extern "C" {
 #include "pastset.h"
 }
@@ -50,6 +51,25 @@ const std::string &c_text(const std::string &text, const std::string &what);
 // the GIL): 1 once a signal's handler raised (Ctrl-C's KeyboardInterrupt, kept as the thread's
 // error for the caller to raise), so that the wait gives up.
 int signal_raised();
+
+// While it lives, this thread's set-up waits (a remote stage's BUILD and CONNECT, wherever in a
+// path its stage is made or attached) ask signal_raised: made with the GIL released around a
+// call that sets up stages, after which a raised signal is thrown (throw_if_signal_raised).
+class SetupHearsSignals {
+public:
+    SetupHearsSignals() : before_(ps_setup_interrupt_check(signal_raised)) {}
+    ~SetupHearsSignals() { ps_setup_interrupt_check(before_); }
+    SetupHearsSignals(const SetupHearsSignals &) = delete;
+    SetupHearsSignals &operator=(const SetupHearsSignals &) = delete;
+
+private:
+    ps_interrupt_check before_;
+};
+
+// After a set-up call that failed (rc): the exception a signal's handler raised meanwhile.
+inline void throw_if_signal_raised(int rc) {
+    if (rc != PS_OK && PyErr_Occurred()) throw py::error_already_set();
+}
 
 // Runs op(slice_timeout_ns) without the GIL, in slices, checking for signals between slices,
 // until the timeout or the `latest` deadline (PS_FOREVER: none), whichever comes first. op must

@@ -15,7 +15,6 @@
 #include "endpoint.hpp"
 #include "python_element.hpp"
 
-#include "control_plane.h"
 extern "C" {
 #include "stage.h"
 }
@@ -68,11 +67,10 @@ public:
             int rc;
             {
                 py::gil_scoped_release released;  // a remote stage waits for its server here ...
-                ps_setup_interrupt_check(signal_raised);  // ... hearing Ctrl-C
+                SetupHearsSignals hearing;         // ... hearing Ctrl-C
                 rc = ps_stage_attach(stage_->get(), &owned_);
-                ps_setup_interrupt_check(nullptr);
             }
-            if (rc != PS_OK && PyErr_Occurred()) throw py::error_already_set();  // KeyboardInterrupt
+            throw_if_signal_raised(rc);
             if (rc == PS_ESTATE)
                 throw py::value_error("attach to stage '" + stage_->kind() + "': its fan-in of " +
                                       std::to_string(stage_->max_links()) + " callers (or one below it) is used up");

@@ -160,9 +160,11 @@ std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict
     ps_stage *stage = nullptr;
     int rc;
     {
-        py::gil_scoped_release released;  // attaching to a remote stage below waits for its server
+        py::gil_scoped_release released;  // attaching to a remote stage below waits for its server ...
+        SetupHearsSignals hearing;         // ... hearing Ctrl-C
         rc = ps_stage_create(kind, &checked, &context, below ? below->get() : nullptr, &stage, error, sizeof error);
     }
+    throw_if_signal_raised(rc);
     if (rc != PS_OK) {
         std::string message = error;  // the stage's own reason, if it gave one
         if (message.empty() && rc == PS_ENOMEM) {  // what the stage asked for, since it could not say

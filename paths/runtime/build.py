@@ -131,8 +131,7 @@ class BuildContext:
                 self.pastset._remove_unused(*new_element)
             raise
         finally:
-            for key in list(created):
-                self._built(created, key)
+            self._built_all(created)
         with self._lock:
             self._handles = [h for h in self._handles if h[0]() is not None]
             self._handles.append((weakref.ref(handle), below.key, label))
@@ -150,11 +149,29 @@ class BuildContext:
 
     def _built(self, created: dict, key: StageKey) -> None:
         """A key this build marked as being built is built (or will not be): whoever waits for it
-        looks again."""
-        canonical = created.pop(key, None)
+        looks again. Cut short by a signal's exception anywhere, it can be done again."""
+        canonical = created.get(key)
         if canonical is not None:
             with self._lock:
-                self._building.pop(canonical).set()
+                event = self._building.get(canonical)
+                if event is not None:
+                    event.set()
+                    del self._building[canonical]
+            created.pop(key, None)
+
+    def _built_all(self, created: dict) -> None:
+        """Every key this build still marks as being built is built, even when a signal's exception
+        (Ctrl-C) comes between two: it is raised once all are, so that no other build of these
+        keys waits for ever."""
+        interrupted = None
+        while created:
+            try:
+                for key in list(created):
+                    self._built(created, key)
+            except BaseException as e:  # noqa: BLE001 - raised below, once the table is right
+                interrupted = interrupted or e
+        if interrupted is not None:
+            raise interrupted
 
     def _reserve(self, specs: StageKey, local: int) -> tuple[StageKey, list, dict]:
         """The path's specs as the live stages of its local part spell them, those stages, after
