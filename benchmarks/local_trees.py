@@ -9,7 +9,7 @@ import warnings
 
 import paths
 from paths.model.cluster_map import builtin_map
-from paths.model.placement import PlacementWarning
+from paths.model.placement import MAX_THREADS, PlacementWarning
 from paths.model.reduction_tree import plan_reduction
 
 
@@ -29,8 +29,9 @@ def parse_counts(text: str) -> list[int]:
         counts = [int(x) for x in text.split(",") if x]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list of counts, got {text!r}") from None
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"counts must be >= 1, got {text!r}")
+    if not counts or min(counts) < 1 or max(counts) > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"counts must be from 1 to {MAX_THREADS} (the most threads a run places), "
+                                         f"got {text!r}")
     return counts
 
 

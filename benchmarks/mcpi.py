@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         report(args)
+    except (RuntimeError, OSError, ValueError) as e:  # threads or handles this machine cannot give
+        print(f"benchmarks.mcpi: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("benchmarks.mcpi: interrupted", file=sys.stderr)
         return 130

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.core_ops import TARGET_NS
+from paths.model.placement import MAX_THREADS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +28,7 @@ def test_the_help_states_every_rows_target():
 
 # The single-process benchmarks: a count past what their C loops take, and Ctrl-C.
 BENCHMARKS = {
-    "core_ops": (["--pairs"], ["--pairs", "50000000", "--runs", "1"]),
+    "core_ops": (["--pairs"], ["--pairs", str(2**63 - 1), "--runs", "1"]),  # its C loops run in chunks
     "gsum": (["--rounds", "--repeat"], ["--threads", "1,2", "--tree", "flat", "--rounds", "100000000", "--repeat", "1",
                                         "--no-targets"]),
     "mcpi": (["--darts", "--repeat"], ["--darts", "9000000000", "--repeat", "1"]),
@@ -57,3 +58,13 @@ def test_ctrl_c_ends_a_benchmark_in_one_line_and_exit_130(benchmark):
         run.kill()
         run.wait()
     assert (run.returncode, err) == (130, f"benchmarks.{benchmark}: interrupted\n")
+
+
+@pytest.mark.parametrize("benchmark", ["gsum", "mcpi"])
+def test_more_threads_than_a_run_places_is_a_usage_error(benchmark):
+    """mcpi's was a ValueError traceback of the placement, exit 1."""
+    done = subprocess.run([sys.executable, "-m", f"benchmarks.{benchmark}", "--threads", "2000000"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.endswith(f"error: argument --threads: counts must be from 1 to {MAX_THREADS} (the most "
+                                "threads a run places), got '2000000'\n")
