@@ -599,6 +599,16 @@ class KeywordsOnly:
         self.params = params
 
 
+class PositionalOnly:
+    def __init__(self, amount, /):
+        self.amount = amount
+
+
+class NamesId:
+    def __init__(self, id=1):
+        self.id = id
+
+
 @pytest.mark.parametrize("name", [5, None, "", "x\x00y", "core ", "has space", "mod:kind", "a,b", "-x", "x" * 65])
 def test_a_python_kind_needs_a_name_a_path_can_give(name):
     """Such names were registered and listed, but no path could use them; a name that is no
@@ -617,7 +627,13 @@ def test_a_python_kind_is_a_class_whose_init_names_its_parameters():
     with pytest.raises(TypeError, match=r"^stage_kind\('keywords-only'\): KeywordsOnly.__init__ takes \*\*params: name "
                                         r"each parameter the stage takes in its signature"):
         paths.stage_kind("keywords-only")(KeywordsOnly)  # it refused every parameter a path gave
-    assert not {"not-a-class", "keywords-only"} & set(paths.kinds())
+    with pytest.raises(TypeError, match=r"^stage_kind\('positional-only'\): PositionalOnly.__init__'s parameter "
+                                        r"'amount' is positional only: a path gives a stage its parameters by keyword"):
+        paths.stage_kind("positional-only")(PositionalOnly)  # every build of it was a TypeError
+    with pytest.raises(TypeError, match=r"^stage_kind\('names-id'\): NamesId.__init__ names 'id', which is the "
+                                        r"builder's"):
+        paths.stage_kind("names-id")(NamesId)  # a path's id= never reached it
+    assert not {"not-a-class", "keywords-only", "positional-only", "names-id"} & set(paths.kinds())
 
 
 def test_build_path_names_a_context_or_pastset_of_the_wrong_type(space):
@@ -628,6 +644,9 @@ def test_build_path_names_a_context_or_pastset_of_the_wrong_type(space):
         build_path(path, context="nope")  # was: 'str' object has no attribute 'build'
     with pytest.raises(TypeError, match="^BuildContext: resolve: expected a function of \\(params, info\\), got 5$"):
         BuildContext(space, resolve=5)
+    with pytest.raises(TypeError, match="^BuildContext: curve_client: expected None or a \\(public, secret\\) pair of "
+                                        "40-character Z85 keys, got 5$"):
+        BuildContext(space, curve_client=5)  # was: pybind11's "incompatible function arguments" at the build
 
 
 @pytest.mark.parametrize("resolve, error, expected", [

@@ -1207,8 +1207,12 @@ def test_a_programs_own_paths_acquire_shows_a_long_name_short_as_a_kernels_does(
     try:
         with pytest.raises(ValueError) as refused:
             paths.acquire("x" * 200_000, "q")
-        with pytest.raises(ValueError) as not_text:  # no text the line can show: said as it was
+        with pytest.raises(ValueError) as not_text:  # no text UTF-8 can hold: quoted with escapes
             paths.acquire("\udcff", "q")
+        with pytest.raises(ValueError) as escaped:  # it was quoted whole: 2.4 MB
+            paths.acquire("\udcff" * 100_000, "q")
+        with pytest.raises(TypeError, match=r"^paths.acquire: element: expected text \(a str\), got b'xx"):
+            paths.acquire(b"x" * 300, "q")  # was: a bytes-like object is required, not 'str'
     finally:
         runtime.end_program()
     x60 = "x" * 60
@@ -1216,6 +1220,9 @@ def test_a_programs_own_paths_acquire_shows_a_long_name_short_as_a_kernels_does(
         f"paths_acquire('{x60}...(200000 bytes)', 'q') by thread 0: its path core(format='q', name='{x60}..."
         "(200000 bytes)'): stage 'core': an element's name is 1 to 255 bytes, got 200000 bytes")
     assert str(not_text.value).startswith("paths_acquire('\\udcff', 'q') by thread 0: ")
+    escapes = "\\udcff" * 10
+    assert str(escaped.value).startswith(f"paths_acquire('{escapes}...(600000 bytes)', 'q') by thread 0: ")
+    assert len(str(escaped.value)) < 2048
 
 
 def test_paths_acquire_in_python_uses_the_process_runtime():

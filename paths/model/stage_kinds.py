@@ -121,7 +121,7 @@ def stage_kind(name: str) -> Callable[[type], type]:
 
     The name is a letter, then up to 63 letters, digits, '-', '_' or '.'. The stage's parameters
     are those __init__ names (each a keyword; one without a default is required): a path may give
-    no other, so __init__ takes no **kwargs.
+    no other, so __init__ takes no **kwargs, and none named `id` (the builder's).
     """
     if not isinstance(name, str) or not KIND_NAME.fullmatch(name):
         raise ValueError(f"stage_kind({name!r}): expected a name of a letter, then up to 63 letters, digits, "
@@ -143,6 +143,13 @@ def stage_kind(name: str) -> Callable[[type], type]:
                                 "parameter the stage takes in its signature (`paths kinds` lists them)")
             if pname == "self" or p.kind == p.VAR_POSITIONAL:
                 continue
+            if p.kind == p.POSITIONAL_ONLY:
+                raise TypeError(f"stage_kind({name!r}): {cls.__qualname__}.__init__'s parameter {pname!r} is "
+                                "positional only: a path gives a stage its parameters by keyword")
+            if pname in BUILDER_PARAMS:
+                raise TypeError(f"stage_kind({name!r}): {cls.__qualname__}.__init__ names {pname!r}, which is the "
+                                "builder's (it keeps otherwise-equal stages apart and never reaches a stage): "
+                                "name the parameter otherwise")
             required = p.default is inspect.Parameter.empty
             params[pname] = ParamInfo(pname, "any", required, None if required else p.default)
         doc = inspect.getdoc(cls) or f"Python stage {cls.__name__}"

@@ -72,6 +72,10 @@ class BuildContext:
             raise TypeError(f"BuildContext: pastset: expected a paths.PastSet, got {pastset!r:.200}")
         if resolve is not None and not callable(resolve):
             raise TypeError(f"BuildContext: resolve: expected a function of (params, info), got {resolve!r:.200}")
+        if curve_client is not None and not (isinstance(curve_client, tuple) and len(curve_client) == 2 and all(
+                isinstance(key, str) and len(key) == 40 for key in curve_client)):
+            raise TypeError("BuildContext: curve_client: expected None or a (public, secret) pair of 40-character Z85 "
+                            f"keys, got {curve_client!r:.200}")
         self.pastset = pastset if pastset is not None else _native.PastSet()
         self.resolve = resolve or _unchanged
         self.trusted_endpoints: tuple[str, ...] = ()

@@ -258,16 +258,16 @@ def acquire(element: str, format: str) -> _native.Handle:
     """A handle on (element, format) from the acquire hook: for the kernel thread that calls it
     (a kernel written in Python: as ctx.acquire), else for this process's thread of its run (a
     program of its own)."""
+    for what, value in (("element", element), ("format", format)):
+        if not isinstance(value, str):
+            raise TypeError(f"paths.acquire: {what}: expected text (a str), got {value!r:.100}")
     context = current_context()
     if context is not None:
         return context.acquire(element, format)
     try:
         return current("paths.acquire").acquire(element, format, _program_thread)
-    except (ValueError, ConnectionError) as e:  # said as a kernel's paths_acquire is: long values short
-        try:
-            e.args = (_native.error_line(str(e), element, format),)
-        except (TypeError, UnicodeError):  # a value that is no text: said as it was
-            pass
+    except (ValueError, ConnectionError) as e:  # said as a kernel's paths_acquire is: long values short,
+        e.args = (_native.error_line(str(e), repr(element)[1:-1], repr(format)[1:-1]),)  # as quoted (repr)
         raise
 
 
