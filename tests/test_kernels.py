@@ -1213,6 +1213,9 @@ def test_a_programs_own_paths_acquire_shows_a_long_name_short_as_a_kernels_does(
             paths.acquire("\udcff" * 100_000, "q")
         with pytest.raises(TypeError, match=r"^paths.acquire: element: expected text \(a str\), got b'xx"):
             paths.acquire(b"x" * 300, "q")  # was: a bytes-like object is required, not 'str'
+        with pytest.raises(ValueError, match="'zz'"):
+            paths.acquire("E", "zz")
+        paths.acquire("E", "q").move(1)  # was refused: "element 'E' was acquired with format 'zz'"
     finally:
         runtime.end_program()
     x60 = "x" * 60

@@ -502,6 +502,33 @@ def test_a_remote_callers_leaving_releases_its_server_link(local_server):
 
 # ---- Ctrl-C ------------------------------------------------------------------------------------
 
+DAEMON_BUILDS = """
+import socket, sys, threading, time
+from paths import build_path, make_path, stage
+
+hole = socket.socket()  # takes connections, never answers
+hole.bind(("127.0.0.1", 0))
+hole.listen(8)
+above = [stage("reduce-sum", num_threads=1)] if sys.argv[1] == "sum" else []
+path = make_path(*above, stage("remote", host=f"tcp://127.0.0.1:{hole.getsockname()[1]}", timeout_ms=30000),
+                 stage("core", name="D", format="q"))
+threading.Thread(target=build_path, args=(path,), daemon=True).start()
+time.sleep(0.5)
+print("ENDING", flush=True)
+"""
+
+
+@pytest.mark.parametrize("shape", ["remote", "sum"])
+def test_a_program_ends_while_a_daemon_threads_build_waits_for_its_server(shape):
+    """The wait's checks for Ctrl-C took the GIL on any thread, also while the interpreter ended
+    around it: abort, exit 134. Only the main thread hears signals."""
+    with ChildProcesses() as children:
+        child = children.start([sys.executable, "-c", DAEMON_BUILDS, shape], name=f"daemon build {shape}")
+        child.expect("ENDING")
+        assert child.wait(PATIENCE_S) == 0, child.stderr()
+    assert child.stderr() == ""
+
+
 SERVER_SLICE_S = 1.0  # the longest a server waits before it answers (its cap on a client's slice)
 INTERRUPTED = """
 import socket, sys, time

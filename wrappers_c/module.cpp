@@ -11,6 +11,7 @@ PYBIND11_MODULE(_native, m) {
                                              "Raised when observing a tuple that axe() has freed.",
                                              PyExc_IndexError, nullptr);
     m.add_object("AxedError", py::handle(g_axed_error));
+    remember_main_thread();
     bind_element(m);
     bind_handle(m);
     bind_kinds(m);

@@ -49,7 +49,18 @@ std::string shown(const py::handle &value) {
     return text.size() > 120 ? text.substr(0, 117) + "..." : text;
 }
 
+namespace {
+unsigned long g_main_thread = 0;  // the interpreter's main thread (threading.main_thread())
+}  // namespace
+
+void remember_main_thread() {
+    g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+}
+
 int signal_raised() {
+    // Only the main thread runs signal handlers, and another thread must not take the GIL: the
+    // interpreter may be ending around it (a daemon thread's build as the program exits).
+    if (PyThread_get_thread_ident() != g_main_thread) return 0;
     py::gil_scoped_acquire gil;
     return PyErr_Occurred() != nullptr || PyErr_CheckSignals() != 0;
 }

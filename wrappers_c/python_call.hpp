@@ -49,8 +49,10 @@ const std::string &c_text(const std::string &text, const std::string &what);
 
 // A C wait of this thread that cannot come back to Python between its slices asks this (without
 // the GIL): 1 once a signal's handler raised (Ctrl-C's KeyboardInterrupt, kept as the thread's
-// error for the caller to raise), so that the wait gives up.
+// error for the caller to raise), so that the wait gives up. Only the main thread (as the module
+// found it, remember_main_thread) runs handlers: on any other it is 0.
 int signal_raised();
+void remember_main_thread();
 
 // While it lives, this thread's set-up waits (a remote stage's BUILD and CONNECT, wherever in a
 // path its stage is made or attached) ask signal_raised: made with the GIL released around a

@@ -137,11 +137,11 @@ def stage_kind(name: str) -> Callable[[type], type]:
                              "under that name already")
         params = {}
         signature = inspect.signature(cls.__init__) if cls.__init__ is not object.__init__ else inspect.Signature()
-        for pname, p in signature.parameters.items():
+        for pname, p in list(signature.parameters.items())[1:]:  # after the instance's own, whatever its name
             if p.kind == p.VAR_KEYWORD:
                 raise TypeError(f"stage_kind({name!r}): {cls.__qualname__}.__init__ takes **{pname}: name each "
                                 "parameter the stage takes in its signature (`paths kinds` lists them)")
-            if pname == "self" or p.kind == p.VAR_POSITIONAL:
+            if p.kind == p.VAR_POSITIONAL:
                 continue
             if p.kind == p.POSITIONAL_ONLY:
                 raise TypeError(f"stage_kind({name!r}): {cls.__qualname__}.__init__'s parameter {pname!r} is "

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from .. import _native
 from ..model.path_spec import PATH_STAGES_MAX, PathSpec, StageSpec, make_path, path_to_json
+from ..model.curve_key import is_curve_key
 from ..model.named_function import raised_where
 from ..model.stage_kinds import KindInfo, check_spec, kinds, native_params
 
@@ -73,9 +74,10 @@ class BuildContext:
         if resolve is not None and not callable(resolve):
             raise TypeError(f"BuildContext: resolve: expected a function of (params, info), got {resolve!r:.200}")
         if curve_client is not None and not (isinstance(curve_client, tuple) and len(curve_client) == 2 and all(
-                isinstance(key, str) and len(key) == 40 for key in curve_client)):
+                is_curve_key(key) for key in curve_client)):
+            got = type(curve_client).__name__ + (f" of {len(curve_client)}" if isinstance(curve_client, tuple) else "")
             raise TypeError("BuildContext: curve_client: expected None or a (public, secret) pair of 40-character Z85 "
-                            f"keys, got {curve_client!r:.200}")
+                            f"keys, got {got} (not shown: it may hold a secret key)")
         self.pastset = pastset if pastset is not None else _native.PastSet()
         self.resolve = resolve or _unchanged
         self.trusted_endpoints: tuple[str, ...] = ()
@@ -107,9 +109,11 @@ class BuildContext:
         local = _local_part(specs)
         if guard is not None:
             guard.admit_path(specs[:local])
-        specs, existing, created = self._reserve(specs, local)
-        new_element = self._new_element(specs, local, existing)
-        try:
+        created: dict = {}  # keys this build marks as being built, filled as it marks them
+        new_element = None
+        try:  # a signal's exception (Ctrl-C) anywhere from here leaves no key marked
+            specs, existing = self._reserve(specs, local, created)
+            new_element = self._new_element(specs, local, existing)
             below, bottom = None, None
             for i in reversed(range(local)):
                 if _abandoned.is_set():
@@ -177,11 +181,12 @@ class BuildContext:
         if interrupted is not None:
             raise interrupted
 
-    def _reserve(self, specs: StageKey, local: int) -> tuple[StageKey, list, dict]:
-        """The path's specs as the live stages of its local part spell them, those stages, after
-        checking its fan-in, and the keys still to create (with their canonical keys), marked as
-        being built, so that a concurrent build of the same key waits for this one instead of
-        creating a twin."""
+    def _reserve(self, specs: StageKey, local: int, created: dict) -> tuple[StageKey, list]:
+        """The path's specs as the live stages of its local part spell them, and those stages,
+        after checking its fan-in; the keys still to create go into `created` (with their
+        canonical keys), marked as being built, so that a concurrent build of the same key waits
+        for this one instead of creating a twin. A key goes into `created` before its mark, so
+        that a signal's exception between the two leaves nothing the caller cannot undo."""
         canonical = _canonical(specs)
         while True:
             with self._lock:
@@ -194,10 +199,11 @@ class BuildContext:
                         if existing[i] is not None:  # the stages above it build on its spelling
                             specs = specs[:i] + existing[i].key
                     _check_fan_in(specs[:local], existing)
-                    created = {specs[i:]: canonical[i:] for i in range(local) if existing[i] is None}
-                    for key in created.values():
-                        self._building[key] = threading.Event()
-                    return specs, existing, created
+                    for i in range(local):
+                        if existing[i] is None:
+                            created[specs[i:]] = canonical[i:]
+                            self._building[canonical[i:]] = threading.Event()
+                    return specs, existing
             busy.wait()
 
     def _route(self, guard: ClientBuild | None, joining: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -107,8 +107,8 @@ class Runtime:
         """Ask the hook for the path of (element, format) from `thread`, build it, return the handle."""
         call = f"paths_acquire({element!r}, {format!r}) by thread {thread}"
         request = self.request(element, format, thread)
-        with self._lock:
-            first = self._formats.setdefault(element, (format, thread))
+        with self._lock:  # the format is kept once a handle on it is built
+            first = self._formats.get(element, (format, thread))
         if first[0] != format:
             raise ValueError(f"{call}: element {element!r} was acquired with format {first[0]!r} by thread "
                              f"{first[1]}: an element has one format")
@@ -140,6 +140,7 @@ class Runtime:
             raise ConnectionError(f"{call}: its path {path}: {e}") from None
         with self._lock:
             self._requests[handle] = request
+            self._formats.setdefault(element, (format, thread))
         return handle
 
     def release(self, handle: _native.Handle, thread: int) -> None:

@@ -42,6 +42,7 @@ import weakref
 from .. import _native
 from .build import BuildContext, abandon_builds, context_of, default_context
 from .client_ledger import ClientBuild, ClientLedger, Refused
+from ..model.curve_key import KEY_LENGTH, is_curve_key
 from ..model.path_edit import client_path
 from ..model.path_spec import build_request_from_json
 from .server_policy import ServerPolicy, parse_size
@@ -230,9 +231,6 @@ def _end_builds() -> None:
         thread.join(EXIT_JOIN_SECONDS)
 
 
-Z85_DIGITS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#")
-
-
 def bind_failure(error: ValueError) -> str:
     """Why a PathServer could not bind its endpoint, for a line that already names --bind."""
     return str(error).removeprefix("paths server: ")
@@ -245,9 +243,9 @@ def read_key_file(path: str, what: str) -> str:
             first = f.read(4096).split(b"\n", 1)[0].strip()  # a key file is one short line
     except OSError as e:
         raise ValueError(f"cannot read {what} '{path}': {e.strerror}") from None
-    if len(first) != 40 or not set(first.decode("latin-1")) <= Z85_DIGITS:
+    if not is_curve_key(first.decode("latin-1")):
         got = "an empty line" if not first else f"{len(first)} characters" + (
-            "" if len(first) != 40 else ", not all of them Z85 digits")
+            "" if len(first) != KEY_LENGTH else ", not all of them Z85 digits")
         raise ValueError(f"{what} '{path}': expected a 40-character Z85 key on its first line (as "
                          f"`paths serve --keygen` writes), got {got}")
     return first.decode("ascii")
