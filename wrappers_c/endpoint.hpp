@@ -186,8 +186,8 @@ public:
 private:
     // Runs a call in slices (see wait_in_slices), holding the backend throughout: another thread's
     // call (or fence) between two slices is refused, as one during a slice is.
-    template <class Op>
-    int sliced(Op op, const py::object &timeout) {
+    template <class Op, class Timeout>  // a Python timeout, or one in ns
+    int sliced(Op op, const Timeout &timeout) {
         Backend::hold();
         try {
             int rc = wait_in_slices(op, timeout, Backend::deadline());
@@ -213,7 +213,7 @@ private:
         return sliced([&](int64_t slice) {
             op.timeout_ns = std::max<int64_t>(slice, 1);  // > 0: the slice, not the stages' default
             return Backend::call(&op);
-        }, py::float_(PS_UNTIMED_WAIT_NS / 1e9));
+        }, PS_UNTIMED_WAIT_NS);
     }
 
     // Runs an operation that does not wait at the element (held_moves_first) and returns its value.

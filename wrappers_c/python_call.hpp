@@ -74,11 +74,11 @@ inline void throw_if_signal_raised(int rc) {
 }
 
 // Runs op(slice_timeout_ns) without the GIL, in slices, checking for signals between slices,
-// until the timeout or the `latest` deadline (PS_FOREVER: none), whichever comes first. op must
-// leave no trace when it times out, so that it can simply be called again.
+// until the timeout (ns, PS_FOREVER: none) or the `latest` deadline (PS_FOREVER: none), whichever
+// comes first. op must leave no trace when it times out, so that it can simply be called again.
 template <class Op>
-int wait_in_slices(Op op, const py::object &timeout, int64_t latest) {
-    int64_t deadline = ps_deadline(timeout_ns(timeout));
+int wait_in_slices(Op op, int64_t timeout, int64_t latest) {
+    int64_t deadline = ps_deadline(timeout);
     if (latest != PS_FOREVER && (deadline == PS_FOREVER || latest < deadline)) deadline = latest;
     for (;;) {
         int64_t slice = kWaitSliceNs;
@@ -92,6 +92,12 @@ int wait_in_slices(Op op, const py::object &timeout, int64_t latest) {
         if (deadline != PS_FOREVER && ps_now_ns() >= deadline) return PS_ETIMEDOUT;
         if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     }
+}
+
+// wait_in_slices with a timeout as Python gives it (seconds, None: no limit).
+template <class Op>
+int wait_in_slices(Op op, const py::object &timeout, int64_t latest) {
+    return wait_in_slices(op, timeout_ns(timeout), latest);
 }
 
 }  // namespace paths_native
