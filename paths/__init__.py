@@ -23,62 +23,47 @@
     # in a program started by `paths launch`, srun or mpirun (one process per rank):
     h = paths.acquire("TOTAL", "q")                   # this rank's path, from the acquire hook
     paths.runtime_info()                              # launcher, rank, size, node, map, rendezvous
+
+Beyond the C core, names load on first use, so `import paths` (and the `paths` command, which
+hears Ctrl-C once it runs) starts at once.
 """
 
-import sys
+import importlib
 
-from .experiments import bench
+# The C core loads now: from `import paths` on, a program's own C extension module finds paths_*.
 from ._native import AxedError, Element, Handle, PastSet, fence
-from .runtime.acquire_hook import AcquireRequest, acquire_hook, release_hook
-from .runtime.build import BuildContext, build_path, default_pastset
-from .model.cluster_map import ClusterMap, MapError, builtin_map, load_map
-from .runtime.compile_flags import get_include
-from .model.path_spec import PathSpec, StageSpec, make_path, stage
-from .model.placement import PlacementWarning, place
-from .model.reduction_tree import ReductionPlan, plan_reduction
-from .runtime.process_context import acquire, runtime_info
-from .runtime.server import PathServer, read_key_pair
-from .runtime.server_policy import ServerPolicy
-from .model.stage_kinds import kinds, stage_kind
-from .runtime.tree_view import render_tree, show, to_dot
 
-# paths.bench is paths.experiments.bench: `import paths.bench` finds it under that name too.
-sys.modules[f"{__name__}.bench"] = bench
+# Each public name and the module it lives in, loaded when the name is first read.
+_HOMES = {
+    ".runtime.acquire_hook": ("AcquireRequest", "acquire_hook", "release_hook"),
+    ".runtime.build": ("BuildContext", "build_path", "default_pastset"),
+    ".model.cluster_map": ("ClusterMap", "MapError", "builtin_map", "load_map"),
+    ".runtime.compile_flags": ("get_include",),
+    ".model.path_spec": ("PathSpec", "StageSpec", "make_path", "stage"),
+    ".model.placement": ("PlacementWarning", "place"),
+    ".model.reduction_tree": ("ReductionPlan", "plan_reduction"),
+    ".runtime.process_context": ("acquire", "runtime_info"),
+    ".runtime.server": ("PathServer", "read_key_pair"),
+    ".runtime.server_policy": ("ServerPolicy",),
+    ".model.stage_kinds": ("kinds", "stage_kind"),
+    ".runtime.tree_view": ("render_tree", "show", "to_dot"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+_SUBMODULES = ("bench",)          # paths.bench: paths.experiments.bench
 
-__all__ = [
-    "AcquireRequest",
-    "AxedError",
-    "BuildContext",
-    "ClusterMap",
-    "Element",
-    "Handle",
-    "MapError",
-    "PastSet",
-    "PathServer",
-    "PathSpec",
-    "PlacementWarning",
-    "ReductionPlan",
-    "ServerPolicy",
-    "StageSpec",
-    "acquire",
-    "acquire_hook",
-    "bench",
-    "build_path",
-    "builtin_map",
-    "default_pastset",
-    "fence",
-    "get_include",
-    "kinds",
-    "load_map",
-    "make_path",
-    "place",
-    "plan_reduction",
-    "read_key_pair",
-    "release_hook",
-    "render_tree",
-    "runtime_info",
-    "show",
-    "stage",
-    "stage_kind",
-    "to_dot",
-]
+__all__ = sorted(("AxedError", "Element", "Handle", "PastSet", "fence", *_HOME_OF, *_SUBMODULES))
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    elif name in _HOME_OF:
+        value = getattr(importlib.import_module(_HOME_OF[name], __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -438,6 +438,52 @@ def test_ctrl_c_while_the_nodes_start_says_one_line(app, probe, command):
     assert probe.alive_within(REAPED_WITHIN) == []
 
 
+@pytest.mark.parametrize("after", [0.03, 0.06, 0.1, 0.2, 0.4])
+def test_ctrl_c_as_the_command_starts_gives_no_traceback(app, after):
+    """Ctrl-C while `paths launch` itself starts (importing what it needs), `after` seconds once
+    the C core is in (-X importtime says when): the command says it was interrupted, never a
+    traceback."""
+    run = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "paths", "launch", "--threads", "2", "--",
+                            sys.executable, app, "sleep"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    try:
+        for line in run.stderr:
+            if line.split("|")[-1].strip() == "paths._native":
+                break
+        else:
+            pytest.fail(f"no sign of the C core loading: {run.communicate()}")
+        time.sleep(after)
+        os.killpg(run.pid, signal.SIGINT)
+        out, err = run.communicate(timeout=30)
+        assert gone_within(app, REAPED_WITHIN) == []
+    finally:
+        end_run(run, app)
+    said = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert (run.returncode, said) == (130, ["paths: interrupted"]), err
+
+
+def test_ctrl_c_that_python_would_lose_while_the_command_loads_still_stops_it(tmp_path):
+    """Ctrl-C whose KeyboardInterrupt lands in a callback as the command's modules load (as in
+    an import's module lock): Python prints it as ignored and goes on, so the command would run
+    to its end. It stops, exit 130."""
+    program = tmp_path / "lost_ctrl_c.py"
+    program.write_text(
+        "import importlib, os, signal, sys\n"
+        "from paths.cli.main import main\n"
+        "class LosesIt:\n"
+        "    def __del__(self):\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        sum(range(1000))  # the handler runs here, in the callback\n"
+        "load = importlib.import_module\n"
+        "def loading(name, package=None):\n"
+        "    LosesIt()\n"
+        "    return load(name, package)\n"
+        "importlib.import_module = loading\n"
+        "sys.exit(main(['launch', '--threads', '1', '--', sys.executable, '-c', 'print(\"ran\")']))\n")
+    run = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=60)
+    assert (run.returncode, run.stdout, run.stderr.splitlines()[-1:]) == (130, "", ["paths: interrupted"]), run
+
+
 @pytest.mark.parametrize("how", ["a rank fails", "timeout", "SIGINT", "SIGKILL", "SIGHUP to the group",
                                  "SIGKILL to the group", "SIGKILL to the node"])
 def test_what_a_rank_started_is_stopped_with_it(app, probe, how):

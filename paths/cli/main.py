@@ -18,16 +18,40 @@ Exit codes: 0 success, 1 a failed run (named in the message), 2 a usage error, 1
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import signal
 import sys
-from typing import Callable
+from collections.abc import Callable, Iterator
+
+
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Ctrl-C held back while a command's modules load, and raised once they are in. Python raises
+    KeyboardInterrupt wherever the main thread is; inside an import that may be a callback that
+    only prints it ("Exception ignored") and goes on, an extension's initialization that turns it
+    into an ImportError, or a dataclass's exec(), after which the interpreter ends by the signal
+    even once the exception was handled."""
+    heard = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: heard.append(True))
+    except ValueError:  # not the main thread: signals are the main thread's to hear
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if heard:
+        raise KeyboardInterrupt
 
 
 def _kinds(argv: list[str]) -> int:
     import argparse
 
-    from ..model.stage_kinds import kinds
+    with _ctrl_c_held():
+        from ..model.stage_kinds import kinds
 
     parser = argparse.ArgumentParser(prog="paths kinds", description="List the stage kinds a path may use, with their "
                                      "roles and parameters.")
@@ -59,7 +83,9 @@ LAZY_COMMANDS = {
 
 def _lazy(module: str, function: str) -> Callable[[list[str]], int]:
     def command(argv: list[str]) -> int:
-        return getattr(importlib.import_module(module, __package__), function)(argv)
+        with _ctrl_c_held():
+            run = getattr(importlib.import_module(module, __package__), function)
+        return run(argv)
 
     return command
 
