@@ -367,6 +367,30 @@ def test_a_node_that_cannot_start_is_named_with_its_exit_status_and_stderr(probe
     assert probe.alive_within(2.0) == []
 
 
+SILENT_SSH = """\
+#!/bin/sh
+# A fake ssh whose host never answers: the node never says READY.
+exec sleep 600
+"""
+
+
+@pytest.mark.parametrize("command", ["run", "launch"])
+def test_nodes_that_never_start_are_given_up_within_timeout(tmp_path, command):
+    """--timeout bounds the wait for the nodes to say READY too, not only the later steps."""
+    ssh = tmp_path / "silent-ssh"
+    ssh.write_text(SILENT_SSH)
+    ssh.chmod(0o755)
+    cluster = tmp_path / "silent.yaml"
+    cluster.write_text(LOOPBACK_MAP.format(ssh=shlex.quote(str(ssh))))
+    options = ["--map", str(cluster), "--threads", "3", "--timeout", "2"]
+    what = ["run", "gsum", *options, "--repeat", "1"] if command == "run" else ["launch", *options, "--", "true"]
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "paths", *what], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "did not answer within 2 s (to be READY)" in done.stderr
+    assert time.monotonic() - started < 2 + PROMPT + 5  # the interpreter's start, then the reaping
+
+
 # ---- slurm ----------------------------------------------------------------------------------------
 
 SLURM_MAP = """\

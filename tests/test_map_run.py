@@ -275,8 +275,10 @@ def test_broken_map_exits_2_naming_file_and_field_before_any_node_starts(probe, 
     (["--threads", "2", "--timeout", "-5"], ["--timeout: expected a positive number of seconds, got '-5'"]),
     (["--threads", "2", "--timeout", "nan"], ["--timeout: expected a positive number of seconds, got 'nan'"]),
     (["--threads", "2", "--max-fanin", "1"], ["--max-fanin: expected an integer from 2 to 4096, got '1'"]),
+    (["--threads", "2", "--map", ""], ["no built-in map ''"]),
+    (["--threads", "2", "--policy", ""], ["unknown policy ''"]),
 ], ids=["zero threads", "negative threads", "a range without its end", "unknown policy option", "too many threads", "zero timeout",
-        "negative timeout", "NaN timeout", "a fan-in of 1"])
+        "negative timeout", "NaN timeout", "a fan-in of 1", "an empty map", "an empty policy"])
 def test_bad_options_exit_2_before_any_node_starts(probe, tmp_path, args, words):
     path = tmp_path / "tiny.yaml"
     path.write_text(GOOD_MAP)

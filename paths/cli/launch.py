@@ -40,7 +40,7 @@ import sys
 from collections.abc import Sequence
 
 from ..model.cluster_map import MapError, map_reference, open_map
-from ..experiments.launcher import LaunchError, NodeProcesses
+from ..experiments.launcher import START_SECONDS, LaunchError, NodeProcesses
 from ..experiments.parent_death import adopt_orphans
 from ..experiments.rank_processes import TEXT_ERRORS
 from ..experiments.tagged_output import write_tagged
@@ -161,7 +161,8 @@ def launch_command(argv: list[str]) -> int:
             raise RankFailed(event["rank"], node, event["status"])
 
     try:
-        with NodeProcesses(cluster_map, runtime.nodes(), args.launch) as processes:
+        with NodeProcesses(cluster_map, runtime.nodes(), args.launch,
+                           start_timeout=min(START_SECONDS, args.timeout or math.inf)) as processes:
             keys = {node: processes.public_key for node in processes.nodes} if processes.public_key else {}
             servers = {node: NodeServers(processes.addresses(), keys, processes.client_keys.get(node)).to_json()
                        for node in processes.nodes}  # a rank presents its node's client key

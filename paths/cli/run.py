@@ -139,7 +139,7 @@ class Run:
 
 def _listed(text: str | None) -> list:
     """'a,b' -> ['a', 'b']; None -> [None] (the default)."""
-    return [part.strip() for part in text.split(",")] if text else [None]
+    return [part.strip() for part in text.split(",")] if text is not None else [None]
 
 
 def _map_options(parser: argparse.ArgumentParser) -> None:

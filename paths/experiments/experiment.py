@@ -141,7 +141,8 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
                "max_fanin": settings.max_fanin, "tree_form": settings.tree_form, "acquire": settings.acquire,
                "release": settings.release,
                "tracing": tracing(kernel, settings)}
-    with NodeProcesses(cluster_map, nodes, settings.launch, node_options, pin=settings.pin) as processes:
+    with NodeProcesses(cluster_map, nodes, settings.launch, node_options, pin=settings.pin,
+                       start_timeout=settings.timeout) as processes:
         processes.request_all({node: context for node in nodes}, settings.timeout)
         for n, plan in plans.items():
             threads_of = {node: [i for i, p in enumerate(plan.placements) if p == node] for node in nodes}

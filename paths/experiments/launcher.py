@@ -269,7 +269,8 @@ class NodeProcesses:
     """The running nodes of one map run; use as a context manager so they are always reaped."""
 
     def __init__(self, cluster_map: ClusterMap, nodes: list[str], mode: str | None = None,
-                 node_options: tuple[str, ...] = (), pin: bool = False):
+                 node_options: tuple[str, ...] = (), pin: bool = False, start_timeout: float = START_SECONDS):
+        self.start_timeout = start_timeout  # seconds the nodes have to say READY
         self.commands = node_commands(cluster_map, nodes, mode, node_options=node_options, share_cpus=pin)
         self.secure = (mode or cluster_map.launch.mode) != "local"
         self.public_key = ""  # the run's CURVE public key, when secure: what proves its servers
@@ -303,7 +304,7 @@ class NodeProcesses:
                 self.nodes[command.node] = _Node(command, keys.get(command.node, "-"))
             except OSError as e:
                 raise LaunchError(f"node {command.node}: cannot start {command.argv[0]!r}: {e.strerror}") from None
-        ready = self._read_lines(list(self.nodes.values()), START_SECONDS, "to be READY")
+        ready = self._read_lines(list(self.nodes.values()), self.start_timeout, "to be READY")
         for node, line in ready.items():
             if not line.startswith("READY "):
                 raise LaunchError(f"node {node}: expected 'READY <endpoint>', got {line!r}")
