@@ -362,6 +362,11 @@ LOAD_ERRORS = {  # kernel, the one line on stderr
     "missing file": ("./nope.so:k", "paths run: kernel ./nope.so:k: no file ./nope.so"),
     "missing symbol": ("./libkernels.so:nosuch", "paths run: kernel ./libkernels.so:nosuch: no function 'nosuch' in "
                        "it (a kernel is `int nosuch(paths_kernel_ctx *c)`, not static; in C++ extern \"C\")"),
+    "a variable named": ("./libkernels.so:paths_sums_count", "paths run: kernel ./libkernels.so:paths_sums_count: "
+                         "'paths_sums_count' in it is not a function (a kernel is `int paths_sums_count"
+                         "(paths_kernel_ctx *c)`)"),
+    "a folder named": ("./kernels.so:k", "paths run: kernel ./kernels.so:k: ./kernels.so is a folder, not a shared "
+                       "library"),
     "another API version": ("./libold.so:stale", "paths run: kernel ./libold.so:stale: compiled against PATHS API "
                             "version 0, this PATHS has version 1: compile it again with -I paths.get_include()"),
     "a name libpaths exports": ("./libshadowing.so:shadowing", "paths run: kernel ./libshadowing.so:shadowing: it "
@@ -377,6 +382,7 @@ LOAD_ERRORS = {  # kernel, the one line on stderr
 @pytest.mark.parametrize("case", LOAD_ERRORS, ids=list(LOAD_ERRORS))
 def test_a_kernel_that_cannot_be_loaded_is_refused_before_any_node_starts(built, probe, case):
     kernel, line = LOAD_ERRORS[case]
+    (built / "kernels.so").mkdir(exist_ok=True)
     done = paths_run(kernel, "--map", "paper-4w", "--threads", "2", cwd=built)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", line + "\n")
     assert probe.started() == {}
@@ -507,6 +513,11 @@ RUN_ERRORS = {  # kernel and its options, exit status, the one line on stderr (a
                                  r"node n1: KernelError: .* by thread 2: its path remote\(host='n0'\) -> core\(format="
                                  r"'d', name='(a_long_element_name_){12}\.3\.0'\): .*stage 'core': element "
                                  r"'(a_long_element_name_){12}\.3\.0' exists with format 'q', not 'd'.*"),
+    "a sum acquired twice": (["./libkernels.so:sum_twice", "--map", "paper-2w", "--threads", "4", "--timeout", "5"],
+                             r"node n1: KernelError: kernel \./libkernels\.so:sum_twice: thread 3 on node n1 returned "
+                             r"PATHS_EFAILED: the kernel's own failure: paths_acquire\('TOTAL', 'q'\) by thread 3: the "
+                             r"thread holds a handle on the sum 'TOTAL' already, and a sum counts each thread once: "
+                             r"use that one \(or release it first\)"),
     "a hook raises": (["./libkernels.so:touch", "--map", "paper-4w", "--threads", "6",
                        "--acquire", "raising_hook:acquire"],
                       r"node n1: KernelError: kernel \./libkernels\.so:touch: thread 5 on node n1 returned "
@@ -893,6 +904,16 @@ def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
         run(lambda ctx: ctx.report("x", "abc" if ctx.thread == 0 else 1.0))
     with pytest.raises(KernelError, match=r"TypeError: ctx\.report\(name, value\): expected a name as text, got 5 "):
         run(lambda ctx: ctx.report(5, 1.0))
+    with pytest.raises(KernelError, match=r"TypeError: ctx\.acquire\(element, format\): expected the element's name as "
+                                          r"text, got None \(at "):
+        run(lambda ctx: ctx.acquire(None, "q"))
+    with pytest.raises(KernelError, match=r"TypeError: ctx\.acquire\(element, format\): expected a format as text, "
+                                          r"got b'q' \(at "):
+        run(lambda ctx: ctx.acquire("E", b"q"))
+    with pytest.raises(KernelError, match=r"TypeError: ctx\.arg\(key\): expected a key as text, got 7 \(at "):
+        run(lambda ctx: ctx.arg(7))
+    with pytest.raises(KernelError, match=r"TypeError: acquire\(\): incompatible function arguments\. .* \(at [^\n]*$"):
+        run(lambda ctx: ctx.acquire(element="E", fmt="q"))  # the interpreter's own message, on one line
     with pytest.raises(KernelError, match=r"thread [01] on node here returned PATHS_EFAILED: the kernel's own failure: "
                                           r"ValueError: paths_report\('c32'\): a thread reports at most 32 columns \(at "):
         run(lambda ctx: [ctx.report(f"c{i}", 1.0) for i in range(40)] and None)

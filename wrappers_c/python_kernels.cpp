@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -140,6 +141,16 @@ void load_in_child_first(const std::string &path, const py::object &timeout) {
                           std::to_string(WEXITSTATUS(child.status())));
 }
 
+// Whether the symbol at `address` is code (a variable called as a kernel would crash the node).
+bool names_a_function(void *address) {
+    Dl_info info;
+    void *found = nullptr;
+    if (!dladdr1(address, &info, &found, RTLD_DL_SYMENT) || !found) return false;
+    auto entry = static_cast<const ElfW(Sym) *>(found);
+    unsigned char type = ELF64_ST_TYPE(entry->st_info);  // the same in ELF32
+    return type == STT_FUNC || type == STT_GNU_IFUNC;
+}
+
 CKernel load_kernel(const std::string &path, const std::string &symbol, const py::object &timeout) {
     if (!timeout.is_none()) load_in_child_first(path, timeout);
     void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -160,6 +171,9 @@ CKernel load_kernel(const std::string &path, const std::string &symbol, const py
     if (!function)
         throw py::value_error("no function '" + symbol + "' in it (a kernel is `int " + symbol +
                               "(paths_kernel_ctx *c)`, not static; in C++ extern \"C\")");
+    if (!names_a_function(function))
+        throw py::value_error("'" + symbol + "' in it is not a function (a kernel is `int " + symbol +
+                              "(paths_kernel_ctx *c)`)");
     std::vector<std::string> sums;
     auto declared = static_cast<const char *const *>(dlsym(library, ("paths_sums_" + symbol).c_str()));
     for (size_t i = 0; declared && declared[i]; i++) sums.emplace_back(declared[i]);
@@ -265,12 +279,13 @@ public:
     int thread() const { return paths_thread(c_); }
     int threads() const { return paths_threads(c_); }
     std::string node() const { return paths_node(c_); }
-    py::object arg(const std::string &key, const py::object &fallback) const {
-        const char *value = paths_arg(c_, key.c_str());
+    py::object arg(const py::object &key, const py::object &fallback) const {
+        const char *value = paths_arg(c_, text(key, "ctx.arg(key)", "a key").c_str());
         return value ? py::object(py::str(value)) : fallback;
     }
-    std::shared_ptr<Handle> acquire(const std::string &element, const std::string &format) {
-        paths_handle *h = paths_acquire(c_, element.c_str(), format.c_str());
+    std::shared_ptr<Handle> acquire(const py::object &element, const py::object &format) {
+        paths_handle *h = paths_acquire(c_, text(element, "ctx.acquire(element, format)", "the element's name").c_str(),
+                                        text(format, "ctx.acquire(element, format)", "a format").c_str());
         if (h) return hooks_->held.at(reinterpret_cast<ps_link *>(h));
         auto failed = hooks_->acquire_errors.find(paths_thread(c_));
         if (failed != hooks_->acquire_errors.end()) {
@@ -301,19 +316,24 @@ public:
         if (rc != PS_OK) raise_status(rc, paths_last_error(c_));
     }
     void report(const py::object &name, const py::object &value) {
-        if (!py::isinstance<py::str>(name))
-            throw py::type_error("ctx.report(name, value): expected a name as text, got " + shown(name));
+        std::string column = text(name, "ctx.report(name, value)", "a name");
         double number = PyFloat_AsDouble(value.ptr());
         if (number == -1.0 && PyErr_Occurred()) {
             PyErr_Clear();
-            throw py::type_error("ctx.report(" + name.cast<std::string>() + ", value): expected a number, got " +
-                                 shown(value));
+            throw py::type_error("ctx.report(" + column + ", value): expected a number, got " + shown(value));
         }
-        if (ps_kernel_ctx_report(c_, name.cast<std::string>().c_str(), number) != PS_OK)
+        if (ps_kernel_ctx_report(c_, column.c_str(), number) != PS_OK)
             throw py::value_error(paths_last_error(c_));
     }
 
 private:
+    // A str argument's text; a TypeError naming the call and what it expected for anything else.
+    static std::string text(const py::object &given, const char *call, const char *expected) {
+        if (!py::isinstance<py::str>(given))
+            throw py::type_error(std::string(call) + ": expected " + expected + " as text, got " + shown(given));
+        return given.cast<std::string>();
+    }
+
     paths_kernel_ctx *c_;
     RunHooks *hooks_;
 };

@@ -46,8 +46,8 @@ def import_function(name: str, what: str, hook: Optional[str] = None) -> Callabl
 def raised_where(error: BaseException, trace=None) -> str:
     """'ValueError: message (at file.py:12)': an exception and the user's line that raised it, or
     made the call into this package that raised it (from `trace`, else the exception's own
-    traceback; the innermost line of all when none is the user's)."""
+    traceback; the innermost line of all when none is the user's), on one line."""
     frames = traceback.extract_tb(trace or error.__traceback__)
     users = [frame for frame in frames if not os.path.abspath(frame.filename).startswith(PACKAGE)]
     where = f" (at {(users or frames)[-1].filename}:{(users or frames)[-1].lineno})" if frames else ""
-    return f"{type(error).__name__}: {error}{where}"
+    return f"{type(error).__name__}: {' '.join(str(error).split())}{where}"

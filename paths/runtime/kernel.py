@@ -105,7 +105,8 @@ def _load(name: str, timeout: Optional[float]) -> Kernel:
                          "or pkg.mod:func (a Python kernel)")
     if file.endswith(".so") or "/" in file:
         if not os.path.isfile(file):
-            raise ValueError(f"kernel {name}: no file {file}")
+            raise ValueError(f"kernel {name}: {file} is a folder, not a shared library" if os.path.isdir(file)
+                             else f"kernel {name}: no file {file}")
         try:
             return Kernel(name, _native.load_kernel(os.path.abspath(file), symbol, timeout))
         except ValueError as e:

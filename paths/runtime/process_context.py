@@ -66,6 +66,7 @@ class Runtime:
     context: BuildContext = field(default_factory=default_context)  # where its paths are built
     _requests: dict = field(default_factory=dict, repr=False)  # handle -> its AcquireRequest
     _formats: dict = field(default_factory=dict, repr=False)  # element -> (format, first thread)
+    _sums_held: set = field(default_factory=set, repr=False)  # (sum element, thread) of handles not released
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -75,7 +76,7 @@ class Runtime:
     def for_run(self, placements: tuple[str, ...], tag: str) -> "Runtime":
         """The same context for a run of these threads, whose elements are NAME.tag."""
         return dataclasses.replace(self, placements=tuple(placements), tag=tag, _requests={}, _formats={},
-                                   _lock=threading.Lock())
+                                   _sums_held=set(), _lock=threading.Lock())
 
     def nodes(self) -> list[str]:
         """The nodes the run starts: reachable_nodes of the barrier's tree (every sum's shape)."""
@@ -109,9 +110,13 @@ class Runtime:
         request = self.request(element, format, thread)
         with self._lock:  # the format is kept once a handle on it is built
             first = self._formats.get(element, (format, thread))
+            again = request.sum and (element, thread) in self._sums_held
         if first[0] != format:
             raise ValueError(f"{call}: element {element!r} was acquired with format {first[0]!r} by thread "
                              f"{first[1]}: an element has one format")
+        if again:  # a second handle would count the thread twice, and leave another thread none
+            raise ValueError(f"{call}: the thread holds a handle on the sum {element!r} already, and a sum counts "
+                             "each thread once: use that one (or release it first)")
         hook = default_acquire if element == BARRIER_ELEMENT else self.acquire_hook
         try:
             path = hook(request)
@@ -141,12 +146,15 @@ class Runtime:
         with self._lock:
             self._requests[handle] = request
             self._formats.setdefault(element, (format, thread))
+            if request.sum:
+                self._sums_held.add((element, thread))
         return handle
 
     def release(self, handle: _native.Handle, thread: int) -> None:
         """The kernel is done with `handle`: the release hook sees it."""
         with self._lock:
             request = self._requests.pop(handle)
+            self._sums_held.discard((request.element, thread))
         hook = default_release if request.element == BARRIER_ELEMENT else self.release_hook
         try:
             hook(request, handle)

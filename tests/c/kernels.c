@@ -58,6 +58,17 @@ int two_formats(paths_kernel_ctx *c) {
     return rc;
 }
 
+PATHS_SUMS(sum_twice, "TOTAL");
+
+/* The last thread acquires the sum TOTAL a second time; the others acquire it once. */
+int sum_twice(paths_kernel_ctx *c) {
+    paths_handle *sum = paths_acquire(c, "TOTAL", "q");
+    if (!sum || (paths_thread(c) == paths_threads(c) - 1 && !paths_acquire(c, "TOTAL", "q"))) return PATHS_EFAILED;
+    int64_t one = 1, total;
+    int rc = paths_move(sum, &one, 20 * 1000000000LL);
+    return rc == PATHS_OK ? paths_observe(sum, &total, 20 * 1000000000LL) : rc;
+}
+
 /* Acquires element X ("q") and moves 1 into it: what a hook does to the path is seen outside. */
 int touch(paths_kernel_ctx *c) {
     int64_t one = 1;
