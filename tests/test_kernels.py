@@ -492,6 +492,18 @@ def test_a_python_kernel_whose_call_runs_nothing_is_refused_before_any_node_star
     assert probe.started() == {}
 
 
+@pytest.mark.parametrize("source", ["def kernel():\n    pass\n", "def kernel(ctx, extra):\n    pass\n",
+                                    "def kernel(*, ctx):\n    pass\n"], ids=["none", "two", "keyword only"])
+def test_a_python_kernel_that_cannot_take_the_context_is_refused_before_any_node_starts(built, probe, user_module,
+                                                                                        source):
+    user_module("shaped_kernel", source)
+    done = paths_run("shaped_kernel:kernel", "--map", "paper-4w", "--threads", "2", cwd=built)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2, "", "paths run: kernel shaped_kernel:kernel: kernel cannot be called with one argument, the thread's "
+               "context: expected def kernel(ctx) returning None or a status\n")
+    assert probe.started() == {}
+
+
 RUN_ERRORS = {  # kernel and its options, exit status, the one line on stderr (a pattern)
     "a thread fails": (["./libkernels.so:failing", "--map", "paper-4w", "--threads", "6", "--arg", "fail=5"],
                        r"node n1: KernelError: kernel \./libkernels\.so:failing: thread 5 on node n1 returned "

@@ -113,11 +113,24 @@ def _load(name: str, timeout: Optional[float]) -> Kernel:
             raise ValueError(f"kernel {name}: {e}") from None
     function = import_function(name, "kernel")
     kind = next((kind for kind, test in _NOT_CALLED_THROUGH if test(function)), None)
+    func = name.rpartition(":")[2]
     if kind:
-        func = name.rpartition(":")[2]
         raise ValueError(f"kernel {name}: {func} is {kind} (calling it runs none of its body): expected "
                          f"def {func}(ctx) returning None or a status")
+    if not _takes_one_argument(function):
+        raise ValueError(f"kernel {name}: {func} cannot be called with one argument, the thread's context: expected "
+                         f"def {func}(ctx) returning None or a status")
     return Kernel(name, function)
+
+
+def _takes_one_argument(function) -> bool:
+    try:
+        inspect.signature(function).bind(None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some built-ins): the call will say
+        return True
+    return True
 
 
 # Functions whose call returns a generator or coroutine, running none of their body.
