@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from paths.model.cluster_map import MAPS_DIR, Launch, Link, MapError, builtin_map, load_map, load_map_text
+from paths.model.placement import PlacementWarning, place
 
 SHIPPED = ["local", "paper-2w", "paper-4w", "paper-8w", "multicluster"]
 
@@ -69,6 +70,19 @@ def test_builtin_map_unknown_name_lists_the_known_ones():
         MapError, match="no built-in map 'paper-3w': expected one of local, multicluster"
     ):
         builtin_map("paper-3w")
+
+
+def test_long_names_and_values_are_cut_in_messages():
+    """A map's long name, policy or a long built-in name a user typed: each message stays one short line."""
+    cut = "'" + "x" * 27 + "..." + "x" * 28 + "'"
+    with pytest.raises(MapError, match=f"^no built-in map {cut}: expected one of local"):
+        builtin_map("x" * 100_000)
+    with pytest.raises(MapError, match=f"^<string>:2: policy: unknown policy {cut}: expected 'block'") as failed:
+        load_map_text("name: m\npolicy: " + "x" * 5000 + "\nclusters:\n  a:\n    nodes: a0\n    cpus: 1\nroot: a0\n")
+    assert len(str(failed.value)) < 300
+    named = load_map_text("name: " + "x" * 100_000 + "\nclusters:\n  a:\n    nodes: a0\n    cpus: 1\nroot: a0\n")
+    with pytest.warns(PlacementWarning, match=f"^2 threads on map {cut} with 1 CPUs"):
+        place(named, 2)
 
 
 def test_full_schema():

@@ -18,7 +18,6 @@ import ipaddress
 import math
 import os
 import re
-import reprlib
 import shlex
 import string
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ import yaml
 from .hostlist import MAX_HOSTS, expand_hostlist
 from .named_function import import_function
 from .placement import canonical_policy, resolve_policy
+from .shown import shown
 from .stage_kinds import kinds
 
 MAPS_DIR = Path(__file__).resolve().parents[2] / "maps"
@@ -55,8 +55,6 @@ _HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
 _EXPONENT_ONLY = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")  # a number in YAML 1.2, text in YAML 1.1
 NESTED_TOO_DEEPLY = "lists and mappings nested too deeply (a map is plain YAML: mappings, lists, strings and numbers)"
 
-_shown = reprlib.Repr()  # how messages show a value: long strings and deep lists cut
-_shown.maxstring = _shown.maxother = 60
 
 
 class MapError(ValueError):
@@ -134,7 +132,7 @@ class ClusterMap:
         for node in self.nodes:
             if node.name == name:
                 return node
-        raise KeyError(f"map {self.name!r} ({self.source}) has no node {name!r}")
+        raise KeyError(f"map {shown(self.name)} ({self.source}) has no node {shown(name)}")
 
     def element(self, name: str) -> Optional[Element]:
         """What the map says about element `name`, if anything."""
@@ -185,7 +183,7 @@ def builtin_map(name: str) -> ClusterMap:
     """A map shipped in maps/: "local", "paper-2w", "paper-4w", "paper-8w", "multicluster"."""
     known = sorted(path.stem for path in MAPS_DIR.glob("*.yaml"))
     if name not in known:
-        raise MapError(f"no built-in map {name!r}: expected one of {', '.join(known)}")
+        raise MapError(f"no built-in map {shown(name)}: expected one of {', '.join(known)}")
     return load_map(MAPS_DIR / f"{name}.yaml")
 
 
@@ -282,7 +280,7 @@ class _Field:
         elif isinstance(self.node, yaml.SequenceNode):
             got = "a list"
         else:
-            got = _shown.repr(self.value())
+            got = shown(self.value())
         self.fail(f"expected {expected}, got {got}")
 
     def value(self) -> Any:
@@ -296,7 +294,7 @@ class _Field:
             raise MapError(f"{self.source}:{mark.line + 1}: {self.path or '(top level)'}: {problem} "
                            f"(a map is plain YAML: mappings, lists, strings and numbers)") from None
         except (ValueError, LookupError, AttributeError, TypeError, OverflowError):  # a tag's constructor refused
-            self.fail(f"{_shown.repr(self.node.value)} is not a valid {_tag_name(self.node.tag)}")
+            self.fail(f"{shown(self.node.value)} is not a valid {_tag_name(self.node.tag)}")
 
     def entries(self, expected: str) -> dict[str, _Field]:
         """The values of a mapping by key; keys must be unique names."""
@@ -307,8 +305,8 @@ class _Field:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 _Field(key_node, self.path, self.source).fail("merge keys (<<) are not supported: write the fields out")
             key = _Field(key_node, self.path, self.source).string("a name as key")
-            shown = key if len(key) <= 40 else key[:37] + "..."
-            child = self._child(value_node, f"{self.path}.{shown}" if self.path else shown)
+            label = key if len(key) <= 40 else key[:37] + "..."
+            child = self._child(value_node, f"{self.path}.{label}" if self.path else label)
             if key in found:
                 child.fail(f"duplicate key (first at line {found[key].node.start_mark.line + 1})")
             found[key] = child
@@ -373,7 +371,7 @@ def _compose(text: str, source: str) -> yaml.Node:
         mark = error.problem_mark or error.context_mark
         line = mark.line if mark else 0
         lines = text.splitlines()
-        problem = f"{error.problem} (in {_shown.repr(lines[line].strip() if line < len(lines) else '')})"
+        problem = f"{error.problem} (in {shown(lines[line].strip() if line < len(lines) else '')})"
         if error.context and error.context_mark:
             problem += f", {error.context} at line {error.context_mark.line + 1}"
         raise MapError(f"{source}:{line + 1}: invalid YAML: {problem}") from None
@@ -418,7 +416,7 @@ def _clusters(field: _Field) -> tuple[Cluster, ...]:
         )
         for node, address in zip(names, addresses):
             if address is not None and node_at.setdefault(address, node) != node:
-                fields["address"].fail(f"expected each node its own address, got {_shown.repr(address)} for both "
+                fields["address"].fail(f"expected each node its own address, got {shown(address)} for both "
                                        f"{node_at[address]!r} and {node!r}")
         head = (
             fields["head"].member(names, f"a node of cluster {name}") if "head" in fields else None
@@ -466,7 +464,7 @@ def split_address(address: str) -> tuple[str, str]:
     if scheme != "tcp" or not (port == "*" or (port.isdigit() and 0 < int(port) < 65536)) or not (
             _HOST_NAME.fullmatch(host) or _ip_in_brackets(host)):
         raise ValueError(f"expected an address like 'tcp://host:7000' (tcp://HOST:PORT: HOST an IP address or a "
-                         f"host name, PORT from 1 to 65535 or *), got {_shown.repr(address)}")
+                         f"host name, PORT from 1 to 65535 or *), got {shown(address)}")
     return host, port
 
 

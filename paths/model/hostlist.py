@@ -11,8 +11,9 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import reprlib
 from typing import NoReturn
+
+from .shown import shown
 
 EXAMPLES = "'n[0-7]', 'n[0-3,8,10-11]', 'a[01-03]b' or 'n[0-1],login'"
 MAX_HOSTS = 65536
@@ -20,8 +21,6 @@ MAX_DIGITS = 18  # a host number fits a 64-bit integer, as Slurm reads it
 
 _NAME_PART = re.compile(r"[A-Za-z0-9._-]*")
 _SPAN = re.compile(r"([0-9]+)(?:-([0-9]+))?")  # ASCII digits, as Slurm reads them
-_shown = reprlib.Repr()  # a long host list is shown cut
-_shown.maxstring = _shown.maxother = 60
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -36,7 +35,7 @@ def expand_hostlist(text: str) -> list[str]:
 
 
 def _fail(text: object, problem: str) -> NoReturn:
-    raise ValueError(f"bad host list {_shown.repr(text)}: {problem}; expected names like {EXAMPLES}")
+    raise ValueError(f"bad host list {shown(text)}: {problem}; expected names like {EXAMPLES}")
 
 
 def _split_names(text: str) -> list[str]:
@@ -73,7 +72,7 @@ def _expand_name(text: str, name: str, before: int) -> list[str]:
         elif _NAME_PART.fullmatch(piece):
             choices.append([piece])
         else:
-            _fail(text, f"{_shown.repr(name)} has characters other than letters, digits, '.', '_', '-'")
+            _fail(text, f"{shown(name)} has characters other than letters, digits, '.', '_', '-'")
         if before + math.prod(map(len, choices)) > MAX_HOSTS:
             _fail(text, f"it names more than {MAX_HOSTS} hosts")
     return ["".join(parts) for parts in itertools.product(*choices)]
@@ -84,13 +83,13 @@ def _expand_ranges(text: str, body: str) -> list[str]:
     for span in body.split(","):
         match = _SPAN.fullmatch(span.strip())
         if not match:
-            _fail(text, f"[{_shown.repr(body)[1:-1]}] holds {_shown.repr(span)}, not a number or a 'lo-hi' span")
+            _fail(text, f"[{shown(body)[1:-1]}] holds {shown(span)}, not a number or a 'lo-hi' span")
         low_text, high_text = match.group(1), match.group(2) or match.group(1)
         if max(len(low_text), len(high_text)) > MAX_DIGITS:
-            _fail(text, f"span {_shown.repr(span)} has a number of more than {MAX_DIGITS} digits")
+            _fail(text, f"span {shown(span)} has a number of more than {MAX_DIGITS} digits")
         low, high = int(low_text), int(high_text)
         if low > high:
-            _fail(text, f"span {_shown.repr(span)} runs backwards")
+            _fail(text, f"span {shown(span)} runs backwards")
         if len(numbers) + high - low >= MAX_HOSTS:
             _fail(text, f"it names more than {MAX_HOSTS} hosts")
         numbers.extend(str(number).zfill(len(low_text)) for number in range(low, high + 1))

@@ -14,6 +14,8 @@ import sys
 import traceback
 from typing import Callable, Optional
 
+from .shown import shown
+
 DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*")
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # paths/
 HOOK_MARK = "__paths_hook__"  # "acquire" or "release": what kind of hook a function was marked as
@@ -23,22 +25,22 @@ def import_function(name: str, what: str, hook: Optional[str] = None) -> Callabl
     """The function `name` names (marked as a `hook` hook, if given); ValueError saying what is
     wrong, starting with `what` (such as "policy" or "acquire hook")."""
     if not isinstance(name, str) or not DOTTED_NAME.fullmatch(name):
-        raise ValueError(f"{what} {name!r}: expected a function named 'pkg.mod:func' or 'pkg.mod.func'")
+        raise ValueError(f"{what} {shown(name)}: expected a function named 'pkg.mod:func' or 'pkg.mod.func'")
     module_name, _, func_name = name.rpartition(":" if ":" in name else ".")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise ValueError(f"{what} {name!r}: cannot import module {module_name!r} ({error})") from error
+        raise ValueError(f"{what} {shown(name)}: cannot import module {shown(module_name)} ({error})") from error
     except Exception as error:  # the module's own code failed: say what it raised, and where
         raised = f"{type(error).__name__}: {error}" if isinstance(error, SyntaxError) else raised_where(error)
-        raise ValueError(f"{what} {name!r}: importing module {module_name!r} raised {raised}") from error
+        raise ValueError(f"{what} {shown(name)}: importing module {shown(module_name)} raised {raised}") from error
     func = getattr(module, func_name, None)
     if not callable(func):
-        raise ValueError(f"{what} {name!r}: module {module_name!r} has no function {func_name!r}")
+        raise ValueError(f"{what} {shown(name)}: module {shown(module_name)} has no function {shown(func_name)}")
     if hook is not None and getattr(func, HOOK_MARK, None) != hook:
-        raise ValueError(f"{what} {name!r}: {func.__qualname__} is not marked as one: decorate it with "
+        raise ValueError(f"{what} {shown(name)}: {func.__qualname__} is not marked as one: decorate it with "
                          f"@paths.{hook}_hook")
     return func
 

@@ -18,6 +18,7 @@ import warnings
 from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence, Union
 
 from .named_function import DOTTED_NAME, import_function, raised_where
+from .shown import shown
 
 if TYPE_CHECKING:
     from .cluster_map import ClusterMap, Node
@@ -74,7 +75,7 @@ def resolve_policy(name: str) -> Policy:
         return BUILTIN_POLICIES[name]
     if not DOTTED_NAME.fullmatch(name):
         raise ValueError(
-            f"unknown policy {name!r}: expected 'block', 'cyclic' (or their aliases 'bucket', 'even') "
+            f"unknown policy {shown(name)}: expected 'block', 'cyclic' (or their aliases 'bucket', 'even') "
             "or a function named 'pkg.mod:func' or 'pkg.mod.func'"
         )
     return import_function(name, "policy")
@@ -113,7 +114,7 @@ def _deal(cluster_map: ClusterMap, slots: list[str], n_threads: int) -> list[str
     if n_threads > len(slots):
         warnings.warn(
             PlacementWarning(
-                f"{n_threads} threads on map {cluster_map.name!r} with {len(slots)} CPUs: "
+                f"{n_threads} threads on map {shown(cluster_map.name)} with {len(slots)} CPUs: "
                 "placement wraps around, nodes are oversubscribed"
             ),
             stacklevel=4,
@@ -122,7 +123,7 @@ def _deal(cluster_map: ClusterMap, slots: list[str], n_threads: int) -> list[str
 
 
 def _where(cluster_map: ClusterMap, policy_name: str) -> str:
-    return f"policy {policy_name!r} (map {cluster_map.source})"
+    return f"policy {shown(policy_name)} (map {cluster_map.source})"
 
 
 def _checked(

@@ -39,6 +39,7 @@ from typing import Iterator, Optional, Union
 from .cluster_map import MAX_FANIN, TREE_FORMS, ClusterMap, MapError
 from .path_spec import PathSpec, StageSpec, make_path, stage
 from .placement import Policy, place, policy_name
+from .shown import shown
 from .stage_kinds import kinds
 
 BATCH_BYTES_MOST = kinds()["batch"].params["max_bytes"].max  # a link's batch is counted in moves alone
@@ -206,7 +207,7 @@ def plan_reduction(
 
 def _unusable(cluster_map: ClusterMap, problem: str) -> MapError:
     """A map that cannot carry a run's sums, named by its file and name."""
-    return MapError(f"{cluster_map.source}: map {cluster_map.name!r}: {problem}")
+    return MapError(f"{cluster_map.source}: map {shown(cluster_map.name)}: {problem}")
 
 
 def _sum_tree(cluster_map: ClusterMap, threads_on: dict[str, list[_Thread]], max_fanin: int) -> Union[_Sum, _Thread]:
