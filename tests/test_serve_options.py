@@ -146,7 +146,11 @@ def test_a_bad_limit_is_one_line_and_exit_2(args, problem):
      "paths serve: --trace-dir /no/such/folder: no such folder (trace files are written there)"),
     (["--bind", "ipc:///no/such/folder/server"], "paths serve: --bind: cannot bind 'ipc:///no/such/folder/server': "
                                                  "No such file or directory"),
-], ids=["a host name", "a missing trace folder", "an ipc path in no folder"])
+    *[(["--bind", "tcp://127.0.0.1:*", "--allow-remote", pattern],
+       "paths serve: --allow-remote: expected a pattern of endpoints, tcp://HOST:PORT (or HOST:PORT), ipc://NAME or "
+       f"inproc://NAME, with * ? [...]; got {pattern!r}") for pattern in ("", "http://x:1", "tcp://10.1.2.*", "ipc://")],
+], ids=["a host name", "a missing trace folder", "an ipc path in no folder", "an empty pattern",
+        "a pattern of another scheme", "a pattern without a port", "an ipc pattern without a name"])
 def test_a_bind_or_trace_folder_that_cannot_be_is_one_line_and_exit_2(args, problem):
     done = paths_serve(*args)
     assert (done.returncode, done.stderr, done.stdout) == (2, problem + "\n", "")
@@ -159,6 +163,12 @@ def test_sizes_take_units_and_the_limits_reach_the_server():
     assert (limits.memory_budget, limits.client_memory_budget, limits.links_per_client) == (
         3 << 29, 256 << 20, 7)
     assert _policy(args).allow_remote == ("tcp://10.0.0.*:*",) and _policy(args).builds_per_client == 3
+
+
+def test_a_pattern_written_as_a_bare_host_and_port_means_tcp_as_a_remote_stages_host_does():
+    args = argparse.Namespace(allow_kinds="", allow_remote=["127.0.0.1:7001", "ipc:///run/paths/*"], memory_budget=None,
+                              client_memory_budget=None, max_links_per_client=None, max_builds_per_client=3)
+    assert _policy(args).allow_remote == ("tcp://127.0.0.1:7001", "ipc:///run/paths/*")
 
 
 def test_a_size_is_exact_however_large():

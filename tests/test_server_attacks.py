@@ -119,6 +119,16 @@ def test_a_server_connects_only_where_it_was_told_to_trust(children, listener, p
     settled(server.pid, before, f"remote to an untrusted endpoint ({proto})")
 
 
+def test_a_pattern_and_a_remote_stage_both_written_as_a_bare_host_and_port_match(children):
+    """The stage's host 127.0.0.1:PORT is tcp://127.0.0.1:PORT, and so is the pattern."""
+    target, target_endpoint = children.paths_serve()
+    bare = target_endpoint[len("tcp://"):]
+    server, endpoint = children.paths_serve("--allow-remote", bare)
+    handle = build_path(path_to(endpoint, stage("remote", host=bare), element="B"), pastset=paths.PastSet())
+    handle.move(4)
+    assert handle.observe(timeout=5) == (4,)
+
+
 def test_a_patterns_star_stays_within_a_label_of_the_host_and_its_port(children, listener):
     """'tcp://127.0.0.*:PORT' is four labels and a port: it takes no host name that begins with
     them (a name resolves anywhere), and no endpoint with a port after the port."""

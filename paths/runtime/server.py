@@ -45,7 +45,7 @@ from .client_ledger import ClientBuild, ClientLedger, Refused
 from ..model.curve_key import KEY_LENGTH, is_curve_key
 from ..model.path_edit import client_path
 from ..model.path_spec import build_request_from_json
-from .server_policy import ServerPolicy, parse_size
+from .server_policy import ServerPolicy, endpoint_pattern, parse_size
 from ..model.stage_kinds import kinds
 
 POLL_SECONDS = 0.1
@@ -340,8 +340,8 @@ def serve_command(argv: list[str]) -> int:
     parser.add_argument("--allow-remote", metavar="PATTERN", action="append", default=[],
                         help="let a client's path make this server connect to an endpoint that matches PATTERN "
                              "(repeatable): a shell pattern (* ? [...]) matched against the whole endpoint a remote "
-                             "stage names, as it names it (tcp://HOST:PORT, ipc://NAME, inproc://NAME), e.g. "
-                             "'tcp://10.1.2.*:7000'; a wildcard stays within one label of the host (between dots), "
+                             "stage names (tcp://HOST:PORT, ipc://NAME, inproc://NAME; a bare HOST:PORT, in the "
+                             "pattern as in the stage, is tcp://HOST:PORT), e.g. 'tcp://10.1.2.*:7000'; a wildcard stays within one label of the host (between dots), "
                              "the port, or one part of an ipc path. An endpoint with a source address of its own "
                              "(tcp://A;B) never matches. Without it, a path with a remote stage to build here is "
                              "refused")
@@ -474,6 +474,11 @@ def _policy(args: argparse.Namespace) -> ServerPolicy:
         kinds_allowed = allowed_kinds(args.allow_kinds)
     except ValueError as e:
         raise ValueError(f"--allow-kinds: {e}") from None
+    for pattern in args.allow_remote:
+        try:
+            endpoint_pattern(pattern)
+        except ValueError as e:
+            raise ValueError(f"--allow-remote: {e}") from None
     return ServerPolicy(allow_kinds=kinds_allowed, allow_remote=tuple(args.allow_remote),
                         memory_budget=size("--memory-budget", args.memory_budget),
                         client_memory_budget=size("--client-memory-budget", args.client_memory_budget),

@@ -17,6 +17,7 @@ from fractions import Fraction
 
 from .. import _native
 from ..model.path_spec import StageSpec
+from ..model.shown import shown
 from ..model.stage_kinds import kinds
 
 GIB = 1 << 30
@@ -45,6 +46,22 @@ def parse_size(text: str, what: str) -> int:
     return size
 
 
+def endpoint_pattern(pattern: str) -> str:
+    """A pattern of endpoints a server may reach, as the endpoints it is matched against are
+    written: a bare HOST:PORT is tcp://HOST:PORT, as a remote stage's bare host is. ValueError
+    for one that no endpoint could match."""
+    if not isinstance(pattern, str):
+        raise ValueError(f"expected a pattern as text, got {shown(pattern)}")
+    whole = pattern if "://" in pattern else f"tcp://{pattern}"
+    scheme, _, rest = whole.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if scheme == "tcp" and host and colon and port and "/" not in port and ";" not in rest or \
+            scheme in ("ipc", "inproc") and rest:
+        return whole
+    raise ValueError(f"expected a pattern of endpoints, tcp://HOST:PORT (or HOST:PORT), ipc://NAME or inproc://NAME, "
+                     f"with * ? [...]; got {shown(pattern)}")
+
+
 def most_links() -> int:
     """The links this process can serve at once: what its file descriptors (its soft limit, which
     the ZeroMQ context raises to the hard one) and its ZeroMQ sockets (three per ZeroMQ link)
@@ -67,7 +84,7 @@ class ServerPolicy:
 
     allow_kinds: frozenset[str] = frozenset()  # kinds built besides the C built-in ones (Python kinds)
     allow_every_kind: bool = False  # every kind registered in this process (a run's node: the run's own code)
-    allow_remote: tuple[str, ...] = ()  # shell patterns of the endpoints a client's remote stage may reach
+    allow_remote: tuple[str, ...] = ()  # shell patterns of the endpoints a client's remote stage may reach (endpoint_pattern)
     memory_budget: int | None = None  # the bytes all clients' stages may hold: default_memory_budget()
     client_memory_budget: int | None = None  # the bytes one client's stages may hold: a quarter of the above
     builds_per_client: int = 8  # builds of one client run at once; more wait their turn
@@ -84,6 +101,13 @@ class ServerPolicy:
         if self.builds_per_client >= self.max_builds:
             raise ValueError(f"server policy: builds_per_client ({self.builds_per_client}) must be below "
                              f"max_builds ({self.max_builds}), so that one client cannot take every build")
+        patterns = []
+        for number, pattern in enumerate(self.allow_remote):
+            try:
+                patterns.append(endpoint_pattern(pattern))
+            except ValueError as e:
+                raise ValueError(f"server policy: allow_remote[{number}]: {e}") from None
+        object.__setattr__(self, "allow_remote", tuple(patterns))
         unknown = sorted(set(self.allow_kinds) - set(kinds()))
         if unknown:
             raise ValueError(f"server policy: allow_kinds: unknown stage kind(s) {', '.join(map(repr, unknown))} "
