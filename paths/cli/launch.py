@@ -114,8 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", metavar="DIR", help="write each rank's output to DIR/rank.<rank>.log "
                                                            "(each made empty first) instead of prefixing it "
                                                            "with [rank]")
-    parser.add_argument("--timeout", type=seconds, help="stop the ranks after this many seconds, exit 1 "
-                                                      "(default: no limit)")
+    parser.add_argument("--timeout", type=seconds, help="stop the ranks after this many seconds, exit 1; the "
+                                                      "nodes have at most as long (and 60 s) to start (default: "
+                                                      "no limit on the ranks)")
     return parser
 
 

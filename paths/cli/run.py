@@ -173,8 +173,8 @@ def run_command(argv: list[str]) -> int:
     add_rank_options(parser)
     parser.add_argument("--launch", choices=("local", "ssh", "slurm"), help="how nodes start (default: the map's)")
     parser.add_argument("--timeout", type=seconds, default=120.0,
-                        help="seconds any one step may take (kernels get it as --arg timeout, and the "
-                             "run's repeat, 0, 1, ..., as --arg repeat)")
+                        help="seconds any one step may take, the nodes' start included (kernels get it as "
+                             "--arg timeout, and the run's repeat, 0, 1, ..., as --arg repeat)")
     parser.add_argument("--trace", metavar="DIR", help="trace every node's callers and every link between nodes "
                                                     "into DIR, then merge the traces into DIR/<kernel>.json "
                                                     "(Perfetto: https://ui.perfetto.dev); the kernel's trace "
