@@ -102,6 +102,8 @@ typedef struct link_worker {
     char user[PS_CLIENT_NAME_MAX]; /* zmq: the key name of the client that built it, where the server
                                       authenticates its clients ("" where it does not) */
     pthread_t thread;
+    _Atomic int released;   /* its client released it: the link is not used again (set before the answer) */
+    int reported;           /* ps_server_reap returned its id already */
     _Atomic int finished;
     size_t tuple_size;
     int stream_whole;       /* the last frame of tuples in (a move, an exchange's move, a move_many's)
@@ -456,6 +458,9 @@ static int answer_request(link_worker *w, const ps_frame *request, int runnable,
         }
     }
     size_t length = encode_link_answer(w, code, rc, request_id, value, payload, payload_length);
+    /* The link's last use; then, before the answer, it may go: the client, told, may build again
+     * at once, within its limits. */
+    if (*released) atomic_store(&w->released, 1);
     return sink->frame(sink->to, w->answer, length);
 }
 
@@ -922,9 +927,13 @@ size_t ps_server_reap(ps_server *s, uint64_t *ids, size_t max) {
     pthread_mutex_lock(&s->lock);
     for (link_worker **at = &s->workers; *at && n < max;) {
         link_worker *w = *at;
-        if (atomic_load(&w->finished)) {
-            *at = w->next;
+        int finished = atomic_load(&w->finished);
+        if (!w->reported && (finished || atomic_load(&w->released))) {
             ids[n++] = w->id;
+            w->reported = 1;
+        }
+        if (finished) {
+            *at = w->next;
             pthread_join(w->thread, NULL);
             free_joined_worker(w);
             atomic_fetch_sub(&s->live, 1);

@@ -72,7 +72,8 @@ int ps_server_next_build(ps_server *server, int64_t timeout_ns, ps_build_request
 int ps_server_answer_build(ps_server *server, const ps_build_request *request, ps_link *link,
                            const char *error_text, uint64_t *handle_id);
 
-/* Ids of links whose clients released them (their threads have ended); up to max. */
+/* Ids of links whose clients released them, or whose threads have ended, each once; up to max.
+ * A released link is not used again, though its thread may still be ending. */
 size_t ps_server_reap(ps_server *server, uint64_t *ids, size_t max);
 
 void ps_server_read_counters(ps_server *server, ps_server_counters *out);

@@ -86,18 +86,18 @@ class PathServer:
         self.trace_dir = trace_dir  # where trace stages clients send write; None: refused
 
     def serve_once(self, timeout: float = POLL_SECONDS) -> None:
-        """Take at most one BUILD request, answer the builds that finished, then drop the handles
-        clients released. Only one thread serves: the server's own after start(), else the
-        caller's."""
+        """Take at most one BUILD request, drop the handles clients released, then run the
+        request and answer the builds that finished. Only one thread serves: the server's own
+        after start(), else the caller's."""
         if self._thread is not None and self._thread is not threading.current_thread():
             raise RuntimeError("PathServer.serve_once: the server's own thread serves it (start() was called)")
         request = self.native.next_build(min(timeout, BUILD_POLL_SECONDS) if self._building else timeout)
+        for handle_id in self.native.reap():  # first: a client that released a link may build again
+            self._served.pop(handle_id, None)
+            self.ledger.link_closed(handle_id)
         if request is not None:
             self._arrive(request)
         self._answer_finished()
-        for handle_id in self.native.reap():
-            self._served.pop(handle_id, None)
-            self.ledger.link_closed(handle_id)
 
     def _arrive(self, request: _native.BuildRequest) -> None:
         try:
