@@ -132,14 +132,15 @@ int paths_arg_double(paths_kernel_ctx *c, const char *key, double *out);
 /* A handle on (element, format) for this thread: the acquire hook gives the path, which is built
  * (and merged with the paths of other threads) here; the GIL is taken for that only. NULL on
  * failure: paths_last_error(c) says why (the hook's exception and where it was raised, a server
- * that did not answer, an element acquired with two formats). The run releases every handle a
- * kernel still holds when the kernel returns. */
+ * that did not answer, an element acquired with two formats, a sum this thread holds a handle
+ * on already). The run releases every handle a kernel still holds when the kernel returns. */
 paths_handle *paths_acquire(paths_kernel_ctx *c, const char *element, const char *format);
 /* Releases a handle this thread acquired: what its stages hold back for the thread (a batch's
  * moves) goes down first (waiting at most 1 s), as it does for the handles a kernel holds as it
- * returns; a send that fails fails the thread, saying why. Given any other handle (one released already), it
- * does nothing and, as it returns no status, fails the thread: the run ends with PATHS_EINVAL and
- * this call's reason, though the kernel returns PATHS_OK. A refused paths_report does the same. */
+ * returns; a send that fails fails the thread, saying why. A released handle is not used again
+ * (as freed memory is not). Given any other handle (one released already), it does nothing and,
+ * as it returns no status, fails the thread: the run ends with PATHS_EINVAL and this call's
+ * reason, though the kernel returns PATHS_OK. A refused paths_report does the same. */
 void paths_release(paths_kernel_ctx *c, paths_handle *h);
 /* Why the last failed paths_acquire, paths_barrier or paths_arg_* of this context failed (or
  * what paths_fail said), as one line; "" if nothing failed yet. */
