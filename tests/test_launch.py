@@ -211,6 +211,35 @@ def test_output_dir_keeps_one_file_per_rank(app, tmp_path):
         assert sorted(lines, key=lambda line: int(line.split()[1])) == [f"line {i}" for i in range(10)]
 
 
+@pytest.mark.parametrize("where", ["--output-dir", "standard output"])
+def test_output_that_cannot_be_written_is_one_line_and_the_run_ends(app, tmp_path, where):
+    """A full disk (/dev/full) under a rank's --output-dir file, or as the launcher's standard
+    output: one line, exit 1, and nothing of the run left."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "rank.1.log").symlink_to("/dev/full")
+    options = ["--output-dir", str(out)] if where == "--output-dir" else []
+    with open("/dev/full", "w") if where == "standard output" else open(os.devnull, "w") as stdout:
+        done = subprocess.run([sys.executable, "-m", "paths", "launch", "--map", "paper-2w", "--threads", "3", *options,
+                               "--", sys.executable, app, "lines", "3"], stdout=stdout, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    line = (f"paths launch: --output-dir {out}: cannot write {out}/rank.1.log: No space left on device"
+            if where == "--output-dir" else "paths launch: cannot write the ranks' output to standard output: No space "
+                                            "left on device")
+    assert (done.returncode, done.stderr) == (1, line + "\n")
+    assert gone_within(app, REAPED_WITHIN) == []
+
+
+def test_a_slurm_host_list_that_cannot_be_read_is_one_line(app):
+    done = subprocess.run([sys.executable, "-m", "paths", "launch", "--map", "paper-2w", "--threads", "2", "--launch",
+                           "slurm", "--", sys.executable, app, "lines", "1"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "SLURM_JOB_NODELIST": "h[1-2"})
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith("paths launch: slurm: SLURM_JOB_NODELIST: bad host list 'h[1-2': a '[' is never "
+                                  "closed"), done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
 def test_output_dir_files_are_this_runs_even_for_a_silent_rank(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

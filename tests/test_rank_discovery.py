@@ -232,8 +232,13 @@ def test_a_python_program_whose_rendezvous_fails_says_so_in_one_line(tmp_path):
      "paths: acquire hook 'nosuch:hook': cannot import module 'nosuch' (No module named 'nosuch')"),
     ({"PMI_RANK": "0", "PMI_SIZE": "1", "PATHS_RELEASE": "os:getcwd"},
      "paths: release hook 'os:getcwd': getcwd is not marked as one: decorate it with @paths.release_hook"),
+    ({"PATHS_RANK": "0", "PATHS_SIZE": "2"}, "paths: PATHS_NODE is not set, but map 'paper-2w' places rank 0 on "
+                                             "'n0': the launcher and this rank read another map or policy"),
+    ({"PATHS_RANK": "0", "PATHS_SIZE": "2", "PATHS_NODE": "n0", "PATHS_SERVERS": "{"},
+     "paths: PATHS_SERVERS: expected the servers as JSON {\"endpoints\": {node: endpoint}, \"keys\": {node: key}, "
+     "\"client\": [public, secret]}, got '{'"),
 ], ids=["rank past the size", "not a number", "no size", "size past the most", "unknown policy", "no hook module",
-        "not a hook"])
+        "not a hook", "no node", "servers not JSON"])
 def test_a_python_program_given_a_wrong_rank_says_so_in_one_line(variables, line):
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PATHS_", "OMPI_", "PMI", "SLURM_"))},
            "PATHS_MAP": "paper-2w", **variables}

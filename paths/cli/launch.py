@@ -34,6 +34,7 @@ srun does.
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import sys
@@ -66,6 +67,7 @@ class RankOutput:
     def __init__(self, directory: str | None, ranks: int):
         self.directory = directory
         self.files: dict[int, object] = {}
+        self.failed = False  # a write failed (said once, as a LaunchError): later lines are dropped
         for rank in range(ranks) if directory else ():
             try:
                 open(self._path(rank), "w").close()
@@ -78,9 +80,21 @@ class RankOutput:
     def line(self, rank: int, stream: str, text: str, more: bool = False) -> None:
         """One line of a rank, or with `more` a piece of a long one (tagged_output.py), written as
         the very bytes the rank wrote (TEXT_ERRORS)."""
+        if self.failed:
+            return
         data = text.encode("utf-8", TEXT_ERRORS)
         if self.directory is None:
-            write_tagged(sys.stdout if stream == "out" else sys.stderr, f"[{rank}] ", data, ends=not more)
+            to = sys.stdout if stream == "out" else sys.stderr
+            try:
+                if to is None:
+                    raise OSError(errno.EBADF, "it is closed")
+                write_tagged(to, f"[{rank}] ", data, ends=not more)
+            except BrokenPipeError:
+                raise  # the reader went away (| head): exit 141
+            except OSError as e:
+                self.failed = True
+                raise LaunchError(f"cannot write the ranks' output to standard {'output' if stream == 'out' else 'error'}"
+                                  f": {e.strerror}") from None
             return
         try:
             if rank not in self.files:
@@ -88,11 +102,15 @@ class RankOutput:
             self.files[rank].write(data if more else data + b"\n")
             self.files[rank].flush()
         except OSError as e:
+            self.failed = True
             raise LaunchError(f"--output-dir {self.directory}: cannot write {self._path(rank)}: {e.strerror}") from None
 
     def close(self) -> None:
         for file in self.files.values():
-            file.close()
+            try:
+                file.close()
+            except OSError:  # what a failed write left in its buffer: that failure was said
+                pass
 
 
 def add_placement_options(parser: argparse.ArgumentParser) -> None:

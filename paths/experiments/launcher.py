@@ -139,10 +139,14 @@ def _bind_options(cluster_map: ClusterMap, node: str, host: str) -> list[str]:
 
 
 def slurm_hosts(environ) -> list[str]:
-    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    variable = "SLURM_JOB_NODELIST" if environ.get("SLURM_JOB_NODELIST") else "SLURM_NODELIST"
+    nodelist = environ.get(variable)
     if not nodelist:
         raise LaunchError("slurm: no SLURM_JOB_NODELIST: run inside an allocation (salloc or sbatch)")
-    return expand_hostlist(nodelist)
+    try:
+        return expand_hostlist(nodelist)
+    except ValueError as e:
+        raise LaunchError(f"slurm: {variable}: {e}") from None
 
 
 class _Node:

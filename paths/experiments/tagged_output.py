@@ -30,5 +30,8 @@ def end_open_lines() -> None:
     this process's own, or its exit."""
     while _open:
         stream, _ = _open.popitem()
-        stream.buffer.write(b"\n")
-        stream.buffer.flush()
+        try:
+            stream.buffer.write(b"\n")
+            stream.buffer.flush()
+        except OSError:  # the stream's own failure was said where it came
+            pass

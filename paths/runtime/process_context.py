@@ -366,7 +366,12 @@ def start_program(argv: list[str]) -> list[int]:
         raise
     except ValueError as e:
         raise RunSetupError(str(e)) from None
-    wiring = wire(runtime, found, os.environ) if found.launcher != "options" else None
+    try:
+        wiring = wire(runtime, found, os.environ) if found.launcher != "options" else None
+    except (RendezvousError, RunSetupError):
+        raise
+    except ValueError as e:  # a variable the launcher (or the user) set wrong
+        raise RunSetupError(str(e)) from None
     runtime = dataclasses.replace(runtime, via=wiring.via) if wiring else runtime
     node = runtime.placements[found.rank]
     try:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from .. import _native
+from ..model.shown import shown
 from .build import BuildContext
 from .node_servers import NodeServers
 from .rank_discovery import NODE, SERVERS, Discovered
@@ -61,8 +62,9 @@ def wire(runtime, found: Discovered, environ: Mapping[str, str]) -> Wiring:
     node = runtime.placements[found.rank]
     if found.launcher == "paths launch":
         if environ.get(NODE) != node:
-            raise ValueError(f"{NODE}={environ.get(NODE)!r}, but map {runtime.cluster_map.name} places rank "
-                             f"{found.rank} on {node!r}: the launcher and this rank read another map or policy")
+            given = f"{NODE}={shown(environ[NODE])}" if NODE in environ else f"{NODE} is not set"
+            raise ValueError(f"{given}, but map {shown(runtime.cluster_map.name)} places rank {found.rank} on "
+                             f"{shown(node)}: the launcher and this rank read another map or policy")
         servers = NodeServers.from_json(environ.get(SERVERS, ""), SERVERS)
         runtime.context.resolve = servers.resolve
         runtime.context.curve_client = servers.client
