@@ -32,6 +32,7 @@ import importlib
 
 # The C core loads now: from `import paths` on, a program's own C extension module finds paths_*.
 from ._native import AxedError, Element, Handle, PastSet, fence
+from .lazy_package import submodules_on_first_use
 
 # Each public name and the module it lives in, loaded when the name is first read.
 _HOMES = {
@@ -49,18 +50,15 @@ _HOMES = {
     ".runtime.tree_view": ("render_tree", "show", "to_dot"),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
-_SUBMODULES = ("bench",)          # paths.bench: paths.experiments.bench
+_submodule = submodules_on_first_use(__name__)  # paths.bench, paths.model, ...
 
-__all__ = sorted(("AxedError", "Element", "Handle", "PastSet", "fence", *_HOME_OF, *_SUBMODULES))
+__all__ = sorted(("AxedError", "Element", "Handle", "PastSet", "bench", "fence", *_HOME_OF))
 
 
 def __getattr__(name: str):
-    if name in _SUBMODULES:
-        value = importlib.import_module(f".{name}", __name__)
-    elif name in _HOME_OF:
-        value = getattr(importlib.import_module(_HOME_OF[name], __name__), name)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _HOME_OF:
+        return _submodule(name)
+    value = getattr(importlib.import_module(_HOME_OF[name], __name__), name)
     globals()[name] = value
     return value
 

@@ -748,3 +748,20 @@ def test_a_pass_through_stage_gives_a_gone_callers_slot_to_the_next(space):
     assert keeper.stage.link_count == 1
     assert keeper.stage.counters()["links"] == 2  # slots ever handed out: never more than at once
     assert space.enter("G", "q").last() == 1100
+
+
+def test_import_paths_reaches_every_public_name_and_module_by_its_dotted_name():
+    """In a fresh interpreter, where nothing loaded them first: the names of paths.__all__, and
+    modules named from the package down, as the docs name them."""
+    program = ("import paths\n"
+               "assert all(getattr(paths, name) is not None for name in paths.__all__)\n"
+               "print(paths.model.placement.place.__name__, paths.runtime.acquire_hook.default_acquire.__name__,\n"
+               "      paths.bench is paths.experiments.bench, paths.cli.main.main.__name__)\n"
+               "try:\n"
+               "    paths.model.no_such_module\n"
+               "except AttributeError as e:\n"
+               "    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines() == ["place default_acquire True main",
+                                        "module 'paths.model' has no attribute 'no_such_module'"]
