@@ -11,6 +11,7 @@ The C sources are tests/c/kernels.c (small kernels, each checking one thing), te
 import contextlib
 import csv
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -492,6 +493,40 @@ def test_a_python_kernel_whose_call_runs_nothing_is_refused_before_any_node_star
     assert probe.started() == {}
 
 
+@pytest.mark.parametrize("options", [["./" + "y" * 5000 + ".so:k"], ["m" + "y" * 5000 + ":k"], ["y" * 5000],
+                                     ["gsum", "--map", "/tmp/" + "y" * 5000 + ".yaml"]],
+                         ids=["a long file", "a long module", "a long name", "a long map path"])
+def test_a_long_kernel_or_map_name_is_cut_in_its_one_line(built, options):
+    done = paths_run(*options, "--threads", "1", cwd=built)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and len(done.stderr) < 400, done.stderr
+    assert "y" * 20 + "..." + "y" * 20 in done.stderr
+
+
+def test_a_python_kernel_wrapped_by_a_decorator_is_taken_by_what_it_is_called_with(built, probe, user_module):
+    user_module("wrapped_kernel", """
+        import functools
+
+        def _inner():
+            pass
+
+        @functools.wraps(_inner)
+        def kernel(ctx):
+            ctx.report("ran", 1.0)
+    """)
+    done = paths_run("wrapped_kernel:kernel", "--threads", "1", "--repeat", "1", cwd=built)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the kernel is an x86-64 assembler label")
+def test_a_c_kernel_written_as_an_assembler_label_without_a_type_runs(tmp_path, probe):
+    """A label without .type is STT_NOTYPE: it may be code, so it is not refused as a variable."""
+    (tmp_path / "label.c").write_text('#include <paths.h>\n__asm__(".text\\n.globl labelled\\nlabelled: xorl %eax, %eax; ret");\n')
+    compile_c("-shared", "-fPIC", f"-I{paths.get_include()}", "label.c", "-o", "liblabel.so", cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "paths", "run", "./liblabel.so:labelled", "--threads", "1", "--repeat",
+                           "1"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.parametrize("source", ["def kernel():\n    pass\n", "def kernel(ctx, extra):\n    pass\n",
                                     "def kernel(*, ctx):\n    pass\n"], ids=["none", "two", "keyword only"])
 def test_a_python_kernel_that_cannot_take_the_context_is_refused_before_any_node_starts(built, probe, user_module,
@@ -529,7 +564,7 @@ RUN_ERRORS = {  # kernel and its options, exit status, the one line on stderr (a
                              r"node n1: KernelError: kernel \./libkernels\.so:sum_twice: thread 3 on node n1 returned "
                              r"PATHS_EFAILED: the kernel's own failure: paths_acquire\('TOTAL', 'q'\) by thread 3: the "
                              r"thread holds a handle on the sum 'TOTAL' already, and a sum counts each thread once: "
-                             r"use that one \(or release it first\)"),
+                             r"use that handle"),
     "a hook raises": (["./libkernels.so:touch", "--map", "paper-4w", "--threads", "6",
                        "--acquire", "raising_hook:acquire"],
                       r"node n1: KernelError: kernel \./libkernels\.so:touch: thread 5 on node n1 returned "
@@ -924,6 +959,9 @@ def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
         run(lambda ctx: ctx.acquire("E", b"q"))
     with pytest.raises(KernelError, match=r"TypeError: ctx\.arg\(key\): expected a key as text, got 7 \(at "):
         run(lambda ctx: ctx.arg(7))
+    with pytest.raises(KernelError, match=r"ValueError: ctx\.acquire\(element, format\): expected the element's name as "
+                                          r"text UTF-8 can hold \(no lone surrogates\), got 'E\\ud800' \(at "):
+        run(lambda ctx: ctx.acquire("E\ud800", "q"))
     with pytest.raises(KernelError, match=r"TypeError: acquire\(\): incompatible function arguments\. .* \(at [^\n]*$"):
         run(lambda ctx: ctx.acquire(element="E", fmt="q"))  # the interpreter's own message, on one line
     with pytest.raises(KernelError, match=r"thread [01] on node here returned PATHS_EFAILED: the kernel's own failure: "

@@ -801,6 +801,13 @@ def test_paths_sbatch_prints_the_script(tmp_path):
     assert done.stdout.endswith("\nsrun --distribution=arbitrary --ntasks=5 ./prog 'a b'\n")
 
 
+def test_paths_sbatch_refuses_an_empty_policy_as_launch_does():
+    done = subprocess.run([sys.executable, "-m", "paths", "sbatch", "--threads", "2", "--policy", "", "--", "true"],
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("paths sbatch: unknown policy '': expected 'block'"), done.stderr
+
+
 def test_the_sbatch_script_places_the_ranks_by_a_policy_of_ones_own(run_batch_script, user_module):
     user_module("backwards", """
         def placement(cluster_map, n_threads):

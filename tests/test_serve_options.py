@@ -148,9 +148,12 @@ def test_a_bad_limit_is_one_line_and_exit_2(args, problem):
                                                  "No such file or directory"),
     *[(["--bind", "tcp://127.0.0.1:*", "--allow-remote", pattern],
        "paths serve: --allow-remote: expected a pattern of endpoints, tcp://HOST:PORT (or HOST:PORT), ipc://NAME or "
-       f"inproc://NAME, with * ? [...]; got {pattern!r}") for pattern in ("", "http://x:1", "tcp://10.1.2.*", "ipc://")],
+       f"inproc://NAME, with * ? [...]; got {pattern!r}")
+      for pattern in ("", "http://x:1", "tcp://10.1.2.*", "ipc://", "tcp://127.0.0.1:7001 ", "tcp://127.0.0.1:http",
+                      "127.0.0.1:99999")],
 ], ids=["a host name", "a missing trace folder", "an ipc path in no folder", "an empty pattern",
-        "a pattern of another scheme", "a pattern without a port", "an ipc pattern without a name"])
+        "a pattern of another scheme", "a pattern without a port", "an ipc pattern without a name",
+        "a pattern with a space", "a port by its service's name", "a port past 65535"])
 def test_a_bind_or_trace_folder_that_cannot_be_is_one_line_and_exit_2(args, problem):
     done = paths_serve(*args)
     assert (done.returncode, done.stderr, done.stdout) == (2, problem + "\n", "")

@@ -141,14 +141,15 @@ void load_in_child_first(const std::string &path, const py::object &timeout) {
                           std::to_string(WEXITSTATUS(child.status())));
 }
 
-// Whether the symbol at `address` is code (a variable called as a kernel would crash the node).
+// Whether the symbol at `address` may be code: not a variable, which called as a kernel would
+// crash the node (an assembler's label without a type may be code).
 bool names_a_function(void *address) {
     Dl_info info;
     void *found = nullptr;
     if (!dladdr1(address, &info, &found, RTLD_DL_SYMENT) || !found) return false;
     auto entry = static_cast<const ElfW(Sym) *>(found);
     unsigned char type = ELF64_ST_TYPE(entry->st_info);  // the same in ELF32
-    return type == STT_FUNC || type == STT_GNU_IFUNC;
+    return type == STT_FUNC || type == STT_GNU_IFUNC || type == STT_NOTYPE;
 }
 
 CKernel load_kernel(const std::string &path, const std::string &symbol, const py::object &timeout) {
@@ -331,7 +332,14 @@ private:
     static std::string text(const py::object &given, const char *call, const char *expected) {
         if (!py::isinstance<py::str>(given))
             throw py::type_error(std::string(call) + ": expected " + expected + " as text, got " + shown(given));
-        return given.cast<std::string>();
+        Py_ssize_t size = 0;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(given.ptr(), &size);
+        if (!utf8) {
+            PyErr_Clear();
+            throw py::value_error(std::string(call) + ": expected " + expected + " as text UTF-8 can hold (no lone "
+                                  "surrogates), got " + shown(given));
+        }
+        return std::string(utf8, static_cast<size_t>(size));
     }
 
     paths_kernel_ctx *c_;

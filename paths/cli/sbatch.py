@@ -45,7 +45,7 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
                  acquire: str | None = None, release: str | None = None) -> str:
     """The script's text; ValueError (MapError) for a map, policy, count or hook that cannot be."""
     cluster_map = open_map(map_name)
-    chosen = canonical_policy(policy) or cluster_map.policy
+    chosen = cluster_map.policy if policy is None else canonical_policy(policy)
     runtime = make_runtime(cluster_map, threads, sums=sums, policy=chosen, acquire=acquire, release=release)
     per_node = Counter(runtime.placements)
     variables = rank_variables(sums, acquire, release)

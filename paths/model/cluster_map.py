@@ -29,7 +29,7 @@ import yaml
 from .hostlist import MAX_HOSTS, expand_hostlist
 from .named_function import import_function
 from .placement import canonical_policy, resolve_policy
-from .shown import shown
+from .shown import cut, shown
 from .stage_kinds import kinds
 
 MAPS_DIR = Path(__file__).resolve().parents[2] / "maps"
@@ -168,7 +168,7 @@ def load_map(path: Union[str, os.PathLike]) -> ClusterMap:
         with os.fdopen(descriptor, "rb") as f:
             data = f.read(MAX_MAP_BYTES + 1)
     except OSError as error:
-        raise MapError(f"{path}: cannot read the cluster map: {error.strerror}") from None
+        raise MapError(f"{cut(os.fspath(path))}: cannot read the cluster map: {error.strerror}") from None
     if len(data) > MAX_MAP_BYTES:
         raise MapError(f"{path}: expected a cluster map of at most {MAX_MAP_BYTES} bytes, got more")
     try:

@@ -32,7 +32,8 @@ def import_function(name: str, what: str, hook: Optional[str] = None) -> Callabl
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise ValueError(f"{what} {shown(name)}: cannot import module {shown(module_name)} ({error})") from error
+        why = f"No module named {shown(error.name)}" if isinstance(error, ModuleNotFoundError) and error.name else error
+        raise ValueError(f"{what} {shown(name)}: cannot import module {shown(module_name)} ({why})") from error
     except Exception as error:  # the module's own code failed: say what it raised, and where
         raised = f"{type(error).__name__}: {error}" if isinstance(error, SyntaxError) else raised_where(error)
         raise ValueError(f"{what} {shown(name)}: importing module {shown(module_name)} raised {raised}") from error

@@ -31,6 +31,7 @@ from typing import Callable, Iterable, Optional, Union
 
 from .. import _native
 from ..model.named_function import import_function
+from ..model.shown import cut, shown
 
 BUILTIN_LIBRARY = Path(_native.__file__).resolve().parent / "libpaths_kernels.so"
 
@@ -100,32 +101,33 @@ def _load(name: str, timeout: Optional[float]) -> Kernel:
         builtin = BUILTINS[name]
         return Kernel(name, _native.load_kernel(str(BUILTIN_LIBRARY), builtin.symbol, timeout), builtin)
     file, colon, symbol = name.rpartition(":")
+    said = cut(name)  # as messages show it
     if not colon or not file or not symbol:
-        raise ValueError(f"unknown kernel {name!r}: expected {', '.join(BUILTINS)}, FILE.so:SYMBOL (a C kernel) "
+        raise ValueError(f"unknown kernel {shown(name)}: expected {', '.join(BUILTINS)}, FILE.so:SYMBOL (a C kernel) "
                          "or pkg.mod:func (a Python kernel)")
     if file.endswith(".so") or "/" in file:
         if not os.path.isfile(file):
-            raise ValueError(f"kernel {name}: {file} is a folder, not a shared library" if os.path.isdir(file)
-                             else f"kernel {name}: no file {file}")
+            raise ValueError(f"kernel {said}: {cut(file)} is a folder, not a shared library" if os.path.isdir(file)
+                             else f"kernel {said}: no file {cut(file)}")
         try:
             return Kernel(name, _native.load_kernel(os.path.abspath(file), symbol, timeout))
         except ValueError as e:
-            raise ValueError(f"kernel {name}: {e}") from None
+            raise ValueError(f"kernel {said}: {e}") from None
     function = import_function(name, "kernel")
     kind = next((kind for kind, test in _NOT_CALLED_THROUGH if test(function)), None)
     func = name.rpartition(":")[2]
     if kind:
-        raise ValueError(f"kernel {name}: {func} is {kind} (calling it runs none of its body): expected "
+        raise ValueError(f"kernel {said}: {func} is {kind} (calling it runs none of its body): expected "
                          f"def {func}(ctx) returning None or a status")
     if not _takes_one_argument(function):
-        raise ValueError(f"kernel {name}: {func} cannot be called with one argument, the thread's context: expected "
+        raise ValueError(f"kernel {said}: {func} cannot be called with one argument, the thread's context: expected "
                          f"def {func}(ctx) returning None or a status")
     return Kernel(name, function)
 
 
 def _takes_one_argument(function) -> bool:
     try:
-        inspect.signature(function).bind(None)
+        inspect.signature(function, follow_wrapped=False).bind(None)
     except TypeError:
         return False
     except ValueError:  # no signature to read (some built-ins): the call will say

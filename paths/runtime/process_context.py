@@ -116,7 +116,7 @@ class Runtime:
                              f"{first[1]}: an element has one format")
         if again:  # a second handle would count the thread twice, and leave another thread none
             raise ValueError(f"{call}: the thread holds a handle on the sum {element!r} already, and a sum counts "
-                             "each thread once: use that one (or release it first)")
+                             "each thread once: use that handle")
         hook = default_acquire if element == BARRIER_ELEMENT else self.acquire_hook
         try:
             path = hook(request)

@@ -46,6 +46,9 @@ def parse_size(text: str, what: str) -> int:
     return size
 
 
+_PORT_PATTERN = re.compile(r"[0-9*?\[\]!^-]+")  # a port's digits, and the wildcards that may stand for some
+
+
 def endpoint_pattern(pattern: str) -> str:
     """A pattern of endpoints a server may reach, as the endpoints it is matched against are
     written: a bare HOST:PORT is tcp://HOST:PORT, as a remote stage's bare host is. ValueError
@@ -55,8 +58,12 @@ def endpoint_pattern(pattern: str) -> str:
     whole = pattern if "://" in pattern else f"tcp://{pattern}"
     scheme, _, rest = whole.partition("://")
     host, colon, port = rest.rpartition(":")
-    if scheme == "tcp" and host and colon and port and "/" not in port and ";" not in rest or \
-            scheme in ("ipc", "inproc") and rest:
+    if not rest.isprintable() or " " in rest:
+        pass  # no endpoint holds a space or a control character
+    elif scheme == "tcp" and host and colon and ";" not in rest and _PORT_PATTERN.fullmatch(port) and \
+            (not port.isdigit() or 1 <= int(port) <= 65535):
+        return whole
+    elif scheme in ("ipc", "inproc") and rest:
         return whole
     raise ValueError(f"expected a pattern of endpoints, tcp://HOST:PORT (or HOST:PORT), ipc://NAME or inproc://NAME, "
                      f"with * ? [...]; got {shown(pattern)}")
