@@ -10,6 +10,7 @@ Every child process is reaped by the fixtures, whatever happens; every wait is b
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -82,6 +83,31 @@ def test_a_process_forked_from_one_that_used_remote_paths_builds_its_own(endpoin
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert parent.observe_range(0, 2, timeout=PATIENCE_S) == [(1,), (2,)]  # the parent's path works on
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc", "zmq"])
+def test_a_forked_child_cannot_use_its_parents_handle_nor_break_it(endpoint, transport):
+    """The child's copy of a handle is its parent's: a call on it is refused at once, and its
+    release (the child's exit) sends nothing, so the parent's link goes on whole."""
+    parent = build_path(remote_path(endpoint, f"INHERITED-{transport}", transport))
+    parent.move((1,))
+    pid = os.fork()
+    if pid == 0:  # exit status 0 when the move was refused and sent nothing
+        code = 1
+        try:
+            try:
+                parent.move((99,), timeout=5)
+            except ConnectionError:
+                code = 0
+            del parent
+            gc.collect()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    for value in range(2, 200):
+        parent.move((value,))
+    assert parent.observe_range(0, 199, timeout=PATIENCE_S) == [(v,) for v in range(1, 200)]
 
 
 # ---- Figure 1: two client processes, two threads each, one server ---------------------------

@@ -25,6 +25,7 @@
 
 #include "control_plane.h"
 #include "direct_channel.h"
+#include "forks.h"
 #include "pipeline.h"
 #include "server.h"
 #include "stage_base.h"
@@ -48,6 +49,7 @@ typedef struct connection {
     int held;               /* the pipelined requests kept were not sent again after a slice ended
                                (their caller's time was up): they are not on their way */
     int failed;             /* a status that broke the connection, 0 while it works */
+    unsigned forks;         /* ps_forks() when it was made: another count, and it is a parent's */
     unsigned char *request; /* the encoded request: a BUILD's path spec, or a frame of tuples */
     size_t capacity;        /* its bytes */
 } connection;
@@ -534,6 +536,11 @@ static void widen_for_range(remote_stage *r, connection *c, uint32_t count) {
 }
 
 static int remote_call(ps_link *link, ps_op *op) {
+    if (remote_of(link)->connections[link->slot].forks != ps_forks()) {
+        explain(remote_of(link), "this process did not make the handle", "a forked child inherits its parent's "
+                "connections, which stay the parent's: the child builds paths of its own");
+        return PS_EREMOTE;
+    }
     if (op->kind == PS_OP_MOVE && remote_of(link)->window > 1) return pipelined_move(link, op);
     if (ps_op_kinds[op->kind].shape & PS_OP_TUPLES_OUT) {
         if (range_refused(remote_of(link), op)) return PS_EINVAL;
@@ -634,6 +641,7 @@ static int remote_attach(ps_stage *stage, uint32_t slot) {
     c->request = malloc(c->capacity);
     if (!c->request) return PS_ENOMEM;
     c->channel = (ps_channel){.fd = -1};
+    c->forks = ps_forks();
     zmq_msg_init(&c->message);
     char link_endpoint[MAX_ENDPOINT];
     unsigned char secret[PS_WIRE_SECRET];
@@ -666,7 +674,8 @@ static void remote_detach(ps_stage *stage, uint32_t slot) {
     remote_stage *r = (remote_stage *)stage;
     connection *c = &r->connections[slot];
     if (!c->request) return; /* never attached, or detached already */
-    int open = c->socket || c->channel.fd >= 0;
+    /* A forked child's copy of its parent's connection only closes: the link is the parent's. */
+    int open = (c->socket || c->channel.fd >= 0) && c->forks == ps_forks();
     int rc = open && !c->failed ? resume(r, c) : PS_OK;
     if (rc == PS_OK && open && !c->failed) rc = drain(r, c, 0, 0, ps_deadline(RELEASE_WAIT_MS * 1000000LL));
     if (rc != PS_OK && !c->failed) { /* nobody is left to tell */
