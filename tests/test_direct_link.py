@@ -62,6 +62,7 @@ def test_a_direct_link_admits_only_the_connection_that_presents_its_secret(peer_
         intruder.send(frame)
         reply = intruder.answer()
         assert reply["status"] == PS_EINVAL and b"refused" in reply["payload"], reply
+        assert reply["handle_id"] == decode(frame)["handle_id"]  # the id it sent: none it did not know
         assert intruder.closed_by_server()
         intruder.close()
     refused = counters(process)
@@ -227,3 +228,22 @@ def test_a_signal_does_not_cut_short_the_wait_for_a_direct_connection(zmq_contex
         for connection in queued + [listener]:
             connection.close()
     assert time.monotonic() - started >= 1.5  # not before its timeout (2 s) was up
+
+
+def test_a_zmq_links_answers_to_a_stranger_tell_it_nothing_of_the_links_id(peer_server, zmq_context):
+    """Without CURVE, a ZeroMQ link serves any connection that names its id: the id is its client's
+    secret, so an answer to a frame naming another id (or none it can read) names that one."""
+    process, endpoint = peer_server
+    link_id, link_endpoint, _ = open_link(zmq_context, endpoint, "STRANGER", 0)
+    stranger = zmq_context.socket(zmq.DEALER)
+    stranger.linger = 0
+    stranger.connect(link_endpoint)
+    try:
+        for frame, named in ((encode(OBSERVE, request_id=1, handle_id=12345, value=10**9), 12345),
+                             (b"not a frame", 0)):
+            stranger.send(frame)
+            assert stranger.poll(10_000), "no answer"
+            reply = decode(stranger.recv(), answer=True)
+            assert (reply["status"], reply["handle_id"]) == (PS_EINVAL, named) and named != link_id, reply
+    finally:
+        stranger.close()

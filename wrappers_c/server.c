@@ -197,9 +197,9 @@ static size_t encode_answer(unsigned char *buf, size_t capacity, uint8_t op, int
 
 /* A link's answer frame, into w->answer: each says the element's axe point as the link's path
  * shows it, so that a client's caches stop serving copies of tuples an axe made elsewhere freed. */
-static size_t encode_link_answer(link_worker *w, uint8_t op, int status, uint64_t request_id, int64_t value,
-                                 const void *payload, size_t payload_length) {
-    ps_frame answer = {op, (uint16_t)status, request_id, w->id, ps_stage_axe_point(w->link->stage), value, payload,
+static size_t encode_link_answer(link_worker *w, uint8_t op, int status, uint64_t request_id, uint64_t handle_id,
+                                 int64_t value, const void *payload, size_t payload_length) {
+    ps_frame answer = {op, (uint16_t)status, request_id, handle_id, ps_stage_axe_point(w->link->stage), value, payload,
                        (uint32_t)payload_length};
     return ps_wire_encode(&answer, w->answer, ps_wire_link_frame_max(w->tuple_size));
 }
@@ -457,7 +457,10 @@ static int answer_request(link_worker *w, const ps_frame *request, int runnable,
             payload_length = strnlen(why, ANSWER_TEXT_MAX); /* within a frame: it holds 8 KiB of tuples at least */
         }
     }
-    size_t length = encode_link_answer(w, code, rc, request_id, value, payload, payload_length);
+    /* The answer names the link its request named: one to another link's id, or an unreadable
+     * frame, tells a stranger on this socket nothing of this link's id. */
+    size_t length = encode_link_answer(w, code, rc, request_id, request ? request->handle_id : 0, value, payload,
+                                       payload_length);
     /* The link's last use; then, before the answer, it may go: the client, told, may build again
      * at once, within its limits. */
     if (*released) atomic_store(&w->released, 1);
@@ -546,10 +549,10 @@ static int presents_secret(const link_worker *w, const ps_frame *frame) {
 }
 
 /* Answers a frame of a connection not admitted yet (a short wait: it may not be reading). */
-static void answer_connect(link_worker *w, ps_channel *c, const ps_frame *frame, int status, const char *text) {
+static void answer_connect(ps_channel *c, const ps_frame *frame, int status, const char *text) {
     unsigned char buf[PS_WIRE_HEADER + 128];
     size_t length = encode_answer(buf, sizeof buf, frame ? frame->op : 0, status, frame ? frame->request_id : 0,
-                                  w->id, 0, text, text ? strlen(text) : 0);
+                                  frame ? frame->handle_id : 0, 0, text, text ? strlen(text) : 0);
     ps_channel_send(c, buf, length, 0);
 }
 
@@ -560,7 +563,7 @@ static void refuse(link_worker *w, ps_channel *c, int received, const ps_frame *
     if (received == PS_OK || received == PS_EINVAL) {
         atomic_fetch_add(&s->frames, 1);
         atomic_fetch_add(&s->bad_frames, 1);
-        answer_connect(w, c, received == PS_OK ? frame : NULL, PS_EINVAL,
+        answer_connect(c, received == PS_OK ? frame : NULL, PS_EINVAL,
                        "refused: a direct connection first presents its link's id and secret (CONNECT)");
     }
     ps_channel_close(c);
@@ -596,7 +599,7 @@ static int admit(link_worker *w, ps_channel *client) {
             if (received == PS_ETIMEDOUT && ps_now_ns() < waiting[i].due) continue;
             if (received == PS_OK && presents_secret(w, &frame)) {
                 atomic_fetch_add(&s->frames, 1);
-                answer_connect(w, &waiting[i].channel, &frame, PS_OK, NULL);
+                answer_connect(&waiting[i].channel, &frame, PS_OK, NULL);
                 *client = waiting[i].channel;
                 admitted = 1;
             } else {
