@@ -1,14 +1,17 @@
 """A child process of a benchmark whose first line says `READY <endpoint>` (a `paths serve`, an
 anchor's echo end): started, read with a deadline, and always reaped, on success, error or
-Ctrl-C."""
+Ctrl-C; and told to stop (SIGTERM) when the benchmark ends any other way, even killed."""
 
 from __future__ import annotations
 
 import os
 import selectors
+import signal
 import subprocess
 import time
 from pathlib import Path
+
+from paths.experiments.parent_death import dies_with_me
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 30  # the longest a child may take to say READY
@@ -24,7 +27,8 @@ class ReadyChild:
     def __init__(self, argv: list[str], what: str):
         self.what = what
         try:
-            self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+            self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                                            preexec_fn=dies_with_me(signal.SIGTERM))
         except OSError as e:
             raise ChildError(f"{what}: cannot start {argv[0]}: {e.strerror}") from None
 

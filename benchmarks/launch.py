@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from paths.experiments.parent_death import processes
+from paths.experiments.parent_death import dies_with_me, processes
 
 from .core_ops import positive_int
 
@@ -84,7 +84,8 @@ def reaping_seconds(how: str) -> float:
     failing = "4" if how == "a rank fails" else "-1"
     run = subprocess.Popen([*PATHS, "--map", "paper-4w", "--threads", "6", "--", sys.executable, "-c", SLEEPER,
                             failing], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                           start_new_session=True, env={**os.environ, MARK: marker})
+                           start_new_session=True, env={**os.environ, MARK: marker},
+                           preexec_fn=dies_with_me(signal.SIGTERM))
     lines = LauncherLines(run)
     try:
         for _ in range(6):

@@ -25,6 +25,7 @@ report, 1 when a measurement could not run, 2 on bad arguments, 130 on Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,7 @@ import sys
 import paths
 from paths import build_path, make_path, stage
 from paths._native import bench
+from paths.experiments.parent_death import dies_with_me
 
 from . import anchors
 from .child_process import ROOT, ChildError, ReadyChild
@@ -93,7 +95,8 @@ def gsum_client(endpoint: str, proto: str, element: str, rounds: str) -> int:
 def remote_gsum_us(endpoint: str, proto: str, element: str, rounds: int) -> float:
     """Mean over the 2 client processes of the median microseconds per GSum round (thread 0)."""
     clients = [subprocess.Popen([sys.executable, "-m", "benchmarks.remote", "--gsum-client", endpoint, proto, element,
-                                 str(rounds)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                                 str(rounds)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                preexec_fn=dies_with_me(signal.SIGTERM))
                for _ in range(2)]
     try:
         outputs = [client.communicate(timeout=RUN_TIMEOUT_S) for client in clients]

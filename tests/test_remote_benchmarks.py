@@ -194,3 +194,22 @@ def test_other_benchmarks_refuse_bad_options_with_exit_2_before_measuring(module
     done = run(module, *args)
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
     assert words in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_benchmark_killed_leaves_no_server_child(probe):
+    """SIGTERM (or SIGKILL) to the benchmark alone, not its process group: its `paths serve`
+    child goes with it (parent-death signal), as on Ctrl-C."""
+    bench = subprocess.Popen([sys.executable, "-m", "benchmarks.remote", "--pairs", "100000", "--repeat", "5"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)  # the probe's env
+    try:
+        deadline = time.monotonic() + 60
+        while not set(probe.alive()) - {bench.pid} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set(probe.alive()) - {bench.pid}, "the server child never started"
+        time.sleep(3)  # past its READY: measuring
+        bench.terminate()
+        bench.wait(timeout=30)
+        assert probe.alive_within(5) == []
+    finally:
+        bench.kill()
+        bench.wait()
