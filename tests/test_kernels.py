@@ -962,6 +962,9 @@ def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
     with pytest.raises(KernelError, match=r"ValueError: ctx\.acquire\(element, format\): expected the element's name as "
                                           r"text UTF-8 can hold \(no lone surrogates\), got 'E\\ud800' \(at "):
         run(lambda ctx: ctx.acquire("E\ud800", "q"))
+    with pytest.raises(KernelError, match=r"ValueError: ctx\.acquire\(element, format\): expected a format without a NUL "
+                                          r"character, got 'q\\x00junk' \(at "):
+        run(lambda ctx: ctx.acquire("E", "q\x00junk"))
     with pytest.raises(KernelError, match=r"TypeError: acquire\(\): incompatible function arguments\. .* \(at [^\n]*$"):
         run(lambda ctx: ctx.acquire(element="E", fmt="q"))  # the interpreter's own message, on one line
     with pytest.raises(KernelError, match=r"thread [01] on node here returned PATHS_EFAILED: the kernel's own failure: "

@@ -339,6 +339,9 @@ private:
             throw py::value_error(std::string(call) + ": expected " + expected + " as text UTF-8 can hold (no lone "
                                   "surrogates), got " + shown(given));
         }
+        if (memchr(utf8, '\0', static_cast<size_t>(size))) /* C would read it only up to there */
+            throw py::value_error(std::string(call) + ": expected " + expected + " without a NUL character, got " +
+                                  shown(given));
         return std::string(utf8, static_cast<size_t>(size));
     }
 
