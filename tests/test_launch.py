@@ -513,6 +513,25 @@ def test_ctrl_c_that_python_would_lose_while_the_command_loads_still_stops_it(tm
     assert (run.returncode, run.stdout, run.stderr.splitlines()[-1:]) == (130, "", ["paths: interrupted"]), run
 
 
+def test_a_command_started_with_ctrl_c_ignored_keeps_ignoring_it_as_it_loads(tmp_path):
+    """A background job of a script starts with SIGINT ignored: a Ctrl-C to its process group as
+    the command's modules load stops it no more than one later would."""
+    program = tmp_path / "ignoring.py"
+    program.write_text(
+        "import importlib, os, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "from paths.cli.main import main\n"
+        "load = importlib.import_module\n"
+        "def loading(name, package=None):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return load(name, package)\n"
+        "importlib.import_module = loading\n"
+        "sys.exit(main(['config', '--cflags']))\n")
+    run = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=60)
+    assert (run.returncode, run.stderr) == (0, ""), run
+    assert "-I" in run.stdout
+
+
 @pytest.mark.parametrize("how", ["a rank fails", "timeout", "SIGINT", "SIGKILL", "SIGHUP to the group",
                                  "SIGKILL to the group", "SIGKILL to the node"])
 def test_what_a_rank_started_is_stopped_with_it(app, probe, how):

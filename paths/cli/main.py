@@ -23,6 +23,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 
 
@@ -34,15 +35,16 @@ def _ctrl_c_held() -> Iterator[None]:
     into an ImportError, or a dataclass's exec(), after which the interpreter ends by the signal
     even once the exception was handled."""
     heard = []
-    try:
-        previous = signal.signal(signal.SIGINT, lambda *_: heard.append(True))
-    except ValueError:  # not the main thread: signals are the main thread's to hear
-        yield
-        return
+    previous = signal.getsignal(signal.SIGINT)
+    # Ignored from the start (a background job) it stays so; and only the main thread hears signals.
+    holding = previous not in (signal.SIG_IGN, None) and threading.current_thread() is threading.main_thread()
+    if holding:
+        signal.signal(signal.SIGINT, lambda *_: heard.append(True))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if holding:
+            signal.signal(signal.SIGINT, previous)
     if heard:
         raise KeyboardInterrupt
 
