@@ -93,8 +93,8 @@ class RankOutput:
                 raise  # the reader went away (| head): exit 141
             except OSError as e:
                 self.failed = True
-                raise LaunchError(f"cannot write the ranks' output to standard {'output' if stream == 'out' else 'error'}"
-                                  f": {e.strerror}") from None
+                which = "output" if stream == "out" else "error"
+                raise LaunchError(f"cannot write the ranks' output to standard {which}: {e.strerror}") from None
             return
         try:
             if rank not in self.files:

@@ -305,7 +305,7 @@ class _Field:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 _Field(key_node, self.path, self.source).fail("merge keys (<<) are not supported: write the fields out")
             key = _Field(key_node, self.path, self.source).string("a name as key")
-            label = key if len(key) <= 40 else key[:37] + "..."
+            label = cut(key, 40)
             child = self._child(value_node, f"{self.path}.{label}" if self.path else label)
             if key in found:
                 child.fail(f"duplicate key (first at line {found[key].node.start_mark.line + 1})")

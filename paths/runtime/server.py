@@ -341,8 +341,8 @@ def serve_command(argv: list[str]) -> int:
                         help="let a client's path make this server connect to an endpoint that matches PATTERN "
                              "(repeatable): a shell pattern (* ? [...]) matched against the whole endpoint a remote "
                              "stage names (tcp://HOST:PORT, ipc://NAME, inproc://NAME; a bare HOST:PORT, in the "
-                             "pattern as in the stage, is tcp://HOST:PORT), e.g. 'tcp://10.1.2.*:7000'; a wildcard stays within one label of the host (between dots), "
-                             "the port, or one part of an ipc path. An endpoint with a source address of its own "
+                             "pattern as in the stage, is tcp://HOST:PORT), e.g. 'tcp://10.1.2.*:7000'; a wildcard "
+                             "stays within one label of the host (between dots), the port, or one part of an ipc path. An endpoint with a source address of its own "
                              "(tcp://A;B) never matches. Without it, a path with a remote stage to build here is "
                              "refused")
     parser.add_argument("--allow-kinds", metavar="KINDS", default="",

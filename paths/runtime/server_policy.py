@@ -58,12 +58,10 @@ def endpoint_pattern(pattern: str) -> str:
     whole = pattern if "://" in pattern else f"tcp://{pattern}"
     scheme, _, rest = whole.partition("://")
     host, colon, port = rest.rpartition(":")
-    if not rest.isprintable() or " " in rest:
-        pass  # no endpoint holds a space or a control character
-    elif scheme == "tcp" and host and colon and ";" not in rest and _PORT_PATTERN.fullmatch(port) and \
-            (not port.isdigit() or 1 <= int(port) <= 65535):
-        return whole
-    elif scheme in ("ipc", "inproc") and rest:
+    printable = rest.isprintable() and " " not in rest  # as every endpoint is
+    tcp = scheme == "tcp" and host and colon and ";" not in rest and _PORT_PATTERN.fullmatch(port) and \
+        (not port.isdigit() or 1 <= int(port) <= 65535)
+    if printable and (tcp or scheme in ("ipc", "inproc") and rest):
         return whole
     raise ValueError(f"expected a pattern of endpoints, tcp://HOST:PORT (or HOST:PORT), ipc://NAME or inproc://NAME, "
                      f"with * ? [...]; got {shown(pattern)}")
@@ -91,7 +89,7 @@ class ServerPolicy:
 
     allow_kinds: frozenset[str] = frozenset()  # kinds built besides the C built-in ones (Python kinds)
     allow_every_kind: bool = False  # every kind registered in this process (a run's node: the run's own code)
-    allow_remote: tuple[str, ...] = ()  # shell patterns of the endpoints a client's remote stage may reach (endpoint_pattern)
+    allow_remote: tuple[str, ...] = ()  # patterns of the endpoints a client's remote stage may reach (endpoint_pattern)
     memory_budget: int | None = None  # the bytes all clients' stages may hold: default_memory_budget()
     client_memory_budget: int | None = None  # the bytes one client's stages may hold: a quarter of the above
     builds_per_client: int = 8  # builds of one client run at once; more wait their turn
