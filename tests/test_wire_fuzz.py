@@ -240,6 +240,9 @@ BREAKING_SPECS = {
     "huge number": '{"version":1,"path":[["reduce-sum",{"num_threads":1e999}],["core",{"name":"x","format":"q"}]]}',
     "not UTF-8": b'{"version":1,"path":[["core",{"name":"\xff\xfe","format":"q"}]]}',
     "wrong version": '{"version":2,"path":[["core",{"name":"x","format":"q"}]]}',
+    "version true": '{"version":true,"path":[["core",{"name":"x","format":"q"}]]}',
+    "version 1.0": '{"version":1.0,"path":[["core",{"name":"x","format":"q"}]]}',
+    "unknown key": '{"version":1,"path":[["core",{"name":"x","format":"q"}]],"crosed":["a"]}',
 }
 
 

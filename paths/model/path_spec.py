@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from .shown import shown
+
 
 @dataclass(frozen=True)
 class StageSpec:
@@ -93,6 +95,7 @@ _SCALARS = (int, float, str)
 CROSSED_MAX = 64  # servers a path may go through, as a BUILD names them
 PATH_STAGES_MAX = 256  # stages of a path (a tree's deepest path has a few dozen)
 SERVER_ID_MAX = 64
+_DOCUMENT_KEYS = frozenset({"version", "path", "crossed", "through"})
 
 
 class _KeyTwice(ValueError):
@@ -139,8 +142,11 @@ def build_request_from_json(text: str | bytes) -> tuple[PathSpec, tuple[str, ...
         raise ValueError(f"path spec: {e}") from None
     except (ValueError, RecursionError) as e:
         raise ValueError(f"path spec: not JSON ({e})") from None
-    if not isinstance(document, dict) or document.get("version") != SPEC_VERSION:
+    version = document.get("version") if isinstance(document, dict) else None
+    if type(version) is not int or version != SPEC_VERSION:  # true and 1.0 equal 1 in Python, not here
         raise ValueError(f"path spec: expected an object with version {SPEC_VERSION}")
+    if unknown := sorted(set(document) - _DOCUMENT_KEYS):
+        raise ValueError(f"path spec: unknown key {shown(unknown[0])} (valid: {', '.join(sorted(_DOCUMENT_KEYS))})")
     stages = document.get("path")
     if not isinstance(stages, list) or not stages:
         raise ValueError("path spec: expected 'path': a non-empty list of [kind, {params}]")
