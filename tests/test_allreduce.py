@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import gc
 import random
+import select
 import socket
 import subprocess
 import sys
@@ -429,6 +430,46 @@ def test_a_hundred_hostile_connections_while_a_member_joins_change_nothing(group
     for r in range(1, 50):  # and the group goes on
         g.each(lambda rank, h: h.move((rank + r,), timeout=TIMEOUT_S))
         assert g.each(lambda rank, h: h.observe(timeout=TIMEOUT_S)) == [(2 * r + 1,)] * 2
+
+
+def test_connections_that_stall_over_and_over_do_not_keep_a_partner_out(group):
+    """Connections that send part of a CONNECT and stall, kept at 24 (each refused one made anew),
+    more than may present at once and than the listener's queue holds: member 1 still joins within
+    the group's 1 s, before any of them is due to be refused (it waits in no queue behind them: a
+    new connection takes the place of the one that has waited longest)."""
+    g = group(2, name="G-stall", format="q", timeout_ms=1000)
+    zero, one = g.build()
+    found = peer_request(g.servers[0].endpoint, "G-stall", 0)
+    secret, listens = found["payload"][:32], found["payload"][32:].decode()
+    host, port = listens[len("tcp://"):].rsplit(":", 1)
+    part = wire_frames.encode(wire_frames.CONNECT, secret, handle_id=1)[:20]
+    stop, held = threading.Event(), []
+
+    def stall():
+        while not stop.is_set():
+            for connection in select.select(held, [], [], 0.005)[0]:  # refused: closed by member 0
+                held.remove(connection)
+                connection.close()
+            while len(held) < 24 and not stop.is_set():
+                try:
+                    connection = socket.create_connection((host, int(port)), timeout=0.2)
+                    connection.sendall(part)
+                except OSError:
+                    break  # the listener's queue is full: look again
+                held.append(connection)
+
+    staller = threading.Thread(target=stall)
+    staller.start()
+    try:
+        time.sleep(0.3)  # they stall at member 0 before member 1 comes
+        assert g.each(lambda rank, h: (h.move((rank + 1,), timeout=TIMEOUT_S), h.observe(timeout=TIMEOUT_S))[1]) \
+            == [(3,), (3,)]
+    finally:
+        stop.set()
+        staller.join()
+        for connection in held:
+            connection.close()
+    assert zero.stage.counters()["refused"] >= 8, "member 0 refused the stalled connections it took"
 
 
 def test_a_root_with_more_partners_than_may_present_at_once_admits_them_all(group):

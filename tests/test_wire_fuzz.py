@@ -391,6 +391,32 @@ def test_thousands_of_hostile_frames_at_a_direct_link(peer_server, zmq_context, 
     assert grown < RSS_GROWTH_KB, f"server memory grew by {grown / 1024:.1f} MB"
 
 
+@pytest.mark.parametrize("transport", [TCP, IPC], ids=["tcp", "ipc"])
+def test_stalled_connections_do_not_keep_a_direct_links_client_out(peer_server, zmq_context, transport):
+    """As many connections as may present a secret at once, each stalled in its first frame: the
+    client that comes after them is still let in (the oldest makes room), and the stalled ones
+    are refused."""
+    process, endpoint = peer_server
+    link_id, link_endpoint, secret = open_link(zmq_context, endpoint, f"DIRECT-STALLED-{transport}", transport)
+    stalled = [Direct(link_endpoint) for _ in range(PENDING_MAX)]
+    for intruder in stalled:
+        intruder.send(encode(CONNECT, secret, handle_id=link_id)[:HEADER.size - 1])
+    time.sleep(0.1)  # the server has taken them all in
+    client = Direct(link_endpoint)
+    client.send(encode(CONNECT, secret, request_id=1, handle_id=link_id))
+    reply = client.answer()
+    assert reply is not None and reply["status"] == PS_OK, f"the client was kept out: {reply}"
+    client.send(encode(PING, request_id=2, handle_id=link_id))
+    assert client.answer()["status"] == PS_OK
+    for intruder in stalled:
+        assert intruder.closed_by_server()
+        intruder.close()
+    client.send(encode(RELEASE, request_id=3, handle_id=link_id))
+    assert client.answer()["status"] == PS_OK
+    client.close()
+    exact_round_trips(endpoint, f"DIRECT-STALLED-AFTER-{transport}")
+
+
 def test_another_peers_frames_on_a_zmq_link_do_not_stop_the_clients_pipeline(peer_server, zmq_context):
     """Anyone who reaches a ZeroMQ link's port may send it frames: each is refused as misaddressed,
     and the client's requests sent behind its earlier ones (status 1) and its streams go on as

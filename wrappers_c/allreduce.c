@@ -79,11 +79,6 @@ typedef struct partner {
     ps_channel attempt;     /* the connection to it under way (fd -1: none) */
 } partner;
 
-typedef struct pending {
-    ps_channel channel;
-    int64_t due;            /* refused if it has not presented the secret by then */
-} pending;
-
 typedef struct allreduce_stage {
     ps_stage base;
     char group[PS_GROUP_MAX + 1];
@@ -102,7 +97,7 @@ typedef struct allreduce_stage {
     int listener;           /* -1 when none (no partner of higher rank) or closed */
     int listed;
     unsigned char secret[PS_WIRE_SECRET];
-    pending waiting[PENDING_MAX];
+    ps_presenting waiting[PENDING_MAX]; /* refused if it has not presented the secret by its due */
     int waiting_count;
     int64_t join_due;       /* 0 until the first operation */
     int joined;
@@ -297,33 +292,40 @@ static partner *presented(allreduce_stage *a, const ps_frame *frame) {
     return missing_partner(a, frame->handle_id);
 }
 
-static void refuse(allreduce_stage *a, pending *p) {
+static void refuse(allreduce_stage *a, ps_presenting *p) {
     atomic_fetch_add(&a->refused, 1);
     ps_channel_close(&p->channel);
     *p = a->waiting[--a->waiting_count];
 }
 
-/* Admits the connections of partners of higher rank that have presented the secret; refuses
- * any other (wrong secret, no partner, silent for CONNECT_WAIT_MS), counted. Connections past
- * the PENDING_MAX presenting wait in the listener's queue for their turn. */
+/* A waiting connection that has presented the secret of a missing partner of higher rank is
+ * admitted; one that sent anything else, or nothing by its due time (or `now`: its place is
+ * wanted), is refused, counted; any other waits on. */
+static void judge(allreduce_stage *a, ps_presenting *p, int now) {
+    ps_frame frame;
+    int received = ps_channel_receive(&p->channel, 0, &frame); /* no wait: it is there or not */
+    if (received == PS_ETIMEDOUT && !now && ps_now_ns() < p->due) return;
+    partner *in = received == PS_OK ? presented(a, &frame) : NULL;
+    if (!in) {
+        refuse(a, p);
+        return;
+    }
+    in->channel = p->channel; /* with whatever came after the CONNECT */
+    *p = a->waiting[--a->waiting_count];
+}
+
+/* Takes the connections that came (at most PENDING_MAX a call; with PENDING_MAX waiting, a new
+ * one takes the place of the one that has waited longest, judged on what it sent by then), then
+ * judges those waiting. */
 static void admit(allreduce_stage *a) {
     ps_channel fresh;
-    while (a->listener >= 0 && a->waiting_count < PENDING_MAX &&
-           ps_channel_accept(a->listener, a->frame_max, SEND_WAIT_NS, &fresh) == PS_OK)
-        a->waiting[a->waiting_count++] = (pending){fresh, ps_now_ns() + CONNECT_WAIT_MS * MS};
-    for (int i = a->waiting_count - 1; i >= 0; i--) {
-        pending *p = &a->waiting[i];
-        ps_frame frame;
-        int received = ps_channel_receive(&p->channel, 0, &frame); /* no wait: it is there or not */
-        if (received == PS_ETIMEDOUT && ps_now_ns() < p->due) continue;
-        partner *in = received == PS_OK ? presented(a, &frame) : NULL;
-        if (!in) {
-            refuse(a, p);
-            continue;
-        }
-        in->channel = p->channel; /* with whatever came after the CONNECT */
-        *p = a->waiting[--a->waiting_count];
+    for (int taken = 0; a->listener >= 0 && taken < PENDING_MAX &&
+                        ps_channel_accept(a->listener, a->frame_max, SEND_WAIT_NS, &fresh) == PS_OK; taken++) {
+        if (a->waiting_count == PENDING_MAX)
+            judge(a, &a->waiting[ps_presenting_oldest(a->waiting, a->waiting_count)], 1);
+        a->waiting[a->waiting_count++] = (ps_presenting){fresh, ps_now_ns() + CONNECT_WAIT_MS * MS};
     }
+    for (int i = a->waiting_count - 1; i >= 0; i--) judge(a, &a->waiting[i], 0);
 }
 
 /* Stops listening: every partner is in. */
@@ -339,7 +341,7 @@ static void close_listener(allreduce_stage *a) {
 static void pause_for_peers(allreduce_stage *a) {
     struct pollfd items[1 + PENDING_MAX];
     int n = 0;
-    if (a->listener >= 0 && a->waiting_count < PENDING_MAX) items[n++] = (struct pollfd){a->listener, POLLIN, 0};
+    if (a->listener >= 0) items[n++] = (struct pollfd){a->listener, POLLIN, 0};
     for (int i = 0; i < a->waiting_count; i++) items[n++] = (struct pollfd){a->waiting[i].channel.fd, POLLIN, 0};
     poll(items, (nfds_t)n, JOIN_PAUSE_MS);
 }

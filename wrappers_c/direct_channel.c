@@ -391,3 +391,10 @@ void ps_channel_close(ps_channel *c) {
     free(c->out);
     *c = (ps_channel){.fd = -1};
 }
+
+int ps_presenting_oldest(const ps_presenting *waiting, int count) {
+    int at = 0;
+    for (int i = 1; i < count; i++)
+        if (waiting[i].due < waiting[at].due) at = i;
+    return at;
+}

@@ -99,6 +99,16 @@ int ps_channel_receive(ps_channel *c, int64_t deadline_ns, ps_frame *out);
 /* Closes the socket and frees the buffers; the channel can be connected again. */
 void ps_channel_close(ps_channel *c);
 
+/* A connection taken from a listener that must present a secret by `due` (ps_now_ns). */
+typedef struct ps_presenting {
+    ps_channel channel;
+    int64_t due;
+} ps_presenting;
+
+/* Of `count` (> 0) such connections, the one that has waited longest: when no more may wait, it
+ * makes room for a new one, so that connections that stall cannot keep a rightful one out. */
+int ps_presenting_oldest(const ps_presenting *waiting, int count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -569,19 +569,15 @@ static void refuse(link_worker *w, ps_channel *c, int received, const ps_frame *
     ps_channel_close(c);
 }
 
-typedef struct pending {
-    ps_channel channel;
-    int64_t due; /* refused if it has not presented the secret by then */
-} pending;
-
 /* Admits the link's client on a direct link: of the connections to the link's listener, the
  * first to present the secret, within CONNECT_WAIT_MS of connecting and PEER_SILENCE_MS of the
- * link's BUILD. Every other one is refused, and the listener is closed once the client is in
- * (the system refuses later ones). Returns 1 with *client connected; 0 when no client came in
+ * link's BUILD (of PENDING_MAX waiting at once, a new one takes the oldest's place). Every other
+ * one is refused, and the listener is closed once the client is in (the system refuses later
+ * ones). Returns 1 with *client connected; 0 when no client came in
  * time or the server stops. */
 static int admit(link_worker *w, ps_channel *client) {
     ps_server *s = w->server;
-    pending waiting[PENDING_MAX];
+    ps_presenting waiting[PENDING_MAX];
     int count = 0, admitted = 0;
     int64_t nobody_due = ps_now_ns() + PEER_SILENCE_MS * MS;
     size_t link_frame = ps_wire_link_frame_max(w->tuple_size);
@@ -610,8 +606,12 @@ static int admit(link_worker *w, ps_channel *client) {
         ps_channel fresh;
         if (!admitted && (items[0].revents & POLLIN) &&
             ps_channel_accept(w->listener, frame_max, SEND_WAIT_NS, &fresh) == PS_OK) {
-            if (count < PENDING_MAX) waiting[count++] = (pending){fresh, ps_now_ns() + CONNECT_WAIT_MS * MS};
-            else refuse(w, &fresh, PS_EREMOTE, NULL);
+            if (count == PENDING_MAX) { /* the longest waiting gives its place up */
+                int old = ps_presenting_oldest(waiting, count);
+                refuse(w, &waiting[old].channel, PS_EREMOTE, NULL);
+                waiting[old] = waiting[--count];
+            }
+            waiting[count++] = (ps_presenting){fresh, ps_now_ns() + CONNECT_WAIT_MS * MS};
         }
     }
     while (count) refuse(w, &waiting[--count].channel, PS_EREMOTE, NULL);
