@@ -765,3 +765,14 @@ def test_import_paths_reaches_every_public_name_and_module_by_its_dotted_name():
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines() == ["place default_acquire True main",
                                         "module 'paths.model' has no attribute 'no_such_module'"]
+
+
+def test_a_tuple_of_the_wrong_shape_is_refused_naming_the_call(space):
+    handle = build_path(make_path(stage("core", name="SHAPES", format="q")), pastset=space)
+    expected = "(format 'q'): expected a tuple of 1 value(s) (int), got 'abc' (required argument is not an integer)"
+    for call, name in [(handle.move, "move"), (handle.exchange, "exchange"),
+                       (lambda t: handle.move_many([t]), "move_many (tuple 0)")]:
+        with pytest.raises(TypeError) as raised:
+            call("abc")
+        assert str(raised.value) == f"thread 0 {name} {expected}"
+    assert space.enter("SHAPES", "q").last() == 0

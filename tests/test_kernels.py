@@ -10,6 +10,7 @@ The C sources are tests/c/kernels.c (small kernels, each checking one thing), te
 
 import contextlib
 import csv
+import math
 import os
 import platform
 import re
@@ -515,6 +516,26 @@ def test_a_python_kernel_wrapped_by_a_decorator_is_taken_by_what_it_is_called_wi
     """)
     done = paths_run("wrapped_kernel:kernel", "--threads", "1", "--repeat", "1", cwd=built)
     assert done.returncode == 0, done.stderr
+
+
+def test_columns_whose_sum_passes_the_largest_float_or_holds_both_infinities_are_averaged(built, probe, user_module,
+                                                                                         tmp_path):
+    """A column's average over threads and over repeats: the mean of values whose sum overflows,
+    and nan for +inf with -inf (as for a nan reported), not an exception."""
+    user_module("extreme_kernel", """
+        def kernel(ctx):
+            ctx.report("big", 1e308)
+            ctx.report("both", float("inf") if ctx.thread else float("-inf"))
+    """)
+    table = tmp_path / "extreme.csv"
+    done = paths_run("extreme_kernel:kernel", "--threads", "2", "--repeat", "2", "--csv", str(table), cwd=built)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    rows = csv_rows(table)
+    assert len(rows) == 2
+    for row in rows:  # a run's mean over its threads, then min, avg and max over the repeats (nan: empty)
+        assert float(row["big"]) == 1e308 and math.isnan(float(row["both"]))
+        assert [float(row[f"big:{s}"]) for s in ("min", "avg", "max")] == [1e308] * 3
+        assert [row[f"both:{s}"] for s in ("min", "avg", "max")] == [""] * 3
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the kernel is an x86-64 assembler label")

@@ -449,6 +449,29 @@ def test_nothing_of_the_run_is_left_after_the_launcher_is_interrupted_or_killed(
     assert probe.alive() == []
 
 
+def test_a_second_ctrl_c_while_the_run_stops_kills_what_is_left_at_once(tmp_path, probe):
+    """Ctrl-C, and again while the nodes stop ranks that ignore SIGTERM and SIGINT (a node kills
+    them a second after its SIGTERM): the launcher then kills the nodes and the ranks' process
+    groups itself, so that nothing of the run is there once it has exited, 130 in one line."""
+    stubborn = tmp_path / "stubborn.py"
+    stubborn.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                        "signal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(60)\n")
+    run = subprocess.Popen([sys.executable, "-m", "paths", "launch", "--map", "paper-4w", "--threads", "4", "--",
+                            sys.executable, str(stubborn)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    try:
+        assert [run.stdout.readline().split()[-1] for _ in range(4)] == ["up"] * 4
+        os.killpg(run.pid, signal.SIGINT)
+        time.sleep(0.1)
+        os.killpg(run.pid, signal.SIGINT)
+        out, err = run.communicate(timeout=30)
+        assert processes_with(str(stubborn)) == [], "ranks outlived the launcher"
+    finally:
+        end_run(run, str(stubborn))
+    assert (run.returncode, err) == (130, "paths: interrupted\n"), err
+    assert probe.alive_within(REAPED_WITHIN) == []
+
+
 @pytest.mark.parametrize("command", ["launch", "run"])
 def test_ctrl_c_while_the_nodes_start_says_one_line(app, probe, command):
     """Ctrl-C (SIGINT to the whole process group, local nodes included) as the node processes

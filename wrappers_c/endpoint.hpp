@@ -36,18 +36,19 @@ class Endpoint : public Backend {
 public:
     template <class... Args>
     Endpoint(const std::string &format, std::string label, Args &&...args)
-        : Backend(std::forward<Args>(args)...), codec_(format), label_(std::move(label)) {}
+        : Backend(std::forward<Args>(args)...), codec_(format), label_(std::move(label)), move_call_(label_ + " move"),
+          exchange_call_(label_ + " exchange") {}
 
     const std::string &format() const { return codec_.format(); }
     const std::string &label() const { return label_; }
     const TupleCodec &codec() const { return codec_; }
 
     void move(const py::handle &t, const py::object &timeout) {
-        py::bytes packed = codec_.pack(t, label_);
+        py::bytes packed = codec_.pack(t, move_call_);
         ps_op op = operation(PS_OP_MOVE);
         op.in = PyBytes_AS_STRING(packed.ptr());
         int rc = waiting(op, timeout);
-        if (rc != PS_OK) fail(rc, label_ + " move");
+        if (rc != PS_OK) fail(rc, move_call_);
     }
 
     // What the stages hold back (a batch's buffered moves) goes down; paths.fence also waits until
@@ -138,7 +139,7 @@ public:
 
     // A move of t, then an observe, as one operation (through a remote stage: one round trip).
     py::object exchange(const py::handle &t, const py::object &timeout) {
-        py::bytes packed = codec_.pack(t, label_);
+        py::bytes packed = codec_.pack(t, exchange_call_);
         TupleBuffer buffer(codec_.size());
         ps_op op = operation(PS_OP_EXCHANGE);
         op.in = PyBytes_AS_STRING(packed.ptr());
@@ -149,7 +150,7 @@ public:
             if (op.kind == PS_OP_EXCHANGE && op.done) op.kind = PS_OP_OBSERVE;  // what is left of it
             return status;
         }, timeout);
-        if (rc != PS_OK) fail(rc, label_ + (op.kind == PS_OP_OBSERVE ? " exchange (moved; its observe)" : " exchange"));
+        if (rc != PS_OK) fail(rc, op.kind == PS_OP_OBSERVE ? exchange_call_ + " (moved; its observe)" : exchange_call_);
         return codec_.unpack(buffer.data());
     }
 
@@ -231,6 +232,7 @@ private:
 
     TupleCodec codec_;
     std::string label_;
+    std::string move_call_, exchange_call_;  // how a message names these calls, made once
 };
 
 template <class T, class... Options>

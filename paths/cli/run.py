@@ -25,15 +25,14 @@ import dataclasses
 import glob
 import math
 import os
-import statistics
 import sys
 import warnings
 from dataclasses import dataclass, field
 
 from .. import _native
 from ..model.cluster_map import MAX_FANIN, TREE_FORMS, ClusterMap, MapError, open_map
-from ..experiments.experiment import (Measurement, RunReport, RunSettings, checked_kernel, plans_for, run_experiment,
-                                      trace_prefix)
+from ..experiments.experiment import (Measurement, RunReport, RunSettings, checked_kernel, mean, plans_for,
+                                      run_experiment, trace_prefix)
 from ..runtime.kernel import load_kernel, parse_kernel_args
 from ..experiments.launcher import LaunchError
 from ..experiments.parent_death import adopt_orphans
@@ -334,7 +333,7 @@ def _stats(measurements: list[Measurement], column: str) -> tuple[float, float, 
     values = [m.columns[column] for m in measurements if column in m.columns]
     if not values:
         return math.nan, math.nan, math.nan
-    return min(values), statistics.fmean(values), max(values)
+    return min(values), mean(values), max(values)
 
 
 def _numbers(values: list[float]) -> list[str]:

@@ -167,6 +167,17 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
     return report
 
 
+def mean(values: list[float]) -> float:
+    """The mean of reported values, exact where fsum is; inf or nan where the values hold them, and
+    the mean of values whose sum passes the largest float, never an exception."""
+    try:
+        return math.fsum(values) / len(values)
+    except OverflowError:  # their sum passes the largest float; their mean does not
+        return math.fsum(v / len(values) for v in values)
+    except ValueError:  # inf and -inf among them
+        return math.nan
+
+
 def _measurement(kernel: Kernel, threads: int, repeat: int, nodes: int, answers: dict) -> Measurement:
     """The run's columns: each the mean over the threads that reported it, in the order of the
     threads and of their reports."""
@@ -174,6 +185,6 @@ def _measurement(kernel: Kernel, threads: int, repeat: int, nodes: int, answers:
     for thread, reports in sorted((int(t), r) for answer in answers.values() for t, r in answer["reports"].items()):
         for name, value in reports:
             reported.setdefault(name, []).append(value)
-    columns = {name: math.fsum(values) / len(values) for name, values in reported.items()}
+    columns = {name: mean(values) for name, values in reported.items()}
     value = next(iter(columns.values()), math.nan)
     return Measurement(kernel.name, threads, repeat, nodes, value, columns)

@@ -269,6 +269,16 @@ def _answer(name: str, line: str) -> dict:
     return answer
 
 
+def _kill_groups(nodes: list[_Node]) -> None:
+    """SIGKILL to the process groups of the nodes' ranks and of the local nodes themselves."""
+    groups = {group for node in nodes for group in node.rank_groups}
+    for group in groups | {node.process.pid for node in nodes if node.command.local}:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 class NodeProcesses:
     """The running nodes of one map run; use as a context manager so they are always reaped."""
 
@@ -398,25 +408,30 @@ class NodeProcesses:
         """Stop and reap every node. Graceful (after a run that went well): each node is asked to
         quit and finishes what it holds. Otherwise (an error, Ctrl-C) nodes may be busy in a
         kernel that waits for a node that is gone, so each is terminated at once. Either way the
-        nodes are stopped together, and one still there after QUIT_SECONDS is killed."""
+        nodes are stopped together, and one still there after QUIT_SECONDS is killed. A Ctrl-C
+        meanwhile kills them all at once, their ranks' process groups too, and is raised."""
         nodes = list(self.nodes.values())
-        for node in nodes:
-            if graceful:
-                node.ask_to_quit()
-            elif node.process.poll() is None:
-                node.process.terminate()
-        deadline = time.monotonic() + QUIT_SECONDS
-        self._last_output(nodes, deadline)
-        for node in nodes:
-            node.reap(deadline)
+        try:
+            for node in nodes:
+                if graceful:
+                    node.ask_to_quit()
+                elif node.process.poll() is None:
+                    node.process.terminate()
+            deadline = time.monotonic() + QUIT_SECONDS
+            self._last_output(nodes, deadline)
+            for node in nodes:
+                node.reap(deadline)
+        except KeyboardInterrupt:
+            for node in nodes:
+                node.process.kill()
+            _kill_groups(nodes)
+            for node in nodes:
+                node.process.wait()
+            self.nodes.clear()
+            raise
         # What a rank, or a kernel in a local node (its process group's), started is left only
         # when its node was killed (SIGKILL): it goes now.
-        groups = {group for node in nodes for group in node.rank_groups}
-        for group in groups | {node.process.pid for node in nodes if node.command.local}:
-            try:
-                os.killpg(group, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _kill_groups(nodes)
         if adopts_orphans():  # the command's: what a killed node's daemons left it goes too
             Orphans(self.others).stop(STOP_SECONDS)
         end_open_lines()  # a line a node or rank did not end, before this process says more
