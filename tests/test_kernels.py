@@ -538,6 +538,39 @@ def test_columns_whose_sum_passes_the_largest_float_or_holds_both_infinities_are
         assert [row[f"both:{s}"] for s in ("min", "avg", "max")] == [""] * 3
 
 
+def test_a_node_that_does_not_end_well_after_the_run_fails_it_and_keeps_the_results(built, probe, user_module,
+                                                                                   tmp_path):
+    """What a kernel left to run as its node exits (here an atexit that aborts) kills the node
+    after the run: the run fails (exit 1) naming the node and how it ended, and keeps its row."""
+    user_module("aborts_at_exit", """
+        import atexit
+        import os
+
+        def kernel(ctx):
+            if ctx.thread == 0:
+                atexit.register(os.abort)
+            ctx.report("ran", 1.0)
+    """)
+    table = tmp_path / "kept.csv"
+    done = paths_run("aborts_at_exit:kernel", "--map", "paper-4w", "--threads", "2", "--repeat", "1", "--csv",
+                     str(table), cwd=built)
+    assert done.returncode == 1, done.stderr
+    assert "paths run: after the run, as the nodes quit: node n0 killed by SIGABRT\n" in done.stderr
+    assert [row["ran"] for row in csv_rows(table)] == ["1"]
+
+
+def test_paths_init_in_a_kernel_is_refused_and_fails_its_thread(built, probe):
+    """A kernel's process runs PATHS already: paths_init there is refused (every thread at once),
+    and the run fails in one line of its own, not in the node's end."""
+    done = paths_run("./libkernels.so:init_in_kernel", "--map", "local", "--threads", "2", "--repeat", "1", cwd=built)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines.count("[localhost] paths_init: called where kernels run: a kernel has its run's context already "
+                       "(paths_acquire(c, ...)); paths_init starts a program of its own") == 2, done.stderr
+    assert re.search(r"thread [01] on node localhost returned PATHS_EINVAL", done.stderr), done.stderr
+    assert "Fatal" not in done.stderr and "Traceback" not in done.stderr
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the kernel is an x86-64 assembler label")
 def test_a_c_kernel_written_as_an_assembler_label_without_a_type_runs(tmp_path, probe):
     """A label without .type is STT_NOTYPE: it may be code, so it is not refused as a variable."""

@@ -7,12 +7,17 @@
 
 #include "kernel_context.h"
 
+static _Atomic int live_runs; /* runs made and not freed yet */
+
+int ps_kernel_runs_here(void) { return atomic_load(&live_runs); }
+
 ps_kernel_run *ps_kernel_run_new(int local, const int *thread_ids, int threads, const char *node,
                                  int spans_processes, const ps_kernel_hooks *hooks) {
     if (local < 1 || threads < local || !thread_ids || !node || !hooks || !hooks->acquire || !hooks->release)
         return NULL;
     ps_kernel_run *run = calloc(1, sizeof *run);
     if (!run) return NULL;
+    atomic_fetch_add(&live_runs, 1);
     run->threads = threads;
     run->local = local;
     run->spans_processes = spans_processes;
@@ -190,4 +195,5 @@ void ps_kernel_run_free(ps_kernel_run *run) {
     free(run->contexts);
     free(run->node);
     free(run);
+    atomic_fetch_sub(&live_runs, 1);
 }

@@ -39,6 +39,10 @@ typedef struct ps_kernel_hooks {
 
 typedef struct ps_kernel_run ps_kernel_run;
 
+/* How many runs this process holds now (made and not freed): a process that runs kernels does
+ * not start PATHS again (paths_init refuses). */
+int ps_kernel_runs_here(void);
+
 /* A run of `threads` threads in all, of which the `local` ones with global indices thread_ids[]
  * run here, on `node`. With spans_processes, other processes run the other threads, and
  * paths_barrier goes through the sum element PS_BARRIER_ELEMENT; otherwise it stays in memory.

@@ -12,6 +12,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "kernel_run.h"
 #include "paths.h"
 
+static _Atomic int entered;    /* paths_init was called (and its arguments were those of main) */
 static int initialized;
 static int started_python;     /* paths_init started the interpreter: paths_finalize ends it */
 static int ended_python;       /* ... and ended it: it cannot start again (its modules would not) */
@@ -168,13 +170,18 @@ static void finalize_at_exit(int status, void *unused) {
 }
 
 int paths_init(int *argc, char ***argv) {
-    if (initialized || ended_python) {
-        fprintf(stderr, "paths_init: called %s: a process starts PATHS once (as MPI_Init)\n",
-                initialized ? "twice" : "again after paths_finalize or a failed paths_init");
-        return PATHS_EINVAL;
-    }
     if (!argc || !argv || *argc < 1 || !*argv) {
         fprintf(stderr, "paths_init: expected &argc and &argv of main\n");
+        return PATHS_EINVAL;
+    }
+    if (ps_kernel_runs_here()) {
+        fprintf(stderr, "paths_init: called where kernels run: a kernel has its run's context already "
+                        "(paths_acquire(c, ...)); paths_init starts a program of its own\n");
+        return PATHS_EINVAL;
+    }
+    if (atomic_exchange(&entered, 1)) {
+        fprintf(stderr, "paths_init: called %s: a process starts PATHS once (as MPI_Init)\n",
+                initialized || !ended_python ? "twice" : "again after paths_finalize or a failed paths_init");
         return PATHS_EINVAL;
     }
     char site_dir[PATH_MAX];

@@ -233,19 +233,23 @@ class _Node:
         except (BrokenPipeError, OSError, ValueError):
             pass
 
-    def reap(self, deadline: float) -> None:
-        """Wait for the node until `deadline` (time.monotonic), then kill it; always reaped."""
+    def reap(self, deadline: float) -> str:
+        """Wait for the node until `deadline` (time.monotonic), then kill it; always reaped. How it
+        ended, unless it exited 0: 'exit 3', 'killed by SIGABRT', or that it did not end in time."""
+        ended = ""
         try:
             self.process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+            ended = f"did not end within {QUIT_SECONDS:g} s: killed"
         self.pass_on_errors(ended=True)
         for stream in (self.process.stdin, self.process.stdout, self.errors, self._unread_errors):
             try:
                 stream.close()
             except (BrokenPipeError, OSError, ValueError):
                 pass
+        return ended or (exit_reason(self.process.returncode) if self.process.returncode else "")
 
 
 def _event(line: str) -> dict:
@@ -409,7 +413,9 @@ class NodeProcesses:
         quit and finishes what it holds. Otherwise (an error, Ctrl-C) nodes may be busy in a
         kernel that waits for a node that is gone, so each is terminated at once. Either way the
         nodes are stopped together, and one still there after QUIT_SECONDS is killed. A Ctrl-C
-        meanwhile kills them all at once, their ranks' process groups too, and is raised."""
+        meanwhile kills them all at once, their ranks' process groups too, and is raised. After a
+        graceful stop, a node that did not exit 0 (its kernel library aborted as it exited, say)
+        fails the run: LaunchError, once every node is reaped."""
         nodes = list(self.nodes.values())
         try:
             for node in nodes:
@@ -419,8 +425,7 @@ class NodeProcesses:
                     node.process.terminate()
             deadline = time.monotonic() + QUIT_SECONDS
             self._last_output(nodes, deadline)
-            for node in nodes:
-                node.reap(deadline)
+            ended = {node.name: node.reap(deadline) for node in nodes}
         except KeyboardInterrupt:
             for node in nodes:
                 node.process.kill()
@@ -436,3 +441,6 @@ class NodeProcesses:
             Orphans(self.others).stop(STOP_SECONDS)
         end_open_lines()  # a line a node or rank did not end, before this process says more
         self.nodes.clear()
+        failed = [f"node {name} {how}" for name, how in ended.items() if how]
+        if graceful and failed:
+            raise LaunchError(f"after the run, as the nodes quit: {'; '.join(failed)}")

@@ -273,3 +273,11 @@ int release_sends(paths_kernel_ctx *c) {
     paths_report(c, "seen", rc == PATHS_OK ? (double)seen : -1.0);
     return PATHS_OK;
 }
+
+/* Calls paths_init, which a kernel must not: the process runs kernels, and started PATHS long ago. */
+int init_in_kernel(paths_kernel_ctx *c) {
+    (void)c;
+    int argc = 1;
+    char *args[] = {"kernel", NULL}, **argv = args;
+    return paths_init(&argc, &argv);
+}
