@@ -8,6 +8,7 @@ Modules are found as `python -m` finds them: on sys.path, and in the current fol
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -19,6 +20,7 @@ from .shown import shown
 DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*")
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # paths/
 HOOK_MARK = "__paths_hook__"  # "acquire" or "release": what kind of hook a function was marked as
+HOOK_SHAPES = {"acquire": "(request)", "release": "(request, handle)"}  # what each kind is called with
 
 
 def import_function(name: str, what: str, hook: Optional[str] = None) -> Callable:
@@ -43,7 +45,22 @@ def import_function(name: str, what: str, hook: Optional[str] = None) -> Callabl
     if hook is not None and getattr(func, HOOK_MARK, None) != hook:
         raise ValueError(f"{what} {shown(name)}: {func.__qualname__} is not marked as one: decorate it with "
                          f"@paths.{hook}_hook")
+    if hook is not None and not takes_arguments(func, HOOK_SHAPES[hook].count(",") + 1):
+        raise ValueError(f"{what} {shown(name)}: {func.__qualname__} cannot be called as the hook it is marked as: "
+                         f"expected def {func_name}{HOOK_SHAPES[hook]}")
     return func
+
+
+def takes_arguments(function: Callable, count: int) -> bool:
+    """Whether function(...) can take `count` positional arguments (judged by its own signature,
+    not that of a function it wraps); True when it has none to read (some built-ins)."""
+    try:
+        inspect.signature(function, follow_wrapped=False).bind(*[None] * count)
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
 
 
 def raised_where(error: BaseException, trace=None) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from .. import _native
-from ..model.named_function import import_function
+from ..model.named_function import import_function, takes_arguments
 from ..model.shown import cut, shown
 
 BUILTIN_LIBRARY = Path(_native.__file__).resolve().parent / "libpaths_kernels.so"
@@ -119,20 +119,10 @@ def _load(name: str, timeout: Optional[float]) -> Kernel:
     if kind:
         raise ValueError(f"kernel {said}: {func} is {kind} (calling it runs none of its body): expected "
                          f"def {func}(ctx) returning None or a status")
-    if not _takes_one_argument(function):
+    if not takes_arguments(function, 1):
         raise ValueError(f"kernel {said}: {func} cannot be called with one argument, the thread's context: expected "
                          f"def {func}(ctx) returning None or a status")
     return Kernel(name, function)
-
-
-def _takes_one_argument(function) -> bool:
-    try:
-        inspect.signature(function, follow_wrapped=False).bind(None)
-    except TypeError:
-        return False
-    except ValueError:  # no signature to read (some built-ins): the call will say
-        return True
-    return True
 
 
 # Functions whose call returns a generator or coroutine, running none of their body.
