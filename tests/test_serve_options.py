@@ -132,7 +132,9 @@ def test_insecure_warns_and_serves():
                                         "64 builds at once in all), got 64"),
     (["--memory-budget", "9" * 5000], "paths serve: --memory-budget: expected a size such as 268435456, 256M or 2G, "
                                       "got '" + "9" * 80 + "'"),
-], ids=["size", "zero size", "links", "builds", "5000 digits"])
+    (["--memory-budget", "1G", "--client-memory-budget", "2G"], "paths serve: --client-memory-budget: expected at "
+                                                                 "most the server's --memory-budget (1G), got 2G"),
+], ids=["size", "zero size", "links", "builds", "5000 digits", "a client's above the server's"])
 def test_a_bad_limit_is_one_line_and_exit_2(args, problem):
     done = paths_serve("--bind", "tcp://127.0.0.1:*", *args)
     assert (done.returncode, done.stderr, done.stdout) == (2, problem + "\n", "")

@@ -480,6 +480,20 @@ def test_each_newcomer_finds_a_link_while_any_is_free():
         assert held[-1].observe(timeout=5) == (3,)
 
 
+def test_a_client_held_to_the_default_cap_is_told_where_it_comes_from():
+    """Without --max-links-per-client a client may hold half of the links the server can hold:
+    the refusal says so, not only the option, which was not given."""
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=ServerPolicy(max_links=12)).start() as server:
+        path = path_to(from_host(server.endpoint, "127.0.0.2"), element="L")
+        space = paths.PastSet()
+        held = [build_path(path, pastset=space) for _ in range(6)]
+        with pytest.raises(ValueError, match=r"client 127\.0\.0\.2 holds 6 links and has 0 more on the way: at most 6 "
+                                             r"per client \(by default half of the 12 links this server can hold, at "
+                                             r"most 256; paths serve --max-links-per-client\)"):
+            build_path(path, pastset=space)
+        del held
+
+
 def test_connections_that_never_greet_are_closed_within_seconds(children):
     """TCP connections to the server's endpoint that send nothing hold a descriptor each: the
     server closes them once its handshake interval (3 s) passes, not ZeroMQ's default 30 s, so that

@@ -446,9 +446,12 @@ def test_another_peers_frames_on_a_zmq_link_do_not_stop_the_clients_pipeline(pee
 
 
 @pytest.mark.parametrize("frame", [encode(PING, b"x"), encode(PING, status=5), encode(PEER, b"g\0h", argument=1),
-                                   encode(BUILD, b"{}", status=BEHIND)],
+                                   encode(BUILD, b"{}", status=BEHIND),
+                                   encode(BUILD, b'{"version":1,"path":[["core",{"name":"x","format":"q"}]]}',
+                                          handle_id=5),
+                                   encode(PING, handle_id=5)],
                          ids=["PING with a payload", "PING with a status", "PEER of a group with a NUL",
-                              "BUILD sent behind"])
+                              "BUILD sent behind", "BUILD naming a link", "PING naming a link"])
 def test_the_main_endpoint_refuses_what_a_link_refuses_too(peer_server, zmq_context, frame):
     _, endpoint = peer_server
     main = dealer(zmq_context, endpoint)

@@ -780,7 +780,7 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
         ps_frame request;
         int whole = receive_request(s->main_socket, &routing_id, &frame) == 0;
         int valid = whole && ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0 &&
-                    request.status == 0; /* requests here are never sent behind others */
+                    request.status == 0 && request.handle_id == 0; /* never sent behind others; no link's */
         int found = 0;
         if (valid && request.op == PS_WIRE_BUILD && request.payload_length > 0 &&
             request.payload_length <= PS_SPEC_MAX && request.argument >= 0 && request.argument < PS_TRANSPORT_LIMIT &&
@@ -802,7 +802,7 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
         } else if (whole) {
             atomic_fetch_add(&s->bad_frames, 1);
             answer_main(s, &routing_id, valid ? request.op : 0, PS_EINVAL, valid ? request.request_id : 0, 0,
-                        "malformed or misaddressed frame: the main endpoint takes BUILD, PING and PEER");
+                        "malformed or misaddressed frame: the main endpoint takes BUILD, PING and PEER, with handle_id 0");
         } else {
             atomic_fetch_add(&s->bad_frames, 1);
         }

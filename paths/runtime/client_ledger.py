@@ -60,8 +60,11 @@ class ClientLedger:
             coming = account.running + len(account.waiting)
             try:
                 if len(account.links) + coming >= limits.links_per_client:
+                    why = ("" if policy.links_per_client else f"by default half of the {limits.max_links} links this "
+                           "server can hold, at most 256; ")
                     raise Refused(f"client {client} holds {len(account.links)} links and has {coming} more on the way: "
-                                  f"at most {limits.links_per_client} per client (paths serve --max-links-per-client)")
+                                  f"at most {limits.links_per_client} per client ({why}paths serve "
+                                  "--max-links-per-client)")
                 share = self._share(account)
                 if policy.fair_share and len(account.links) + coming >= share:
                     raise Refused(f"client {client} holds {len(account.links)} links and has {coming} more on the way: "

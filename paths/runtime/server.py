@@ -353,9 +353,10 @@ def serve_command(argv: list[str]) -> int:
                              "checked before creating it), e.g. 512M or 2G; default: a quarter of this machine's "
                              "memory, at most 2G")
     parser.add_argument("--client-memory-budget", metavar="SIZE",
-                        help="the same for one client; default: a quarter of --memory-budget")
+                        help="the same for one client, at most --memory-budget; default: a quarter of it")
     parser.add_argument("--max-links-per-client", metavar="N", type=int,
-                        help="the links one client may hold (direct ones too); default 256. Whatever this is, a "
+                        help="the links one client may hold (direct ones too); default 256, or half of the links "
+                             "this server can hold when that is fewer. Whatever this is, a "
                              "client holds at most half of the links the other clients leave (the file descriptors "
                              "of this process bound them all), so that another client is always served")
     parser.add_argument("--max-builds-per-client", metavar="N", type=int, default=ServerPolicy.builds_per_client,
@@ -479,10 +480,14 @@ def _policy(args: argparse.Namespace) -> ServerPolicy:
             endpoint_pattern(pattern)
         except ValueError as e:
             raise ValueError(f"--allow-remote: {e}") from None
-    return ServerPolicy(allow_kinds=kinds_allowed, allow_remote=tuple(args.allow_remote),
-                        memory_budget=size("--memory-budget", args.memory_budget),
-                        client_memory_budget=size("--client-memory-budget", args.client_memory_budget),
-                        builds_per_client=args.max_builds_per_client, links_per_client=args.max_links_per_client)
+    memory, client_memory = size("--memory-budget", args.memory_budget), size("--client-memory-budget",
+                                                                              args.client_memory_budget)
+    if memory is not None and client_memory is not None and client_memory > memory:
+        raise ValueError(f"--client-memory-budget: expected at most the server's --memory-budget "
+                         f"({args.memory_budget}), got {args.client_memory_budget}")
+    return ServerPolicy(allow_kinds=kinds_allowed, allow_remote=tuple(args.allow_remote), memory_budget=memory,
+                        client_memory_budget=client_memory, builds_per_client=args.max_builds_per_client,
+                        links_per_client=args.max_links_per_client)
 
 
 def _endpoint_problem(endpoint: str) -> str:
