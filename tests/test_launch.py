@@ -473,6 +473,22 @@ def test_a_second_ctrl_c_while_the_run_stops_kills_what_is_left_at_once(tmp_path
 
 
 @pytest.mark.parametrize("command", ["launch", "run"])
+def test_ctrl_c_in_a_forks_hook_as_the_nodes_start_is_not_lost(app, probe, command):
+    """A Ctrl-C that comes while the launcher forks a node: Python raises it in whatever runs then,
+    here the parent's at-fork hook (as in logging's, which swallows it). The launcher still stops,
+    130 in one line, and leaves no node."""
+    what = ["launch", "--map", "paper-4w", "--threads", "4", "--", sys.executable, app, "sleep"] if command == "launch" \
+        else ["run", "gsum", "--map", "paper-4w", "--threads", "4"]
+    script = ("import os, signal, sys\n"
+              "os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGINT))\n"
+              "from paths.cli.main import main\n"
+              f"sys.exit(main({what!r}))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (130, "paths: interrupted\n"), done.stderr
+    assert probe.alive_within(REAPED_WITHIN) == []
+
+
+@pytest.mark.parametrize("command", ["launch", "run"])
 def test_ctrl_c_while_the_nodes_start_says_one_line(app, probe, command):
     """Ctrl-C (SIGINT to the whole process group, local nodes included) as the node processes
     start up: the launcher says it was interrupted, and no node prints a traceback for it."""

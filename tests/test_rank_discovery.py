@@ -237,8 +237,12 @@ def test_a_python_program_whose_rendezvous_fails_says_so_in_one_line(tmp_path):
     ({"PATHS_RANK": "0", "PATHS_SIZE": "2", "PATHS_NODE": "n0", "PATHS_SERVERS": "{"},
      "paths: PATHS_SERVERS: expected the servers as JSON {\"endpoints\": {node: endpoint}, \"keys\": {node: key}, "
      "\"client\": [public, secret]}, got '{'"),
+    ({"PMI_RANK": "0", "PMI_SIZE": "1", "PATHS_SUM": ",,"},
+     "paths: PATHS_SUM=',,': expected an element name or several, separated by commas, none empty"),
+    ({"PMI_RANK": "0", "PMI_SIZE": "1", "PATHS_SUM": "TOTAL,"},
+     "paths: PATHS_SUM='TOTAL,': expected an element name or several, separated by commas, none empty"),
 ], ids=["rank past the size", "not a number", "no size", "size past the most", "unknown policy", "no hook module",
-        "not a hook", "no node", "servers not JSON"])
+        "not a hook", "no node", "servers not JSON", "sums of commas", "a sum and an empty one"])
 def test_a_python_program_given_a_wrong_rank_says_so_in_one_line(variables, line):
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PATHS_", "OMPI_", "PMI", "SLURM_"))},
            "PATHS_MAP": "paper-2w", **variables}
@@ -278,6 +282,13 @@ def test_ranks_with_another_map_are_refused_everywhere(tmp_path):
     answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path)}, checks={2: "map other"})
     expected = "rank 2 runs map other, rank 0 map m: give every rank the same"
     assert all(str(answer).endswith(expected) for answer in answers.values()), answers
+
+
+@pytest.mark.parametrize("timeout", ["inf", "1e10"])
+def test_a_timeout_of_no_limit_is_taken(tmp_path, timeout):
+    """inf (or seconds past what a socket's timeout holds) waits as long as it takes, here not long."""
+    answers = meet(3, {"PATHS_RENDEZVOUS_DIR": str(tmp_path), "PATHS_RENDEZVOUS_TIMEOUT": timeout})
+    assert sorted(answers) == [0, 1, 2] and not any(isinstance(a, Exception) for a in answers.values()), answers
 
 
 def test_a_bad_timeout_is_named():

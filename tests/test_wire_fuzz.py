@@ -45,12 +45,12 @@ def refused_by_server(parts: list[bytes], at_link: bool, link_id: int) -> bool:
     request = decode(parts[0])
     if request is None:
         return True
-    if not at_link:  # a request here has status 0; a PING, no payload; a PEER's group, no NUL
+    if not at_link:  # a request here has status 0 and names no link; a PING, no payload; a PEER's group, no NUL
         build = request["op"] == BUILD and 0 < request["length"] <= SPEC_MAX and request["argument"] in TRANSPORTS
         peer = (request["op"] == PEER and 0 < request["length"] <= GROUP_MAX and 0 <= request["argument"] < 1 << 32
                 and b"\0" not in parts[0][HEADER.size:])
         ping = request["op"] == PING and request["length"] == 0
-        return request["status"] != 0 or not (ping or build or peer)
+        return request["status"] != 0 or request["handle_id"] != 0 or not (ping or build or peer)
     length = request["length"]
     if request["op"] == MOVE_MANY:  # argument: a stream's first frame (0) or one that continues it (1)
         payload_ok = length % TUPLE_SIZE == 0 and 0 < length <= BATCH_PAYLOAD and request["argument"] in (0, 1)

@@ -19,41 +19,18 @@ SIGTERM it exits 0.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-
-@contextlib.contextmanager
-def _ctrl_c_held() -> Iterator[None]:
-    """Ctrl-C held back while a command's modules load, and raised once they are in. Python raises
-    KeyboardInterrupt wherever the main thread is; inside an import that may be a callback that
-    only prints it ("Exception ignored") and goes on, an extension's initialization that turns it
-    into an ImportError, or a dataclass's exec(), after which the interpreter ends by the signal
-    even once the exception was handled."""
-    heard = []
-    previous = signal.getsignal(signal.SIGINT)
-    # Ignored from the start (a background job) it stays so; and only the main thread hears signals.
-    holding = previous not in (signal.SIG_IGN, None) and threading.current_thread() is threading.main_thread()
-    if holding:
-        signal.signal(signal.SIGINT, lambda *_: heard.append(True))
-    try:
-        yield
-    finally:
-        if holding:
-            signal.signal(signal.SIGINT, previous)
-    if heard:
-        raise KeyboardInterrupt
+from ..ctrl_c_held import ctrl_c_held
 
 
 def _kinds(argv: list[str]) -> int:
     import argparse
 
-    with _ctrl_c_held():
+    with ctrl_c_held():
         from ..model.stage_kinds import kinds
 
     parser = argparse.ArgumentParser(prog="paths kinds", description="List the stage kinds a path may use, with their "
@@ -86,7 +63,7 @@ LAZY_COMMANDS = {
 
 def _lazy(module: str, function: str) -> Callable[[list[str]], int]:
     def command(argv: list[str]) -> int:
-        with _ctrl_c_held():
+        with ctrl_c_held():
             run = getattr(importlib.import_module(module, __package__), function)
         return run(argv)
 

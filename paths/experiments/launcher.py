@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import _native
+from ..ctrl_c_held import ctrl_c_held
 from ..model.cluster_map import ClusterMap, split_address
 from ..model.cpu_sets import cpu_shares, format_cpu_list
 from ..model.hostlist import expand_hostlist
@@ -317,11 +318,12 @@ class NodeProcesses:
             clients = {node: public for node, (public, _) in self.client_keys.items()}
             keys = {node: json.dumps({"server": server, "client": pair, "clients": clients})
                     for node, pair in self.client_keys.items()}
-        for command in self.commands:
-            try:
-                self.nodes[command.node] = _Node(command, keys.get(command.node, "-"))
-            except OSError as e:
-                raise LaunchError(f"node {command.node}: cannot start {command.argv[0]!r}: {e.strerror}") from None
+        with ctrl_c_held():  # a Ctrl-C raised in a fork's hooks would be lost, or printed by the child
+            for command in self.commands:
+                try:
+                    self.nodes[command.node] = _Node(command, keys.get(command.node, "-"))
+                except OSError as e:
+                    raise LaunchError(f"node {command.node}: cannot start {command.argv[0]!r}: {e.strerror}") from None
         ready = self._read_lines(list(self.nodes.values()), self.start_timeout, "to be READY")
         for node, line in ready.items():
             if not line.startswith("READY "):

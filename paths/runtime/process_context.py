@@ -34,6 +34,7 @@ from .rank_discovery import ACQUIRE, MAP, POLICY, RELEASE, SUMS, Discovered, Ran
 from .rank_wiring import wire
 from .rendezvous import RendezvousError
 from ..model.reduction_tree import plan_reduction
+from ..model.shown import shown
 from ..model.stage_kinds import kinds
 
 BARRIER_ELEMENT = "paths.barrier"  # the sum paths_barrier goes through across processes
@@ -298,7 +299,7 @@ PROGRAM_OPTIONS = {  # --paths-X: (what it takes, whether it may repeat, the var
 def program_options(argv: list[str], environ=None) -> tuple[dict[str, list[str]], list[int]]:
     """The --paths-* options in argv (`--paths-X VALUE` or `--paths-X=VALUE`), each with its
     values, else from its variable in environ (PATHS_SUM: comma-separated), and the indices of
-    the other arguments; ValueError for an unknown or incomplete one."""
+    the other arguments; RunSetupError (a ValueError) for an unknown or incomplete one."""
     options: dict[str, list[str]] = {}
     others, i = [], 0
     while i < len(argv):
@@ -308,20 +309,23 @@ def program_options(argv: list[str], environ=None) -> tuple[dict[str, list[str]]
             i += 1
             continue
         if name not in PROGRAM_OPTIONS:
-            raise ValueError(f"{name}: unknown option (known: {', '.join(PROGRAM_OPTIONS)})")
+            raise RunSetupError(f"{name}: unknown option (known: {', '.join(PROGRAM_OPTIONS)})")
         if not equals:
             if i + 1 == len(argv):
-                raise ValueError(f"{name}: expected {PROGRAM_OPTIONS[name][0]} after it")
+                raise RunSetupError(f"{name}: expected {PROGRAM_OPTIONS[name][0]} after it")
             i, value = i + 1, argv[i + 1]
         if options.get(name) and not PROGRAM_OPTIONS[name][1]:
-            raise ValueError(f"{name}: given twice")
+            raise RunSetupError(f"{name}: given twice")
         options.setdefault(name, []).append(value)
         i += 1
     environ = os.environ if environ is None else environ
-    for name, (_, many, variable) in PROGRAM_OPTIONS.items():
+    for name, (what, many, variable) in PROGRAM_OPTIONS.items():
         if name not in options and variable and environ.get(variable):
             text = environ[variable]
-            options[name] = [part.strip() for part in text.split(",") if part.strip()] if many else [text]
+            options[name] = [part.strip() for part in text.split(",")] if many else [text]
+            if not all(options[name]):
+                raise RunSetupError(f"{variable}={shown(text)}: expected {what} or several, separated by commas, "
+                                    "none empty")
     return options, others
 
 
@@ -330,7 +334,7 @@ def _whole(options: dict, name: str, default: int) -> int:
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"{name} {text}: expected a whole number") from None
+        raise RunSetupError(f"{name} {text}: expected a whole number") from None
 
 
 def start_program(argv: list[str]) -> list[int]:
@@ -345,7 +349,7 @@ def start_program(argv: list[str]) -> list[int]:
     if "--paths-thread" in options or "--paths-threads" in options:
         thread, threads = _whole(options, "--paths-thread", 0), _whole(options, "--paths-threads", 1)
         if not 0 <= thread < threads:
-            raise ValueError(f"--paths-thread {thread}: expected 0 <= thread < --paths-threads ({threads})")
+            raise RunSetupError(f"--paths-thread {thread}: expected 0 <= thread < --paths-threads ({threads})")
         found = Discovered("options", thread, threads, one_host=True)
     else:
         found = discover()

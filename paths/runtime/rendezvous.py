@@ -13,7 +13,7 @@ How the ranks find rank 0:
                                        .paths-rendezvous-<launcher>-<job> in PATHS_RENDEZVOUS_DIR
                                        (default: the current folder), which the others read: a
                                        folder every rank sees, as a home folder on a cluster.
-Every wait is bounded by PATHS_RENDEZVOUS_TIMEOUT seconds (default 60) and ends with a message
+Every wait is bounded by PATHS_RENDEZVOUS_TIMEOUT seconds (default 60; inf: 30 days) and ends with a message
 naming what is missing, or ends early when a rank (or rank 0) is gone; the last barrier waits
 as long as the slowest rank runs, unless a rank fails or is gone: then it ends for every rank.
 
@@ -37,6 +37,7 @@ from .rank_discovery import Discovered
 
 ENDPOINT, FOLDER, TIMEOUT = "PATHS_RENDEZVOUS", "PATHS_RENDEZVOUS_DIR", "PATHS_RENDEZVOUS_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0
+NO_LIMIT_SECONDS = 30 * 86400.0  # what inf, or any longer timeout, waits (a socket timeout stops short of inf)
 POLL_SECONDS = 0.05
 MESSAGE_BYTES = 1 << 20  # the most a message may take (a hello names a few servers)
 # What a hello's servers hold: node -> endpoint, node -> the CURVE key proving its server, and
@@ -105,7 +106,8 @@ class Rendezvous:
         except ValueError:
             self.timeout = -1.0
         if not self.timeout > 0:
-            raise RendezvousError(f"{TIMEOUT}={text!r}: expected a number of seconds > 0")
+            raise RendezvousError(f"{TIMEOUT}={text!r}: expected a number of seconds > 0 (inf: no limit)")
+        self.timeout = min(self.timeout, NO_LIMIT_SECONDS)
         self.endpoint = ""  # where rank 0 listens
         self.peers: dict[int, _Peer] = {}  # rank 0: every other rank, by its rank; else: rank 0
 
