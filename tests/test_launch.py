@@ -324,7 +324,7 @@ def test_the_first_failing_rank_gives_the_exit_status_and_the_others_are_stopped
 def test_a_rank_killed_by_a_signal_exits_128_plus_it(app):
     done = launch("--threads", "2", "--", "sh", "-c", 'test "$PATHS_RANK" = 1 && kill -9 $$; sleep 60')
     assert done.returncode == 128 + signal.SIGKILL, done.stderr
-    assert "rank 1 on node localhost exited with status 137" in done.stderr
+    assert "rank 1 on node localhost exited with status 137 (killed by SIGKILL)" in done.stderr
 
 
 def test_a_run_past_its_timeout_is_stopped(app, probe):
@@ -333,7 +333,7 @@ def test_a_run_past_its_timeout_is_stopped(app, probe):
                   sys.executable, app, "sleep")
     assert done.returncode == 1
     assert done.stderr.endswith("paths launch: nodes n0, n1, n2, n3, n4 did not answer within 1.5 s "
-                                "(for their ranks to end): the run's --timeout passed; its ranks were stopped\n"), \
+                                "(for the ranks to end): the run's --timeout passed; its ranks were stopped\n"), \
         done.stderr
     assert time.monotonic() - begin < 10
     assert gone_within(app, REAPED_WITHIN) == []

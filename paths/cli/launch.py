@@ -37,6 +37,7 @@ import argparse
 import errno
 import math
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -52,9 +53,18 @@ from ..runtime.process_context import make_runtime
 from .run import add_rank_options, make_folder, positive, seconds
 
 
+def _signal_said(status: int) -> str:
+    """' (killed by SIGSEGV)' for a status of 128 + a signal's number, as a shell reports a rank
+    that a signal ended; else ''."""
+    try:
+        return f" (killed by {signal.Signals(status - 128).name})" if status > 128 else ""
+    except ValueError:
+        return ""
+
+
 class RankFailed(Exception):
     def __init__(self, rank: int, node: str, status: int):
-        super().__init__(f"rank {rank} on node {node} exited with status {status}")
+        super().__init__(f"rank {rank} on node {node} exited with status {status}" + _signal_said(status))
         self.status = status
 
 
@@ -189,7 +199,7 @@ def launch_command(argv: list[str]) -> int:
                                "ranks": {str(r): {**common, RANK: str(r), NODE: node, SERVERS: servers[node]}
                                          for r, p in enumerate(placements) if p == node}}
                         for node in dict.fromkeys(placements)}
-            processes.request_all(requests, args.timeout or math.inf, on_event, "for their ranks to end",
+            processes.request_all(requests, args.timeout or math.inf, on_event, "for the ranks to end",
                                   if_late="the run's --timeout passed; its ranks were stopped")
     except RankFailed as failed:
         print(f"paths launch: {failed}; the other ranks were stopped", file=sys.stderr)
