@@ -433,7 +433,7 @@ class NodeProcesses:
                 node.process.kill()
             _kill_groups(nodes)
             for node in nodes:
-                node.process.wait()
+                node.reap(time.monotonic())  # at once: killed
             self.nodes.clear()
             raise
         # What a rank, or a kernel in a local node (its process group's), started is left only
