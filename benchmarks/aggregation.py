@@ -4,37 +4,42 @@ the way their seed systems measured them, each against the same path without it.
     python -m benchmarks.aggregation [--repeat N] [--csv FILE] [--plot FILE] [--quick]
 
 ARMI's Figure 6 (aggregated asynchronous calls). Per round, k moves then one observe of the
-round's last move by its index, through `delay` (0 and 0.2 ms each way) and `remote` (direct
-tcp) to a `paths serve` child: no batching, against `batch(max_moves=F, max_bytes=F x 8)` first
-on the path, for F = 4 ... 2048 (ARMI: 256 was best), and at k = 10,000 also F = 4096 and 8192,
-past that range, to show where the curve turns. ARMI's calls are asynchronous, so the delay is a
-pipelined wire (`delay(pipelined=1)`): each message arrives 0.2 ms after it was sent without
-holding back the next, and the observe follows the moves on it. (On a link that carries one
-message of a caller at a time, every batch crosses alone and the largest factor always wins.) The
-speed-up per k and factor is printed and plotted (--plot). Beside it, batch's double buffering:
-buffers=1 against 2 at k = 10,000 (above the pipelined delay the caller sends its buffers itself
-either way); and several callers of one batch stage: 4 threads, each 1,000 moves (one move_many)
-then a fence a round, through batch(max_moves=64) over a delay of 0.2 ms each way that is not
-pipelined (one message of a caller crosses at a time), buffers=1 against 2: with 2, a caller whose
-buffers are all on their way sends its oldest itself when the stage's sender thread is busy with
-another caller's, so buffers=2 should take about as long as buffers=1, not 4 times as long. A run measures each cell in 5 turns, the cells of a k taking turns in alternate
-order, each turn on a fresh handle warmed up by one untimed round; a cell's rounds in a run are 50,000 moves' worth or
-30 ms' worth (60 ms with the delay), whichever is more (at most 2,000, with the delay 1,000
-rounds). A cell's time per round is the median of its turns over the runs: on 2 cores, where the
-scheduler puts a handle's threads (the caller's, batch's sender's, the delay's courier's, the
-server's link's) changes a round by up to half, for as long as the handle lives.
+round's last move by its index, through `delay` (0 and 0.2 ms each way) and `remote` (direct tcp)
+to a `paths serve` child: no batching, against `batch(max_moves=F, max_bytes=F x 8)` first on the
+path, for F = 4 ... 2048 (ARMI: 256 was best), and at k = 10,000 also F = 4096 and 8192, past that
+range, to show where the curve turns. A wire frame holds at most 2048 'q' tuples (16 KiB): past
+2048 each of batch's sends still goes as one operation, its frames streamed in one round trip, so
+what 4096 and 8192 save is sends (hand-offs, round trips), not frames. ARMI's calls are
+asynchronous, so the delay is a pipelined wire (`delay(pipelined=1)`): each message arrives 0.2 ms
+after it was sent without holding back the next, and the observe follows the moves on it. (On a
+link that carries one message of a caller at a time, every batch crosses alone and the largest
+factor always wins.) The speed-up per k and factor is printed and plotted (--plot). Beside it,
+batch's double buffering: buffers=1 against 2 at k = 10,000 (above the pipelined delay the caller
+sends its buffers itself either way); and several callers of one batch stage: 4 threads, each
+1,000 moves (one move_many) then a fence a round, through batch(max_moves=64) over a delay of 0.2
+ms each way that is not pipelined (one message of a caller crosses at a time), buffers=1 against
+2: with 2, a caller whose buffers are all on their way sends its oldest itself when the stage's
+sender thread is busy with another caller's, so buffers=2 should take about as long as buffers=1,
+not 4 times as long. A run measures each cell in 5 turns, the cells of a k taking turns in
+alternate order, each turn on a fresh handle warmed up by one untimed round; a cell's rounds in a
+run are 50,000 moves' worth or 30 ms' worth (60 ms with the delay), whichever is more (at most
+2,000, with the delay 1,000 rounds). A cell's time per round is the median of its turns over the
+runs: on 2 cores, where the scheduler puts a handle's threads (the caller's, batch's sender's, the
+delay's courier's, the server's link's) changes a round by up to half, for as long as the handle
+lives.
 At k = 10,000 the best factor lies at the edge of the range 4 ... 2048, or past it. A caller puts
-a move into its buffer in about 15 ns and the server appends a frame's tuples in bulk, so a message
-costs far more than its tuples: a hand-off to batch's sender thread and a remote round trip of
-about 6 us each (with the delay, the caller sends its buffers into the delay's wire itself, and
-the delay's courier delivers them one round trip at a time). Larger factors make messages fewer
-until the last buffer, whose tuples still travel and are appended after the caller is done,
-grows: on 2 cores the least time per round came at 4096 without the delay (2048 12-18% and 8192
-19-23% slower), and with it at 2048 to 8192, within a few per cent of each other from run to run.
-The `info` lines give 4096 and 8192 against the best factor of the range: where the curve turns. A second `info` line fits the
-sweep at the largest k to round = base + (k / F) x message + F x tuple (each message's cost, and
-that of a tuple of the last buffer, which travels after the caller is done): the best factor is
-then about sqrt(k x message / tuple), on 2 cores about 3,000 (a message 4-7 us, a tuple 3-10 ns).
+a move into its buffer in about 15 ns and the server appends a frame's tuples in bulk, so a
+message (one of batch's sends) costs far more than its tuples: a hand-off to batch's sender thread
+and a remote round trip of about 6 us each (with the delay, the caller sends its buffers into the
+delay's wire itself, and the delay's courier delivers them one round trip at a time). Larger
+factors make messages fewer until the last buffer, whose tuples still travel and are appended
+after the caller is done, grows: on 2 cores the least time per round came at 4096 without the
+delay (2048 12-18% and 8192 19-23% slower), and with it at 2048 to 8192, within a few per cent of
+each other from run to run. The `info` lines give 4096 and 8192 against the best factor of the
+range: where the curve turns. A second `info` line fits the sweep at the largest k to round = base
++ (k / F) x message + F x tuple (each message's cost, and that of a tuple of the last buffer,
+which travels after the caller is done): the best factor is then about sqrt(k x message / tuple),
+on 2 cores about 3,000 (a message 4-7 us, a tuple 3-10 ns).
 ARMI's optimum at 256 came from the work each call costs its receiver, an RMI's dispatch, which
 a PastSet move barely has: for the best factor to lie at 1024 or below at k = 10,000, a message
 would have to cost at most about 100 tuples, well under a microsecond.

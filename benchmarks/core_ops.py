@@ -4,7 +4,7 @@ The C side is the kernel paths._native.bench.core_pairs_ns (a tight loop with no
 path, on the element itself); "C, through a link" is the same pairs from C as operation values
 through a handle on the path [core] (paths._native.bench.pairs_ns: what paths_move and
 paths_observe cost a kernel); the Python side times `e.move(i); e.observe()` on a "q" element.
-The C and Python sides axe the log every 4096 pairs, as a long-running consumer would. A C loop
+Each side axes the log every 4096 pairs, within its timing, as a long-running consumer would. A C loop
 runs at most CHUNK_PAIRS pairs a call, so that Ctrl-C is heard between calls (a second or so
 apart). Each side runs --runs times; the median is compared
 with its target. A MISS is a finding, not an error: the exit code is 0 after any report, 2 on bad
