@@ -13,8 +13,8 @@
     paths config --cflags --libs     what a program of its own on paths.h compiles and links with
 
 Exit codes: 0 success, 1 a failed run (named in the message), 2 a usage error, 130 Ctrl-C,
-141 the output was closed early (as by `| head`). `paths serve` runs until stopped: by Ctrl-C or
-SIGTERM it exits 0.
+141 the output was closed early (as by `| head`). `paths serve` runs until stopped (Ctrl-C or
+SIGTERM), then exits 0, or 1 when it could not stop cleanly (`paths serve --help` says when).
 """
 
 from __future__ import annotations
