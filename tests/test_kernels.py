@@ -531,18 +531,20 @@ def test_columns_whose_sum_passes_the_largest_float_or_holds_both_infinities_are
     and nan for +inf with -inf (as for a nan reported), not an exception."""
     user_module("extreme_kernel", """
         def kernel(ctx):
-            ctx.report("big", 1e308)
+            ctx.report("big", 1.7976931348623157e308)  # the largest float: their sum overflows however scaled
             ctx.report("both", float("inf") if ctx.thread else float("-inf"))
     """)
-    table = tmp_path / "extreme.csv"
-    done = paths_run("extreme_kernel:kernel", "--threads", "2", "--repeat", "2", "--csv", str(table), cwd=built)
+    table, plot = tmp_path / "extreme.csv", tmp_path / "extreme.png"
+    done = paths_run("extreme_kernel:kernel", "--threads", "1,2", "--repeat", "2", "--csv", str(table), "--plot",
+                     str(plot), cwd=built)
     assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert plot.stat().st_size > 0  # its values are beyond any axis: the panels are empty, the file is there
     rows = csv_rows(table)
-    assert len(rows) == 2
+    assert len(rows) == 4
     for row in rows:  # a run's mean over its threads, then min, avg and max over the repeats (nan: empty)
-        assert float(row["big"]) == 1e308 and math.isnan(float(row["both"]))
-        assert [float(row[f"big:{s}"]) for s in ("min", "avg", "max")] == [1e308] * 3
-        assert [row[f"both:{s}"] for s in ("min", "avg", "max")] == [""] * 3
+        assert float(row["big"]) == 1.7976931348623157e308 and math.isnan(float(row["both"])) == (row["threads"] != "1")
+        assert [float(row[f"big:{s}"]) for s in ("min", "avg", "max")] == [1.7976931348623157e308] * 3
+        assert [row[f"both:{s}"] for s in ("min", "avg", "max")] == ["-inf" if row["threads"] == "1" else ""] * 3
 
 
 def test_a_node_that_does_not_end_well_after_the_run_fails_it_and_keeps_the_results(built, probe, user_module,
@@ -576,6 +578,21 @@ def test_paths_init_in_a_kernel_is_refused_and_fails_its_thread(built, probe):
                        "(paths_acquire(c, ...)); paths_init starts a program of its own") == 2, done.stderr
     assert re.search(r"thread [01] on node localhost returned PATHS_EINVAL", done.stderr), done.stderr
     assert "Fatal" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_paths_init_in_a_python_process_is_refused_and_it_ends_well():
+    """A Python program (or the paths command, which loads kernel libraries) has paths already:
+    paths_init there is refused, and the process ends as it would have."""
+    script = ("import ctypes, sys\n"
+              "from paths.runtime.compile_flags import PACKAGE\n"
+              "library = ctypes.CDLL(str(PACKAGE / 'libpaths.so'))\n"
+              "argc, argv = ctypes.c_int(1), (ctypes.c_char_p * 2)(b'program', None)\n"
+              "pointer = ctypes.cast(argv, ctypes.POINTER(ctypes.c_char_p))\n"
+              "print(library.paths_init(ctypes.byref(argc), ctypes.byref(pointer)))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "7\n"), done.stderr  # PATHS_EINVAL
+    assert done.stderr == ("paths_init: called in a process that runs Python already: paths_init starts a C program "
+                           "of its own; from Python, import paths\n")
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the kernel is an x86-64 assembler label")

@@ -327,6 +327,12 @@ def test_a_rank_killed_by_a_signal_exits_128_plus_it(app):
     assert "rank 1 on node localhost exited with status 137 (killed by SIGKILL)" in done.stderr
 
 
+def test_a_rank_that_exits_with_a_status_past_128_is_not_said_to_be_killed(app):
+    done = launch("--threads", "2", "--", "sh", "-c", 'test "$PATHS_RANK" = 1 && exit 139; sleep 60')
+    assert done.returncode == 139, done.stderr
+    assert "rank 1 on node localhost exited with status 139; the other ranks were stopped" in done.stderr
+
+
 def test_a_run_past_its_timeout_is_stopped(app, probe):
     begin = time.monotonic()
     done = launch("--map", "paper-4w", "--threads", "5", "--policy", "cyclic", "--timeout", "1.5", "--",
@@ -390,9 +396,11 @@ def test_what_stopped_ranks_print_as_they_end_is_passed_on(tmp_path, stop, outpu
     (["--threads", "1", "--timeout", "nan", "--", "true"], "--timeout: expected a positive number of seconds, got "
                                                            "'nan'"),
     (["--threads", "1", "--sum", "a,b", "--", "true"], "--sum: expected an element name without commas (PATHS_SUM "
-                                                      "separates names by them), got 'a,b'"),
+                                                      "separates names by them) or spaces around it, got 'a,b'"),
+    (["--threads", "1", "--sum", " ", "--", "true"], "--sum: expected an element name without commas (PATHS_SUM "
+                                                    "separates names by them) or spaces around it, got ' '"),
 ], ids=["no command", "empty command", "no threads", "too many threads", "unknown map", "unknown policy",
-        "zero timeout", "negative timeout", "NaN timeout", "a sum name with a comma"])
+        "zero timeout", "negative timeout", "NaN timeout", "a sum name with a comma", "a sum name of a space"])
 def test_bad_usage_is_one_line_and_exit_2(args, problem):
     done = launch(*args)
     assert done.returncode == 2
@@ -451,11 +459,14 @@ def test_nothing_of_the_run_is_left_after_the_launcher_is_interrupted_or_killed(
 
 def test_a_second_ctrl_c_while_the_run_stops_kills_what_is_left_at_once(tmp_path, probe):
     """Ctrl-C, and again while the nodes stop ranks that ignore SIGTERM and SIGINT (a node kills
-    them a second after its SIGTERM): the launcher then kills the nodes and the ranks' process
-    groups itself, so that nothing of the run is there once it has exited, 130 in one line."""
+    them a second after its SIGTERM) and that each started a daemon in a session of its own: the
+    launcher then kills the nodes, the ranks' process groups and what they left itself, so that
+    nothing of the run is there once it has exited, 130 in one line."""
     stubborn = tmp_path / "stubborn.py"
-    stubborn.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                        "signal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(60)\n")
+    stubborn.write_text("import signal, subprocess, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', __file__], "
+                        "start_new_session=True)\nprint('up', flush=True)\ntime.sleep(60)\n")
     run = subprocess.Popen([sys.executable, "-m", "paths", "launch", "--map", "paper-4w", "--threads", "4", "--",
                             sys.executable, str(stubborn)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)

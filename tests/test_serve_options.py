@@ -21,7 +21,7 @@ from child_processes import ChildProcesses
 import paths
 from paths import build_path, make_path, stage
 from paths.runtime.server import STOP_SECONDS, PathServer, _policy
-from paths.runtime.server_policy import ServerPolicy
+from paths.runtime.server_policy import ServerPolicy, default_memory_budget
 
 PATIENCE_S = 30
 
@@ -134,7 +134,10 @@ def test_insecure_warns_and_serves():
                                       "got '" + "9" * 80 + "'"),
     (["--memory-budget", "1G", "--client-memory-budget", "2G"], "paths serve: --client-memory-budget: expected at "
                                                                  "most the server's --memory-budget (1G), got 2G"),
-], ids=["size", "zero size", "links", "builds", "5000 digits", "a client's above the server's"])
+    (["--client-memory-budget", "100T"], "paths serve: --client-memory-budget: expected at most the server's "
+                                         f"--memory-budget (by default {default_memory_budget()} bytes), got 100T"),
+], ids=["size", "zero size", "links", "builds", "5000 digits", "a client's above the server's",
+        "a client's above the server's default"])
 def test_a_bad_limit_is_one_line_and_exit_2(args, problem):
     done = paths_serve("--bind", "tcp://127.0.0.1:*", *args)
     assert (done.returncode, done.stderr, done.stdout) == (2, problem + "\n", "")

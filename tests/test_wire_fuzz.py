@@ -448,15 +448,19 @@ def test_another_peers_frames_on_a_zmq_link_do_not_stop_the_clients_pipeline(pee
 @pytest.mark.parametrize("frame", [encode(PING, b"x"), encode(PING, status=5), encode(PEER, b"g\0h", argument=1),
                                    encode(BUILD, b"{}", status=BEHIND),
                                    encode(BUILD, b'{"version":1,"path":[["core",{"name":"x","format":"q"}]]}',
-                                          handle_id=5),
-                                   encode(PING, handle_id=5)],
+                                          request_id=7, handle_id=5),
+                                   encode(PING, request_id=8, handle_id=5)],
                          ids=["PING with a payload", "PING with a status", "PEER of a group with a NUL",
                               "BUILD sent behind", "BUILD naming a link", "PING naming a link"])
 def test_the_main_endpoint_refuses_what_a_link_refuses_too(peer_server, zmq_context, frame):
     _, endpoint = peer_server
     main = dealer(zmq_context, endpoint)
     main.send(frame)
-    assert HEADER.unpack_from(zmq_answer(main))[2] == PS_EINVAL
+    answer = zmq_answer(main)
+    assert HEADER.unpack_from(answer)[2] == PS_EINVAL
+    asked, told = decode(frame), decode(answer, answer=True)
+    if asked is not None:  # a request it could read: its refusal says which
+        assert (told["op"], told["request_id"]) == (asked["op"], asked["request_id"])
     main.send(encode(PING, request_id=9))
     assert decode(zmq_answer(main))["status"] == PS_OK
     main.close()

@@ -185,8 +185,8 @@ int64_t paths_now_ns(void);                        /* a monotonic clock */
  * finalized on its way out; with status 0 as paths_finalize would). Signals stay the program's:
  * Ctrl-C ends it as it would without PATHS (its own SIGINT handler, if any, runs; else it is
  * killed), in paths_init as in any call. A process calls paths_init
- * once, as MPI_Init: not again after paths_finalize, and never in a kernel (PATHS_EINVAL: its
- * process runs PATHS already). Compile and link with
+ * once, as MPI_Init: not again after paths_finalize, and never in a kernel or in a process that
+ * runs Python (PATHS_EINVAL: it has PATHS already). Compile and link with
  * `cc prog.c $(python -m paths config --cflags --libs)`. */
 int paths_init(int *argc, char ***argv);
 void paths_finalize(void);

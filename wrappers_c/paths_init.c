@@ -179,6 +179,11 @@ int paths_init(int *argc, char ***argv) {
                         "(paths_acquire(c, ...)); paths_init starts a program of its own\n");
         return PATHS_EINVAL;
     }
+    if (Py_IsInitialized()) { /* a Python program (the paths command too): it has paths itself */
+        fprintf(stderr, "paths_init: called in a process that runs Python already: paths_init starts a C "
+                        "program of its own; from Python, import paths\n");
+        return PATHS_EINVAL;
+    }
     if (atomic_exchange(&entered, 1)) {
         fprintf(stderr, "paths_init: called %s: a process starts PATHS once (as MPI_Init)\n",
                 initialized || !ended_python ? "twice" : "again after paths_finalize or a failed paths_init");
@@ -188,29 +193,26 @@ int paths_init(int *argc, char ***argv) {
     package_site(site_dir, sizeof site_dir);
     struct sigaction programs_ctrl_c;
     sigaction(SIGINT, NULL, &programs_ctrl_c);
-    if (!Py_IsInitialized()) {
-        char python[PATH_MAX];
-        PyConfig config;
-        PyConfig_InitPythonConfig(&config);
-        config.install_signal_handlers = 0; /* see keep_programs_ctrl_c */
-        config.parse_argv = 0;
-        environment_python(site_dir, python, sizeof python);
-        PyStatus status = python[0] ? PyConfig_SetBytesString(&config, &config.executable, python) : PyStatus_Ok();
-        if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
-        PyConfig_Clear(&config);
-        if (PyStatus_Exception(status)) {
-            fprintf(stderr, "paths_init: cannot start Python: %s\n", status.err_msg ? status.err_msg : "?");
-            return PATHS_EINVAL;
-        }
-        started_python = 1;
+    char python[PATH_MAX];
+    PyConfig config;
+    PyConfig_InitPythonConfig(&config);
+    config.install_signal_handlers = 0; /* see keep_programs_ctrl_c */
+    config.parse_argv = 0;
+    environment_python(site_dir, python, sizeof python);
+    PyStatus status = python[0] ? PyConfig_SetBytesString(&config, &config.executable, python) : PyStatus_Ok();
+    if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    if (PyStatus_Exception(status)) {
+        fprintf(stderr, "paths_init: cannot start Python: %s\n", status.err_msg ? status.err_msg : "?");
+        return PATHS_EINVAL;
     }
+    started_python = 1;
     PyGILState_STATE gil = PyGILState_Ensure();
-    int rc = started_python && keep_programs_ctrl_c(&programs_ctrl_c) != PATHS_OK ? report_python_error("paths_init")
-                                                                                  : PATHS_OK;
+    int rc = keep_programs_ctrl_c(&programs_ctrl_c) != PATHS_OK ? report_python_error("paths_init") : PATHS_OK;
     if (rc == PATHS_OK) rc = add_package_site(site_dir);
     if (rc == PATHS_OK) rc = start_runtime(argc, argv);
     PyGILState_Release(gil);
-    if (started_python) program = PyEval_SaveThread();
+    program = PyEval_SaveThread();
     initialized = rc == PATHS_OK;
     if (!initialized) stop_python();
     if (initialized && !exit_handled) exit_handled = on_exit(finalize_at_exit, NULL) == 0;

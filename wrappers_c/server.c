@@ -779,10 +779,11 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
         atomic_fetch_add(&s->frames, 1);
         ps_frame request;
         int whole = receive_request(s->main_socket, &routing_id, &frame) == 0;
-        int valid = whole && ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0 &&
-                    request.status == 0 && request.handle_id == 0; /* never sent behind others; no link's */
+        int valid = whole && ps_wire_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), &request) == 0;
+        /* Requests here are never sent behind others, and name no link: else refused, echoed. */
+        int here = valid && request.status == 0 && request.handle_id == 0;
         int found = 0;
-        if (valid && request.op == PS_WIRE_BUILD && request.payload_length > 0 &&
+        if (here && request.op == PS_WIRE_BUILD && request.payload_length > 0 &&
             request.payload_length <= PS_SPEC_MAX && request.argument >= 0 && request.argument < PS_TRANSPORT_LIMIT &&
             zmq_msg_size(&routing_id) <= PS_ROUTING_ID_MAX) {
             name_client(&frame, out);
@@ -793,9 +794,9 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
             memcpy(out->spec, request.payload, request.payload_length);
             out->spec[request.payload_length] = 0;
             found = 1;
-        } else if (valid && request.op == PS_WIRE_PING && request.payload_length == 0) {
+        } else if (here && request.op == PS_WIRE_PING && request.payload_length == 0) {
             answer_main(s, &routing_id, PS_WIRE_PING, PS_OK, request.request_id, 0, NULL);
-        } else if (valid && request.op == PS_WIRE_PEER && request.payload_length > 0 &&
+        } else if (here && request.op == PS_WIRE_PEER && request.payload_length > 0 &&
                    request.payload_length <= PS_GROUP_MAX && !memchr(request.payload, 0, request.payload_length) &&
                    request.argument >= 0 && request.argument <= UINT32_MAX) {
             answer_peer(s, &routing_id, &request);

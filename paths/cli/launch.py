@@ -37,12 +37,11 @@ import argparse
 import errno
 import math
 import os
-import signal
 import sys
 from collections.abc import Sequence
 
 from ..model.cluster_map import MapError, map_reference, open_map
-from ..experiments.launcher import START_SECONDS, LaunchError, NodeProcesses
+from ..experiments.launcher import START_SECONDS, LaunchError, NodeProcesses, exit_reason
 from ..experiments.parent_death import adopt_orphans
 from ..experiments.rank_processes import TEXT_ERRORS
 from ..experiments.tagged_output import write_tagged
@@ -53,18 +52,11 @@ from ..runtime.process_context import make_runtime
 from .run import add_rank_options, make_folder, positive, seconds
 
 
-def _signal_said(status: int) -> str:
-    """' (killed by SIGSEGV)' for a status of 128 + a signal's number, as a shell reports a rank
-    that a signal ended; else ''."""
-    try:
-        return f" (killed by {signal.Signals(status - 128).name})" if status > 128 else ""
-    except ValueError:
-        return ""
-
-
 class RankFailed(Exception):
-    def __init__(self, rank: int, node: str, status: int):
-        super().__init__(f"rank {rank} on node {node} exited with status {status}" + _signal_said(status))
+    def __init__(self, rank: int, node: str, status: int, ended_by: int = 0):
+        """`ended_by`: the signal that ended the rank (its status is then 128 + it), else 0."""
+        super().__init__(f"rank {rank} on node {node} exited with status {status}"
+                         + (f" ({exit_reason(-ended_by)})" if ended_by else ""))
         self.status = status
 
 
@@ -187,7 +179,7 @@ def launch_command(argv: list[str]) -> int:
         if event["event"] == "output":
             output.line(event["rank"], event["stream"], event["text"], event.get("more", False))
         elif event["event"] == "exit" and event["status"] != 0:
-            raise RankFailed(event["rank"], node, event["status"])
+            raise RankFailed(event["rank"], node, event["status"], event.get("signal", 0))
 
     try:
         with NodeProcesses(cluster_map, runtime.nodes(), args.launch,

@@ -88,9 +88,9 @@ def seconds(text: str) -> float:
 def sum_name(text: str) -> str:
     """An argparse type: an element name for --sum (the ranks of paths launch and paths sbatch get
     them in PATHS_SUM, separated by commas)."""
-    if not text or "," in text:
+    if not text.strip() or "," in text or text != text.strip():
         raise argparse.ArgumentTypeError(f"expected an element name without commas (PATHS_SUM separates names "
-                                         f"by them), got {text!r}")
+                                         f"by them) or spaces around it, got {text!r}")
     return text
 
 
@@ -400,7 +400,10 @@ def write_csv(path: str, runs: list[Run]) -> None:
     stats = ("min", "avg", "max")
 
     def number(value: float) -> str:
-        return "" if math.isnan(value) else f"{value:.10g}"
+        """Ten significant digits, or as many as it takes to read back the same float (1.797...e308
+        to ten digits reads back as inf); nan: empty."""
+        short = f"{value:.10g}"
+        return "" if math.isnan(value) else short if float(short) == value else repr(value)
 
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
@@ -413,13 +416,17 @@ def write_csv(path: str, runs: list[Run]) -> None:
                 writer.writerow([m.kernel, cluster_map.name, settings.policy or cluster_map.policy,
                                  settings.max_fanin or cluster_map.max_fanin,
                                  settings.tree_form or cluster_map.tree_form, m.threads, m.nodes, m.repeat,
-                                 *(f"{m.columns[c]:.10g}" if c in m.columns else "" for c in columns),
+                                 *(number(m.columns[c]) if c in m.columns and not math.isnan(m.columns[c])
+                                   else "nan" if c in m.columns else "" for c in columns),
                                  *(number(value) for c in columns for value in _stats(same, c))])
+
+
+PLOTTED_MOST = 1e300  # larger values (and inf, nan) are left out of a plot: its axis cannot hold them
 
 
 def write_plot(path: str, runs: list[Run]) -> None:
     """One panel per reported column: the average per thread count with min-max bars, one line
-    per map and policy."""
+    per map and policy (values past PLOTTED_MOST are in the table and the CSV only)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -431,10 +438,11 @@ def write_plot(path: str, runs: list[Run]) -> None:
     for axes, column in zip(panels[:, 0], columns):
         for run in runs:
             rows = [(n, _stats(ms, column)) for n, _, ms in _summary(run.measurements)]
-            rows = [(n, low, mean, high) for n, (low, mean, high) in rows if not math.isnan(mean)]
+            rows = [(n, low, mean, high) for n, (low, mean, high) in rows
+                    if all(abs(v) <= PLOTTED_MOST for v in (low, mean, high))]  # not nan, inf or past an axis
             if rows:
                 axes.errorbar([r[0] for r in rows], [r[2] for r in rows],
-                              yerr=[[r[2] - r[1] for r in rows], [r[3] - r[2] for r in rows]],
+                              yerr=[[max(0.0, r[2] - r[1]) for r in rows], [max(0.0, r[3] - r[2]) for r in rows]],
                               marker="o", capsize=3, label=run.label)
         axes.set_ylabel(column)
         axes.grid(True, alpha=0.3)

@@ -172,8 +172,9 @@ def mean(values: list[float]) -> float:
     the mean of values whose sum passes the largest float, never an exception."""
     try:
         return math.fsum(values) / len(values)
-    except OverflowError:  # their sum passes the largest float; their mean does not
-        return math.fsum(v / len(values) for v in values)
+    except OverflowError:  # their sum passes the largest float; their mean, of values scaled to 1 or less, not
+        largest = max(abs(v) for v in values)
+        return largest * (math.fsum(v / largest for v in values) / len(values))
     except ValueError:  # inf and -inf among them
         return math.nan
 

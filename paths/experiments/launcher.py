@@ -52,6 +52,7 @@ from .rank_processes import STOP_SECONDS
 
 START_SECONDS = 60.0
 QUIT_SECONDS = 5.0
+AGAIN_STOP_SECONDS = 0.25  # after a second Ctrl-C, what the run's processes left has this long after SIGTERM
 
 
 def exit_reason(returncode: int) -> str:
@@ -434,6 +435,8 @@ class NodeProcesses:
             _kill_groups(nodes)
             for node in nodes:
                 node.reap(time.monotonic())  # at once: killed
+            if adopts_orphans():  # what ranks or kernels started in a session of its own: killed soon too
+                Orphans(self.others).stop(AGAIN_STOP_SECONDS)
             self.nodes.clear()
             raise
         # What a rank, or a kernel in a local node (its process group's), started is left only

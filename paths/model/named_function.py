@@ -42,11 +42,12 @@ def import_function(name: str, what: str, hook: Optional[str] = None) -> Callabl
     func = getattr(module, func_name, None)
     if not callable(func):
         raise ValueError(f"{what} {shown(name)}: module {shown(module_name)} has no function {shown(func_name)}")
+    called = getattr(func, "__qualname__", func_name)  # a callable object or a partial has none
     if hook is not None and getattr(func, HOOK_MARK, None) != hook:
-        raise ValueError(f"{what} {shown(name)}: {func.__qualname__} is not marked as one: decorate it with "
+        raise ValueError(f"{what} {shown(name)}: {called} is not marked as one: decorate it with "
                          f"@paths.{hook}_hook")
     if hook is not None and not takes_arguments(func, HOOK_SHAPES[hook].count(",") + 1):
-        raise ValueError(f"{what} {shown(name)}: {func.__qualname__} cannot be called as the hook it is marked as: "
+        raise ValueError(f"{what} {shown(name)}: {called} cannot be called as the hook it is marked as: "
                          f"expected def {func_name}{HOOK_SHAPES[hook]}")
     return func
 

@@ -316,6 +316,8 @@ def program_options(argv: list[str], environ=None) -> tuple[dict[str, list[str]]
             i, value = i + 1, argv[i + 1]
         if options.get(name) and not PROGRAM_OPTIONS[name][1]:
             raise RunSetupError(f"{name}: given twice")
+        if not value.strip():
+            raise RunSetupError(f"{name}: expected {PROGRAM_OPTIONS[name][0]}, got {value!r}")
         options.setdefault(name, []).append(value)
         i += 1
     environ = os.environ if environ is None else environ

@@ -45,7 +45,7 @@ from .client_ledger import ClientBuild, ClientLedger, Refused
 from ..model.curve_key import KEY_LENGTH, is_curve_key
 from ..model.path_edit import client_path
 from ..model.path_spec import build_request_from_json
-from .server_policy import ServerPolicy, endpoint_pattern, parse_size
+from .server_policy import ServerPolicy, default_memory_budget, endpoint_pattern, parse_size
 from ..model.stage_kinds import kinds
 
 POLL_SECONDS = 0.1
@@ -482,9 +482,10 @@ def _policy(args: argparse.Namespace) -> ServerPolicy:
             raise ValueError(f"--allow-remote: {e}") from None
     memory, client_memory = size("--memory-budget", args.memory_budget), size("--client-memory-budget",
                                                                               args.client_memory_budget)
-    if memory is not None and client_memory is not None and client_memory > memory:
-        raise ValueError(f"--client-memory-budget: expected at most the server's --memory-budget "
-                         f"({args.memory_budget}), got {args.client_memory_budget}")
+    if client_memory is not None and client_memory > (memory or default_memory_budget()):
+        server = args.memory_budget if memory is not None else f"by default {default_memory_budget()} bytes"
+        raise ValueError(f"--client-memory-budget: expected at most the server's --memory-budget ({server}), got "
+                         f"{args.client_memory_budget}")
     return ServerPolicy(allow_kinds=kinds_allowed, allow_remote=tuple(args.allow_remote), memory_budget=memory,
                         client_memory_budget=client_memory, builds_per_client=args.max_builds_per_client,
                         links_per_client=args.max_links_per_client)
