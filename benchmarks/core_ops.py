@@ -2,7 +2,7 @@
 
 The C side is the kernel paths._native.bench.core_pairs_ns (a tight loop with no Python on its
 path, on the element itself); "C, through a link" is the same pairs from C as operation values
-through a handle on the path [core] (paths._native.bench.pairs_ns: what paths_move and
+through a handle on the path [core] (paths._native.bench.axed_pairs_ns: what paths_move and
 paths_observe cost a kernel); the Python side times `e.move(i); e.observe()` on a "q" element.
 Each side axes the log every 4096 pairs, within its timing, as a long-running consumer would. A C loop
 runs at most CHUNK_PAIRS pairs a call, so that Ctrl-C is heard between calls (a second or so
@@ -74,7 +74,7 @@ def c_link_pairs_ns(pairs):
                               pastset=paths.PastSet())
 
     def measure(n):
-        ns = bench.pairs_ns(handle, n)  # raises if an operation fails or returns a wrong tuple
+        ns = bench.axed_pairs_ns(handle, n)  # raises if an operation fails or returns a wrong tuple
         handle.axe(handle.last())  # the log of the chunk's pairs goes, untimed
         return ns
 

@@ -45,19 +45,28 @@ static inline int pair_through(ps_link *link, int64_t i, int64_t timeout_ns) {
     return ps_link_call(link, &observe) == PS_OK && out == i;
 }
 
-/* The same pairs as ps_kernel_core_pairs_ns, with the same axe every 4096 pairs. */
-double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns) {
-    int64_t base = last_of(link); /* the index of this call's first move */
+/* Pairs through the link, each `axe_every` (a power of two; 0: never) followed by an axe of the
+ * log, as ps_kernel_core_pairs_ns does every 4096. */
+static double link_pairs_ns(ps_link *link, int64_t pairs, int64_t axe_every, int64_t timeout_ns) {
+    int64_t base = axe_every ? last_of(link) : 0; /* the index of this call's first move */
     if (base < 0) return -1.0;
     int64_t start = ps_now_ns();
     for (int64_t i = 0; i < pairs; i++) {
         if (!pair_through(link, i, timeout_ns)) return -1.0;
-        if ((i & 4095) == 4095) {
+        if (axe_every && (i & (axe_every - 1)) == axe_every - 1) {
             ps_op axe = {.kind = PS_OP_AXE, .argument = base + i + 1, .timeout_ns = timeout_ns};
             if (ps_link_call(link, &axe) != PS_OK) return -1.0;
         }
     }
     return (double)(ps_now_ns() - start) / (double)pairs;
+}
+
+double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns) {
+    return link_pairs_ns(link, pairs, 0, timeout_ns);
+}
+
+double ps_kernel_link_axed_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns) {
+    return link_pairs_ns(link, pairs, 4096, timeout_ns);
 }
 
 double ps_kernel_link_pair_median_ns(ps_link *link, int64_t pairs, int64_t timeout_ns) {

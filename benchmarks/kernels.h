@@ -17,6 +17,8 @@ double ps_kernel_core_pairs_ns(int64_t pairs);
 /* Nanoseconds per move+observe pair through one caller's link (any path over a "q" element),
  * single thread; -1 on a failed operation or a wrong tuple. */
 double ps_kernel_link_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns);
+/* The same, with an axe of the log every 4096 pairs, as ps_kernel_core_pairs_ns does. */
+double ps_kernel_link_axed_pairs_ns(ps_link *link, int64_t pairs, int64_t timeout_ns);
 
 /* The same pairs, each timed on its own (as the anchors time each round trip): the median pair's
  * nanoseconds. */

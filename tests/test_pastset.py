@@ -215,7 +215,7 @@ def test_bytes_longer_than_their_field_are_refused_not_cut(space, fmt, values, e
     e = space.enter("names", fmt)
     with pytest.raises(ValueError) as raised:
         e.move(values)
-    assert str(raised.value) == f"element 'names' (format '{fmt}'): {expected}"
+    assert str(raised.value) == f"element 'names' move (format '{fmt}'): {expected}"
     assert e.last() == 0
 
 

@@ -68,6 +68,11 @@ void bind_bench(py::module_ &m) {
                                 "an operation failed or returned a wrong tuple");
     }, py::arg("handle"), py::arg("pairs"), py::arg("timeout") = 60.0,
        "Nanoseconds per move+observe pair through one handle, from a C loop (single thread).");
+    bench.def("axed_pairs_ns", [](const std::shared_ptr<Handle> &handle, int64_t pairs, const py::object &timeout) {
+        return single_link_loop(handle, pairs, timeout, "axed_pairs_ns", ps_kernel_link_axed_pairs_ns,
+                                "an operation failed or returned a wrong tuple");
+    }, py::arg("handle"), py::arg("pairs"), py::arg("timeout") = 60.0,
+       "pairs_ns with an axe of the log every 4096 pairs, as core_pairs_ns does.");
     bench.def("pair_median_ns", [](const std::shared_ptr<Handle> &handle, int64_t pairs, const py::object &timeout) {
         return single_link_loop(handle, pairs, timeout, "pair_median_ns", ps_kernel_link_pair_median_ns,
                                 "an operation failed or returned a wrong tuple");
