@@ -333,13 +333,16 @@ def test_a_failed_run_leaves_no_temporary_file_of_the_trace_stages_it_still_held
                                               "hook it is marked as: expected def acquire(request)"]),
     ("--release", "misshapen_hooks:release", ["release hook 'misshapen_hooks:release': release cannot be called as the "
                                               "hook it is marked as: expected def release(request, handle)"]),
+    ("--acquire", "misshapen_hooks:waiting", ["acquire hook 'misshapen_hooks:waiting': waiting is an async function "
+                                              "(calling it runs none of its body): expected def waiting(request)"]),
 ], ids=["no module", "not marked", "module raises", "module does not compile", "policy raises", "acquire misshapen",
-        "release misshapen"])
+        "release misshapen", "acquire async"])
 def test_a_hook_that_cannot_be_used_is_refused_before_any_node_starts(built, probe, user_module, option, name, words):
     user_module("unmarked_hook", "def acquire(request):\n    return request.default()\n"
                                  "def placing(cluster_map, n_threads):\n    return 1 / 0\n")
     user_module("misshapen_hooks", "import paths\n@paths.acquire_hook\ndef acquire(request, extra):\n    pass\n"
-                                   "@paths.release_hook\ndef release(request):\n    pass\n")
+                                   "@paths.release_hook\ndef release(request):\n    pass\n"
+                                   "@paths.acquire_hook\nasync def waiting(request):\n    pass\n")
     user_module("broken_module", "raise RuntimeError('no cluster today')\n")
     user_module("typo_module", "def acquire(request:\n")
     done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", option, name, cwd=built)

@@ -237,10 +237,9 @@ def test_a_python_program_whose_rendezvous_fails_says_so_in_one_line(tmp_path):
     ({"PATHS_RANK": "0", "PATHS_SIZE": "2", "PATHS_NODE": "n0", "PATHS_SERVERS": "{"},
      "paths: PATHS_SERVERS: expected the servers as JSON {\"endpoints\": {node: endpoint}, \"keys\": {node: key}, "
      "\"client\": [public, secret]}, got '{'"),
-    ({"PMI_RANK": "0", "PMI_SIZE": "1", "PATHS_SUM": ",,"},
-     "paths: PATHS_SUM=',,': expected an element name or several, separated by commas, none empty"),
-    ({"PMI_RANK": "0", "PMI_SIZE": "1", "PATHS_SUM": "TOTAL,"},
-     "paths: PATHS_SUM='TOTAL,': expected an element name or several, separated by commas, none empty"),
+    *(({"PMI_RANK": "0", "PMI_SIZE": "1", "PATHS_SUM": sums},
+       f"paths: PATHS_SUM={sums!r}: expected an element name or several, separated by commas, none empty")
+      for sums in (",,", "TOTAL,")),
 ], ids=["rank past the size", "not a number", "no size", "size past the most", "unknown policy", "no hook module",
         "not a hook", "no node", "servers not JSON", "sums of commas", "a sum and an empty one"])
 def test_a_python_program_given_a_wrong_rank_says_so_in_one_line(variables, line):

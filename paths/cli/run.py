@@ -399,11 +399,11 @@ def write_csv(path: str, runs: list[Run]) -> None:
     columns = columns_of(runs)
     stats = ("min", "avg", "max")
 
-    def number(value: float) -> str:
+    def exact(value: float) -> str:
         """Ten significant digits, or as many as it takes to read back the same float (1.797...e308
-        to ten digits reads back as inf); nan: empty."""
+        to ten digits reads back as inf)."""
         short = f"{value:.10g}"
-        return "" if math.isnan(value) else short if float(short) == value else repr(value)
+        return short if float(short) == value else repr(value)
 
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
@@ -416,9 +416,9 @@ def write_csv(path: str, runs: list[Run]) -> None:
                 writer.writerow([m.kernel, cluster_map.name, settings.policy or cluster_map.policy,
                                  settings.max_fanin or cluster_map.max_fanin,
                                  settings.tree_form or cluster_map.tree_form, m.threads, m.nodes, m.repeat,
-                                 *(number(m.columns[c]) if c in m.columns and not math.isnan(m.columns[c])
-                                   else "nan" if c in m.columns else "" for c in columns),
-                                 *(number(value) for c in columns for value in _stats(same, c))])
+                                 *(exact(m.columns[c]) if c in m.columns else "" for c in columns),
+                                 *("" if math.isnan(value) else exact(value)
+                                   for c in columns for value in _stats(same, c))])
 
 
 PLOTTED_MOST = 1e300  # larger values (and inf, nan) are left out of a plot: its axis cannot hold them

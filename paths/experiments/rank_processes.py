@@ -32,8 +32,9 @@ DRAIN_SECONDS = 1.0  # how long a rank's pipes may stay open after it exited (a 
 
 # emit(event) receives {"event": "output", "rank": r, "stream": "out"|"err", "text": line} (with
 # "more": true, a piece of a long line, which goes on: line_buffer.py) and {"event": "exit",
-# "rank": r, "status": s, "signal": n} (n: the signal that ended it, else 0); a line's bytes that are not UTF-8 are kept as lone surrogates
-# (surrogateescape), so that the launcher writes out the very bytes the rank wrote
+# "rank": r, "status": s, "signal": n} (n: the signal that ended it, else 0); a line's bytes that
+# are not UTF-8 are kept as lone surrogates (surrogateescape), so that the launcher writes out the
+# very bytes the rank wrote
 TEXT_ERRORS = "surrogateescape"
 Emit = Callable[[dict], None]
 

@@ -46,10 +46,24 @@ def import_function(name: str, what: str, hook: Optional[str] = None) -> Callabl
     if hook is not None and getattr(func, HOOK_MARK, None) != hook:
         raise ValueError(f"{what} {shown(name)}: {called} is not marked as one: decorate it with "
                          f"@paths.{hook}_hook")
+    if hook is not None and (kind := body_not_run(func)):
+        raise ValueError(f"{what} {shown(name)}: {called} is {kind} (calling it runs none of its body): expected "
+                         f"def {func_name}{HOOK_SHAPES[hook]}")
     if hook is not None and not takes_arguments(func, HOOK_SHAPES[hook].count(",") + 1):
         raise ValueError(f"{what} {shown(name)}: {called} cannot be called as the hook it is marked as: "
                          f"expected def {func_name}{HOOK_SHAPES[hook]}")
     return func
+
+
+# Functions whose call returns a coroutine or generator, running none of their body.
+_NOT_CALLED_THROUGH = (("an async function", inspect.iscoroutinefunction),
+                       ("an async generator", inspect.isasyncgenfunction),
+                       ("a generator function", inspect.isgeneratorfunction))
+
+
+def body_not_run(function: Callable) -> str:
+    """What `function` is when calling it runs none of its body ("an async function", ...), else ""."""
+    return next((kind for kind, test in _NOT_CALLED_THROUGH if test(function)), "")
 
 
 def takes_arguments(function: Callable, count: int) -> bool:

@@ -22,7 +22,6 @@ run: the error names the thread, its node, the status and what the thread said a
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 import threading
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from .. import _native
-from ..model.named_function import import_function, takes_arguments
+from ..model.named_function import body_not_run, import_function, takes_arguments
 from ..model.shown import cut, shown
 
 BUILTIN_LIBRARY = Path(_native.__file__).resolve().parent / "libpaths_kernels.so"
@@ -114,7 +113,7 @@ def _load(name: str, timeout: Optional[float]) -> Kernel:
         except ValueError as e:
             raise ValueError(f"kernel {said}: {e}") from None
     function = import_function(name, "kernel")
-    kind = next((kind for kind, test in _NOT_CALLED_THROUGH if test(function)), None)
+    kind = body_not_run(function)
     func = name.rpartition(":")[2]
     if kind:
         raise ValueError(f"kernel {said}: {func} is {kind} (calling it runs none of its body): expected "
@@ -123,12 +122,6 @@ def _load(name: str, timeout: Optional[float]) -> Kernel:
         raise ValueError(f"kernel {said}: {func} cannot be called with one argument, the thread's context: expected "
                          f"def {func}(ctx) returning None or a status")
     return Kernel(name, function)
-
-
-# Functions whose call returns a generator or coroutine, running none of their body.
-_NOT_CALLED_THROUGH = (("an async function", inspect.iscoroutinefunction),
-                       ("an async generator", inspect.isasyncgenfunction),
-                       ("a generator function", inspect.isgeneratorfunction))
 
 
 def parse_kernel_args(items: Iterable[str], option: str = "--arg") -> dict[str, str]:
