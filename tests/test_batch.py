@@ -5,6 +5,7 @@ that fails is reported by the caller's next operation with how many of its moves
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -217,6 +218,38 @@ def test_a_failed_send_is_reported_by_the_next_operation_with_what_took_effect()
                                               r"\(remote failure\): remote tcp://127\.0\.0\.1:\d+"):
         h.last()
     assert h.stage.counters()["dropped"] == 3
+
+
+def test_a_forked_childs_batch_over_its_parents_remote_says_none_of_its_moves_took_effect():
+    """The child's remote refuses before it sends anything: the batch's message may not say that
+    the moves could have taken effect."""
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
+        h = build_path(make_path(stage("batch", max_moves=100), stage("remote", host=server.endpoint),
+                                 stage("core", name="K", format="q")))
+        h.move(1)
+        paths.fence(h, timeout=PATIENCE_S)
+        reader, writer = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(reader)
+                for v in range(3):
+                    h.move(v)
+                try:
+                    h.last()
+                    said = "no error"
+                except Exception as refused:  # noqa: BLE001  (what the child saw goes to the parent)
+                    said = f"{type(refused).__name__}: {refused}"
+                os.write(writer, said.encode())
+            finally:
+                os._exit(0)
+        os.close(writer)
+        with os.fdopen(reader, "rb") as child:
+            said = child.read().decode()
+        os.waitpid(pid, 0)
+        assert re.match(r"RuntimeError: .*batch: 0 of 3 moves sent down together took effect, then the send failed "
+                        r"\(wrong state\): remote .*this process did not make the handle", said), said
+        assert server.pastset.enter("K", "q").observe_range(0, 10) == [(1,)]
 
 
 ANSWER_LATE = """

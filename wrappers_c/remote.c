@@ -539,7 +539,7 @@ static int remote_call(ps_link *link, ps_op *op) {
     if (remote_of(link)->connections[link->slot].forks != ps_forks()) {
         explain(remote_of(link), "this process did not make the handle", "a forked child inherits its parent's "
                 "connections, which stay the parent's: the child builds paths of its own");
-        return PS_EREMOTE;
+        return PS_ESTATE; /* nothing was sent: not a failure of the remote, whose answer could be lost */
     }
     if (op->kind == PS_OP_MOVE && remote_of(link)->window > 1) return pipelined_move(link, op);
     if (ps_op_kinds[op->kind].shape & PS_OP_TUPLES_OUT) {
