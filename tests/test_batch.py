@@ -293,6 +293,31 @@ def test_a_send_whose_answer_is_lost_says_its_moves_may_have_taken_effect(user_m
                      r"answer was lost\)", str(failed[0]))
 
 
+def test_moves_sent_ahead_whose_answers_were_lost_are_said_to_may_not_have_taken_effect(user_module):
+    """Above a pipelined remote, sends of three go ahead; the server applies the first, holds its
+    answer, and dies. The send that then fails may not say that the moves sent before it did not
+    take effect: three did."""
+    __import__(user_module("answer_late_ahead", ANSWER_LATE))
+    with ChildProcesses() as children:
+        server, endpoint = children.paths_serve("--allow-kinds", "answer_late_ahead:test-answer-late")
+        h = build_path(make_path(stage("batch", max_moves=3, buffers=1),
+                                 stage("remote", host=endpoint, timeout_ms=5000, window=4),
+                                 stage("test-answer-late"), stage("core", name="A", format="q")))
+        at_server = build_path(make_path(stage("remote", host=endpoint), stage("core", name="A", format="q")))
+        for v in range(6):  # two sends, pipelined: neither waits for its answer
+            h.move(v)
+        eventually(lambda: at_server.last() == 3, "the first send's moves at the server")
+        server.signal(9)
+        failed = None
+        for v in range(6, 6 + 3 * 20):  # a send finds the connection gone
+            try:
+                h.move(v)
+            except ConnectionError as e:
+                failed = str(e)
+                break
+    assert failed and re.search(r"the \d+ moves sent down before them may not have taken effect", failed), failed
+
+
 def test_a_send_failing_on_the_sender_thread_is_reported_by_the_next_move():
     with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
         h = build_path(make_path(stage("batch", max_moves=4, buffers=2),

@@ -103,9 +103,10 @@ static unsigned char *buffer_of(const batch_stage *b, const caller *c, uint32_t 
 static void explain(batch_stage *b, int status, uint32_t done, uint32_t of, uint64_t before, uint64_t after) {
     char dropped[192] = "";
     int n = 0;
-    if (before)
-        n = snprintf(dropped, sizeof dropped, ", and the %llu moves sent down before them did not take effect",
-                     (unsigned long long)before);
+    if (before) /* with the answers lost (a broken connection), what became of them is not known */
+        n = snprintf(dropped, sizeof dropped, ", and the %llu moves sent down before them %s",
+                     (unsigned long long)before,
+                     ps_op_done_is_at_least(status) ? "may not have taken effect" : "did not take effect");
     if (after)
         snprintf(dropped + n, sizeof dropped - (size_t)n, ", and the %llu moves made after them were dropped",
                  (unsigned long long)after);
