@@ -112,6 +112,7 @@ public:
         d["live"] = c.live;
         d["abandoned"] = c.abandoned;
         d["refused"] = c.refused;
+        d["crowded_out"] = c.crowded_out;
         return d;
     }
 

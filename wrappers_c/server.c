@@ -19,6 +19,7 @@
 #include <zmq.h>
 
 #include "direct_channel.h"
+#include "endpoint_connections.h"
 #include "pastset.h"
 #include "peer_directory.h"
 #include "stage_base.h" /* ps_stage_axe_point, read inline with each answer */
@@ -120,6 +121,7 @@ typedef struct link_worker {
 struct ps_server {
     void *main_socket;
     socket_file main_file; /* over ipc: the file the main socket's bind made */
+    ps_endpoint_connections connections; /* the main socket's: the serving thread's own */
     char endpoint[256];
     char curve_secret[41];
     char zap_domain[PS_ZAP_DOMAIN_MAX]; /* "" unless the server authenticates its clients */
@@ -705,6 +707,10 @@ int ps_server_start(const char *endpoint, const char *curve_secret_z85, int auth
         return PS_EINVAL;
     }
     note_socket_file(&s->main_file, endpoint, s->endpoint);
+    char name[32];
+    snprintf(name, sizeof name, "%p", (void *)s);
+    if (strncmp(s->endpoint, "inproc://", 9) != 0) /* inproc has no connections to count */
+        ps_endpoint_connections_watch(&s->connections, s->main_socket, name);
     *out = s;
     return PS_OK;
 }
@@ -768,8 +774,10 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
         int64_t left_ns = deadline == PS_FOREVER ? POLL_SLICE_MS * 1000000LL : deadline - ps_now_ns();
         if (left_ns < 0) return PS_ETIMEDOUT;
         int64_t left_ms = (left_ns + 999999) / 1000000; /* rounded up: less than 1 ms left is no poll of 0 */
-        zmq_pollitem_t item = {s->main_socket, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&item, 1, (long)left_ms) <= 0) {
+        zmq_pollitem_t items[2] = {{s->main_socket, 0, ZMQ_POLLIN, 0}, {s->connections.monitor, 0, ZMQ_POLLIN, 0}};
+        int polled = zmq_poll(items, s->connections.monitor ? 2 : 1, (long)left_ms);
+        if (polled > 0 && (items[1].revents & ZMQ_POLLIN)) ps_endpoint_connections_update(&s->connections);
+        if (polled <= 0 || !(items[0].revents & ZMQ_POLLIN)) {
             if (deadline != PS_FOREVER && ps_now_ns() >= deadline) return PS_ETIMEDOUT;
             continue;
         }
@@ -794,6 +802,12 @@ int ps_server_next_build(ps_server *s, int64_t timeout_ns, ps_build_request *out
             memcpy(out->spec, request.payload, request.payload_length);
             out->spec[request.payload_length] = 0;
             found = 1;
+        }
+        int fd = whole ? zmq_msg_get(&frame, ZMQ_SRCFD) : -1;
+        uint64_t connection = ps_endpoint_connections_heard(&s->connections, fd, found);
+        if (found) {
+            out->connection_fd = fd;
+            out->connection = connection;
         } else if (here && request.op == PS_WIRE_PING && request.payload_length == 0) {
             answer_main(s, &routing_id, PS_WIRE_PING, PS_OK, request.request_id, 0, NULL);
         } else if (here && request.op == PS_WIRE_PEER && request.payload_length > 0 &&
@@ -861,6 +875,7 @@ static void reply_build(ps_server *s, const ps_build_request *request, int statu
     size_t length = encode_answer(s->main_answer, sizeof s->main_answer, PS_WIRE_BUILD, status, request->request_id, id,
                                   0, payload, payload_length);
     send_answer(s->main_socket, request->routing_id, request->routing_id_length, s->main_answer, length);
+    ps_endpoint_connections_answered(&s->connections, request->connection_fd, request->connection);
 }
 
 static void refuse_build(ps_server *s, const ps_build_request *request, int status, const char *text) {
@@ -957,6 +972,7 @@ void ps_server_read_counters(ps_server *s, ps_server_counters *out) {
     out->live = atomic_load(&s->live);
     out->abandoned = atomic_load(&s->abandoned);
     out->refused = atomic_load(&s->refused);
+    out->crowded_out = atomic_load(&s->connections.closed);
 }
 
 int ps_server_stop(ps_server *s, int64_t wait_ns) {
@@ -982,6 +998,7 @@ int ps_server_stop(ps_server *s, int64_t wait_ns) {
         }
         w = next;
     }
+    ps_endpoint_connections_stop(&s->connections, s->main_socket);
     close_bound_socket(s->main_socket, &s->main_file);
     if (!left) free_server(s);
     return left;

@@ -40,6 +40,8 @@ typedef struct ps_build_request {
     char user[PS_CLIENT_NAME_MAX];      /* an authenticated client's key NAME, else "": the one
                                             client its ZeroMQ link then serves */
     char spec[PS_SPEC_MAX + 1]; /* the path remainder as sent (NUL-terminated) */
+    int connection_fd;          /* the connection it came on: its descriptor, and its number at the */
+    uint64_t connection;        /* main endpoint (endpoint_connections.h; 0: not followed) */
 } ps_build_request;
 
 typedef struct ps_server_counters {
@@ -50,6 +52,7 @@ typedef struct ps_server_counters {
     int64_t live;        /* links being served */
     int64_t abandoned;   /* links ended because every connection of their client closed */
     int64_t refused;     /* direct connections turned away: no or a wrong secret, garbage, too slow */
+    int64_t crowded_out; /* idle connections to the main endpoint closed to make room for newcomers */
 } ps_server_counters;
 
 /* Binds the main socket. curve_secret_z85 (40 characters) makes every socket a CURVE server;
