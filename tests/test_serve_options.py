@@ -102,6 +102,10 @@ def test_keygen_makes_the_secret_the_owners_alone_and_never_replaces_a_key(tmp_p
 
 @pytest.mark.parametrize("args, problem", [
     (["--keygen", ""], "--keygen : expected a file prefix (PREFIX.key and PREFIX.pub are written), got ''"),
+    (["--keygen", "keys/"], "--keygen keys/: expected a file prefix (PREFIX.key and PREFIX.pub are written), got a "
+                            "folder: give FOLDER/NAME"),
+    (["--keygen", "x" * 64], f"--keygen {'x' * 64}: its name '{'x' * 64}' is the client's name in a --curve-clients "
+                             "folder: at most 63 bytes"),
     (["--keygen", "K", "--bind", "tcp://127.0.0.1:7100"],
      "--keygen K: it writes a key pair and exits, serving nothing: --bind has no use with it"),
 ])

@@ -416,6 +416,37 @@ def test_client_and_server_budgets_hold_each_client_and_all_of_them(children):
     settled(server.pid, before, "client and server memory budgets", rss_kb=40_000)
 
 
+def test_a_client_that_joins_anothers_stages_pays_for_them_and_the_other_stops_paying_when_it_lets_go(children):
+    """Paths merge: a client whose path is another's goes through the other's stages. It pays for
+    them too, so it cannot hold them on the other's budget: once the client that built them lets
+    them go, that client's budget is its own again, and the one that still holds them is refused
+    past its own."""
+    cache = paths._native.stage_footprint("cache", {"capacity": 1 << 20}, "q")
+    server, endpoint = children.paths_serve("--client-memory-budget", str(cache * 5 // 2))
+
+    def cache_of(address: str, number: int):
+        return build_path(make_path(stage("remote", host=from_host(endpoint, address)),
+                                    stage("cache", capacity=1 << 20, id=number), stage("core", name="J", format="q")),
+                          pastset=paths.PastSet())
+
+    builder = [cache_of("127.0.0.2", 0), cache_of("127.0.0.2", 1)]
+    joiner = [cache_of("127.0.0.3", 0), cache_of("127.0.0.3", 1)]  # the same stages, paid for again
+    twice = [cache_of("127.0.0.3", 1)]  # a stage it holds already costs nothing more
+    with pytest.raises(ValueError, match=rf"stage cache\(capacity=1048576, id=2\): asks {cache} bytes, beyond the "
+                                         r"memory budget of client 127\.0\.0\.3: \d+ of its \d+ bytes are in use"):
+        cache_of("127.0.0.3", 2)
+    del builder
+    again = [cache_of("127.0.0.2", 2), cache_of("127.0.0.2", 3)]  # its budget is its own again
+    joiner[0].move(5)
+    assert joiner[0].observe(0) == (5,)
+    # A client that holds nothing: what is in use is what this build's element took
+    with pytest.raises(ValueError, match=r"client 127\.0\.0\.4: (\d+) of its \d+ bytes are in use, \1 of them by the "
+                                         r"stages below it on this path \(paths serve --client-memory-budget\)"):
+        build_path(make_path(stage("remote", host=from_host(endpoint, "127.0.0.4")), stage("cache", capacity=1 << 20),
+                             stage("core", name="NEW", format="64s")), pastset=paths.PastSet())
+    del joiner, twice, again
+
+
 @pytest.mark.parametrize("proto", PROTOS)
 def test_a_client_that_released_its_path_builds_the_next_at_once_within_its_limits(children, proto):
     """Room for one 8 MiB cache and one link: released, each is the client's again by the time
@@ -511,6 +542,65 @@ def test_connections_that_never_greet_are_closed_within_seconds(children):
         for sock in idle:
             sock.close()
     assert served_exactly(endpoint, "tcp") < PROMPT_S
+
+
+def greeted(endpoint: str) -> socket.socket:
+    """A connection to the endpoint that greets as a ZeroMQ DEALER would (ZMTP 3.0, NULL), then
+    says nothing."""
+    host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(b"\xff" + bytes(8) + b"\x7f\x03\x00" + b"NULL".ljust(20, b"\0") + b"\0" + bytes(31))
+    greeting = b""
+    while len(greeting) < 64:
+        chunk = sock.recv(64 - len(greeting))
+        assert chunk, "the server closed the connection during its greeting"
+        greeting += chunk
+    ready = b"\x05READY\x0bSocket-Type" + (6).to_bytes(4, "big") + b"DEALER"
+    sock.sendall(bytes([0x04, len(ready)]) + ready)
+    return sock
+
+
+def closed_by_server(sock: socket.socket, wait_s: float) -> bool:
+    """Whether the server closed the connection within wait_s (what it sent before is read)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            if not sock.recv(4096):
+                return True
+        except TimeoutError:
+            return False
+        except ConnectionError:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("descriptors", [None, 400])
+def test_connections_that_greet_and_stay_silent_make_room_for_newcomers(children, descriptors):
+    """A client that greets and then says nothing, on hundreds of connections, held a descriptor
+    with each: at a limit of 400, 388 of them kept every other client out. Past 128 open, the one
+    silent longest is closed, so the server's descriptors stay bounded and a newcomer is served."""
+    serve = [sys.executable, "-m", "paths", "serve", "--bind", "tcp://127.0.0.1:*"]
+    if descriptors:
+        server = children.start(["sh", "-c", f'ulimit -n {descriptors} && exec "$@"', "sh", *serve],
+                                name="paths serve (400 descriptors)")
+        endpoint = server.expect("READY ")
+    else:
+        server, endpoint = children.paths_serve()
+    before = figures(server.pid)
+    idle = []
+    try:
+        for _ in range(450):
+            idle.append(greeted(endpoint))
+        assert served_exactly(endpoint, "tcp") < PROMPT_S
+        assert served_exactly(endpoint, "zmq", element="NORMAL-ZMQ") < PROMPT_S
+        during = figures(server.pid)
+        print(f"FIGURES 450 greeted silent connections: before {before}, during {during}")
+        assert during["fds"] <= before["fds"] + 128 + 16
+        assert closed_by_server(idle[0], 5) and not closed_by_server(idle[-1], 0.2)
+    finally:
+        for sock in idle:
+            sock.close()
 
 
 def test_more_zmq_links_than_libzmq_allows_by_default(children):
@@ -781,12 +871,14 @@ def serve_and_end(*args: str):
 
 
 @pytest.mark.parametrize("make, problem", [
-    (lambda d: None, "paths serve: cannot read folder '{d}': No such file or directory"),
-    (lambda d: d.mkdir(), "paths serve: folder '{d}' holds no NAME.pub file: expected the public keys of the clients "
-                          "to admit, one per file (paths serve --keygen NAME writes one)"),
+    (lambda d: None, "paths serve: --curve-clients: cannot read folder '{d}': No such file or directory"),
+    (lambda d: d.mkdir(), "paths serve: --curve-clients: folder '{d}' holds no NAME.pub file: expected the public "
+                          "keys of the clients to admit, one per file (paths serve --keygen NAME writes one)"),
     (lambda d: (d.mkdir(), (d / "bob.pub").write_text("short\n")),
-     "paths serve: client public key '{d}/bob.pub': expected a 40-character Z85 key on its first line"),
-], ids=["missing", "empty", "bad key"])
+     "paths serve: --curve-clients: client public key '{d}/bob.pub': expected a 40-character Z85 key on its first line"),
+    (lambda d: (d.mkdir(), (d / ".pub").write_text(paths._native.curve_keypair()[0] + "\n")),
+     "paths serve: --curve-clients: '{d}/.pub': a client is named by its file's name before .pub, of 1 to 63 bytes"),
+], ids=["missing", "empty", "bad key", "no name"])
 def test_a_bad_client_key_folder_is_one_line_and_exit_2(tmp_path, make, problem):
     keygen(tmp_path / "server")
     folder = tmp_path / "clients"

@@ -37,12 +37,13 @@ StageKey = tuple  # tuple[StageSpec, ...]: from a stage down to the element
 class BuiltStage:
     """One live C stage, the Python object that keeps it (and the stages below it) alive."""
 
-    __slots__ = ("key", "native", "below", "__weakref__")
+    __slots__ = ("key", "native", "below", "size", "__weakref__")
 
-    def __init__(self, key: StageKey, native: _native.Stage, below: "BuiltStage | None"):
+    def __init__(self, key: StageKey, native: _native.Stage, below: "BuiltStage | None", size: int):
         self.key = key
         self.native = native
         self.below = below
+        self.size = size  # the bytes it holds (its kind's footprint): what a client that holds it pays
 
     @property
     def spec(self) -> StageSpec:
@@ -104,7 +105,8 @@ class BuildContext:
 
     def build(self, path: PathSpec, label: str | None = None, guard: ClientBuild | None = None) -> _native.Handle:
         """A new caller's handle at the top of `path`. `guard`: the path came from a server's
-        client, and every stage it would create here is checked and charged to that client."""
+        client, and every stage it would create or go through here is checked and charged to that
+        client, until the handle goes."""
         specs = check_path(path)
         local = _local_part(specs)
         if guard is not None:
@@ -119,6 +121,8 @@ class BuildContext:
                 if _abandoned.is_set():
                     raise RuntimeError(f"path {make_path(*specs)}: not built: this process is exiting")
                 below = existing[i] or self._create(specs[i:], created.get(specs[i:]), below, guard)
+                if existing[i] is not None and guard is not None:
+                    guard.hold(_canonical(below.key), below.size, below.spec)
                 bottom = bottom or below
                 self._built(created, specs[i:])  # usable by other builds from now on
             with self._lock:
@@ -133,6 +137,8 @@ class BuildContext:
             handle = below.native.attach(label, below, remote=remote and remote.native,
                                          remote_spec=remote and _remainder(remote.key, self._route(guard)))
         except BaseException as failure:
+            if guard is not None:
+                guard.let_go()
             if new_element is not None:  # a refused build leaves no element behind: its stages go first
                 below = bottom = None
                 traceback.clear_frames(failure.__traceback__)
@@ -144,6 +150,8 @@ class BuildContext:
             self._handles = [h for h in self._handles if h[0]() is not None]
             self._handles.append((weakref.ref(handle), below.key, label))
         _HANDLE_CONTEXTS[handle] = (self, below.key)
+        if guard is not None:
+            weakref.finalize(handle, guard.let_go)
         return handle
 
     def _new_element(self, specs: StageKey, local: int, existing: list) -> tuple[str, str] | None:
@@ -241,7 +249,13 @@ class BuildContext:
         # own link sends its own, at attach).
         params.update({name: _BUILT_PARAMS[name](key, self._route(guard, joining=True)) for name in info.built_params})
         below_native = below.native if below is not None else None
-        give_back = guard.admit(spec, info, params, key[-1].param("format")) if guard is not None else None
+        def footprint() -> int:  # the bytes it holds; a Python kind's own memory is its own affair
+            return 0 if info.python_class is not None else _native.stage_footprint(spec.kind, params,
+                                                                                  key[-1].param("format"))
+
+        # A client's stage is granted its bytes before it is created; another's is measured once made
+        size = footprint() if guard is not None else None
+        give_back = guard.create(canonical, size, spec) if guard is not None else None
         try:
             if info.python_class is not None:
                 native = _native.create_python_stage(info.python_class(**params), spec.kind, below_native)
@@ -252,7 +266,7 @@ class BuildContext:
             if give_back is not None:
                 give_back()
             raise
-        built = BuiltStage(key, native, below)
+        built = BuiltStage(key, native, below, footprint() if size is None else size)
         if give_back is not None:
             weakref.finalize(built, give_back)
         with self._lock:

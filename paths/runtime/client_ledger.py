@@ -1,7 +1,12 @@
 """Who holds what at a server, client by client (paths/runtime/server_policy.py says who a client is):
-the builds it has running and waiting, the links it holds and the bytes of the stages its builds
-created, each held to the server's limits; and the guard one client's build carries through
+the builds it has running and waiting, the links it holds and the bytes of the stages its links
+go through, each held to the server's limits; and the guard one client's build carries through
 BuildContext.build, which refuses what the server does not grant before anything is created.
+
+A client pays for every stage its paths hold, whether its build created the stage or found it
+built (paths merge): once per stage, however many of its links go through it, until the last of
+them goes. So a client that joins another's stages pays for them too, and the one that created
+them stops paying when it lets them go. The server's budget counts each stage once, while it lives.
 
 A build that would pass a limit is refused with a message naming the limit and the option that
 sets it, except that a client's builds beyond its share of running ones wait their turn: a slow
@@ -16,10 +21,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .. import _native
 from ..model.path_spec import StageSpec
 from .server_policy import ServerPolicy
-from ..model.stage_kinds import KindInfo
 
 
 class Refused(ValueError):
@@ -32,14 +35,16 @@ class _Account:
     waiting: collections.deque = field(default_factory=collections.deque)
     links: set = field(default_factory=set)
     bytes: int = 0
+    stages: dict = field(default_factory=dict)  # a stage's canonical key -> the client's holds of it
 
     def idle(self) -> bool:
-        return not (self.running or self.waiting or self.links or self.bytes)
+        return not (self.running or self.waiting or self.links or self.bytes or self.stages)
 
 
 class ClientLedger:
     """The server's accounts of its clients. Builds and links are counted by the thread that
-    serves the server; bytes are charged by build threads and given back when a stage goes."""
+    serves the server; bytes are charged by build threads, and given back to a client when its
+    last hold of a stage goes, to the server when the stage goes."""
 
     def __init__(self, policy: ServerPolicy):
         self.policy = policy
@@ -122,29 +127,47 @@ class ClientLedger:
             self.links -= 1
             self._forget_if_idle(client, account)
 
-    def charge(self, client: str, size: int, spec: StageSpec) -> Callable[[], None]:
-        """Take `size` bytes of the client's and the server's budgets for creating `spec`;
-        returns what gives them back. Refused when either budget would be passed."""
+    def hold(self, client: str, stage: tuple, size: int, spec: StageSpec, building: int) -> tuple[Callable[[], None], int]:
+        """One more hold of the stage `stage` (its canonical key, `size` bytes) by `client`, whose
+        build has charged `building` bytes so far: the client pays for the stage unless it holds it
+        already. Returns what lets the hold go, and the bytes charged now. Refused when the client's
+        budget would be passed."""
         limits = self.limits
         with self._lock:
             account = self._accounts.setdefault(client, _Account())
-            if account.bytes + size > limits.client_memory_budget:
+            charged = 0 if stage in account.stages else size
+            if account.bytes + charged > limits.client_memory_budget:
                 self._forget_if_idle(client, account)
+                own = f", {building} of them by the stages below it on this path" if building else ""
                 raise Refused(f"stage {spec}: asks {size} bytes, beyond the memory budget of client {client}: "
-                              f"{account.bytes} of its {limits.client_memory_budget} bytes are in use "
+                              f"{account.bytes} of its {limits.client_memory_budget} bytes are in use{own} "
                               "(paths serve --client-memory-budget)")
-            if self.bytes + size > limits.memory_budget:
+            account.stages[stage] = account.stages.get(stage, 0) + 1
+            account.bytes += charged
+
+        def let_go() -> None:
+            with self._lock:
+                holds = account.stages.pop(stage) - 1
+                if holds:
+                    account.stages[stage] = holds
+                else:
+                    account.bytes -= size
                 self._forget_if_idle(client, account)
+
+        return let_go, charged
+
+    def reserve(self, size: int, spec: StageSpec) -> Callable[[], None]:
+        """Take `size` bytes of the server's budget for creating `spec`; returns what gives them
+        back. Refused when the budget would be passed."""
+        with self._lock:
+            if self.bytes + size > self.limits.memory_budget:
                 raise Refused(f"stage {spec}: asks {size} bytes, beyond this server's memory budget: {self.bytes} "
-                              f"of its {limits.memory_budget} bytes are in use (paths serve --memory-budget)")
-            account.bytes += size
+                              f"of its {self.limits.memory_budget} bytes are in use (paths serve --memory-budget)")
             self.bytes += size
 
         def give_back() -> None:
             with self._lock:
-                account.bytes -= size
                 self.bytes -= size
-                self._forget_if_idle(client, account)
 
         return give_back
 
@@ -162,13 +185,14 @@ class ClientLedger:
 @dataclass(frozen=True)
 class ClientBuild:
     """One client's build, as BuildContext.build carries it: the checks the server makes before
-    each stage it would create, and where its remote stages may reach."""
+    each stage it would create or go through, and where its remote stages may reach."""
 
     client: str
     crossed: tuple[str, ...]  # the servers its path went through on its way here, since its last sum
     through: tuple[str, ...]  # ... and in all
     trusted_endpoints: tuple[str, ...]  # shell patterns of the endpoints its remote stages may reach
     ledger: ClientLedger
+    held: list = field(default_factory=list, compare=False)  # (let go, bytes charged) of each stage held
 
     def admit_path(self, specs: tuple[StageSpec, ...]) -> None:
         """The stages this server would build of the path: only kinds it builds."""
@@ -177,8 +201,18 @@ class ClientBuild:
                 raise Refused(f"stage {spec}: this server builds the C built-in stage kinds and those it was "
                               f"told to allow (paths serve --allow-kinds), not {spec.kind!r}")
 
-    def admit(self, spec: StageSpec, info: KindInfo, params: dict, format: str) -> Callable[[], None]:
-        """Before creating a stage: its bytes (its kind's footprint) are charged to the client;
-        returns what gives them back. A Python kind's own memory is its own affair."""
-        size = 0 if info.python_class is not None else _native.stage_footprint(spec.kind, params, format)
-        return self.ledger.charge(self.client, size, spec)
+    def hold(self, stage: tuple, size: int, spec: StageSpec) -> None:
+        """The build's path goes through the stage (its canonical key): the client holds it."""
+        let_go, charged = self.ledger.hold(self.client, stage, size, spec, sum(c for _, c in self.held))
+        self.held.append((let_go, charged))
+
+    def create(self, stage: tuple, size: int, spec: StageSpec) -> Callable[[], None]:
+        """Before creating a stage: the client holds it, and the server's budget grants its bytes;
+        returns what gives those back when the stage goes."""
+        self.hold(stage, size, spec)
+        return self.ledger.reserve(size, spec)
+
+    def let_go(self) -> None:
+        """The build's holds go: its handle went, or it failed."""
+        while self.held:
+            self.held.pop()[0]()

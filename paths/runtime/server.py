@@ -8,8 +8,8 @@ From then on the C side serves that caller's operations on a connection and a th
 what clients release.
 
 The server does only what a client may ask (paths/runtime/server_policy.py): it builds the kinds it
-allows, connects only to endpoints it trusts, charges each stage it creates to its client's
-memory budget, and holds each client to its share of builds and links (paths/runtime/client_ledger.py).
+allows, connects only to endpoints it trusts, charges each stage a client's path goes through to
+that client's memory budget, and holds each client to its share of builds and links (paths/runtime/client_ledger.py).
 Each build runs on a thread of its own: one that waits (for a server further down its path)
 holds only its own client, whose further builds wait their turn. A path that comes back into a
 server it went through already is refused (a BUILD names the servers it crossed; a sum's link,
@@ -267,6 +267,13 @@ def read_secret_key(path: str) -> str:
     return key
 
 
+CLIENT_NAME_MAX = 63  # the bytes of a client's name, as the C server keeps it
+
+
+def client_name_fits(name: str) -> bool:
+    return 1 <= len(name.encode("utf-8", "surrogateescape")) <= CLIENT_NAME_MAX
+
+
 def read_client_keys(directory: str) -> dict[str, str]:
     """The client keys a server admits: {name: key} from every NAME.pub in `directory` (as
     `paths serve --keygen NAME` writes them); ValueError naming the folder or the file."""
@@ -277,6 +284,10 @@ def read_client_keys(directory: str) -> dict[str, str]:
     if not names:
         raise ValueError(f"folder '{directory}' holds no NAME.pub file: expected the public keys of the clients "
                          "to admit, one per file (paths serve --keygen NAME writes one)")
+    unnamed = next((name for name in names if not client_name_fits(name[:-len(".pub")])), None)
+    if unnamed is not None:
+        raise ValueError(f"'{os.path.join(directory, unnamed)}': a client is named by its file's name before .pub, "
+                         f"of 1 to {CLIENT_NAME_MAX} bytes")
     return {name[:-len(".pub")]: read_key_file(os.path.join(directory, name), "client public key") for name in names}
 
 
@@ -383,9 +394,13 @@ def serve_command(argv: list[str]) -> int:
         return 2
     try:
         policy = _policy(args)
-        clients = read_client_keys(args.curve_clients) if args.curve_clients else None
     except ValueError as e:
         print(f"paths serve: {e}", file=sys.stderr)
+        return 2
+    try:
+        clients = read_client_keys(args.curve_clients) if args.curve_clients else None
+    except ValueError as e:
+        print(f"paths serve: --curve-clients: {e}", file=sys.stderr)
         return 2
     if clients is not None and not secret:
         print("paths serve: --curve-clients needs --curve-secret (clients are authenticated by CURVE)", file=sys.stderr)
@@ -429,8 +444,14 @@ def _keygen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                     and getattr(args, action.dest) != action.default), None)
     existing = next((args.keygen + suffix for suffix in (".key", ".pub") if os.path.lexists(args.keygen + suffix)),
                     None)
+    name = os.path.basename(args.keygen)
     if not args.keygen:
         problem = "expected a file prefix (PREFIX.key and PREFIX.pub are written), got ''"
+    elif name in ("", ".", ".."):
+        problem = "expected a file prefix (PREFIX.key and PREFIX.pub are written), got a folder: give FOLDER/NAME"
+    elif not client_name_fits(name):
+        problem = (f"its name '{name[:80]}' is the client's name in a --curve-clients folder: at most "
+                   f"{CLIENT_NAME_MAX} bytes")
     elif serving:
         problem = f"it writes a key pair and exits, serving nothing: {serving} has no use with it"
     elif existing:
