@@ -718,6 +718,29 @@ def test_a_kernel_still_running_at_the_timeout_is_named_with_what_to_do(built, p
     assert probe.started() and probe.alive() == []
 
 
+def test_a_run_whose_acquire_hook_never_returns_names_the_hook_too(built, probe, user_module):
+    user_module("stuck_hook", """
+        import time
+
+        import paths
+
+
+        @paths.acquire_hook
+        def never(request):
+            time.sleep(3600)
+
+
+        def kernel(ctx):
+            ctx.acquire("E", "q")
+    """)
+    done = paths_run("stuck_hook:kernel", "--acquire", "stuck_hook:never", "--map", "local", "--threads", "1",
+                     "--repeat", "1", "--timeout", "1", cwd=built)
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert ("perhaps in a call that waits with no timeout, or in the hook stuck_hook:never that its paths_acquire or "
+            "paths_release runs: give its waits" in done.stderr), done.stderr
+    assert probe.started() and probe.alive() == []
+
+
 @pytest.mark.parametrize("args, line", [
     (["rounds"], "--arg 'rounds': expected KEY=VALUE"),
     (["=5"], "--arg '=5': expected KEY=VALUE"),
@@ -841,6 +864,18 @@ def test_a_refused_call_that_returns_nothing_fails_the_thread_naming_the_call(bu
                            "node localhost returned PATHS_EINVAL: a bad argument: paths_release: given a handle thread "
                            "0 does not hold (released already?) (a refused call fails the thread: the kernel returned "
                            "PATHS_OK)\n"), done.stderr
+    assert probe.alive() == []
+
+
+def test_a_kernel_that_passes_a_null_context_is_told_so_and_fails(built, probe):
+    """NULL is a program's own context: a kernel that passes it is told it passed no context, in
+    its own context, and a paths_report(NULL, ...), which returns nothing, fails its thread."""
+    done = paths_run("./libkernels.so:null_context", "--map", "local", "--threads", "1", "--repeat", "1",
+                     "--timeout", "60", cwd=built)
+    assert done.returncode == 1, done.stderr
+    assert ("thread 0 on node localhost returned PATHS_EINVAL: a bad argument: paths_report: no context (NULL): a "
+            "kernel passes the context its run gave it (its argument); NULL is a program's own, after paths_init"
+            in done.stderr), done.stderr
     assert probe.alive() == []
 
 
@@ -983,6 +1018,9 @@ def test_paths_bench_refuses_what_is_not_a_handle_and_a_handle_given_twice(space
                                          r"its own \(one build_path each\)$"):
         paths.bench.mcpi([handle, handle], 1000)
     assert time.monotonic() - started < 5  # refused at once, not after the sum's timeout
+    doubles = paths.build_path(make_path(stage("core", name="D", format="d")), pastset=space)
+    with pytest.raises(ValueError, match=r"^gsum: handles\[0\] is a path to format 'd': the kernel sums 'q' tuples$"):
+        paths.bench.gsum([doubles], 10)
 
 
 def test_python_kernels_in_this_process_say_what_went_wrong_and_where(space):
@@ -1242,7 +1280,8 @@ def test_a_program_starts_paths_once(tmp_path):
     done = subprocess.run([str(tmp_path / "init_again"), "--paths-map", "local"], capture_output=True, text=True,
                           timeout=60, env=env, cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (
-        3, "first run saw 5\n", "paths_init: called again after paths_finalize or a failed paths_init: a process "
+        3, "first run saw 5\n", "paths_init: called twice: a process starts PATHS once (as MPI_Init)\n"
+                                 "paths_init: called again after paths_finalize or a failed paths_init: a process "
                                  "starts PATHS once (as MPI_Init)\n")
 
 

@@ -26,6 +26,17 @@ static paths_kernel_ctx *context(const paths_kernel_ctx *c) {
     return own ? own : &no_context;
 }
 
+static _Thread_local paths_kernel_ctx *kernel_here; /* the context of the kernel this thread runs */
+
+void ps_context_runs_kernel(paths_kernel_ctx *c) { kernel_here = c; }
+
+/* Who a refused call fails: the context it was given, or, when a kernel gave NULL where no
+ * program of its own has one, the kernel's thread. */
+static paths_kernel_ctx *blamed(const paths_kernel_ctx *c) {
+    paths_kernel_ctx *own = context(c);
+    return own == &no_context && kernel_here ? kernel_here : own;
+}
+
 const char *ps_kernel_program_failure(void) {
     const paths_kernel_ctx *own = atomic_load(&process_context);
     if (!own || !own->failed) return NULL;
@@ -166,6 +177,9 @@ __attribute__((format(printf, 3, 4))) static int explain(paths_kernel_ctx *c, in
 }
 
 static int no_run(paths_kernel_ctx *c, const char *call) {
+    if (blamed(c) != c)
+        return explain(blamed(c), PS_EINVAL, "%s: no context (NULL): a kernel passes the context its run gave it "
+                       "(its argument); NULL is a program's own, after paths_init", call);
     return explain(c, PS_EINVAL, "%s: no PATHS run here: a program of its own calls paths_init first", call);
 }
 
@@ -306,6 +320,7 @@ static int flush_held_back(paths_kernel_ctx *c, ps_link *link, const char *when,
 
 int ps_kernel_ctx_release(paths_kernel_ctx *c, paths_handle *h) {
     c = context(c);
+    if (!c->run) return no_run(c, "paths_release");
     for (int i = 0; i < c->held_count; i++) {
         if (c->held[i] != (ps_link *)h) continue;
         c->held[i] = c->held[--c->held_count];
@@ -318,7 +333,7 @@ int ps_kernel_ctx_release(paths_kernel_ctx *c, paths_handle *h) {
 }
 
 void paths_release(paths_kernel_ctx *c, paths_handle *h) {
-    if (ps_kernel_ctx_release(c, h) != PS_OK) misused(context(c));
+    if (ps_kernel_ctx_release(c, h) != PS_OK) misused(blamed(c));
 }
 
 void ps_context_flush_held(paths_kernel_ctx *c) {
@@ -429,6 +444,7 @@ static int column_name(const char *name) {
 
 int ps_kernel_ctx_report(paths_kernel_ctx *c, const char *name, double value) {
     c = context(c);
+    if (!c->run) return no_run(c, "paths_report");
     char shown_name[QUOTED_SIZE];
     if (!column_name(name))
         return explain(c, PS_EINVAL, "paths_report: expected a column name of 1 to %d letters, digits and _ . - / %%, "
@@ -451,5 +467,5 @@ int ps_kernel_ctx_report(paths_kernel_ctx *c, const char *name, double value) {
 }
 
 void paths_report(paths_kernel_ctx *c, const char *name, double value) {
-    if (ps_kernel_ctx_report(c, name, value) != PS_OK) misused(context(c));
+    if (ps_kernel_ctx_report(c, name, value) != PS_OK) misused(blamed(c));
 }

@@ -85,5 +85,8 @@ struct ps_kernel_run {
 void ps_context_flush_held(paths_kernel_ctx *c);
 /* Gives back every handle the context still holds, through the release hook. */
 void ps_context_release_all(paths_kernel_ctx *c);
+/* The calling thread runs the kernel of `c` from now on (NULL: no more): a call it makes with a
+ * NULL context, which is a program's own, fails its thread. */
+void ps_context_runs_kernel(paths_kernel_ctx *c);
 
 #endif

@@ -94,7 +94,9 @@ static void *kernel_thread(void *arg) {
     paths_kernel_ctx *c = arg;
     ps_kernel_run *run = c->run;
     if (pass_gate(run) != 0) return NULL;
+    ps_context_runs_kernel(c);
     c->status = run->kernel(c);
+    ps_context_runs_kernel(NULL);
     ps_context_flush_held(c);
     settle(c);
     if (c->status != PS_OK) {

@@ -174,6 +174,11 @@ int paths_init(int *argc, char ***argv) {
         fprintf(stderr, "paths_init: expected &argc and &argv of main\n");
         return PATHS_EINVAL;
     }
+    if (atomic_load(&entered)) {
+        fprintf(stderr, "paths_init: called %s: a process starts PATHS once (as MPI_Init)\n",
+                initialized || !ended_python ? "twice" : "again after paths_finalize or a failed paths_init");
+        return PATHS_EINVAL;
+    }
     if (ps_kernel_runs_here()) {
         fprintf(stderr, "paths_init: called where kernels run: a kernel has its run's context already "
                         "(paths_acquire(c, ...)); paths_init starts a program of its own\n");

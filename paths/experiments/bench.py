@@ -65,10 +65,11 @@ def _timeout(function: str, timeout) -> None:
         raise ValueError(f"{function}: expected timeout, None or a number of seconds >= 0, got {timeout!r}")
 
 
-def _on_handles(kernel: Kernel, handles: list, args: dict, pin: bool, others: Optional[dict] = None):
+def _on_handles(kernel: Kernel, handles: list, args: dict, pin: bool, others: Optional[dict] = None,
+                format: Optional[str] = None):
     """Run `kernel` with thread t's acquire answered by handles[t] (or by others[element]); a
     timeout of None (forever) is the kernels' -1, a longer one than KERNEL_TIMEOUT_MAX is cut to
-    it (as paths run's)."""
+    it (as paths run's). `format`: the tuples the handles must carry (a built-in kernel's sum)."""
     if not handles:
         raise ValueError(f"{kernel.name}: expected at least one handle")
     for i, handle in enumerate(handles):
@@ -78,6 +79,9 @@ def _on_handles(kernel: Kernel, handles: list, args: dict, pin: bool, others: Op
         if first < i:
             raise ValueError(f"{kernel.name}: handles[{i}] is handles[{first}] again: each thread needs a handle "
                              "of its own (one build_path each)")
+        if format is not None and handle.stage.format != format:
+            raise ValueError(f"{kernel.name}: handles[{i}] is a path to format {handle.stage.format!r}: the kernel "
+                             f"sums {format!r} tuples")
     timeout = args["timeout"]
     args = dict(args, timeout=-1 if timeout is None else min(timeout, KERNEL_TIMEOUT_MAX))
     given = dict(others or {})
@@ -104,7 +108,8 @@ def gsum(handles: Sequence, iters: int, contributors: int | None = None, timeout
     out = build_path(make_path(stage("core", name=LATENCIES, format="d")), pastset=_native.PastSet())
     args = {"rounds": iters, "contributors": contributors or len(handles), "timeout": timeout,
             "latencies": LATENCIES}
-    run = _on_handles(kernel or load_kernel("gsum"), handles, args, pin, {LATENCIES: out})
+    run = _on_handles(kernel or load_kernel("gsum"), handles, args, pin, {LATENCIES: out},
+                      format=None if kernel else "q")
     return GSumResult([out.observe(i)[0] for i in range(iters)], run.seconds, len(handles))
 
 
@@ -119,7 +124,7 @@ def mcpi(handles: Sequence, darts: int, seed: int = 12345, timeout: float = 60.0
     _whole("mcpi", "seed", seed)
     _timeout("mcpi", timeout)
     args = {"darts": darts, "total_darts": everything, "seed": seed, "timeout": timeout}
-    run = _on_handles(kernel or load_kernel("mcpi"), list(handles), args, pin)
+    run = _on_handles(kernel or load_kernel("mcpi"), list(handles), args, pin, format=None if kernel else "q")
     reported = dict(run.reports[0])
     return MCPiResult(reported["pi"], round(reported["pi"] * everything / 4), darts, reported["seconds"],
                       len(handles))

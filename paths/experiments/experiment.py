@@ -81,13 +81,16 @@ def plans_for(cluster_map: ClusterMap, settings: RunSettings) -> dict[int, Reduc
 # C kernel waits for, as int64_t) still fit; a longer --timeout (inf: none) is no limit to it.
 KERNEL_TIMEOUT_MAX = 1e9
 
-def still_running(kernel: Kernel) -> str:
-    """What a user can do about a run whose nodes did not answer in time."""
+def still_running(kernel: Kernel, hooks: tuple[str, ...] = ()) -> str:
+    """What a user can do about a run whose nodes did not answer in time; `hooks`: the run's own
+    acquire and release hooks (the kernel's calls run them), which may be what waits."""
+    in_hooks = f", or in the hook {' or '.join(hooks)} that its paths_acquire or paths_release runs" if hooks else ""
     if kernel.builtin:
-        return (f"the kernel was still running (a run may take twice --timeout): raise --timeout, or give it "
-                f"less to do (--{kernel.builtin.setting})")
-    return ("the kernel was still running (a run may take twice --timeout), perhaps in a call that waits with no "
-            "timeout: give its waits the timeout it gets as arg 'timeout' (--timeout, in seconds), or raise --timeout")
+        return (f"the kernel was still running (a run may take twice --timeout){in_hooks}: raise --timeout, or give "
+                f"it less to do (--{kernel.builtin.setting})")
+    return (f"the kernel was still running (a run may take twice --timeout), perhaps in a call that waits with no "
+            f"timeout{in_hooks}: give its waits the timeout it gets as arg 'timeout' (--timeout, in seconds), or "
+            "raise --timeout")
 
 
 def kernel_args(kernel: Kernel, settings: RunSettings, repeat: int) -> dict[str, str]:
@@ -133,6 +136,8 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
     kernel = checked_kernel(cluster_map, settings)
     plans = plans_for(cluster_map, settings)
     nodes = reachable_nodes(cluster_map, plans.values())
+    hooks = tuple(hook for hook in (settings.acquire or cluster_map.acquire, settings.release or cluster_map.release)
+                  if hook)
     report = RunReport() if report is None else report
     node_options = ("--trace-dir", os.path.abspath(settings.trace_dir)) if settings.trace_dir else ()
     context = {"op": "context", "map": cluster_map.text, "source": cluster_map.source,
@@ -152,7 +157,7 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
                                    "tag": f"{n}.{r}", "args": kernel_args(kernel, settings, r), "pin": settings.pin,
                                    "spans_processes": len(busy) > 1} for node in busy}
                 answers = processes.request_all(requests, settings.timeout * 2, what=f"for kernel {kernel.name} to end",
-                                                if_late=still_running(kernel))
+                                                if_late=still_running(kernel, hooks))
                 report.measurements.append(_measurement(kernel, n, r, len(busy), answers))
                 progress(n, r)
             if settings.collect_counters:

@@ -274,6 +274,16 @@ int release_sends(paths_kernel_ctx *c) {
     return PATHS_OK;
 }
 
+/* Passes NULL, a program's own context, where its own belongs: paths_acquire returns NULL saying
+ * so in the kernel's context, and paths_report, which returns nothing, fails the thread. */
+int null_context(paths_kernel_ctx *c) {
+    if (paths_acquire(NULL, "E", "q") != NULL) return paths_fail(c, PATHS_EFAILED, "acquired with NULL");
+    if (!strstr(paths_last_error(c), "paths_acquire: no context (NULL)"))
+        return paths_fail(c, PATHS_EFAILED, "paths_acquire(NULL, ...) said '%s'", paths_last_error(c));
+    paths_report(NULL, "seen", 1.0);
+    return PATHS_OK;
+}
+
 /* Calls paths_init, which a kernel must not: the process runs kernels, and started PATHS long ago. */
 int init_in_kernel(paths_kernel_ctx *c) {
     (void)c;
