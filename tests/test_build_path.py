@@ -776,3 +776,15 @@ def test_a_tuple_of_the_wrong_shape_is_refused_naming_the_call(space):
             call("abc")
         assert str(raised.value) == f"thread 0 {name} {expected}"
     assert space.enter("SHAPES", "q").last() == 0
+
+
+def test_every_stage_of_a_path_and_its_counters_are_reached_from_the_handle(space):
+    h = build_path(make_path(stage("cache", capacity=8), stage("reduce-sum", num_threads=1),
+                             stage("core", name="BELOW", format="q")), pastset=space)
+    h.move(3)
+    assert h.observe(0) == (3,)
+    kinds, at = [], h.stage
+    while at is not None:
+        kinds.append((at.kind, at.counters()["operations"]))
+        at = at.below
+    assert kinds == [("cache", 2), ("reduce-sum", 2), ("core", 2)]

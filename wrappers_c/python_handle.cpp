@@ -107,6 +107,7 @@ void bind_handle(py::module_ &m) {
         .def_property_readonly("max_links", &Stage::max_links, "The fan-in: callers allowed (0 = any).")
         .def_property_readonly("link_count", &Stage::link_count, "Callers attached so far.")
         .def("counters", &Stage::counters, "The stage's counters: operations, waits, bytes, and its own.")
+        .def_property_readonly("below", &Stage::below, "The stage below it; None at the bottom (the element's).")
         .def("attach", &attach, py::arg("label"), py::arg("owner") = py::none(), py::arg("remote") = nullptr,
              py::arg("remote_spec") = py::none(),
              "A new caller's handle on this stage; `owner` is kept alive as long as the handle. `remote`, the\n"

@@ -50,6 +50,13 @@ public:
     std::string format() const { return ps_stage_format(stage_)->text; }
 
     py::dict counters() const;
+    // The stage below it (its own reference), None at the bottom of a path.
+    std::shared_ptr<Stage> below() const {
+        ps_stage *below = ps_stage_below(stage_);
+        if (!below) return nullptr;
+        ps_stage_retain(below);
+        return std::make_shared<Stage>(below, owner_);
+    }
 
 private:
     ps_stage *stage_;

@@ -108,6 +108,7 @@ uint32_t ps_stage_link_count(const ps_stage *stage) {
     return live;
 }
 const ps_tuple_format *ps_stage_format(const ps_stage *stage) { return &stage->format; }
+ps_stage *ps_stage_below(const ps_stage *stage) { return stage->below; }
 void ps_stage_error(ps_stage *stage, char *out, size_t size) {
     if (size) *out = 0;
     for (int found = 0; stage && !found; stage = stage->below) {

@@ -193,6 +193,8 @@ const char *ps_stage_kind_name(const ps_stage *stage);
 uint32_t ps_stage_max_links(const ps_stage *stage);
 uint32_t ps_stage_link_count(const ps_stage *stage);
 const ps_tuple_format *ps_stage_format(const ps_stage *stage);
+/* The stage below it (NULL for the core), which it holds as long as it lives. */
+ps_stage *ps_stage_below(const ps_stage *stage);
 /* A stage's explanation of its last failure holds this much: a server's refusal is up to 1,024
  * bytes (wire.md), and the stage names itself before it. */
 enum { PS_STAGE_ERROR_MAX = 1280 };

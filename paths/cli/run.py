@@ -173,7 +173,7 @@ def run_command(argv: list[str]) -> int:
     parser.add_argument("--launch", choices=("local", "ssh", "slurm"), help="how nodes start (default: the map's)")
     parser.add_argument("--timeout", type=seconds, default=120.0,
                         help="seconds any one step may take, the nodes' start included (kernels get it as "
-                             "--arg timeout, and the run's repeat, 0, 1, ..., as --arg repeat)")
+                             "--arg timeout, and the run's repeat, 0, 1, ..., as --arg repeat; default: %(default)g)")
     parser.add_argument("--trace", metavar="DIR", help="trace every node's callers and every link between nodes "
                                                     "into DIR, then merge the traces into DIR/<kernel>.json "
                                                     "(Perfetto: https://ui.perfetto.dev); the kernel's trace "
