@@ -3,46 +3,46 @@ the way their seed systems measured them, each against the same path without it.
 
     python -m benchmarks.aggregation [--repeat N] [--csv FILE] [--plot FILE] [--quick]
 
-ARMI's Figure 6 (aggregated asynchronous calls). Per round, k moves then one observe of the
-round's last move by its index, through `delay` (0 and 0.2 ms each way) and `remote` (direct tcp)
-to a `paths serve` child: no batching, against `batch(max_moves=F, max_bytes=F x 8)` first on the
-path, for F = 4 ... 2048 (ARMI: 256 was best), and at k = 10,000 also F = 4096 and 8192, past that
-range, to show where the curve turns. A wire frame holds at most 2048 'q' tuples (16 KiB): past
-2048 each of batch's sends still goes as one operation, its frames streamed in one round trip, so
-what 4096 and 8192 save is sends (hand-offs, round trips), not frames. ARMI's calls are
-asynchronous, so the delay is a pipelined wire (`delay(pipelined=1)`): each message arrives 0.2 ms
-after it was sent without holding back the next, and the observe follows the moves on it. (On a
-link that carries one message of a caller at a time, every batch crosses alone and the largest
-factor always wins.) The speed-up per k and factor is printed and plotted (--plot). Beside it,
-batch's double buffering: buffers=1 against 2 at k = 10,000 (above the pipelined delay the caller
-sends its buffers itself either way); and several callers of one batch stage: 4 threads, each
-1,000 moves (one move_many) then a fence a round, through batch(max_moves=64) over a delay of 0.2
-ms each way that is not pipelined (one message of a caller crosses at a time), buffers=1 against
-2: with 2, a caller whose buffers are all on their way sends its oldest itself when the stage's
-sender thread is busy with another caller's, so buffers=2 should take about as long as buffers=1,
-not 4 times as long. A run measures each cell in 5 turns, the cells of a k taking turns in
-alternate order, each turn on a fresh handle warmed up by one untimed round; a cell's rounds in a
-run are 50,000 moves' worth or 30 ms' worth (60 ms with the delay), whichever is more (at most
-2,000, with the delay 1,000 rounds). A cell's time per round is the median of its turns over the
-runs: on 2 cores, where the scheduler puts a handle's threads (the caller's, batch's sender's, the
-delay's courier's, the server's link's) changes a round by up to half, for as long as the handle
-lives.
-At k = 10,000 the best factor lies at the edge of the range 4 ... 2048, or past it. A caller puts
-a move into its buffer in about 15 ns and the server appends a frame's tuples in bulk, so a
+ARMI's Figure 6 (aggregated asynchronous calls). Per round, k moves then one observe of the round's
+last move by its index, through `delay` (0 and 0.2 ms each way) and `remote` (direct tcp,
+window=64) to a `paths serve` child: no batching, against `batch(max_moves=F, max_bytes=F x 8)`
+first on the path, for F = 4 ... 2048 (ARMI: 256 was best), and at k = 10,000 also F = 4096 and
+8192, past that range, to show where the curve turns. ARMI's calls are asynchronous, aggregated or
+not, so the remote's window is 64 on every path: a move without batching, as one of batch's sends,
+goes without waiting for its answer, up to 64 ahead, each move its own frame (the speed-ups and
+targets are against that). Beside it, the same path without batching at the remote's default
+window=1, where each move waits for its answer (the `waited` column), for scale. A wire frame holds
+at most 2048 'q' tuples (16 KiB): past 2048 each of batch's sends still goes as one operation, its
+frames streamed, so what 4096 and 8192 save is sends (hand-offs, frame writes), not frames. The
+delay is a pipelined wire too (`delay(pipelined=1)`): each message arrives 0.2 ms after it was sent
+without holding back the next, and the observe follows the moves on it. (On a link that carries one
+message of a caller at a time, every batch crosses alone and the largest factor always wins.) The
+speed-up per k and factor is printed and plotted (--plot). Beside it, batch's double buffering:
+buffers=1 against 2 at k = 10,000 (above the pipelined delay the caller sends its buffers itself
+either way); and several callers of one batch stage: 4 threads, each 1,000 moves (one move_many)
+then a fence a round, through batch(max_moves=64) over a delay of 0.2 ms each way that is not
+pipelined (one message of a caller crosses at a time), buffers=1 against 2: with 2, a caller whose
+buffers are all on their way sends its oldest itself when the stage's sender thread is busy with
+another caller's, so buffers=2 should take about as long as buffers=1, not 4 times as long. A run
+measures each cell in 5 turns, the cells of a k taking turns in alternate order, each turn on a
+fresh handle warmed up by one untimed round; a cell's rounds in a run are 50,000 moves' worth or 30
+ms' worth (60 ms with the delay), whichever is more (at most 2,000, with the delay 1,000 rounds). A
+cell's time per round is the median of its turns over the runs: on 2 cores, where the scheduler
+puts a handle's threads (the caller's, batch's sender's, the delay's courier's, the server's
+link's) changes a round by up to half, for as long as the handle lives.
+At k = 10,000 the curve is flat from about 256 to 4096: on 2 cores those factors' rounds lie within
+about 10% of each other, which is what decides where the best one falls from run to run. A caller
+puts a move into its buffer in about 15 ns and the server appends a frame's tuples in bulk, so a
 message (one of batch's sends) costs far more than its tuples: a hand-off to batch's sender thread
-and a remote round trip of about 6 us each (with the delay, the caller sends its buffers into the
-delay's wire itself, and the delay's courier delivers them one round trip at a time). Larger
-factors make messages fewer until the last buffer, whose tuples still travel and are appended
-after the caller is done, grows: on 2 cores the least time per round came at 4096 without the
-delay (2048 12-18% and 8192 19-23% slower), and with it at 2048 to 8192, within a few per cent of
-each other from run to run. The `info` lines give 4096 and 8192 against the best factor of the
-range: where the curve turns. A second `info` line fits the sweep at the largest k to round = base
-+ (k / F) x message + F x tuple (each message's cost, and that of a tuple of the last buffer,
-which travels after the caller is done): the best factor is then about sqrt(k x message / tuple),
-on 2 cores about 3,000 (a message 4-7 us, a tuple 3-10 ns).
-ARMI's optimum at 256 came from the work each call costs its receiver, an RMI's dispatch, which
-a PastSet move barely has: for the best factor to lie at 1024 or below at k = 10,000, a message
-would have to cost at most about 100 tuples, well under a microsecond.
+and a frame's write, 3-4 us, the remote not waiting for its answer (with the delay, the caller
+sends its buffers into the delay's wire itself). Larger factors make messages fewer until the last
+buffer, whose tuples still travel and are appended after the caller is done, grows. The `info`
+lines give 4096 and 8192 against the best factor of the range: where the curve turns. A second
+`info` line fits the sweep at the largest k to round = base + (k / F) x message + F x tuple (each
+message's cost, and that of a tuple of the last buffer): the best factor is then about sqrt(k x
+message / tuple), on 2 cores about 1,100-1,300 (a message 3-4 us, a tuple 20-30 ns). ARMI's optimum
+at 256 came from the work each call costs its receiver, an RMI's dispatch, which a PastSet move
+barely has.
 
 Aurora's Figure 6 method (a read cache loaded in bulk). A 704 x 704 matrix of 'i' (one row per
 tuple) lives on a node that runs no threads; on 2 and 4 emulated node processes (one thread
@@ -114,6 +114,8 @@ HIT_THREADS = (1, 2)               # threads reading through one cache at once
 HIT_TUPLES = 1_024                 # the tuples the cache holds: all of its element's
 HIT_READS = 5_000_000              # reads per thread a run
 TIMEOUT_MS = 10_000                # the remote stages'
+SWEEP_WINDOW = 64                  # the sweep's remote: calls asynchronous, up to this many ahead
+WAITED = "waited"                  # the sweep's cell without batching at window=1 (each move waits)
 RUN_TIMEOUT_S = 120.0
 KERNELS = str(BUILTIN_LIBRARY)
 QUICK = {"ks": (1, 10, 100), "factors": (4, 16, 64), "beyond": (), "moves_per_cell": {0.0: 2_000, 0.2: 200},
@@ -158,14 +160,17 @@ class Sweep:
     def __init__(self, endpoint: str):
         self.endpoint, self.made = endpoint, 0
 
-    def handle(self, delay_ms: float, factor: int | None, buffers: int = 2):
+    def handle(self, delay_ms: float, factor: int | str | None, buffers: int = 2):
+        """factor None: no batching; WAITED: no batching, each move waiting for its answer."""
         self.made += 1
-        batch = [stage("batch", max_moves=factor, max_bytes=factor * TUPLE_BYTES, buffers=buffers)] if factor else []
+        batched = factor not in (None, WAITED)
+        batch = [stage("batch", max_moves=factor, max_bytes=factor * TUPLE_BYTES, buffers=buffers)] if batched else []
+        window = 1 if factor == WAITED else SWEEP_WINDOW
         return build_path(make_path(*batch, stage("delay", ms=delay_ms, pipelined=1),
-                                    stage("remote", host=self.endpoint, timeout_ms=TIMEOUT_MS),
+                                    stage("remote", host=self.endpoint, timeout_ms=TIMEOUT_MS, window=window),
                                     stage("core", name=f"PINGS-{self.made}", format="q")))
 
-    def ms_per_round(self, delay_ms: float, k: int, factor: int | None, sizes: Sizes, buffers: int = 2) -> float:
+    def ms_per_round(self, delay_ms: float, k: int, factor: int | str | None, sizes: Sizes, buffers: int = 2) -> float:
         """One turn of a cell: a fresh handle, one round that warms it up (its threads started, its
         buffers and connection in use; untimed), then the turn's rounds, timed."""
         handle = self.handle(delay_ms, factor, buffers)
@@ -214,16 +219,17 @@ class Sweep:
 
 
 def measure_sweep(sizes: Sizes, repeat: int, progress) -> dict:
-    """{(delay, k, factor or None, buffers): [ms per round, one per turn of each run]}. The cells of a
-    k take turns, in alternate order, each turn on fresh handles: so drift and where the scheduler
-    happens to put a handle's threads (on 2 cores, up to half a round's time) hit every cell alike."""
+    """{(delay, k, factor (None: no batching; WAITED: none at window=1), buffers): [ms per round, one
+    per turn of each run]}. The cells of a k take turns, in alternate order, each turn on fresh
+    handles: so drift and where the scheduler happens to put a handle's threads (on 2 cores, up to
+    half a round's time) hit every cell alike."""
     runs: dict = {}
     with ReadyChild([sys.executable, "-m", "paths", "serve", "--bind", "tcp://127.0.0.1:*"], "paths serve") as server:
         sweep = Sweep(server.ready())
         for r in range(repeat):
             for delay in DELAYS_MS:
                 for k in sizes.ks:
-                    cells = [(None, 2)] + [(f, 2) for f in sizes.factors]
+                    cells = [(WAITED, 2), (None, 2)] + [(f, 2) for f in sizes.factors]
                     if k == max(sizes.ks):
                         cells += [(f, 2) for f in sizes.beyond]
                         if BUFFERS_FACTOR in sizes.factors:
@@ -391,20 +397,23 @@ def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict, hits
     cores = len(os.sched_getaffinity(0))
     lines = [f"Aggregation and bulk transfer, loopback, median of {repeat} run(s); this machine has {cores} cores "
              "(runs with more threads or processes also measure context switches)", "",
-             "ARMI Figure 6: k moves, then one observe of the round's last move, through delay (pipelined) -> remote (tcp) -> "
-             f"a `paths serve` child; 'q' tuples; each cell the median of its {repeat} x {sizes.turns} turns (a fresh handle "
-             "each). Speed-up of batch(max_moves=factor) over no batching"]
+             "ARMI Figure 6: k moves, then one observe of the round's last move, through delay (pipelined) -> remote (tcp, "
+             f"window={SWEEP_WINDOW}) -> a `paths serve` child; 'q' tuples; each cell the median of its {repeat} x "
+             f"{sizes.turns} turns (a fresh handle each). Speed-up of batch(max_moves=factor) over no batching; `waited`: "
+             "no batching at window=1 (each move waits for its answer)"]
     best: dict = {}
     for delay in DELAYS_MS:
         lines.append(f"delay {delay:g} ms each way")
-        lines.append(f"{'k':>7}{'no batch':>12}" + "".join(f"{f:>7}" for f in sizes.factors) + f"{'best':>7}")
+        lines.append(f"{'k':>7}{WAITED:>12}{'no batch':>12}" + "".join(f"{f:>7}" for f in sizes.factors) + f"{'best':>7}")
         for k in sizes.ks:
-            base = med[delay, k, None, 2]
+            base, waited = med[delay, k, None, 2], med[delay, k, WAITED, 2]
             ups = {f: base / med[delay, k, f, 2] for f in sizes.factors}
             best[delay, k] = max(ups, key=ups.get)
-            lines.append(f"{k:>7}{base:>9.3f} ms" + "".join(f"{ups[f]:>6.1f}x" for f in sizes.factors) +
+            lines.append(f"{k:>7}{waited:>9.3f} ms{base:>9.3f} ms" + "".join(f"{ups[f]:>6.1f}x" for f in sizes.factors) +
                          f"{best[delay, k]:>7}")
             rows.append({"experiment": "armi", "delay_ms": delay, "k": k, "buffers": 2, "ms": base})
+            rows.append({"experiment": "armi", "delay_ms": delay, "k": k, "variant": f"{WAITED} (window=1)",
+                         "ms": waited})
             rows += [{"experiment": "armi", "delay_ms": delay, "k": k, "factor": f, "buffers": 2,
                       "ms": med[delay, k, f, 2], "speedup": base / med[delay, k, f, 2]}
                      for f in sizes.factors + (sizes.beyond if k == max(sizes.ks) else ())]

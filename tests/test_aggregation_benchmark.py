@@ -31,15 +31,20 @@ def test_quick_run_reports_every_experiment_and_target(probe, tmp_path):
     out = done.stdout
     rows = list(csv.DictReader(out_csv.open()))
     armi = [r for r in rows if r["experiment"] == "armi"]
-    assert {(r["delay_ms"], r["k"], r["factor"]) for r in armi} == {
-        (d, k, f) for d in ("0.0", "0.2") for k in ("1", "10", "100") for f in ("", "4", "16", "64")}
+    assert {(r["delay_ms"], r["k"], r["factor"], r["variant"]) for r in armi} == {
+        (d, k, f, v) for d in ("0.0", "0.2") for k in ("1", "10", "100")
+        for f, v in (("", ""), ("", "waited (window=1)"), ("4", ""), ("16", ""), ("64", ""))}
     for r in armi:
+        # the delay's table: k, the waited path's ms, the one without batching, then each factor's speed-up
+        shown = re.search(rf"^\s+{r['k']}\s+([\d.]+) ms\s+([\d.]+) ms((\s+[\d.]+x)+)",
+                          out.split(f"delay {float(r['delay_ms']):g} ms")[1], re.M)
         if r["factor"]:
-            base = next(b for b in armi if (b["delay_ms"], b["k"], b["factor"]) == (r["delay_ms"], r["k"], ""))
+            base = next(b for b in armi
+                        if (b["delay_ms"], b["k"], b["factor"], b["variant"]) == (r["delay_ms"], r["k"], "", ""))
             assert math.isclose(float(r["speedup"]), float(base["ms"]) / float(r["ms"]), rel_tol=1e-9)
-            shown = re.search(rf"^\s+{r['k']}\s+[\d.]+ ms((\s+[\d.]+x)+)", out.split(f"delay {float(r['delay_ms']):g} ms")
-                              [1], re.M)
-            assert f"{float(r['speedup']):.1f}x" in shown[1]
+            assert f"{float(r['speedup']):.1f}x" in shown[3]
+        else:
+            assert f"{float(r['ms']):.3f}" == shown[2 if not r["variant"] else 1]
     callers = {r["buffers"]: float(r["ms"]) for r in rows if r["experiment"] == "callers"}
     assert set(callers) == {"1", "2"} and all(ms > 0 for ms in callers.values())
     assert re.search(rf"several callers: 4 threads .* buffers=1 {callers['1']:.2f} ms, buffers=2 {callers['2']:.2f} ms "
