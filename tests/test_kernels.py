@@ -954,10 +954,11 @@ PARTIAL_KERNEL = """
 """
 
 
-@pytest.mark.parametrize("how", ["fail", "ctrl-c"])
+@pytest.mark.parametrize("how", ["fail", "ctrl-c", "sigterm"])
 def test_a_run_that_fails_or_is_interrupted_keeps_what_it_measured_before(user_module, tmp_path, how):
-    """Thread counts 1 and 2 are measured, then 3 fails (or waits until Ctrl-C): their table is
-    printed and the --csv file written with their runs, and the run exits 1 (130)."""
+    """Thread counts 1 and 2 are measured, then 3 fails (or waits until Ctrl-C, or until SIGTERM
+    to `paths run` alone, as kill or a batch system's time limit sends it): their table is printed
+    and the --csv file written with their runs, and the run exits 1 (130, 143)."""
     user_module("partial_kernel", PARTIAL_KERNEL)
     started, out = tmp_path / "started", tmp_path / "partial.csv"
     run = subprocess.Popen([sys.executable, "-m", "paths", "run", "partial_kernel:kernel", "--threads", "1-4",
@@ -965,19 +966,22 @@ def test_a_run_that_fails_or_is_interrupted_keeps_what_it_measured_before(user_m
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                            start_new_session=True)
     try:
-        if how == "ctrl-c":
+        if how != "fail":
             deadline = time.monotonic() + RUN_TIMEOUT
             while not started.exists():
                 assert time.monotonic() < deadline and run.poll() is None, run.communicate()
                 time.sleep(0.05)
-            os.killpg(run.pid, signal.SIGINT)
+            if how == "ctrl-c":
+                os.killpg(run.pid, signal.SIGINT)
+            else:
+                run.terminate()
         stdout, stderr = run.communicate(timeout=RUN_TIMEOUT)
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
             run.communicate()
-    assert run.returncode == (1 if how == "fail" else 130), stderr
-    assert ("three is too many" if how == "fail" else "paths: interrupted\n") in stderr
+    assert run.returncode == {"fail": 1, "ctrl-c": 130, "sigterm": 143}[how], stderr
+    assert {"fail": "three is too many", "ctrl-c": "paths: interrupted\n", "sigterm": "paths: terminated\n"}[how] in stderr
     assert "keeping what was measured before it ended: 4 runs at 1, 2 threads" in stderr
     rows = re.findall(r"^\s+(\d+)\s+1\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", stdout, re.M)
     assert rows == [("1", "1.00000", "1.00000", "1.00000"), ("2", "1.50000", "1.50000", "1.50000")], stdout

@@ -667,6 +667,8 @@ def test_a_daemon_of_a_running_rank_goes_when_the_launcher_is_stopped(tmp_path, 
         else:
             os.kill(run.pid, getattr(signal, how))
         run.wait(timeout=30)
+        if how in ("SIGINT", "SIGTERM"):  # stopped as on Ctrl-C, each with its own exit status
+            assert run.returncode == {"SIGINT": 130, "SIGTERM": 143}[how]
         left = gone_within(str(rank), REAPED_WITHIN)
         assert left == [], f"left {REAPED_WITHIN} s after {how}: {left}"
         assert probe.alive_within(REAPED_WITHIN) == []

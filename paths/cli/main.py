@@ -13,6 +13,7 @@
     paths config --cflags --libs     what a program of its own on paths.h compiles and links with
 
 Exit codes: 0 success, 1 a failed run (named in the message), 2 a usage error, 130 Ctrl-C,
+143 SIGTERM (kill, a batch system's time limit: stopped as on Ctrl-C, what was measured kept),
 141 the output was closed early (as by `| head`). `paths serve` runs until stopped (Ctrl-C or
 SIGTERM), then exits 0, or 1 when it could not stop cleanly (`paths serve --help` says when).
 """
@@ -24,7 +25,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from ..ctrl_c_held import ctrl_c_held
+from ..ctrl_c_held import Terminated, ctrl_c_held, hear_sigterm
 
 
 def _kinds(argv: list[str]) -> int:
@@ -83,10 +84,14 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
+        hear_sigterm()
         if not argv or argv[0] in ("-h", "--help"):
             print(__doc__.strip())
             return 0 if argv else 2
         return COMMANDS[argv[0]](argv[1:])
+    except Terminated:
+        print("paths: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("paths: interrupted", file=sys.stderr)
         return 130

@@ -13,8 +13,8 @@ multicluster); with no --map the local machine's map is used. Swap the map, not 
 compare several in one run: `--map paper-2w,paper-4w,paper-8w --policy block,cyclic` runs every
 pair, prints a table each, and puts them side by side in the CSV and in one plot. Every column
 the kernel reports (paths_report) gets min / avg / max per thread count. A run that fails or is
-interrupted (Ctrl-C) still prints the table of what it measured before, and writes it to --csv
-and --plot.
+interrupted (Ctrl-C, or SIGTERM: kill, a batch system's time limit) still prints the table of what
+it measured before, and writes it to --csv and --plot.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from ..experiments.experiment import (Measurement, RunReport, RunSettings, check
 from ..runtime.kernel import load_kernel, parse_kernel_args
 from ..experiments.launcher import LaunchError
 from ..experiments.parent_death import adopt_orphans
+from ..ctrl_c_held import Terminated
 from ..model.placement import MAX_THREADS, PlacementWarning, canonical_policy
 from ..model.reduction_tree import plan_reduction
 
@@ -235,8 +236,10 @@ def run_command(argv: list[str]) -> int:
         raise
     except (KeyboardInterrupt, MapError, ValueError, LaunchError, OSError) as e:
         # What was measured before is kept: its table, and the files asked for.
-        status = 130 if isinstance(e, KeyboardInterrupt) else 1 if isinstance(e, LaunchError) else 2
-        print("paths: interrupted" if status == 130 else f"paths run: {e}", file=sys.stderr)  # as `paths` says it
+        status = 143 if isinstance(e, Terminated) else 130 if isinstance(e, KeyboardInterrupt) else \
+            1 if isinstance(e, LaunchError) else 2
+        said = {143: "paths: terminated", 130: "paths: interrupted"}  # as `paths` says it
+        print(said.get(status, f"paths run: {e}"), file=sys.stderr)
         measured = [run for run in runs if run.measurements]
         if measured and measured[-1] is runs[done]:
             counts, made = sorted({m.threads for m in runs[done].measurements}), len(runs[done].measurements)
