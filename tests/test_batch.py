@@ -297,9 +297,9 @@ def test_moves_sent_ahead_whose_answers_were_lost_are_said_to_may_not_have_taken
     """Above a pipelined remote, sends of three go ahead; the server applies the first, holds its
     answer, and dies. The send that then fails may not say that the moves sent before it did not
     take effect: three did."""
-    __import__(user_module("answer_late_ahead", ANSWER_LATE))
+    __import__(user_module("answer_late", ANSWER_LATE))  # registered once per process, whichever test is first
     with ChildProcesses() as children:
-        server, endpoint = children.paths_serve("--allow-kinds", "answer_late_ahead:test-answer-late")
+        server, endpoint = children.paths_serve("--allow-kinds", "answer_late:test-answer-late")
         h = build_path(make_path(stage("batch", max_moves=3, buffers=1),
                                  stage("remote", host=endpoint, timeout_ms=5000, window=4),
                                  stage("test-answer-late"), stage("core", name="A", format="q")))
