@@ -981,7 +981,8 @@ def test_a_run_that_fails_or_is_interrupted_keeps_what_it_measured_before(user_m
             os.killpg(run.pid, signal.SIGKILL)
             run.communicate()
     assert run.returncode == {"fail": 1, "ctrl-c": 130, "sigterm": 143}[how], stderr
-    assert {"fail": "three is too many", "ctrl-c": "paths: interrupted\n", "sigterm": "paths: terminated\n"}[how] in stderr
+    said = {"fail": "three is too many", "ctrl-c": "paths: interrupted\n", "sigterm": "paths: terminated\n"}
+    assert said[how] in stderr
     assert "keeping what was measured before it ended: 4 runs at 1, 2 threads" in stderr
     rows = re.findall(r"^\s+(\d+)\s+1\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", stdout, re.M)
     assert rows == [("1", "1.00000", "1.00000", "1.00000"), ("2", "1.50000", "1.50000", "1.50000")], stdout

@@ -127,7 +127,8 @@ class ClientLedger:
             self.links -= 1
             self._forget_if_idle(client, account)
 
-    def hold(self, client: str, stage: tuple, size: int, spec: StageSpec, building: int) -> tuple[Callable[[], None], int]:
+    def hold(self, client: str, stage: tuple, size: int, spec: StageSpec,
+             building: int) -> tuple[Callable[[], None], int]:
         """One more hold of the stage `stage` (its canonical key, `size` bytes) by `client`, whose
         build has charged `building` bytes so far: the client pays for the stage unless it holds it
         already. Returns what lets the hold go, and the bytes charged now. Refused when the client's
