@@ -140,6 +140,12 @@ def test_ranks_of_nodes_started_over_ssh_reach_them_with_the_runs_key(app, probe
     assert probe.alive() == []
 
 
+@pytest.mark.parametrize("count", ["-n", "--ntasks", "-np"])
+def test_ranks_are_counted_as_srun_and_mpirun_count_them(count):
+    done = launch(count, "2", "--", sys.executable, "-c", "import os; print(os.environ['PATHS_RANK'])")
+    assert (done.returncode, sorted(done.stdout.splitlines())) == (0, ["[0] 0", "[1] 1"]), done.stderr
+
+
 def test_the_shells_own_paths_variables_do_not_reach_the_ranks(app):
     """PATHS_POLICY and PATHS_ACQUIRE left in the shell (from a run under srun, say) are not the
     run's: the ranks place themselves as the launcher did, with the default hook."""

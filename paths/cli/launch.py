@@ -120,7 +120,8 @@ def add_placement_options(parser: argparse.ArgumentParser) -> None:
     """--map, --threads, --policy and the rank options: where the ranks of a command go, as paths
     launch and paths sbatch read them."""
     parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
-    parser.add_argument("--threads", type=positive(MAX_THREADS), required=True, help="how many ranks")
+    parser.add_argument("--threads", "-n", "--ntasks", "-np", dest="threads", type=positive(MAX_THREADS),
+                        required=True, help="how many ranks (-n and --ntasks as srun says it, -np as mpirun does)")
     parser.add_argument("--policy", type=canonical_policy,
                         help="placement: block, cyclic (bucket and even are the same two) or "
                                          "pkg.mod:func; default: the map's")
