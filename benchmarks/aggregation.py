@@ -33,16 +33,16 @@ link's) changes a round by up to half, for as long as the handle lives.
 At k = 10,000 the curve is flat from about 256 to 4096: on 2 cores those factors' rounds lie within
 a few per cent (at most about 10%) of each other, which is what decides where the best one falls
 from run to run. A caller puts a move into its buffer in about 15 ns and the server appends a
-frame's tuples in bulk, so a message (one of batch's sends) costs far more than its tuples: a hand-
-off to batch's sender thread and a frame's write, 3-4 us, the remote not waiting for its answer
-(with the delay, the caller sends its buffers into the delay's wire itself). Larger factors make
-messages fewer until the last buffer, whose tuples still travel and are appended after the caller
-is done, grows. The `info` lines give 4096 and 8192 against the best factor of the range: where the
-curve turns. A second `info` line fits the sweep at the largest k to round = base + (k / F) x
-message + F x tuple (each message's cost, and that of a tuple of the last buffer): the best factor
-is then about sqrt(k x message / tuple), on 2 cores between about 1,100 and 2,800 from run to run
-(a message 3-4 us, a tuple 4-30 ns). ARMI's optimum at 256 came from the work each call costs its
-receiver, an RMI's dispatch, which a PastSet move barely has.
+frame's tuples in bulk, so a message (one of batch's sends) costs far more than its tuples: a
+hand-off to batch's sender thread and a frame's write, 3-4 us, the remote not waiting for its
+answer (with the delay, the caller sends its buffers into the delay's wire itself). Larger factors
+make messages fewer until the last buffer, whose tuples still travel and are appended after the
+caller is done, grows. The `info` lines give 4096 and 8192 against the best factor of the range:
+where the curve turns. A second `info` line fits the sweep at the largest k to round = base + (k /
+F) x message + F x tuple (each message's cost, and that of a tuple of the last buffer): the best
+factor is then about sqrt(k x message / tuple), on 2 cores between about 1,100 and 2,800 from run
+to run (a message 3-4 us, a tuple 4-30 ns). ARMI's optimum at 256 came from the work each call
+costs its receiver, an RMI's dispatch, which a PastSet move barely has.
 
 Aurora's Figure 6 method (a read cache loaded in bulk). A 704 x 704 matrix of 'i' (one row per
 tuple) lives on a node that runs no threads; on 2 and 4 emulated node processes (one thread
