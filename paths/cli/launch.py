@@ -120,8 +120,8 @@ def add_placement_options(parser: argparse.ArgumentParser) -> None:
     """--map, --threads, --policy and the rank options: where the ranks of a command go, as paths
     launch and paths sbatch read them."""
     parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
-    parser.add_argument("--threads", "-n", "--ntasks", "-np", dest="threads", type=positive(MAX_THREADS),
-                        required=True, help="how many ranks (-n and --ntasks as srun says it, -np as mpirun does)")
+    parser.add_argument("--threads", type=positive(MAX_THREADS), required=True,
+                        help="how many ranks (also -n or --ntasks, as srun says it, and -np, as mpirun does)")
     parser.add_argument("--policy", type=canonical_policy,
                         help="placement: block, cyclic (bucket and even are the same two) or "
                                          "pkg.mod:func; default: the map's")
@@ -148,6 +148,19 @@ def rank_variables(sums: Sequence[str], acquire: str | None, release: str | None
     return {SUMS: ",".join(sums) or None, ACQUIRE: acquire or None, RELEASE: release or None}
 
 
+RANK_COUNT_NAMES = ("-n", "--ntasks", "-np")  # --threads as srun and mpirun name it
+
+
+def _threads_named(options: list[str]) -> list[str]:
+    """The options, srun's and mpirun's names for the rank count given as --threads (so that a
+    message names the one option)."""
+    named = []
+    for option in options:
+        name, equals, value = option.partition("=")
+        named.append(f"--threads{equals}{value}" if name in RANK_COUNT_NAMES else option)
+    return named
+
+
 def options_and_command(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """`[options] -- CMD [ARGS...]`: the options parsed, and the command (a usage error without one)."""
     if "--" not in argv or argv.index("--") == len(argv) - 1:
@@ -155,7 +168,7 @@ def options_and_command(parser: argparse.ArgumentParser, argv: list[str]) -> tup
             parser.parse_args(["--help"])
         parser.error("expected -- CMD [ARGS...] after the options")
     split = argv.index("--")
-    return parser.parse_args(argv[:split]), argv[split + 1:]
+    return parser.parse_args(_threads_named(argv[:split])), argv[split + 1:]
 
 
 def launch_command(argv: list[str]) -> int:
