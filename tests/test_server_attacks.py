@@ -575,15 +575,16 @@ def closed_by_server(sock: socket.socket, wait_s: float) -> bool:
     return False
 
 
-@pytest.mark.parametrize("descriptors", [None, 400])
+@pytest.mark.parametrize("descriptors", [None, 400, 100])
 def test_connections_that_greet_and_stay_silent_make_room_for_newcomers(children, descriptors):
     """A client that greets and then says nothing, on hundreds of connections, held a descriptor
-    with each: at a limit of 400, 388 of them kept every other client out. Past 128 open, the one
-    silent longest is closed, so the server's descriptors stay bounded and a newcomer is served."""
+    with each: at a limit of 400, 388 of them kept every other client out. Past 128 open (or a
+    quarter of the server's descriptors), the oldest is closed, so the server's descriptors stay
+    bounded and a newcomer is served."""
     serve = [sys.executable, "-m", "paths", "serve", "--bind", "tcp://127.0.0.1:*"]
     if descriptors:
         server = children.start(["sh", "-c", f'ulimit -n {descriptors} && exec "$@"', "sh", *serve],
-                                name="paths serve (400 descriptors)")
+                                name=f"paths serve ({descriptors} descriptors)")
         endpoint = server.expect("READY ")
     else:
         server, endpoint = children.paths_serve()
@@ -601,6 +602,40 @@ def test_connections_that_greet_and_stay_silent_make_room_for_newcomers(children
     finally:
         for sock in idle:
             sock.close()
+
+
+def test_builds_go_through_while_a_peer_keeps_hundreds_of_connections_busy(children):
+    """A peer that keeps 300 connections open and busy (a PING on each, over and over) cannot
+    make a newcomer's connection, which has not sent its BUILD yet, the one to be closed: the
+    oldest goes, not the one silent longest. Every one of 200 builds is answered."""
+    server, endpoint = children.paths_serve()
+    context = zmq.Context()
+    busy = [dealer(context, endpoint) for _ in range(300)]
+    stop = threading.Event()
+
+    def keep_busy():
+        while not stop.is_set():
+            for sock in busy:
+                try:
+                    sock.send(encode(PING), zmq.NOBLOCK)
+                    while sock.poll(0):
+                        sock.recv()
+                except zmq.ZMQError:
+                    pass
+
+    pinger = threading.Thread(target=keep_busy)
+    pinger.start()
+    try:
+        for number in range(200):
+            h = build_path(path_to(endpoint, proto="zmq", timeout_ms=5000, element="BUSY"), pastset=paths.PastSet())
+            h.move(number)
+            del h
+    finally:
+        stop.set()
+        pinger.join()
+        for sock in busy:
+            sock.close()
+        context.term()
 
 
 def test_more_zmq_links_than_libzmq_allows_by_default(children):

@@ -1,9 +1,10 @@
-/* endpoint_connections.c — the connections to a server's main endpoint, the idlest closed when
+/* endpoint_connections.c — the connections to a server's main endpoint, the oldest closed when
  * too many are open (endpoint_connections.h). */
 #include "endpoint_connections.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <zmq.h>
 
 #include "pastset.h"
@@ -11,6 +12,10 @@
 
 int ps_endpoint_connections_watch(ps_endpoint_connections *c, void *socket, const char *name) {
     memset(c, 0, sizeof *c);
+    struct rlimit descriptors;
+    c->most = PS_ENDPOINT_CONNECTIONS_MAX;
+    if (getrlimit(RLIMIT_NOFILE, &descriptors) == 0 && descriptors.rlim_cur / 4 < (rlim_t)c->most)
+        c->most = descriptors.rlim_cur / 4 > 8 ? (int)(descriptors.rlim_cur / 4) : 8;
     char endpoint[128];
     snprintf(endpoint, sizeof endpoint, "inproc://paths-endpoint-connections-%s", name);
     if (zmq_socket_monitor(socket, endpoint, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) return -1;
@@ -49,26 +54,26 @@ static int still(const ps_endpoint_connection *e) {
            memcmp(&peer, &e->peer, peer_length) == 0;
 }
 
-/* Closes the connection silent longest with no BUILD waiting, but the one at *kept (which it
- * follows as entries move): 1 when one was. A descriptor that is no longer its connection is
- * forgotten on the way. */
-static int close_idlest(ps_endpoint_connections *c, int *kept) {
+/* Closes the oldest connection with no BUILD waiting, but the one at *kept (which it follows as
+ * entries move): 1 when one was. A descriptor that is no longer its connection is forgotten on
+ * the way. */
+static int close_oldest(ps_endpoint_connections *c, int *kept) {
     for (;;) {
-        int idlest = -1;
+        int oldest = -1;
         for (int i = 0; i < c->count; i++) {
             const ps_endpoint_connection *e = &c->open[i];
-            if (i != *kept && !e->closing && e->builds == 0 && (idlest < 0 || e->heard_ns < c->open[idlest].heard_ns))
-                idlest = i;
+            if (i != *kept && !e->closing && e->builds == 0 && (oldest < 0 || e->opened_ns < c->open[oldest].opened_ns))
+                oldest = i;
         }
-        if (idlest < 0) return 0;
-        if (still(&c->open[idlest])) {
-            shutdown(c->open[idlest].fd, SHUT_RDWR);
-            c->open[idlest].closing = 1;
+        if (oldest < 0) return 0;
+        if (still(&c->open[oldest])) {
+            shutdown(c->open[oldest].fd, SHUT_RDWR);
+            c->open[oldest].closing = 1;
             atomic_fetch_add(&c->closed, 1);
             return 1;
         }
-        forget(c, idlest); /* gone, its event still on the way */
-        if (*kept == c->count) *kept = idlest; /* it moved into the place forgotten */
+        forget(c, oldest); /* gone, its event still on the way */
+        if (*kept == c->count) *kept = oldest; /* it moved into the place forgotten */
     }
 }
 
@@ -78,7 +83,7 @@ static int open_count(const ps_endpoint_connections *c) {
     return open;
 }
 
-/* A place in a full table: those closed here are forgotten first, then the idlest is closed and
+/* A place in a full table: those closed here are forgotten first, then the oldest is closed and
  * forgotten. -1 when every one followed waits for a BUILD's answer. */
 static void forget_closing(ps_endpoint_connections *c) {
     for (int i = c->count - 1; i >= 0; i--)
@@ -88,12 +93,12 @@ static void forget_closing(ps_endpoint_connections *c) {
 static int make_place(ps_endpoint_connections *c) {
     forget_closing(c);
     int none = -1;
-    if (c->count == PS_ENDPOINT_CONNECTIONS_TRACKED && close_idlest(c, &none)) forget_closing(c);
+    if (c->count == PS_ENDPOINT_CONNECTIONS_TRACKED && close_oldest(c, &none)) forget_closing(c);
     return c->count < PS_ENDPOINT_CONNECTIONS_TRACKED ? c->count++ : -1;
 }
 
 static void accepted(ps_endpoint_connections *c, int fd) {
-    ps_endpoint_connection e = {.fd = fd, .number = ++c->numbers, .heard_ns = ps_now_ns()};
+    ps_endpoint_connection e = {.fd = fd, .number = ++c->numbers, .opened_ns = ps_now_ns()};
     e.local_length = sizeof e.local;
     e.peer_length = sizeof e.peer;
     if (getsockname(fd, (struct sockaddr *)&e.local, &e.local_length) != 0 ||
@@ -106,7 +111,7 @@ static void accepted(ps_endpoint_connections *c, int fd) {
         return;
     }
     c->open[i] = e;
-    while (open_count(c) > PS_ENDPOINT_CONNECTIONS_MAX && close_idlest(c, &i)) {
+    while (open_count(c) > c->most && close_oldest(c, &i)) {
     }
 }
 
@@ -144,7 +149,6 @@ void ps_endpoint_connections_update(ps_endpoint_connections *c) {
 uint64_t ps_endpoint_connections_heard(ps_endpoint_connections *c, int fd, int build) {
     int i = fd < 0 ? -1 : find(c, fd);
     if (i < 0) return 0;
-    c->open[i].heard_ns = ps_now_ns();
     c->open[i].builds += build != 0;
     return c->open[i].number;
 }

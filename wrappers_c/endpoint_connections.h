@@ -2,12 +2,15 @@
  * few enough that a newcomer always finds a descriptor.
  *
  * A client connects there for a request or two (BUILD, PEER, PING) and leaves, so a connection
- * that stays silent is idle, and any peer can open many. The table follows the socket's
- * connections from its monitor's events; when more than PS_ENDPOINT_CONNECTIONS_MAX are open, the
- * one silent longest that has no BUILD waiting for its answer is closed (its descriptor shut down:
- * ZeroMQ then drops it; a ZeroMQ client connects again when it next sends). A descriptor is shut
- * down only while it is still the connection that was accepted on it (the same two addresses),
- * never another that took its number. The table is its serving thread's own.
+ * that stays open long is no client's, and any peer can open many. The table follows the
+ * socket's connections from its monitor's events; when more are open than the table allows (at
+ * most PS_ENDPOINT_CONNECTIONS_MAX, and a quarter of the process's descriptors), the oldest that
+ * has no BUILD waiting for its answer is closed (its descriptor shut down: ZeroMQ then drops it;
+ * a ZeroMQ client connects again when it next sends). The oldest, not the one silent longest: a
+ * peer that keeps its connections busy cannot make a newcomer's, which has not sent its BUILD
+ * yet, the one to go. A descriptor is shut down only while it is still the connection that was
+ * accepted on it (the same two addresses), never another that took its number. The table is its
+ * serving thread's own.
  */
 #ifndef WRAPPERS_ENDPOINT_CONNECTIONS_H
 #define WRAPPERS_ENDPOINT_CONNECTIONS_H
@@ -21,14 +24,14 @@ extern "C" {
 #endif
 
 enum {
-    PS_ENDPOINT_CONNECTIONS_MAX = 128,     /* open at once before the idlest is closed */
+    PS_ENDPOINT_CONNECTIONS_MAX = 128,     /* open at once before the oldest is closed, at most */
     PS_ENDPOINT_CONNECTIONS_TRACKED = 256, /* those with BUILDs waiting may go past it, up to this */
 };
 
 typedef struct ps_endpoint_connection {
     int fd;
     uint64_t number;   /* which connection on the descriptor: numbers are never reused */
-    int64_t heard_ns;  /* its last request, or when it came */
+    int64_t opened_ns; /* when it came */
     int builds;        /* its BUILDs not answered yet */
     int closing;       /* shut down here; it leaves the table once ZeroMQ says it is gone */
     struct sockaddr_storage local, peer;
@@ -37,6 +40,7 @@ typedef struct ps_endpoint_connection {
 
 typedef struct ps_endpoint_connections {
     void *monitor; /* the ZeroMQ socket's connections accepted and gone (NULL: not followed) */
+    int most;      /* open at once before the oldest is closed */
     ps_endpoint_connection open[PS_ENDPOINT_CONNECTIONS_TRACKED];
     int count;
     uint64_t numbers;
@@ -51,8 +55,8 @@ int ps_endpoint_connections_watch(ps_endpoint_connections *c, void *socket, cons
 /* Stops following them (before the socket closes). */
 void ps_endpoint_connections_stop(ps_endpoint_connections *c, void *socket);
 
-/* Reads the monitor's events so far: a connection that came is counted (over the maximum, the
- * idlest is closed), one gone is forgotten. */
+/* Reads the monitor's events so far: a connection that came is counted (over the most, the
+ * oldest is closed), one gone is forgotten. */
 void ps_endpoint_connections_update(ps_endpoint_connections *c);
 
 /* A request came on descriptor `fd` (ZMQ_SRCFD; -1: unknown); `build`: a BUILD, counted until
