@@ -879,6 +879,15 @@ def test_a_kernel_that_passes_a_null_context_is_told_so_and_fails(built, probe):
     assert probe.alive() == []
 
 
+def test_a_kernel_that_fails_with_a_null_context_fails_for_its_reason(built, probe):
+    done = paths_run("./libkernels.so:null_context_fails", "--map", "local", "--threads", "1", "--repeat", "1",
+                     "--timeout", "60", cwd=built)
+    assert done.returncode == 1, done.stderr
+    assert "thread 0 on node localhost returned PATHS_EFAILED: " in done.stderr and "given up with NULL" in done.stderr, \
+        done.stderr
+    assert probe.alive() == []
+
+
 def test_run_kernel_in_this_process_names_the_failed_thread(built, space):
     kernel = load_kernel(str(built / "libkernels.so") + ":failing")
 

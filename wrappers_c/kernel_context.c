@@ -30,8 +30,9 @@ static _Thread_local paths_kernel_ctx *kernel_here; /* the context of the kernel
 
 void ps_context_runs_kernel(paths_kernel_ctx *c) { kernel_here = c; }
 
-/* Who a refused call fails: the context it was given, or, when a kernel gave NULL where no
- * program of its own has one, the kernel's thread. */
+/* Who a refused call fails (and whose error paths_fail and paths_last_error take): the context
+ * it was given, or, when a kernel gave NULL where no program of its own has one, the kernel's
+ * thread. */
 static paths_kernel_ctx *blamed(const paths_kernel_ctx *c) {
     paths_kernel_ctx *own = context(c);
     return own == &no_context && kernel_here ? kernel_here : own;
@@ -158,7 +159,7 @@ static void say(paths_kernel_ctx *c, const char *format, va_list args) {
 }
 
 int paths_fail(paths_kernel_ctx *c, int status, const char *format, ...) {
-    c = context(c);
+    c = blamed(c);
     va_list args;
     va_start(args, format);
     say(c, format, args);
@@ -233,7 +234,7 @@ int paths_arg_double(paths_kernel_ctx *c, const char *key, double *out) {
     return PS_OK;
 }
 
-const char *paths_last_error(const paths_kernel_ctx *c) { return context(c)->error; }
+const char *paths_last_error(const paths_kernel_ctx *c) { return blamed(c)->error; }
 
 /* ---- handles ------------------------------------------------------------------------------- */
 
