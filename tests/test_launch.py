@@ -140,9 +140,10 @@ def test_ranks_of_nodes_started_over_ssh_reach_them_with_the_runs_key(app, probe
     assert probe.alive() == []
 
 
-@pytest.mark.parametrize("count", ["-n", "--ntasks", "-np"])
+@pytest.mark.parametrize("count", [["-n", "2"], ["--ntasks", "2"], ["-np", "2"], ["-n2"], ["-np2"], ["--ntasks=2"],
+                                   ["--ntask=2"], ["-n=2"]], ids=" ".join)
 def test_ranks_are_counted_as_srun_and_mpirun_count_them(count):
-    done = launch(count, "2", "--", sys.executable, "-c", "import os; print(os.environ['PATHS_RANK'])")
+    done = launch(*count, "--", sys.executable, "-c", "import os; print(os.environ['PATHS_RANK'])")
     assert (done.returncode, sorted(done.stdout.splitlines())) == (0, ["[0] 0", "[1] 1"]), done.stderr
 
 

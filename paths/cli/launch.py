@@ -38,6 +38,7 @@ import argparse
 import errno
 import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -148,16 +149,18 @@ def rank_variables(sums: Sequence[str], acquire: str | None, release: str | None
     return {SUMS: ",".join(sums) or None, ACQUIRE: acquire or None, RELEASE: release or None}
 
 
-RANK_COUNT_NAMES = ("-n", "--ntasks", "-np")  # --threads as srun and mpirun name it
-
-
 def _threads_named(options: list[str]) -> list[str]:
     """The options, srun's and mpirun's names for the rank count given as --threads (so that a
-    message names the one option)."""
+    message names the one option): -np N and -n N (also -np=N, -npN, -nN), and --ntasks N (also
+    --ntasks=N, and its abbreviations from --n, as argparse takes --threads')."""
     named = []
     for option in options:
         name, equals, value = option.partition("=")
-        named.append(f"--threads{equals}{value}" if name in RANK_COUNT_NAMES else option)
+        short = re.fullmatch(r"-(?:np|n)(\d*)", name)
+        if short or (len(name) >= 3 and "--ntasks".startswith(name)):
+            named.append(f"--threads={short[1]}" if short and short[1] else f"--threads{equals}{value}")
+        else:
+            named.append(option)
     return named
 
 
