@@ -52,7 +52,7 @@ typedef struct ps_server_counters {
     int64_t live;        /* links being served */
     int64_t abandoned;   /* links ended because every connection of their client closed */
     int64_t refused;     /* direct connections turned away: no or a wrong secret, garbage, too slow */
-    int64_t crowded_out; /* idle connections to the main endpoint closed to make room for newcomers */
+    int64_t crowded_out; /* connections to the main endpoint closed to make room for newcomers */
 } ps_server_counters;
 
 /* Binds the main socket. curve_secret_z85 (40 characters) makes every socket a CURVE server;
