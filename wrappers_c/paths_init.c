@@ -169,16 +169,19 @@ static void finalize_at_exit(int status, void *unused) {
     finalize(failure);
 }
 
+/* paths_init was called before in this process: refused, saying when. */
+static int called_again(void) {
+    fprintf(stderr, "paths_init: called %s: a process starts PATHS once (as MPI_Init)\n",
+            initialized || !ended_python ? "twice" : "again after paths_finalize or a failed paths_init");
+    return PATHS_EINVAL;
+}
+
 int paths_init(int *argc, char ***argv) {
     if (!argc || !argv || *argc < 1 || !*argv) {
         fprintf(stderr, "paths_init: expected &argc and &argv of main\n");
         return PATHS_EINVAL;
     }
-    if (atomic_load(&entered)) {
-        fprintf(stderr, "paths_init: called %s: a process starts PATHS once (as MPI_Init)\n",
-                initialized || !ended_python ? "twice" : "again after paths_finalize or a failed paths_init");
-        return PATHS_EINVAL;
-    }
+    if (atomic_load(&entered)) return called_again();
     if (ps_kernel_runs_here()) {
         fprintf(stderr, "paths_init: called where kernels run: a kernel has its run's context already "
                         "(paths_acquire(c, ...)); paths_init starts a program of its own\n");
@@ -189,11 +192,7 @@ int paths_init(int *argc, char ***argv) {
                         "program of its own; from Python, import paths\n");
         return PATHS_EINVAL;
     }
-    if (atomic_exchange(&entered, 1)) {
-        fprintf(stderr, "paths_init: called %s: a process starts PATHS once (as MPI_Init)\n",
-                initialized || !ended_python ? "twice" : "again after paths_finalize or a failed paths_init");
-        return PATHS_EINVAL;
-    }
+    if (atomic_exchange(&entered, 1)) return called_again(); /* by another thread just now */
     char site_dir[PATH_MAX];
     package_site(site_dir, sizeof site_dir);
     struct sigaction programs_ctrl_c;
