@@ -147,6 +147,18 @@ def test_ranks_are_counted_as_srun_and_mpirun_count_them(count):
     assert (done.returncode, sorted(done.stdout.splitlines())) == (0, ["[0] 0", "[1] 1"]), done.stderr
 
 
+@pytest.mark.parametrize("counts", [["--threads", "2", "-n", "3"], ["-n2", "-np", "2"], ["--ntasks=2", "--thr", "2"]],
+                         ids=" ".join)
+@pytest.mark.parametrize("command", ["launch", "sbatch"])
+def test_a_rank_count_given_twice_is_refused(command, counts):
+    """srun's, mpirun's and our names for one count: a second is a mistake, not an override."""
+    done = subprocess.run([sys.executable, "-m", "paths", command, *counts, "--", "true"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines()[-1] == (f"paths {command}: error: the rank count is given more than once "
+                                            "(--threads, -n, --ntasks, -np): give it once")
+
+
 def test_the_shells_own_paths_variables_do_not_reach_the_ranks(app):
     """PATHS_POLICY and PATHS_ACQUIRE left in the shell (from a run under srun, say) are not the
     run's: the ranks place themselves as the launcher did, with the default hook."""

@@ -171,7 +171,10 @@ def options_and_command(parser: argparse.ArgumentParser, argv: list[str]) -> tup
             parser.parse_args(["--help"])
         parser.error("expected -- CMD [ARGS...] after the options")
     split = argv.index("--")
-    return parser.parse_args(_threads_named(argv[:split])), argv[split + 1:]
+    options = _threads_named(argv[:split])
+    if sum(len(name) >= 4 and "--threads".startswith(name) for name, _, _ in (o.partition("=") for o in options)) > 1:
+        parser.error("the rank count is given more than once (--threads, -n, --ntasks, -np): give it once")
+    return parser.parse_args(options), argv[split + 1:]
 
 
 def launch_command(argv: list[str]) -> int:
