@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_progress import without_progress
 
 import paths
 from paths import BuildContext, make_path, stage
@@ -65,8 +66,11 @@ def built(tmp_path_factory):
 
 
 def paths_run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "paths", "run", *args], capture_output=True, text=True,
+    """`paths run`, its stderr without the progress lines (what it says besides them)."""
+    done = subprocess.run([sys.executable, "-m", "paths", "run", *args], capture_output=True, text=True,
                           timeout=RUN_TIMEOUT, cwd=cwd)
+    done.stderr = without_progress(done.stderr)
+    return done
 
 
 def csv_rows(path: Path) -> list[dict]:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from run_progress import progress, without_progress
 
 import paths
 from paths import build_path, make_path, stage
@@ -41,8 +42,11 @@ def element_history(endpoint: str, name: str) -> list[int]:
 
 
 def paths_run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "paths", "run", *args], capture_output=True, text=True,
+    """`paths run`, its stderr without the progress lines (what it says besides them)."""
+    done = subprocess.run([sys.executable, "-m", "paths", "run", *args], capture_output=True, text=True,
                           timeout=120)
+    done.stderr = without_progress(done.stderr)
+    return done
 
 
 # ---- the multi-cluster emulation -------------------------------------------------------------
@@ -434,6 +438,18 @@ def test_several_maps_and_policies_in_one_run(probe, tmp_path):
     assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_batch_log_gets_a_progress_line_as_each_thread_count_is_measured(probe):
+    """stderr not a terminal (sbatch's log, a pipe): no bar, a line a thread count, each map's in turn."""
+    done = subprocess.run([sys.executable, "-m", "paths", "run", "gsum", "--map", "paper-2w,paper-4w", "--threads",
+                           "1,2", "--repeat", "2", "--rounds", "20"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = [(m["what"], int(m["threads"]), int(m["index"]), int(m["counts"])) for m in progress(done.stderr)]
+    assert said == [("gsum on paper-2w", 1, 1, 2), ("gsum on paper-2w", 2, 2, 2),
+                    ("gsum on paper-4w", 1, 1, 2), ("gsum on paper-4w", 2, 2, 2)]
+    assert without_progress(done.stderr) == "" and "\r" not in done.stderr
+    assert probe.alive() == []
+
+
 def test_trace_takes_one_configuration_at_a_time(probe, tmp_path):
     done = paths_run("gsum", "--map", "paper-4w,paper-8w", "--threads", "2", "--trace", str(tmp_path))
     assert done.returncode == 2 and "one map and policy at a time" in done.stderr
@@ -456,6 +472,6 @@ def test_a_closed_output_ends_the_run_with_141_and_reaps_its_nodes(probe):
                             "--rounds", "5", "--repeat", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert run.stdout.readline().startswith("GSum on map local")
     run.stdout.close()  # before the second map's table
-    err = run.stderr.read()
+    err = without_progress(run.stderr.read())
     assert (run.wait(timeout=120), err) == (141, "")
     assert probe.alive() == []

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from run_progress import without_progress
 
 import paths
 import paths._native as native
@@ -251,7 +252,7 @@ def test_a_map_run_whose_traces_are_lost_fails_naming_every_node(probe, full_dis
                            "--repeat", "1", "--rounds", "20", "--trace", str(full_disk)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
-    said = done.stderr.strip().splitlines()
+    said = without_progress(done.stderr).strip().splitlines()
     assert said.pop() == "paths run: keeping what was measured before it ended: 1 run at 6 threads"
     lines = [line for line in said if not line.startswith("[n")]  # not what the nodes said as it happened
     assert lines[0] == "paths run: traces lost:" and "Traceback" not in done.stderr

@@ -14,7 +14,8 @@ compare several in one run: `--map paper-2w,paper-4w,paper-8w --policy block,cyc
 pair, prints a table each, and puts them side by side in the CSV and in one plot. Every column
 the kernel reports (paths_report) gets min / avg / max per thread count. A run that fails or is
 interrupted (Ctrl-C, or SIGTERM: kill, a batch system's time limit) still prints the table of what
-it measured before, and writes it to --csv and --plot.
+it measured before, and writes it to --csv and --plot. Progress goes to stderr: a bar on a
+terminal, else (a batch job's log) a line as each thread count is measured.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import glob
 import math
 import os
 import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -305,17 +307,23 @@ def _merge_traces(directory: str, prefix: str) -> int:
 
 
 def _run_with_progress(run: Run) -> None:
-    """Measures the run, its measurements kept in it as they are made."""
+    """Measures the run, its measurements kept in it as they are made. Progress goes to stderr: a
+    bar on a terminal, else (a batch job's log) a line as each thread count is measured."""
     from tqdm import tqdm
 
     settings = run.settings
     report = RunReport(run.measurements, run.counters)
     total = len(settings.thread_counts) * settings.repeat
-    with tqdm(total=total, desc=f"{settings.kernel} on {run.cluster_map.name}", unit="run", file=sys.stderr,
-              disable=None, leave=False) as bar:
+    what = f"{settings.kernel} on {run.cluster_map.name}"
+    started = time.monotonic()
+    with tqdm(total=total, desc=what, unit="run", file=sys.stderr, disable=None, leave=False) as bar:
         def step(threads: int, repeat: int) -> None:
             bar.set_postfix_str(f"{threads} threads")
             bar.update()
+            if bar.disable and repeat == settings.repeat - 1:
+                counts = settings.thread_counts
+                print(f"paths run: {what}: {threads} thread{'s' if threads != 1 else ''} measured ({counts.index(threads) + 1} of {len(counts)} "
+                      f"thread counts, {time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
         run_experiment(run.cluster_map, settings, step, report)
 
 
