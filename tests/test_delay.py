@@ -169,6 +169,17 @@ def test_pipelined_moves_do_not_wait_for_the_crossing_and_arrive_after_it(space)
     assert h.stage.counters()["streamed"] == 5
 
 
+def test_an_idle_wire_holds_no_core(space):
+    """The courier sleeps while nothing is on the wire: its wait escalates to a sleep, not a spin
+    or a yield started over (which took a core for as long as the stage lived)."""
+    h = pipelined(space, 1)
+    h.move(1)
+    assert h.observe() == (1,)  # delivered: the wire is empty from here on
+    started = time.process_time()
+    time.sleep(0.5)
+    assert time.process_time() - started < 0.1  # a thread that spins takes about 0.5 s of it
+
+
 def test_pipelined_moves_of_many_callers_keep_order_and_lose_nothing(space):
     callers, moves = 8, 1500
     element = space.enter("W", "qq")

@@ -20,7 +20,8 @@ each kind:
   leaves the build table, the links it held below are detached (seen from a pass-through stage
   below it, kept alive by the test), and nothing holds the element any more (it can be removed);
 - counters only grow;
-- move_many equals its moves in effect: the same history, first and last, and observes.
+- move_many equals its moves in effect: the same history, first and last, and observes;
+- idle, it holds no core: a thread of its (a sender, a courier, a server's) that waits sleeps.
 """
 
 from __future__ import annotations
@@ -333,3 +334,16 @@ def test_move_many_equals_its_moves_in_effect(tree):
     moved = drive(tree("moves"), True)
     assert moved == drive(tree("move_many"), False)
     assert moved[1] == [round_value(len(moved[0]), r) for r in range(batches * per_batch)]
+
+
+IDLE_S = 0.5         # how long an idle tree is watched ...
+IDLE_CPU_S = 0.1     # ... and the processor time all of this process's threads may take meanwhile
+
+
+def test_an_idle_tree_holds_no_core(tree):
+    t = tree()
+    t.each_caller(lambda c, h: run_turn(h, turn(c, t.callers, 0)))
+    time.sleep(0.1)  # a wait that has just begun may spin and yield a little before it sleeps
+    started = time.process_time()
+    time.sleep(IDLE_S)
+    assert time.process_time() - started < IDLE_CPU_S, "a thread spins or yields while it has nothing to do"

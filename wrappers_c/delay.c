@@ -263,9 +263,12 @@ static void *courier_loop(void *arg) {
         pthread_mutex_lock(&d->queue_lock);
         queued *q = d->head != d->tail ? &d->queue[d->head % QUEUE_MESSAGES] : NULL;
         pthread_mutex_unlock(&d->queue_lock);
-        if (!q) {
+        if (!q) { /* one wait, which escalates to a sleep: an idle courier holds no core */
             uint32_t spins = 0;
-            ps_waitpoint_wait(&d->queued_wp, seen, ps_deadline(COURIER_SLICE_NS), &spins);
+            int64_t slice = ps_deadline(COURIER_SLICE_NS);
+            while (ps_waitpoint_sequence(&d->queued_wp) == seen && !atomic_load(&d->stopping) &&
+                   ps_waitpoint_wait(&d->queued_wp, seen, slice, &spins) != PS_ETIMEDOUT) {
+            }
             continue;
         }
         wire_caller *c = q->slot == NO_CALLER ? NULL : &d->callers[q->slot]; /* NULL: dropped, done with */
