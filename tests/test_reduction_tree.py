@@ -274,15 +274,19 @@ links:
     cluster_map = load_map_text(text)
     assert cluster_map.links[0].batch == 256 and cluster_map.links[0].flush_us == 500
     across = hop(cluster_map, "b0", "a0")
-    assert across == (stage("batch", max_moves=256, max_bytes=BATCH_BYTES_MOST, flush_us=500), stage("delay", ms=0.2, jitter_ms=0.0),
-                      stage("remote", host="a0"))
+    # the link's sends are asynchronous: a wire for the delay, a window of 16,384 moves for the remote
+    assert across == (stage("batch", max_moves=256, max_bytes=BATCH_BYTES_MOST, flush_us=500),
+                      stage("delay", ms=0.2, jitter_ms=0.0, pipelined=1), stage("remote", host="a0", window=64))
     assert hop(cluster_map, "a1", "a0") == (stage("remote", host="a0"),)
+    assert hop(cluster_map, "b0", "a1", pipelined=True)[-1] == stage("remote", host="a1", window=64)
     plan = plan_reduction(cluster_map, 8, ELEMENT)
     batches = [(node, specs) for node, specs in check_tree(plan) if specs[0].kind == "batch"]
     assert [node for node, _ in batches] == ["b0"]  # cluster b's one crossing to the root
     only_batch = load_map_text(text.replace("delay_ms: 0.2, ", "").replace(", flush_us: 500", ""))
     assert hop(only_batch, "b1", "a1") == (stage("batch", max_moves=256, max_bytes=BATCH_BYTES_MOST),
-                                                stage("remote", host="a1"))
+                                                stage("remote", host="a1", window=64))
+    large = load_map_text(text.replace("batch: 256", "batch: 65536"))
+    assert hop(large, "b1", "a1")[-1] == stage("remote", host="a1", window=2)  # two sends on their way, at least
 
 
 def test_plan_with_oversubscription_warns():

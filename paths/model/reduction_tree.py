@@ -25,7 +25,8 @@ jitter_ms)` when the hop crosses a link with a delay, and before that by `batch(
 max_bytes, flush_us)` when the link batches (a link's batch counts moves: max_bytes is the stage's
 most, so that no tuple size cuts its buffers short). A thread's own hop (a thread alone on its
 node) has `window=2` and a pipelined delay: its move and the observe after it share one round
-trip, and cross a delayed link once each way.  A stage instance is
+trip, and cross a delayed link once each way. A batching link's hops have a pipelined delay and
+a remote window of BATCHED_HOP_MOVES moves' worth of sends: no send waits for its answer.  A stage instance is
 identified by the node it lives on and its specs down to the element.
 """
 
@@ -43,9 +44,11 @@ from .shown import shown
 from .stage_kinds import kinds
 
 BATCH_BYTES_MOST = kinds()["batch"].params["max_bytes"].max  # a link's batch is counted in moves alone
+WINDOW_MOST = kinds()["remote"].params["window"].max
 
 StageKey = tuple[str, tuple[StageSpec, ...]]  # (node it lives on, specs from it to the element)
 THREAD_HOP_WINDOW = 2  # a thread's move through its own hop does not wait for its answer
+BATCHED_HOP_MOVES = 16384  # a batching link's remote keeps this many moves on their way (2 sends at least)
 
 
 @dataclass(frozen=True)
@@ -317,20 +320,25 @@ def hop(cluster_map: ClusterMap, from_node: str, to_node: str, pipelined: bool =
     makes crosses nodes this way, sums and elements at their homes alike. `pipelined` (a thread's own
     hop to its sum, which always observes after it moves): window=2 and a pipelined delay, so that
     the move and the observe share one round trip and one crossing each way, as a sum's exchange
-    does on the hops below it."""
+    does on the hops below it. A batching link's sends are asynchronous, as ARMI's aggregated calls
+    are: its delay is a wire and its remote's window holds BATCHED_HOP_MOVES moves (at least two
+    sends), so that a send waits for no answer."""
     if from_node == to_node:
         return ()
     ends = cluster_map.node(from_node).cluster, cluster_map.node(to_node).cluster
     proto = cluster_map.proto_between(*ends)
-    remote = stage("remote", host=to_node, **({"proto": proto} if proto else {}),
-                   **({"window": THREAD_HOP_WINDOW} if pipelined else {}))
     link = cluster_map.link_between(*ends)
+    batched = link is not None and link.batch is not None
+    window = THREAD_HOP_WINDOW if pipelined else 1
+    if batched:
+        window = max(window, 2, min(BATCHED_HOP_MOVES // link.batch, WINDOW_MOST))
+    remote = stage("remote", host=to_node, **({"proto": proto} if proto else {}),
+                   **({"window": window} if window > 1 else {}))
     if link is None:
         return (remote,)
     timer = {"flush_us": link.flush_us} if link.flush_us else {}
-    batch = ((stage("batch", max_moves=link.batch, max_bytes=BATCH_BYTES_MOST, **timer),)
-             if link.batch is not None else ())
-    wire = {"pipelined": 1} if pipelined else {}  # the thread's move crosses with its observe, as on a wire
+    batch = (stage("batch", max_moves=link.batch, max_bytes=BATCH_BYTES_MOST, **timer),) if batched else ()
+    wire = {"pipelined": 1} if pipelined or batched else {}  # moves cross as on a wire, not one at a time
     delay = (stage("delay", ms=link.delay_ms, jitter_ms=link.jitter_ms, **wire),) if link.delay_ms is not None else ()
     return batch + delay + (remote,)
 
