@@ -159,6 +159,14 @@ def test_a_rank_count_given_twice_is_refused(command, counts):
                                             "(--threads, -n, --ntasks, -np): give it once")
 
 
+@pytest.mark.parametrize("count, value", [("-n2=3", "2=3"), ("-np1=foo", "1=foo"), ("--ntasks=1=2", "1=2")])
+def test_a_malformed_rank_count_is_refused_whole(count, value):
+    done = subprocess.run([sys.executable, "-m", "paths", "launch", count, "--", "true"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines()[-1] == f"paths launch: error: argument --threads: expected a positive integer, got '{value}'"
+
+
 def test_the_shells_own_paths_variables_do_not_reach_the_ranks(app):
     """PATHS_POLICY and PATHS_ACQUIRE left in the shell (from a run under srun, say) are not the
     run's: the ranks place themselves as the launcher did, with the default hook."""

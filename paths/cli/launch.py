@@ -158,7 +158,7 @@ def _threads_named(options: list[str]) -> list[str]:
         name, equals, value = option.partition("=")
         short = re.fullmatch(r"-(?:np|n)(\d*)", name)
         if short or (len(name) >= 3 and "--ntasks".startswith(name)):
-            named.append(f"--threads={short[1]}" if short and short[1] else f"--threads{equals}{value}")
+            named.append(f"--threads={short[1]}{equals}{value}" if short and short[1] else f"--threads{equals}{value}")
         else:
             named.append(option)
     return named
