@@ -3,7 +3,7 @@ job's log): one as each thread count is measured. Tests that look at what else i
 
 import re
 
-LINE = re.compile(r"paths run: (?P<what>.+ on \S+): (?P<threads>\d+) threads? measured "
+LINE = re.compile(r"paths run: (?P<what>.+ on \S+, policy \S+): (?P<threads>\d+) threads? measured "
                   r"\((?P<index>\d+) of (?P<counts>\d+) thread counts, \d+\.\d s\)")
 
 

@@ -439,14 +439,38 @@ def test_several_maps_and_policies_in_one_run(probe, tmp_path):
 
 
 def test_a_batch_log_gets_a_progress_line_as_each_thread_count_is_measured(probe):
-    """stderr not a terminal (sbatch's log, a pipe): no bar, a line a thread count, each map's in turn."""
-    done = subprocess.run([sys.executable, "-m", "paths", "run", "gsum", "--map", "paper-2w,paper-4w", "--threads",
-                           "1,2", "--repeat", "2", "--rounds", "20"], capture_output=True, text=True, timeout=120)
+    """stderr not a terminal (sbatch's log, a pipe): no bar, a line a thread count, each map's and
+    policy's in turn."""
+    done = subprocess.run([sys.executable, "-m", "paths", "run", "gsum", "--map", "paper-2w,paper-4w", "--policy",
+                           "block,cyclic", "--threads", "1,2", "--repeat", "2", "--rounds", "20"],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     said = [(m["what"], int(m["threads"]), int(m["index"]), int(m["counts"])) for m in progress(done.stderr)]
-    assert said == [("gsum on paper-2w", 1, 1, 2), ("gsum on paper-2w", 2, 2, 2),
-                    ("gsum on paper-4w", 1, 1, 2), ("gsum on paper-4w", 2, 2, 2)]
+    assert said == [(f"gsum on {name}, policy {policy}", threads, threads, 2)
+                    for name in ("paper-2w", "paper-4w") for policy in ("block", "cyclic") for threads in (1, 2)]
     assert without_progress(done.stderr) == "" and "\r" not in done.stderr
+    assert probe.alive() == []
+
+
+@pytest.mark.parametrize("stderr", ["full", "closed"])
+def test_progress_that_cannot_be_written_costs_the_run_nothing(probe, tmp_path, stderr):
+    """A full disk or a reader gone on stderr: the tables, the CSV and exit 0 all the same."""
+    table = tmp_path / "out.csv"
+    command = [sys.executable, "-m", "paths", "run", "gsum", "--threads", "1,2", "--repeat", "2", "--rounds", "20",
+               "--csv", str(table)]
+    if stderr == "full":
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(command, stdout=subprocess.PIPE, stderr=full, text=True, timeout=120)
+        status, out = done.returncode, done.stdout
+    else:
+        run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        run.stderr.close()
+        out = run.stdout.read()
+        status = run.wait(timeout=120)
+    assert status == 0
+    assert out.count("GSum on map local") == 1 and f"wrote {table}" in out
+    with open(table, newline="") as f:
+        assert len(list(csv.DictReader(f))) == 4
     assert probe.alive() == []
 
 

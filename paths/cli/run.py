@@ -308,22 +308,27 @@ def _merge_traces(directory: str, prefix: str) -> int:
 
 def _run_with_progress(run: Run) -> None:
     """Measures the run, its measurements kept in it as they are made. Progress goes to stderr: a
-    bar on a terminal, else (a batch job's log) a line as each thread count is measured."""
+    bar on a terminal, else (a batch job's log) a line as each thread count is measured; best
+    effort: stderr that cannot be written (full, closed) costs the run nothing."""
     from tqdm import tqdm
 
     settings = run.settings
     report = RunReport(run.measurements, run.counters)
     total = len(settings.thread_counts) * settings.repeat
-    what = f"{settings.kernel} on {run.cluster_map.name}"
-    started = time.monotonic()
+    what = f"{settings.kernel} on {run.cluster_map.name}, policy {settings.policy or run.cluster_map.policy}"
+    started, said = time.monotonic(), [True]
     with tqdm(total=total, desc=what, unit="run", file=sys.stderr, disable=None, leave=False) as bar:
         def step(threads: int, repeat: int) -> None:
-            bar.set_postfix_str(f"{threads} threads")
-            bar.update()
-            if bar.disable and repeat == settings.repeat - 1:
-                counts = settings.thread_counts
-                print(f"paths run: {what}: {threads} thread{'s' if threads != 1 else ''} measured ({counts.index(threads) + 1} of {len(counts)} "
-                      f"thread counts, {time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
+            try:
+                bar.set_postfix_str(f"{threads} threads")
+                bar.update()
+                if bar.disable and said[0] and repeat == settings.repeat - 1:
+                    counts = settings.thread_counts
+                    print(f"paths run: {what}: {threads} thread{'s' if threads != 1 else ''} measured "
+                          f"({counts.index(threads) + 1} of {len(counts)} thread counts, "
+                          f"{time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
+            except OSError:
+                said[0] = False
         run_experiment(run.cluster_map, settings, step, report)
 
 
