@@ -3,6 +3,9 @@ order, identical indexed histories, delta back-pressure that really blocks and r
 that returns memory without ever losing an unread tuple. Every wait is bounded: a bug fails a
 test, it never hangs it."""
 
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections import defaultdict
@@ -237,3 +240,33 @@ def test_axes_ahead_of_many_observers_lose_no_tuple(space):
         assert all(seqs == sorted(seqs) for seqs in seqs_by_producer(one).values())
     e.axe(total)
     assert e.stats()["live_tuples"] == 0
+
+
+DAEMONS = textwrap.dedent("""
+    import os, signal, sys, threading, time
+    import paths
+
+    ps = paths.PastSet()
+    def worker(i):
+        h = paths.build_path(paths.make_path(paths.stage("core", name="E", format="q")), pastset=ps)
+        while True:
+            h.move((i,))
+            h.observe(0)
+    for i in range(4):
+        threading.Thread(target=worker, args=(i,), daemon=True).start()
+    time.sleep(0.3)
+    if sys.argv[1] == "ctrl-c":
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+""")
+
+
+@pytest.mark.parametrize("ending", ["return", "ctrl-c"])
+def test_a_program_ends_while_its_daemon_threads_are_in_calls(ending):
+    """Python ends daemon threads as the interpreter finalizes, from inside their wait for the GIL
+    as a call returns: that ended the process with std::terminate (exit 134), every time."""
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", DAEMONS, ending], capture_output=True, text=True, timeout=60)
+        assert "terminate called" not in done.stderr
+        assert done.returncode == (0 if ending == "return" else -2), done.stderr  # Python ends by the SIGINT
+

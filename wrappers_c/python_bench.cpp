@@ -32,7 +32,7 @@ double single_link_loop(const std::shared_ptr<Handle> &handle, int64_t count, co
     int64_t wait = timeout_ns(timeout);
     double ns;
     {
-        py::gil_scoped_release released;
+        ReleasedGil released;
         ns = loop(link, count, wait);
     }
     if (ns < 0) throw std::runtime_error(std::string(name) + ": " + failure);
@@ -55,12 +55,12 @@ void bind_bench(py::module_ &m) {
     py::module_ bench = m.def_submodule("bench", "single-thread C loops of the benchmarks");
     bench.def("core_pairs_ns", [](int64_t pairs) {
         if (pairs <= 0) throw py::value_error("core_pairs_ns: expected pairs > 0");
-        py::gil_scoped_release released;
+        ReleasedGil released;
         return ps_kernel_core_pairs_ns(pairs);
     }, py::arg("pairs"), "Nanoseconds per move+observe pair from a C loop on one element.");
     bench.def("clock_read_ns", [](int64_t reads) {
         if (reads <= 0) throw py::value_error("clock_read_ns: expected reads > 0");
-        py::gil_scoped_release released;
+        ReleasedGil released;
         return ps_trace_clock_read_ns(reads);
     }, py::arg("reads"), "Nanoseconds one read of the trace stage's clock takes (a traced operation reads it twice).");
     bench.def("pairs_ns", [](const std::shared_ptr<Handle> &handle, int64_t pairs, const py::object &timeout) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "control_plane.h"
+#include "released_gil.hpp"
 extern "C" {
 #include "pastset.h"
 }
@@ -85,7 +86,7 @@ int wait_in_slices(Op op, int64_t timeout, int64_t latest) {
         if (deadline != PS_FOREVER) slice = std::max<int64_t>(0, std::min(slice, deadline - ps_now_ns()));
         int rc;
         {
-            py::gil_scoped_release released;
+            ReleasedGil released;
             rc = op(slice);
         }
         if (rc != PS_ETIMEDOUT) return rc;

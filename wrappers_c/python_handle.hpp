@@ -34,7 +34,7 @@ public:
     Stage(ps_stage *stage, std::shared_ptr<SpaceOwner> owner) : stage_(stage), owner_(std::move(owner)) {}
     ~Stage() {
         {
-            py::gil_scoped_release released;  // a trace may write its file here
+            ReleasedGil released;  // a trace may write its file here
             ps_stage_release(stage_);
         }
         t_python_stage_error.reset();  // what a Python stage raised in the release has no caller to reach
@@ -73,7 +73,7 @@ public:
             link_ = &owned_;
             int rc;
             {
-                py::gil_scoped_release released;  // a remote stage waits for its server here ...
+                ReleasedGil released;  // a remote stage waits for its server here ...
                 SetupHearsSignals hearing;         // ... hearing Ctrl-C
                 rc = ps_stage_attach(stage_->get(), &owned_);
             }
@@ -92,7 +92,7 @@ public:
     ~LinkCalls() {
         if (!owns_) return;
         {
-            py::gil_scoped_release released;  // a batch sends what its caller holds, a remote releases its link
+            ReleasedGil released;  // a batch sends what its caller holds, a remote releases its link
             ps_link_detach(&owned_);
         }
         t_python_stage_error.reset();  // what a Python stage raised in the detach has no caller to reach
@@ -138,7 +138,7 @@ public:
         released_.store(true);
         if (user_.load() != std::thread::id{}) return false;  // a call, or a fence, is running
         {
-            py::gil_scoped_release released;  // as when the handle goes
+            ReleasedGil released;  // as when the handle goes
             ps_link_detach(&owned_);
         }
         t_python_stage_error.reset();

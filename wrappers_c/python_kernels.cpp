@@ -311,7 +311,7 @@ public:
         int64_t wait = timeout_ns(timeout);
         int rc;
         {
-            py::gil_scoped_release released;  // the other threads (Python ones too) must get here
+            ReleasedGil released;  // the other threads (Python ones too) must get here
             rc = paths_barrier(c_, wait);
         }
         if (rc != PS_OK) raise_status(rc, paths_last_error(c_));
@@ -437,17 +437,17 @@ py::dict run_kernel(const py::object &kernel, const std::vector<int> &thread_ids
     }
     int rc;
     {
-        py::gil_scoped_release released;
+        ReleasedGil released;
         rc = ps_kernel_run_start(run, function, data, pin);
     }
     if (rc != PS_OK) {
-        py::gil_scoped_release released;
+        ReleasedGil released;
         ps_kernel_run_join(run);
         throw std::runtime_error("could not start " + std::to_string(thread_ids.size()) + " kernel threads");
     }
     for (;;) {
         {
-            py::gil_scoped_release released;
+            ReleasedGil released;
             rc = ps_kernel_run_wait(run, kWaitSliceNs, until_failure);
         }
         if (rc != PS_ETIMEDOUT) break;
@@ -464,7 +464,7 @@ py::dict run_kernel(const py::object &kernel, const std::vector<int> &thread_ids
         return out;
     }
     {
-        py::gil_scoped_release released;
+        ReleasedGil released;
         ps_kernel_run_join(run);
     }
     py::list outcomes;

@@ -160,7 +160,7 @@ std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict
     ps_stage *stage = nullptr;
     int rc;
     {
-        py::gil_scoped_release released;  // attaching to a remote stage below waits for its server ...
+        ReleasedGil released;  // attaching to a remote stage below waits for its server ...
         SetupHearsSignals hearing;         // ... hearing Ctrl-C
         rc = ps_stage_create(kind, &checked, &context, below ? below->get() : nullptr, &stage, error, sizeof error);
     }

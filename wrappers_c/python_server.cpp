@@ -74,7 +74,7 @@ public:
         int64_t wait = timeout_ns(timeout);
         int rc;
         {
-            py::gil_scoped_release released;
+            ReleasedGil released;
             rc = live()->next_build_wait(request->get(), wait);
         }
         if (rc == PS_ETIMEDOUT) return py::none();
@@ -94,7 +94,7 @@ public:
         std::vector<uint64_t> ids(256);
         size_t n;
         {
-            py::gil_scoped_release released;
+            ReleasedGil released;
             n = ps_server_reap(live()->server_, ids.data(), ids.size());
         }
         ids.resize(n);
@@ -121,7 +121,7 @@ public:
         int64_t wait = timeout_ns(timeout);
         ps_server *server = server_;
         server_ = nullptr;
-        py::gil_scoped_release released;
+        ReleasedGil released;
         return ps_server_stop(server, wait);
     }
 
