@@ -50,6 +50,12 @@ int64_t ps_now_ns(void);
 int64_t ps_deadline(int64_t timeout_ns);
 /* The timeout left until a deadline: PS_FOREVER stays forever, a deadline passed gives 0. */
 int64_t ps_remaining(int64_t deadline_ns);
+/* A call made in slices (Python's, which looks for Ctrl-C between them) sets the deadline of the
+ * whole call for its thread (0: none, as when the slice is the call); returns the one before.
+ * What must not end with a slice (an answer on its way, a crossing back over a slow link) waits
+ * by ps_call_deadline(the slice's deadline): the later of the two. */
+int64_t ps_call_deadline_set(int64_t deadline_ns);
+int64_t ps_call_deadline(int64_t deadline_ns);
 
 typedef struct ps_space ps_space;
 typedef struct ps_element ps_element;

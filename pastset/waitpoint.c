@@ -57,6 +57,19 @@ int64_t ps_deadline(int64_t timeout_ns) {
     return timeout_ns > INT64_MAX - now ? PS_FOREVER : now + timeout_ns; /* past the clock's end: no limit */
 }
 
+static _Thread_local int64_t call_deadline; /* 0: no call in slices */
+
+int64_t ps_call_deadline_set(int64_t deadline_ns) {
+    int64_t before = call_deadline;
+    call_deadline = deadline_ns;
+    return before;
+}
+
+int64_t ps_call_deadline(int64_t deadline_ns) {
+    if (!call_deadline || deadline_ns == PS_FOREVER) return deadline_ns;
+    return call_deadline == PS_FOREVER || call_deadline > deadline_ns ? call_deadline : deadline_ns;
+}
+
 int64_t ps_remaining(int64_t deadline_ns) {
     if (deadline_ns == PS_FOREVER) return PS_FOREVER;
     int64_t left = deadline_ns - ps_now_ns();

@@ -63,13 +63,19 @@ def test_a_timed_out_call_returns_at_its_timeout_not_after_the_crossings(space):
     assert 0.2 <= time.monotonic() - started < 0.2 + SLACK_S
 
 
-def test_a_link_slower_than_a_slice_still_carries_calls_made_from_python(space):
+@pytest.mark.parametrize("ms", [80, 250])
+def test_a_link_slower_than_a_slice_still_carries_calls_made_from_python(space, ms):
     """Python waits in 0.1 s slices; each slice's call continues the crossing the last one began,
-    so a 250 ms crossing arrives (a new crossing per slice would never arrive)."""
-    h, element = delayed(space, 250)
+    so a 250 ms crossing arrives (a new crossing per slice would never arrive), and the crossing
+    back is not cut at the end of the slice it began in (an 80 ms link cost 100 ms, not 160)."""
+    h, element = delayed(space, ms)
     _, took = timed(lambda: h.move(1, timeout=5))
     assert element.last() == 1
-    assert 0.25 <= took < 0.5 + SLACK_S
+    assert 2 * ms / 1000 <= took < 2 * ms / 1000 + SLACK_S
+    (value, took) = timed(lambda: h.observe(timeout=5))
+    assert value == (1,) and 2 * ms / 1000 <= took < 2 * ms / 1000 + SLACK_S
+    _, took = timed(lambda: pytest.raises(TimeoutError, h.observe, timeout=1.5 * ms / 1000))  # the second waits
+    assert 1.5 * ms / 1000 <= took < 1.5 * ms / 1000 + SLACK_S
 
 
 def test_an_answer_crossing_back_comes_by_the_timeout(space):

@@ -11,7 +11,8 @@
  *     so does one that timed out below, which does not cross again, nor does what is left of it
  *     when a part took effect there (the rest of a move_many, an exchange's observe);
  *   - on the way back, the operation has taken effect, so its answer is returned, at the
- *     timeout if the crossing would take longer.
+ *     timeout if the crossing would take longer (the whole call's, for a caller that waits in
+ *     slices: ps_call_deadline).
  *
  * Pipelined (pipelined=1), moves stream as on a wire, whose latency delays each message but does
  * not hold back the next one: a move or move_many is queued with the time it arrives and the call
@@ -150,7 +151,7 @@ static int come_back(ps_link *link, const ps_op *op, int rc, int64_t deadline) {
         return rc;
     }
     m->op = 0; /* answered */
-    sleep_until(d, ps_now_ns() + crossing_ns(d), deadline);
+    sleep_until(d, ps_now_ns() + crossing_ns(d), ps_call_deadline(deadline)); /* not cut by a slice's end */
     return rc;
 }
 

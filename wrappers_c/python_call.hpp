@@ -74,6 +74,18 @@ inline void throw_if_signal_raised(int rc) {
     if (rc != PS_OK && PyErr_Occurred()) throw py::error_already_set();
 }
 
+// While it lives, this thread's calls are slices of a call that ends at `deadline` (ps_call_deadline).
+class CallDeadline {
+public:
+    explicit CallDeadline(int64_t deadline) : before_(ps_call_deadline_set(deadline)) {}
+    ~CallDeadline() { ps_call_deadline_set(before_); }
+    CallDeadline(const CallDeadline &) = delete;
+    CallDeadline &operator=(const CallDeadline &) = delete;
+
+private:
+    int64_t before_;
+};
+
 // Runs op(slice_timeout_ns) without the GIL, in slices, checking for signals between slices,
 // until the timeout (ns, PS_FOREVER: none) or the `latest` deadline (PS_FOREVER: none), whichever
 // comes first. op must leave no trace when it times out, so that it can simply be called again.
@@ -81,6 +93,7 @@ template <class Op>
 int wait_in_slices(Op op, int64_t timeout, int64_t latest) {
     int64_t deadline = ps_deadline(timeout);
     if (latest != PS_FOREVER && (deadline == PS_FOREVER || latest < deadline)) deadline = latest;
+    CallDeadline whole(deadline);
     for (;;) {
         int64_t slice = kWaitSliceNs;
         if (deadline != PS_FOREVER) slice = std::max<int64_t>(0, std::min(slice, deadline - ps_now_ns()));
