@@ -316,19 +316,20 @@ def _run_with_progress(run: Run) -> None:
     report = RunReport(run.measurements, run.counters)
     total = len(settings.thread_counts) * settings.repeat
     what = f"{settings.kernel} on {run.cluster_map.name}, policy {settings.policy or run.cluster_map.policy}"
-    started, said = time.monotonic(), [True]
+    started, writable = time.monotonic(), True
     with tqdm(total=total, desc=what, unit="run", file=sys.stderr, disable=None, leave=False) as bar:
         def step(threads: int, repeat: int) -> None:
+            nonlocal writable
             try:
                 bar.set_postfix_str(f"{threads} threads")
                 bar.update()
-                if bar.disable and said[0] and repeat == settings.repeat - 1:
+                if bar.disable and writable and repeat == settings.repeat - 1:
                     counts = settings.thread_counts
                     print(f"paths run: {what}: {threads} thread{'s' if threads != 1 else ''} measured "
                           f"({counts.index(threads) + 1} of {len(counts)} thread counts, "
                           f"{time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
             except OSError:
-                said[0] = False
+                writable = False
         run_experiment(run.cluster_map, settings, step, report)
 
 
