@@ -30,13 +30,9 @@ hears Ctrl-C once it runs) starts at once.
 
 import importlib
 
-from .ctrl_c_held import ctrl_c_held
-from .lazy_package import submodules_on_first_use
-
 # The C core loads now: from `import paths` on, a program's own C extension module finds paths_*.
-# Ctrl-C during its initialization is a KeyboardInterrupt once it is done, not an ImportError.
-with ctrl_c_held():
-    from ._native import AxedError, Element, Handle, PastSet, fence
+from ._native import AxedError, Element, Handle, PastSet, fence
+from .lazy_package import submodules_on_first_use
 
 # Each public name and the module it lives in, loaded when the name is first read.
 _HOMES = {
