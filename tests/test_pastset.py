@@ -95,6 +95,22 @@ def test_a_nul_byte_in_a_name_is_refused_not_cut(space):
     assert space.elements() == [("a", "q")]
 
 
+@pytest.mark.parametrize("call, args, error, expected", [
+    ("enter", (5, "q"), TypeError, r"^enter\(5, 'q'\): expected a name as text, got 5$"),
+    ("enter", ("a", None), TypeError, r"^enter\('a', None\): expected a format as text, got None$"),
+    ("enter", (b"a", "q"), TypeError, r"^enter\(b'a', 'q'\): expected a name as text, got b'a'$"),
+    ("enter", ("a\ud800", "q"), ValueError, r"^enter\('a\\ud800', 'q'\): expected a name as text UTF-8 can hold"),
+    ("remove", ("a", 1.5), TypeError, r"^remove\('a', 1\.5\): expected a format as text, got 1\.5$"),
+    ("format_of", (["a"],), TypeError, r"^format_of\(\['a'\]\): expected a name as text, got \['a'\]$"),
+])
+def test_a_name_or_format_that_is_no_text_is_one_line_naming_the_argument(space, call, args, error, expected):
+    """Not the binding's several-line list of signatures."""
+    space.enter("a", "q")
+    with pytest.raises(error, match=expected):
+        getattr(space, call)(*args)
+    assert space.elements() == [("a", "q")]
+
+
 @pytest.mark.parametrize("bad_format", ["qé", "é", "\u2603q"])
 def test_non_ascii_format_is_one_clear_line(space, bad_format):
     with pytest.raises(ValueError, match=rf"bad format '{bad_format}': a non-ASCII character at byte \d+ "

@@ -95,6 +95,18 @@ int64_t int_argument(const py::handle &value, const std::string &what) {
     return v;
 }
 
+std::string text_argument(const py::handle &given, const std::string &call, const std::string &expected) {
+    if (!PyUnicode_Check(given.ptr())) throw py::type_error(call + ": expected " + expected + " as text, got " + shown(given));
+    Py_ssize_t size = 0;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(given.ptr(), &size);
+    if (!utf8) {
+        PyErr_Clear();
+        throw py::value_error(call + ": expected " + expected + " as text UTF-8 can hold (no lone surrogates), got " +
+                              shown(given));
+    }
+    return std::string(utf8, static_cast<size_t>(size));
+}
+
 const std::string &c_text(const std::string &text, const std::string &what) {
     if (text.find('\0') != std::string::npos)
         throw py::value_error(what + ": expected text without NUL bytes, got " + shown(py::str(text)));

@@ -45,6 +45,9 @@ int64_t timeout_ns(const py::object &timeout);
 bool int64_of(const py::handle &value, const std::string &what, int64_t *out);
 // An int argument that must fit in 64 bits, or a TypeError/ValueError naming it.
 int64_t int_argument(const py::handle &value, const std::string &what);
+// A str argument's UTF-8 text; for anything else a TypeError, and for a str UTF-8 cannot hold (lone
+// surrogates) a ValueError, each "call: expected <expected> as text ..., got <value>".
+std::string text_argument(const py::handle &given, const std::string &call, const std::string &expected);
 // Text handed to C, where a NUL byte would silently end it ('a\0b' would be 'a').
 const std::string &c_text(const std::string &text, const std::string &what);
 

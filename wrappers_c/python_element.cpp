@@ -17,8 +17,9 @@ py::dict ElementCalls::stats() const {
     return d;
 }
 
-Element PastSet::enter(const std::string &name, const std::string &format) {
-    std::string call = "enter(" + shown(py::str(name)) + ", " + shown(py::str(format)) + ")";
+Element PastSet::enter(const py::handle &name_arg, const py::handle &format_arg) {
+    std::string call = "enter(" + shown(name_arg) + ", " + shown(format_arg) + ")";
+    std::string name = text_argument(name_arg, call, "a name"), format = text_argument(format_arg, call, "a format");
     ps_element *e = nullptr;
     int rc = ps_enter(owner_->space, c_text(name, call).c_str(), c_text(format, call).c_str(), &e);
     if (rc == PS_EFORMAT) TupleCodec explain(format);  // throws ValueError with the reason
@@ -29,8 +30,9 @@ Element PastSet::enter(const std::string &name, const std::string &format) {
     return Element(format, "element '" + name + "'", owner_, e);
 }
 
-void PastSet::remove(const std::string &name, const std::string &format) {
-    std::string call = "remove(" + shown(py::str(name)) + ", " + shown(py::str(format)) + ")";
+void PastSet::remove(const py::handle &name_arg, const py::handle &format_arg) {
+    std::string call = "remove(" + shown(name_arg) + ", " + shown(format_arg) + ")";
+    std::string name = text_argument(name_arg, call, "a name"), format = text_argument(format_arg, call, "a format");
     int64_t holds = 0;
     int rc = ps_remove(owner_->space, c_text(name, call).c_str(), c_text(format, call).c_str(), &holds);
     if (rc == PS_EFORMAT) TupleCodec explain(format);
@@ -43,14 +45,16 @@ void PastSet::remove(const std::string &name, const std::string &format) {
     if (rc != PS_OK) raise_status(rc, call);
 }
 
-bool PastSet::remove_unused(const std::string &name, const std::string &format) {
-    std::string call = "_remove_unused(" + shown(py::str(name)) + ", " + shown(py::str(format)) + ")";
+bool PastSet::remove_unused(const py::handle &name_arg, const py::handle &format_arg) {
+    std::string call = "_remove_unused(" + shown(name_arg) + ", " + shown(format_arg) + ")";
+    std::string name = text_argument(name_arg, call, "a name"), format = text_argument(format_arg, call, "a format");
     return ps_remove_unused(owner_->space, c_text(name, call).c_str(), c_text(format, call).c_str()) == PS_OK;
 }
 
-std::optional<std::string> PastSet::format_of(const std::string &name) const {
+std::optional<std::string> PastSet::format_of(const py::handle &name_arg) const {
+    std::string call = "format_of(" + shown(name_arg) + ")";
+    std::string name = text_argument(name_arg, call, "a name");
     char format[PS_FORMAT_MAX_TEXT + 1];
-    std::string call = "format_of(" + shown(py::str(name)) + ")";
     if (ps_format_of(owner_->space, c_text(name, call).c_str(), format, sizeof format) != PS_OK) return std::nullopt;
     return std::string(format);
 }

@@ -70,10 +70,10 @@ class PastSet {
 public:
     PastSet() : owner_(std::make_shared<SpaceOwner>()) {}
 
-    Element enter(const std::string &name, const std::string &format);
-    void remove(const std::string &name, const std::string &format);
-    bool remove_unused(const std::string &name, const std::string &format);
-    std::optional<std::string> format_of(const std::string &name) const;
+    Element enter(const py::handle &name, const py::handle &format);
+    void remove(const py::handle &name, const py::handle &format);
+    bool remove_unused(const py::handle &name, const py::handle &format);
+    std::optional<std::string> format_of(const py::handle &name) const;
     std::vector<std::pair<std::string, std::string>> elements() const;
     const std::shared_ptr<SpaceOwner> &owner() const { return owner_; }
 

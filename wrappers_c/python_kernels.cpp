@@ -328,21 +328,13 @@ public:
     }
 
 private:
-    // A str argument's text; a TypeError naming the call and what it expected for anything else.
+    // A str argument's text, which C reads up to its first NUL (so one is refused).
     static std::string text(const py::object &given, const char *call, const char *expected) {
-        if (!py::isinstance<py::str>(given))
-            throw py::type_error(std::string(call) + ": expected " + expected + " as text, got " + shown(given));
-        Py_ssize_t size = 0;
-        const char *utf8 = PyUnicode_AsUTF8AndSize(given.ptr(), &size);
-        if (!utf8) {
-            PyErr_Clear();
-            throw py::value_error(std::string(call) + ": expected " + expected + " as text UTF-8 can hold (no lone "
-                                  "surrogates), got " + shown(given));
-        }
-        if (memchr(utf8, '\0', static_cast<size_t>(size))) /* C would read it only up to there */
+        std::string value = text_argument(given, call, expected);
+        if (value.find('\0') != std::string::npos)
             throw py::value_error(std::string(call) + ": expected " + expected + " without a NUL character, got " +
                                   shown(given));
-        return std::string(utf8, static_cast<size_t>(size));
+        return value;
     }
 
     paths_kernel_ctx *c_;
