@@ -31,7 +31,12 @@ hears Ctrl-C once it runs) starts at once.
 import importlib
 
 # The C core loads now: from `import paths` on, a program's own C extension module finds paths_*.
-from ._native import AxedError, Element, Handle, PastSet, fence
+try:
+    from ._native import AxedError, Element, Handle, PastSet, fence
+except ImportError as e:  # Ctrl-C while the core initializes is the interrupt, not a broken install
+    if isinstance(e.__cause__, KeyboardInterrupt):
+        raise e.__cause__ from None
+    raise
 from .lazy_package import submodules_on_first_use
 
 # Each public name and the module it lives in, loaded when the name is first read.

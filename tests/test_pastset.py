@@ -4,6 +4,9 @@ formats (checked against Python's struct), and timeouts that leave the element a
 import math
 import re
 import struct
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -525,3 +528,24 @@ def test_bad_timeout_raises_value_error(blocked, bad_timeout):
     with pytest.raises(ValueError, match="timeout: expected None or a finite number of seconds >= 0"):
         call(e, bad_timeout)
     assert snapshot(e) == before
+
+
+def test_ctrl_c_while_the_core_initializes_is_the_interrupt_not_an_import_error():
+    """Ctrl-C lands in the C core's initialization (here: as it imports threading): `import paths`
+    raises KeyboardInterrupt, as an interrupted import of anything else would, not the binding's
+    ImportError "initialization failed", which says the installation is broken (and exits 1)."""
+    program = textwrap.dedent("""
+        import sys
+        class Interrupting:
+            def find_spec(self, name, path=None, target=None):
+                if name == "threading":
+                    raise KeyboardInterrupt
+        sys.modules.pop("threading", None)
+        sys.meta_path.insert(0, Interrupting())
+        try:
+            import paths
+        except BaseException as e:
+            print(type(e).__name__)
+    """)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "KeyboardInterrupt\n", "")
