@@ -13,6 +13,12 @@
                                                  prints OBSERVING, then blocks in observe();
                                                  prints the exception's type and message
 
+    remote_peer.py interrupted ENDPOINT PROTO CALL
+                                                 remote (timeout_ms 60 s) -> an element of 'q':
+                                                 prints READY, on `go` on stdin prints CALLING and
+                                                 makes CALL (observe, move, move_many, last; fence:
+                                                 of 10 moves a batch above the remote holds back);
+                                                 prints RAISED and the exception's type
     remote_peer.py batcher ENDPOINT PROTO ELEMENT ID MOVES MAX_MOVES FLUSH_US BUFFERS
                                                  moves (ID, 0) .. (ID, MOVES-1) into ELEMENT ("qq")
                                                  through batch -> remote, asking last() every 97
@@ -98,6 +104,24 @@ def observe(endpoint: str, proto: str, element: str, timeout_ms: str) -> int:
     return 0
 
 
+def interrupted(endpoint: str, proto: str, call: str) -> int:
+    remote = stage("remote", host=endpoint, proto=proto, timeout_ms=60_000)
+    plain = build_path(make_path(remote, stage("core", name="INTERRUPTED", format="q")))
+    batched = build_path(make_path(stage("batch", max_moves=1000), remote, stage("core", name="INTERRUPTED", format="q")))
+    calls = {"observe": lambda: plain.observe(0), "move": lambda: plain.move(1),
+             "move_many": lambda: plain.move_many([(i,) for i in range(5000)]), "last": plain.last,
+             "fence": lambda: [batched.move(i) for i in range(10)] and paths.fence(batched)}
+    say("READY")
+    if sys.stdin.readline().strip() == "go":
+        say("CALLING")
+        try:
+            calls[call]()
+        except BaseException as e:  # noqa: BLE001 - the test reads which
+            say("RAISED", type(e).__name__)
+            return 1
+    return 0
+
+
 def batcher(endpoint: str, proto: str, element: str, ident: str, moves: str, max_moves: str, flush_us: str,
             buffers: str) -> int:
     handle = build_path(make_path(stage("batch", max_moves=int(max_moves), flush_us=int(flush_us),
@@ -143,7 +167,8 @@ def member(group: str, rank: str, rounds: str) -> int:
     return 0
 
 
-PROGRAMS = {"serve": serve, "figure1": figure1, "worker": worker, "observe": observe, "batcher": batcher,
+PROGRAMS = {"serve": serve, "figure1": figure1, "worker": worker, "observe": observe, "interrupted": interrupted,
+            "batcher": batcher,
             "contributor": contributor, "member": member}
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ client does not, and one that stays does not keep the link of a client gone."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import threading
 import time
@@ -28,6 +29,7 @@ from paths.runtime.build import handle_tree
 TIMEOUT_MS = 600            # the remote stages' timeout_ms
 MARGIN_S = 0.6              # scheduling slack on a loaded machine
 PATIENCE_S = 30             # the longest any wait here may take before its test fails
+HEARD_S = 5.0               # Ctrl-C is heard within this, the answer being overdue 1.5 s after its request
 
 
 @pytest.fixture
@@ -131,6 +133,30 @@ def test_killed_server_ends_a_client_process(children, proto):
     assert waited < TIMEOUT_MS / 1000 + MARGIN_S, f"the client noticed after {waited:.2f} s"
     assert client.wait(PATIENCE_S) == 1
     assert not process_exists(client.pid)
+
+
+@pytest.mark.parametrize("call", ["observe", "move", "move_many", "last", "fence"])
+def test_ctrl_c_is_heard_while_a_stopped_server_owes_an_answer(children, proto, call):
+    """A server that stops answering (SIGSTOP, a hang) while a Python call waits for its answer:
+    Ctrl-C is heard once the answer is overdue (a live server answers within its 1 s slice), not
+    after the remote's timeout_ms (60 s here), when the server would be taken as gone."""
+    server, address = children.paths_serve()
+    client = children.peer("interrupted", address, proto, call)
+    client.expect("READY")
+    server.stop()
+    try:
+        client.send("go")
+        client.expect("CALLING")
+        time.sleep(0.2)  # the call is on its way
+        client.signal(signal.SIGINT)
+        interrupted_at = time.monotonic()
+        raised = client.expect("RAISED ", timeout=PATIENCE_S)
+        heard = time.monotonic() - interrupted_at
+    finally:
+        server.signal(signal.SIGCONT)
+    assert raised == "KeyboardInterrupt", client.stderr()
+    assert heard < HEARD_S, f"Ctrl-C heard after {heard:.2f} s"
+    assert client.wait(PATIENCE_S) == 1
 
 
 def test_server_down_at_build_time_is_connection_error_within_timeout(proto):

@@ -12,7 +12,7 @@
 #include "stage_kinds.h"
 #include "zmq_context.h"
 
-/* Set once the process is exiting: a wait to set something up gives up. */
+/* Set once the process is exiting: a wait for a server gives up. */
 static _Atomic int abandoning;
 static const int64_t SETUP_SLICE_NS = 100000000;
 enum { ENDPOINT_TEXT_MAX = 1024 }; /* a longer endpoint or pattern is trusted by no pattern */
@@ -21,13 +21,13 @@ static _Thread_local ps_interrupt_check interrupt_check;
 
 void ps_remote_abandon_waits(void) { atomic_store(&abandoning, 1); }
 
-ps_interrupt_check ps_setup_interrupt_check(ps_interrupt_check check) {
+ps_interrupt_check ps_interrupt_check_set(ps_interrupt_check check) {
     ps_interrupt_check before = interrupt_check;
     interrupt_check = check;
     return before;
 }
 
-int64_t ps_setup_slice_end(int64_t deadline) {
+int64_t ps_interruptible_slice_end(int64_t deadline) {
     if (atomic_load(&abandoning) || (interrupt_check && interrupt_check())) return 0;
     int64_t end = ps_now_ns() + SETUP_SLICE_NS;
     return end < deadline ? end : deadline > 0 ? deadline : 1; /* 0 says only "exiting" */
@@ -93,7 +93,7 @@ int ps_control_send(ps_control_call *call, const char *endpoint, const ps_curve_
 
 int ps_control_answer(ps_control_call *call, int64_t deadline, ps_frame *answer) {
     for (;;) {
-        int64_t end = ps_setup_slice_end(deadline);
+        int64_t end = ps_interruptible_slice_end(deadline);
         if (!end) return PS_EINTR;
         int rc = ps_zmq_receive_frame(call->socket, end, &call->message, answer);
         if (rc == PS_OK && answer->request_id != call->id) continue; /* not its answer */

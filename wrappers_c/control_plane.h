@@ -34,14 +34,15 @@ void *ps_control_socket(const char *endpoint, const ps_curve_client *keys);
  * PS_ETIMEDOUT, PS_EINVAL for a malformed frame, PS_EREMOTE when the socket failed. */
 int ps_zmq_receive_frame(void *socket, int64_t deadline, zmq_msg_t *message, ps_frame *out);
 
-/* The end of the next slice of a set-up wait that ends at `deadline`: at most 100 ms away; 0 once
- * the process is exiting, or the calling thread's interrupt check says its caller gave up. */
-int64_t ps_setup_slice_end(int64_t deadline);
-/* The calling thread's check between its set-up slices (NULL: none): nonzero ends the wait, as
- * the process's exit does (the Python binding's: a signal whose handler raised, Ctrl-C). Returns
- * the check it replaces. */
+/* The end of the next slice of a wait for a server (a set-up's answer, or an operation's overdue
+ * one) that ends at `deadline`: at most 100 ms away; 0 once the process is exiting, or the calling
+ * thread's interrupt check says its caller gave up. */
+int64_t ps_interruptible_slice_end(int64_t deadline);
+/* The calling thread's check between the slices of such waits (NULL: none): nonzero ends the
+ * wait, as the process's exit does (the Python binding's: a signal whose handler raised, Ctrl-C).
+ * Returns the check it replaces. */
 typedef int (*ps_interrupt_check)(void);
-ps_interrupt_check ps_setup_interrupt_check(ps_interrupt_check check);
+ps_interrupt_check ps_interrupt_check_set(ps_interrupt_check check);
 
 /* One request at a main endpoint, on a socket of its own, whose answer may be waited for in
  * several goes (an allreduce member looks its peers up between its caller's short calls). */

@@ -58,21 +58,22 @@ const std::string &c_text(const std::string &text, const std::string &what);
 int signal_raised();
 void remember_main_thread();
 
-// While it lives, this thread's set-up waits (a remote stage's BUILD and CONNECT, wherever in a
-// path its stage is made or attached) ask signal_raised: made with the GIL released around a
-// call that sets up stages, after which a raised signal is thrown (throw_if_signal_raised).
-class SetupHearsSignals {
+// While it lives, this thread's waits for a server (a remote stage's BUILD and CONNECT, wherever in
+// a path its stage is made or attached; an answer a silent server owes) ask signal_raised: made
+// around a call that sets up stages, or that waits in slices, after which a raised signal is
+// thrown (throw_if_signal_raised).
+class WaitsHearSignals {
 public:
-    SetupHearsSignals() : before_(ps_setup_interrupt_check(signal_raised)) {}
-    ~SetupHearsSignals() { ps_setup_interrupt_check(before_); }
-    SetupHearsSignals(const SetupHearsSignals &) = delete;
-    SetupHearsSignals &operator=(const SetupHearsSignals &) = delete;
+    WaitsHearSignals() : before_(ps_interrupt_check_set(signal_raised)) {}
+    ~WaitsHearSignals() { ps_interrupt_check_set(before_); }
+    WaitsHearSignals(const WaitsHearSignals &) = delete;
+    WaitsHearSignals &operator=(const WaitsHearSignals &) = delete;
 
 private:
     ps_interrupt_check before_;
 };
 
-// After a set-up call that failed (rc): the exception a signal's handler raised meanwhile.
+// After a call that failed (rc): the exception a signal's handler raised meanwhile.
 inline void throw_if_signal_raised(int rc) {
     if (rc != PS_OK && PyErr_Occurred()) throw py::error_already_set();
 }
@@ -97,6 +98,7 @@ int wait_in_slices(Op op, int64_t timeout, int64_t latest) {
     int64_t deadline = ps_deadline(timeout);
     if (latest != PS_FOREVER && (deadline == PS_FOREVER || latest < deadline)) deadline = latest;
     CallDeadline whole(deadline);
+    WaitsHearSignals hearing;
     for (;;) {
         int64_t slice = kWaitSliceNs;
         if (deadline != PS_FOREVER) slice = std::max<int64_t>(0, std::min(slice, deadline - ps_now_ns()));
@@ -105,6 +107,7 @@ int wait_in_slices(Op op, int64_t timeout, int64_t latest) {
             ReleasedGil released;
             rc = op(slice);
         }
+        throw_if_signal_raised(rc);
         if (rc != PS_ETIMEDOUT) return rc;
         if (deadline != PS_FOREVER && ps_now_ns() >= deadline) return PS_ETIMEDOUT;
         if (PyErr_CheckSignals() != 0) throw py::error_already_set();

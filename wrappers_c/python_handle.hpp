@@ -74,7 +74,7 @@ public:
             int rc;
             {
                 ReleasedGil released;  // a remote stage waits for its server here ...
-                SetupHearsSignals hearing;         // ... hearing Ctrl-C
+                WaitsHearSignals hearing;          // ... hearing Ctrl-C
                 rc = ps_stage_attach(stage_->get(), &owned_);
             }
             throw_if_signal_raised(rc);

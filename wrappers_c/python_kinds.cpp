@@ -161,7 +161,7 @@ std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict
     int rc;
     {
         ReleasedGil released;  // attaching to a remote stage below waits for its server ...
-        SetupHearsSignals hearing;         // ... hearing Ctrl-C
+        WaitsHearSignals hearing;          // ... hearing Ctrl-C
         rc = ps_stage_create(kind, &checked, &context, below ? below->get() : nullptr, &stage, error, sizeof error);
     }
     throw_if_signal_raised(rc);

@@ -128,15 +128,25 @@ static uint64_t send_request(remote_stage *r, connection *c, void *socket, uint8
     return request.request_id;
 }
 
+/* A live server answers a request within its longest slice (1 s, server.c) of running it: an
+ * answer this late is overdue. */
+static const int64_t ANSWER_DUE_NS = 1500000000LL;
+
 /* Waits up to wait_ns for the answer to request `id` on `socket` (NULL: the direct connection);
  * answers to older requests are skipped. Every answer's argument is the element's axe point as
  * the server's path shows it: the stage keeps the highest. On PS_OK, *answer is valid until the
- * next receive on the connection; else the status says why none came (ps_channel_receive's). */
+ * next receive on the connection; else the status says why none came (ps_channel_receive's).
+ * Once the answer is overdue, the wait asks between slices whether its caller gave up (Ctrl-C)
+ * or the process is exiting (PS_EINTR): a silent server holds neither for all of wait_ns. */
 static int wait_answer(remote_stage *r, connection *c, void *socket, uint64_t id, int64_t wait_ns, ps_frame *answer) {
-    int64_t deadline = ps_now_ns() + wait_ns;
+    int64_t now = ps_now_ns(), deadline = now + wait_ns, due = now + ANSWER_DUE_NS;
     for (;;) {
-        int rc = socket ? ps_zmq_receive_frame(socket, deadline, &c->message, answer)
-                        : ps_channel_receive(&c->channel, deadline, answer);
+        int64_t end = deadline;
+        if (deadline > due && (end = ps_now_ns() < due ? due : ps_interruptible_slice_end(deadline)) == 0)
+            return PS_EINTR;
+        int rc = socket ? ps_zmq_receive_frame(socket, end, &c->message, answer)
+                        : ps_channel_receive(&c->channel, end, answer);
+        if (rc == PS_ETIMEDOUT && end < deadline) continue;
         if (rc != PS_OK) return rc;
         atomic_fetch_add_explicit(&r->answers, 1, memory_order_relaxed);
         ps_axe_point_raise(&r->axe_known, answer->argument);
@@ -613,7 +623,7 @@ static int connect_direct(remote_stage *r, connection *c, const char *link_endpo
     size_t length = ps_wire_encode(&hello, c->request, c->capacity);
     int rc = ps_channel_send(&c->channel, c->request, length, 0) == PS_OK ? PS_ETIMEDOUT : PS_EREMOTE;
     for (int64_t end = 1; rc == PS_ETIMEDOUT && end < deadline;) {
-        end = ps_setup_slice_end(deadline);
+        end = ps_interruptible_slice_end(deadline);
         rc = end ? ps_channel_receive(&c->channel, end, &answer) : PS_EINTR;
     }
     if (rc == PS_OK && answer.request_id == hello.request_id && answer.status == PS_OK) return PS_OK;
