@@ -8,6 +8,7 @@ alone with PATHS_MAP.
 """
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -366,7 +367,8 @@ def test_a_run_past_its_timeout_is_stopped(app, probe):
                   sys.executable, app, "sleep")
     assert done.returncode == 1
     assert done.stderr.endswith("paths launch: nodes n0, n1, n2, n3, n4 did not answer within 1.5 s "
-                                "(for the ranks to end): the run's --timeout passed; its ranks were stopped\n"), \
+                                "(for the ranks to end): the run's time limit (--timeout, --time) passed; its ranks "
+                                "were stopped\n"), \
         done.stderr
     assert time.monotonic() - begin < 10
     assert gone_within(app, REAPED_WITHIN) == []
@@ -897,6 +899,46 @@ def test_paths_sbatch_prints_the_script(tmp_path):
                                           "ntasks-per-node": "3", "distribution": "cyclic"}
     assert f"export PATHS_MAP={the_map}\n" in done.stdout
     assert done.stdout.endswith("\nsrun --distribution=arbitrary --ntasks=5 ./prog 'a b'\n")
+
+
+@pytest.mark.parametrize("written, seconds", [
+    ("5", 300), ("5:30", 330), ("1:02:03", 3723), ("2-3", 183600), ("2-3:04", 183840), ("2-3:04:05", 183845),
+    ("0", math.inf), ("UNLIMITED", math.inf), ("infinite", math.inf)])
+def test_a_time_limit_reads_as_slurm_writes_it(written, seconds):
+    from paths.cli.run import slurm_time
+
+    assert slurm_time(written) == seconds
+
+
+def test_launch_time_is_srun_time_in_minutes_and_sbatch_passes_it_on(app, probe):
+    """`-t`/`--time` as srun and sbatch read it: `paths launch -t 0:01` stops the ranks after 1 s
+    (as `--timeout 1`), `paths sbatch --time 1-00` asks Slurm for a day. (`--time` was taken as an
+    abbreviation of `--timeout`: `--time 5` was 5 seconds, where Slurm means 5 minutes.)"""
+    begin = time.monotonic()
+    done = launch("--threads", "1", "-t", "0:01", "--", sys.executable, app, "sleep")
+    assert done.returncode == 1 and "the run's time limit (--timeout, --time) passed" in done.stderr, done.stderr
+    assert time.monotonic() - begin < 10
+    assert gone_within(app, REAPED_WITHIN) == []
+    script = subprocess.run([sys.executable, "-m", "paths", "sbatch", "--threads", "2", "--time", "1-00", "--", "./a"],
+                            capture_output=True, text=True, timeout=60)
+    assert script.returncode == 0, script.stderr
+    assert sbatch_fields(script.stdout)["time"] == "1-00"
+
+
+@pytest.mark.parametrize("command, args, problem", [
+    ("launch", ["--threads", "1", "--time", "5:", "--", "true"],
+     "argument -t/--time: expected a time limit as Slurm writes it (MINUTES, MINUTES:SECONDS, "),
+    ("launch", ["--threads", "1", "--time", "1", "--timeout", "3", "--", "true"],
+     "argument --timeout: not allowed with argument -t/--time"),
+    ("launch", ["--threads", "1", "--tim", "1", "--", "true"], "ambiguous option: --tim could match --timeout, --time"),
+    ("sbatch", ["--threads", "1", "-t", "-1", "--", "true"], "argument -t/--time: expected a time limit as Slurm"),
+    ("run", ["--time", "5"], "argument --time: paths run has no job time limit (srun's --time, in minutes): "
+                             "--timeout SECONDS bounds each step"),
+], ids=["launch malformed", "launch both", "launch ambiguous", "sbatch malformed", "run"])
+def test_a_time_limit_that_cannot_be_is_one_line_and_exit_2(command, args, problem):
+    done = subprocess.run([sys.executable, "-m", "paths", command, *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert problem in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 def test_paths_sbatch_refuses_an_empty_policy_as_launch_does():

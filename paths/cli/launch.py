@@ -51,7 +51,7 @@ from ..runtime.node_servers import NodeServers
 from ..model.placement import MAX_THREADS, canonical_policy, placement_warnings_said
 from ..runtime.rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
 from ..runtime.process_context import make_runtime
-from .run import add_rank_options, make_folder, positive, seconds
+from .run import SLURM_TIME_FORMS, add_rank_options, make_folder, positive, seconds, slurm_time
 
 
 class RankFailed(Exception):
@@ -137,9 +137,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", metavar="DIR", help="write each rank's output to DIR/rank.<rank>.log "
                                                            "(each made empty first) instead of prefixing it "
                                                            "with [rank]")
-    parser.add_argument("--timeout", type=seconds, help="stop the ranks after this many seconds, exit 1; the "
-                                                      "nodes have at most as long (and 60 s) to start (default: "
-                                                      "no limit on the ranks)")
+    limit = parser.add_mutually_exclusive_group()
+    limit.add_argument("--timeout", type=seconds, help="stop the ranks after this many seconds, exit 1; the "
+                                                     "nodes have at most as long (and 60 s) to start (default: "
+                                                     "no limit on the ranks)")
+    limit.add_argument("-t", "--time", type=slurm_time, dest="timeout", metavar="TIME",
+                       help=f"the same limit as srun writes it: {SLURM_TIME_FORMS} (--time 5 is 5 minutes)")
     return parser
 
 
@@ -213,7 +216,7 @@ def launch_command(argv: list[str]) -> int:
                                          for r, p in enumerate(placements) if p == node}}
                         for node in dict.fromkeys(placements)}
             processes.request_all(requests, args.timeout or math.inf, on_event, "for the ranks to end",
-                                  if_late="the run's --timeout passed; its ranks were stopped")
+                                  if_late="the run's time limit (--timeout, --time) passed; its ranks were stopped")
     except RankFailed as failed:
         print(f"paths launch: {failed}; the other ranks were stopped", file=sys.stderr)
         return failed.status

@@ -26,6 +26,7 @@ import dataclasses
 import glob
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -86,6 +87,35 @@ def seconds(text: str) -> float:
     if not value > 0:  # and not NaN
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
+
+
+SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+SLURM_TIME_FORMS = ("MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS, DAYS-HOURS:MINUTES or "
+                    "DAYS-HOURS:MINUTES:SECONDS; 0, UNLIMITED or INFINITE for none")
+
+
+def slurm_time(text: str) -> float:
+    """An argparse type: a time limit as srun and sbatch write it (-t, --time), in seconds (inf:
+    no limit)."""
+    if text.strip().upper() in ("UNLIMITED", "INFINITE"):
+        return math.inf
+    form = SLURM_TIME.fullmatch(text.strip())
+    if not form:
+        raise argparse.ArgumentTypeError(f"expected a time limit as Slurm writes it ({SLURM_TIME_FORMS}), got {text!r}")
+    days, first, second, third = (int(part) if part else 0 for part in form.groups())
+    if form[1] or form[4]:  # DAYS-HOURS[:MINUTES[:SECONDS]], HOURS:MINUTES:SECONDS
+        hours, minutes, secs = first, second, third
+    else:  # MINUTES[:SECONDS]
+        hours, minutes, secs = 0, first, second
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + secs
+    return float(total) if total else math.inf
+
+
+def not_a_step_limit(text: str) -> float:
+    """An argparse type for paths run's --time, which is refused: srun's --time limits the whole job,
+    paths run's --timeout each step (argparse would take --time as an abbreviation of it)."""
+    raise argparse.ArgumentTypeError("paths run has no job time limit (srun's --time, in minutes): --timeout SECONDS "
+                                     "bounds each step")
 
 
 def sum_name(text: str) -> str:
@@ -177,6 +207,7 @@ def run_command(argv: list[str]) -> int:
     parser.add_argument("--timeout", type=seconds, default=120.0,
                         help="seconds any one step may take, the nodes' start included (kernels get it as "
                              "--arg timeout, and the run's repeat, 0, 1, ..., as --arg repeat; default: %(default)g)")
+    parser.add_argument("--time", type=not_a_step_limit, help=argparse.SUPPRESS)
     parser.add_argument("--trace", metavar="DIR", help="trace every node's callers and every link between nodes "
                                                     "into DIR, then merge the traces into DIR/<kernel>.json "
                                                     "(Perfetto: https://ui.perfetto.dev); the kernel's trace "

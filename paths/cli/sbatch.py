@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from ..model.cluster_map import MapError, map_reference, open_map
 from ..model.placement import SLURM_NAMES, canonical_policy, placement_warnings_said
 from .launch import add_placement_options, options_and_command, rank_variables
+from .run import SLURM_TIME_FORMS, slurm_time
 from ..runtime.process_context import make_runtime
 from ..runtime.rank_discovery import MAP, POLICY
 
@@ -42,7 +43,7 @@ NOT_IN_AN_OPTION = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def batch_script(map_name: str | None, threads: int, policy: str | None, command: list[str], sums: Sequence[str] = (),
-                 acquire: str | None = None, release: str | None = None) -> str:
+                 acquire: str | None = None, release: str | None = None, time: str | None = None) -> str:
     """The script's text; ValueError (MapError) for a map, policy, count or hook that cannot be."""
     cluster_map = open_map(map_name)
     chosen = cluster_map.policy if policy is None else canonical_policy(policy)
@@ -64,6 +65,7 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
         f"#SBATCH --ntasks={len(used) * busiest}",
         f"#SBATCH --ntasks-per-node={busiest}",
         *([f"#SBATCH --distribution={chosen}"] if chosen in SLURM_NAMES.values() else []),  # a built-in
+        *([f"#SBATCH --time={time}"] if time else []),
         f"export {MAP}={shlex.quote(map_reference(map_name))}",
         f"export {POLICY}={shlex.quote(chosen)}",
         *(f"export {name}={shlex.quote(value)}" for name, value in variables.items() if value is not None),
@@ -72,6 +74,12 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
         f"srun --distribution=arbitrary --ntasks={threads} {shlex.join(command)}",
         "",
     ])
+
+
+def slurm_time_text(text: str) -> str:
+    """An argparse type: a time limit Slurm can read (run.slurm_time), as given."""
+    slurm_time(text)
+    return text.strip()
 
 
 def host_file_commands(map_name: str, used: list[str], placements: Sequence[str]) -> list[str]:
@@ -99,10 +107,13 @@ def sbatch_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="paths sbatch", usage="paths sbatch [options] -- CMD [ARGS...]",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_placement_options(parser)
+    parser.add_argument("-t", "--time", type=slurm_time_text, metavar="TIME",
+                        help=f"the job's time limit, as sbatch's --time: {SLURM_TIME_FORMS} (default: the partition's)")
     args, command = options_and_command(parser, argv)
     try:
         with placement_warnings_said("paths sbatch"):
-            script = batch_script(args.map, args.threads, args.policy, command, args.sum, args.acquire, args.release)
+            script = batch_script(args.map, args.threads, args.policy, command, args.sum, args.acquire, args.release,
+                                  args.time)
         print(script, end="")
     except (MapError, ValueError) as e:
         print(f"paths sbatch: {e}", file=sys.stderr)
