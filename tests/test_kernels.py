@@ -892,6 +892,19 @@ def test_a_kernel_that_fails_with_a_null_context_fails_for_its_reason(built, pro
     assert probe.alive() == []
 
 
+def test_what_paths_fail_said_stays_the_reason_after_a_call_that_worked(built, space):
+    """paths_fail, then a paths_acquire that works (which clears paths_last_error): the run names
+    what paths_fail said, not a bare status."""
+    kernel = load_kernel(str(built / "libkernels.so") + ":fails_then_acquires")
+
+    def acquire(thread, element, format):
+        return paths.build_path(make_path(stage("core", name=element, format=format)), pastset=space)
+
+    with pytest.raises(KernelError, match=r"thread 0 on node here returned PATHS_EFAILED: the kernel's own failure: "
+                                          r"thread 0 gives up$"):
+        run_kernel(kernel, range(1), 1, "here", {}, acquire, lambda thread, handle: None)
+
+
 def test_run_kernel_in_this_process_names_the_failed_thread(built, space):
     kernel = load_kernel(str(built / "libkernels.so") + ":failing")
 
@@ -1373,7 +1386,9 @@ def test_ctrl_c_stops_a_program_of_its_own_as_it_would_without_python(rank_progr
     (("fail", "1", "3"), 3, ""),            # returns 3 without paths_finalize
     (("said", "1"), 1, "paths: rank 1 of 2 fails: rank 1 gives up\n"),  # paths_fail(NULL, ...), paths_finalize
     (("said", "1", "bytes"), 1, "paths: rank 1 of 2 fails: rank 1 gives up \udcff\n"),  # no UTF-8: paths_finalize aborted
-], ids=["returns a failure", "says it fails", "says it fails in bytes that are no text"])
+    (("said_acquired", "1"), 1, "paths: rank 1 of 2 fails: rank 1 gives up\n"),  # an acquire that worked since
+], ids=["returns a failure", "says it fails", "says it fails in bytes that are no text",
+        "says it fails, then acquires"])
 def test_a_program_rank_that_fails_ends_at_once_though_the_others_wait_for_it(rank_program, tmp_path, how, status,
                                                                               err):
     """Rank 1 fails before it adds its part to the sum rank 0 waits for: returning a failure

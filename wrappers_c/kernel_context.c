@@ -41,7 +41,7 @@ static paths_kernel_ctx *blamed(const paths_kernel_ctx *c) {
 const char *ps_kernel_program_failure(void) {
     const paths_kernel_ctx *own = atomic_load(&process_context);
     if (!own || !own->failed) return NULL;
-    return own->error[0] ? own->error : "paths_fail with no reason";
+    return own->failure[0] ? own->failure : "paths_fail with no reason";
 }
 
 /* ---- error lines ------------------------------------------------------------------------------- */
@@ -164,6 +164,7 @@ int paths_fail(paths_kernel_ctx *c, int status, const char *format, ...) {
     va_start(args, format);
     say(c, format, args);
     va_end(args);
+    memcpy(c->failure, c->error, sizeof c->error);
     c->failed = 1;
     return status;
 }

@@ -32,7 +32,7 @@ struct paths_kernel_ctx {
     _Atomic int ended;          /* set by the thread last: its status and error are final */
     int misuse;                 /* PS_EINVAL after a wrong call (an overlong report name, ...) */
     char misuse_error[PS_CONTEXT_ERROR]; /* why the first one was refused (later calls reset `error`) */
-    int failed;                 /* the thread said why it fails (paths_fail): its error says it */
+    int failed;                 /* the thread said why it fails (paths_fail): `failure` says it */
     ps_link **held;             /* links acquired and not released */
     int held_count, held_capacity;
     ps_link *barrier;           /* the link to PS_BARRIER_ELEMENT, once a barrier needed it */
@@ -40,6 +40,7 @@ struct paths_kernel_ctx {
     int report_count;
     ps_report reports[PS_REPORTS_MAX];
     char error[PS_CONTEXT_ERROR];
+    char failure[PS_CONTEXT_ERROR]; /* what paths_fail said last (later calls reset `error`) */
 };
 
 typedef struct ps_kernel_arg {

@@ -80,7 +80,7 @@ static void settle(paths_kernel_ctx *c) {
                    c->misuse_error);
         return;
     }
-    if (c->status == PS_OK || c->error[0]) return;
+    if (c->status == PS_OK || c->failed || c->error[0]) return;
     for (int i = 0; i < c->held_count; i++) {
         char why[PS_STAGE_ERROR_MAX];
         ps_stage_error(c->held[i]->stage, why, sizeof why);
@@ -176,7 +176,10 @@ int ps_kernel_run_ended(const ps_kernel_run *run, int local) { return atomic_loa
 int ps_kernel_run_first_failed(const ps_kernel_run *run) { return atomic_load(&run->first_failed); }
 double ps_kernel_run_seconds(const ps_kernel_run *run) { return run->seconds; }
 int ps_kernel_run_status(const ps_kernel_run *run, int local) { return run->contexts[local].status; }
-const char *ps_kernel_run_error(const ps_kernel_run *run, int local) { return run->contexts[local].error; }
+const char *ps_kernel_run_error(const ps_kernel_run *run, int local) {
+    const paths_kernel_ctx *c = &run->contexts[local];
+    return c->failed ? c->failure : c->error;
+}
 int ps_kernel_run_report_count(const ps_kernel_run *run, int local) { return run->contexts[local].report_count; }
 
 const char *ps_kernel_run_report(const ps_kernel_run *run, int local, int index, double *value) {

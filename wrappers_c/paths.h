@@ -143,7 +143,9 @@ paths_handle *paths_acquire(paths_kernel_ctx *c, const char *element, const char
  * reason, though the kernel returns PATHS_OK. A refused paths_report does the same. */
 void paths_release(paths_kernel_ctx *c, paths_handle *h);
 /* Why the last failed paths_acquire, paths_barrier or paths_arg_* of this context failed (or
- * what paths_fail said), as one line; "" if nothing failed yet. */
+ * what paths_fail said), as one line; "" if nothing failed yet (a paths_acquire that works
+ * clears it). What paths_fail said last stays the thread's reason for the run, and for
+ * paths_finalize, whatever comes after it. */
 const char *paths_last_error(const paths_kernel_ctx *c);
 
 /* Says why the kernel fails, as one line (printf-style), for the run's error message; returns

@@ -46,6 +46,13 @@ int failing(paths_kernel_ctx *c) {
     return paths_barrier(c, (int64_t)(timeout * 1e9));
 }
 
+/* Says why it fails, then acquires element AFTER, which works, and fails: the reason stays. */
+int fails_then_acquires(paths_kernel_ctx *c) {
+    paths_fail(c, PATHS_EFAILED, "thread %d gives up", paths_thread(c));
+    if (!paths_acquire(c, "AFTER", "q")) return paths_fail(c, PATHS_EFAILED, "AFTER: %s", paths_last_error(c));
+    return PATHS_EFAILED;
+}
+
 /* Thread 0 acquires element X (--arg name) as "q"; after a barrier the last thread acquires it
  * as "d". */
 int two_formats(paths_kernel_ctx *c) {

@@ -9,6 +9,8 @@
  *     rank_program said R [bytes] as sum, but rank R says `rank R gives up` with paths_fail (which
  *                                paths_finalize prints; with `bytes`, a byte 0xff that is no UTF-8
  *                                follows), calls paths_finalize and returns 1 before its part
+ *     rank_program said_acquired R  as said, but rank R then acquires the element AFTER (which
+ *                                works) before paths_finalize: what paths_fail said stays
  *     rank_program wait          prints `waiting`, then observes the element NEVER, which nobody
  *                                moves into, with no timeout: until Ctrl-C
  */
@@ -22,8 +24,10 @@ int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "";
     int rank = paths_thread(NULL);
     if (strcmp(what, "fail") == 0 && argc == 4 && rank == atoi(argv[2])) return atoi(argv[3]);
-    if (strcmp(what, "said") == 0 && argc >= 3 && rank == atoi(argv[2])) {
+    int said = strcmp(what, "said") == 0, said_acquired = strcmp(what, "said_acquired") == 0;
+    if ((said || said_acquired) && argc >= 3 && rank == atoi(argv[2])) {
         paths_fail(NULL, PATHS_EFAILED, "rank %d gives up%s", rank, argc == 4 ? " \xff" : "");
+        if (said_acquired && !paths_acquire(NULL, "AFTER", "q")) return 3;
         paths_finalize();
         return 1;
     }
