@@ -181,10 +181,10 @@ def report(configs: list[Config], runs: dict, anchor_runs: dict, args) -> tuple[
         if mpi:
             bound = TARGET_TWO if config.nodes == 2 else TARGET_MORE if config.nodes >= 4 else None
             ratio = best[1] / mpi
-            verdict = "no target" if bound is None else "PASS" if ratio <= bound else f"MISS by {ratio / bound - 1:.1%}"
+            verdict = "no target" if bound is None else "PASS" if ratio <= bound else f"MISS by {ratio / bound - 1:.2%}"
             oversubscribed = " (more threads than cores)" if config.contributors > cores else ""
             verdicts.append(f"  {verdict:<14} {config.nodes} nodes x {config.threads} thread(s){oversubscribed}: "
-                            f"{best[0]} won, tcp {best[1]:.1f} us vs MPI {mpi:.1f} us = {ratio:.2f}x "
+                            f"{best[0]} won, tcp {best[1]:.1f} us vs MPI {mpi:.1f} us = {ratio:.3f}x "
                             + ("(the targets are at 2 and from 4 processes up)" if bound is None
                                else f"(target <= {bound:.2f}x)"))
     if verdicts:
