@@ -228,6 +228,70 @@ def test_more_ranks_than_cpus_is_said_once_in_one_line(app, tmp_path):
                            "nodes are oversubscribed"] if says else []), ran.stderr
 
 
+TRACED_HOOK = """
+    import paths
+    from paths import make_path, stage
+
+    @paths.acquire_hook
+    def traced(request):   # the README's
+        return make_path(stage("trace", file=f"{request.node}.{request.tag}.bin", node=request.node),
+                         request.default())
+"""
+
+
+def test_ranks_whose_hook_traces_write_their_traces_in_the_trace_dir(app, user_module, tmp_path):
+    """The README's acquire hook, which puts a trace first on every path, under paths launch: the
+    ranks' own-node stages are built by their node's server, which writes the traces into
+    --trace-dir (without it, it refuses them, saying how to give one)."""
+    hook = user_module("launch_traced", TRACED_HOOK)
+    run = ("--map", "paper-2w", "--threads", "4", "--sum", "TOTAL", "--acquire", f"{hook}:traced")
+    refused = launch(*run, "--", sys.executable, app, "sum")
+    assert refused.returncode == 1
+    assert "this server writes no trace files: name a folder for them (paths serve --trace-dir DIR, paths launch " \
+           "--trace-dir DIR; servers the ranks host under srun or mpirun: PATHS_TRACE_DIR)" in refused.stderr
+    traces = tmp_path / "traces"
+    done = launch(*run, "--trace-dir", str(traces), "--", sys.executable, app, "sum")
+    assert done.returncode == 0, done.stderr
+    assert sorted(line.split(" total ")[1].split()[0] for line in done.stdout.splitlines()) == ["10"] * 4
+    assert sorted(p.name for p in traces.iterdir()) == ["n0.None.bin", "n1.None.bin"]  # a node's ranks share one
+    assert all(p.stat().st_size > 0 for p in traces.iterdir())
+
+
+def test_ranks_under_mpirun_write_the_traces_of_their_hook_in_paths_trace_dir(app, user_module, tmp_path):
+    """As above, for ranks that host their node's server themselves (here under mpirun's
+    variables): PATHS_TRACE_DIR names the folder, for the paths the server builds and for those
+    of the rank that hosts it (not its working folder), whose trace stage they share."""
+    hook = user_module("mpirun_traced", TRACED_HOOK)
+    traces, work = tmp_path / "traces", tmp_path / "work"
+    traces.mkdir()
+    work.mkdir()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PATHS_", "OMPI_", "PMI", "SLURM_"))},
+           "PATHS_MAP": "local", "PATHS_SUM": "TOTAL", "PATHS_ACQUIRE": f"{hook}:traced", "PATHS_TRACE_DIR": str(traces),
+           "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "PATHS_RENDEZVOUS_DIR": str(tmp_path)}
+    ranks = [subprocess.Popen([sys.executable, app, "sum"], env={**env, "OMPI_COMM_WORLD_RANK": str(r)}, cwd=work,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    try:
+        done = [rank.communicate(timeout=60) for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+    assert [rank.returncode for rank in ranks] == [0, 0], done
+    assert [out.split(" total ")[1].split()[0] for out, _ in done] == ["3", "3"]
+    assert [p.name for p in traces.iterdir()] == ["localhost.None.bin"]
+    assert list(work.iterdir()) == []
+
+
+def test_the_sbatch_script_gives_the_ranks_servers_their_trace_dir(tmp_path):
+    script = subprocess.run([sys.executable, "-m", "paths", "sbatch", "--threads", "2", "--trace-dir", "traces", "--",
+                             "./a"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert script.returncode == 0, script.stderr
+    assert f"\nexport PATHS_TRACE_DIR={tmp_path / 'traces'}\n" in script.stdout
+    assert f"\nmkdir -p -- {tmp_path / 'traces'}\n" in script.stdout
+    bare = subprocess.run([sys.executable, "-m", "paths", "sbatch", "--threads", "2", "--", "./a"], capture_output=True,
+                          text=True, timeout=60)
+    assert "unset PATHS_SUM PATHS_ACQUIRE PATHS_RELEASE PATHS_TRACE_DIR\n" in bare.stdout
+
+
 def test_output_dir_keeps_one_file_per_rank(app, tmp_path):
     out = tmp_path / "out"
     done = launch("--map", "paper-4w", "--threads", "5", "--policy", "cyclic", "--output-dir", str(out), "--",
@@ -784,7 +848,7 @@ def test_the_sbatch_script_asks_for_room_for_the_placement(policy, threads, fiel
     assert sbatch_fields(script) == {"job-name": "paths-paper-4w", **fields}
     assert script.startswith("#!/bin/bash\n")
     assert rank_environment(script) == ["export PATHS_MAP=paper-4w", f"export PATHS_POLICY={fields['distribution']}",
-                                        "unset PATHS_SUM PATHS_ACQUIRE PATHS_RELEASE"]
+                                        "unset PATHS_SUM PATHS_ACQUIRE PATHS_RELEASE PATHS_TRACE_DIR"]
     assert script.endswith(f"\nsrun --distribution=arbitrary --ntasks={threads} python app.py --rounds 5\n")
 
 
@@ -852,10 +916,10 @@ def test_the_sbatch_script_gives_the_ranks_their_sums_and_hooks_as_paths_launch_
     assert (done.returncode, done.stderr) == (0, "")
     assert rank_environment(done.stdout) == ["export PATHS_MAP=paper-4w", "export PATHS_POLICY=cyclic",
                                              "export PATHS_SUM='TOTAL,my count'",
-                                             "export PATHS_ACQUIRE=rank_hooks:acquire", "unset PATHS_RELEASE"]
+                                             "export PATHS_ACQUIRE=rank_hooks:acquire", "unset PATHS_RELEASE PATHS_TRACE_DIR"]
     script = batch_script("paper-4w", 2, "block", ["./prog"], release="rank_hooks:release")
     assert rank_environment(script)[-2:] == ["export PATHS_RELEASE=rank_hooks:release",
-                                             "unset PATHS_SUM PATHS_ACQUIRE"]
+                                             "unset PATHS_SUM PATHS_ACQUIRE PATHS_TRACE_DIR"]
 
 
 @pytest.mark.parametrize("command", ["launch", "sbatch"])

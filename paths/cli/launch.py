@@ -137,6 +137,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", metavar="DIR", help="write each rank's output to DIR/rank.<rank>.log "
                                                            "(each made empty first) instead of prefixing it "
                                                            "with [rank]")
+    parser.add_argument("--trace-dir", metavar="DIR", help="where the node servers write the trace files the ranks' "
+                                                          "paths ask for (a trace stage from the acquire hook; bare "
+                                                          "file names), made if missing; without it they are refused")
     limit = parser.add_mutually_exclusive_group()
     limit.add_argument("--timeout", type=seconds, help="stop the ranks after this many seconds, exit 1; the "
                                                      "nodes have at most as long (and 60 s) to start (default: "
@@ -190,6 +193,8 @@ def launch_command(argv: list[str]) -> int:
                                    acquire=args.acquire, release=args.release)
         if args.output_dir:
             make_folder("--output-dir", args.output_dir)
+        if args.trace_dir:
+            make_folder("--trace-dir", args.trace_dir)
         output = RankOutput(args.output_dir, args.threads)
     except (MapError, ValueError, OSError) as e:
         print(f"paths launch: {e}", file=sys.stderr)
@@ -207,6 +212,7 @@ def launch_command(argv: list[str]) -> int:
 
     try:
         with NodeProcesses(cluster_map, runtime.nodes(), args.launch,
+                           ("--trace-dir", os.path.abspath(args.trace_dir)) if args.trace_dir else (),
                            start_timeout=min(START_SECONDS, args.timeout or math.inf)) as processes:
             keys = {node: processes.public_key for node in processes.nodes} if processes.public_key else {}
             servers = {node: NodeServers(processes.addresses(), keys, processes.client_keys.get(node)).to_json()

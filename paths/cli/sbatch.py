@@ -17,7 +17,8 @@ A built-in policy's Slurm name is also the job's --distribution (block for block
 cyclic for cyclic and even): what the job's other steps get by default.
 The script exports PATHS_MAP and PATHS_POLICY, and PATHS_SUM, PATHS_ACQUIRE and PATHS_RELEASE as
 `paths launch` gives them its ranks (--sum, --acquire, --release; unset when not given, whatever
-the environment sbatch passes on): each rank finds its rank, its node and the other ranks by
+the environment sbatch passes on), and PATHS_TRACE_DIR with --trace-dir (the folder the servers
+the ranks host write trace files in): each rank finds its rank, its node and the other ranks by
 itself (paths/runtime/rank_discovery.py, paths/runtime/rendezvous.py), with the rendezvous file
 in the folder sbatch was called from.
 """
@@ -25,6 +26,7 @@ in the folder sbatch was called from.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import sys
@@ -36,20 +38,22 @@ from ..model.placement import SLURM_NAMES, canonical_policy, placement_warnings_
 from .launch import add_placement_options, options_and_command, rank_variables
 from .run import SLURM_TIME_FORMS, slurm_time
 from ..runtime.process_context import make_runtime
-from ..runtime.rank_discovery import MAP, POLICY
+from ..runtime.rank_discovery import MAP, POLICY, TRACE_DIR
 
 # What sbatch reads in an #SBATCH line as the end of an option, a quote, an escape or a comment.
 NOT_IN_AN_OPTION = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def batch_script(map_name: str | None, threads: int, policy: str | None, command: list[str], sums: Sequence[str] = (),
-                 acquire: str | None = None, release: str | None = None, time: str | None = None) -> str:
+                 acquire: str | None = None, release: str | None = None, time: str | None = None,
+                 trace_dir: str | None = None) -> str:
     """The script's text; ValueError (MapError) for a map, policy, count or hook that cannot be."""
     cluster_map = open_map(map_name)
     chosen = cluster_map.policy if policy is None else canonical_policy(policy)
     runtime = make_runtime(cluster_map, threads, sums=sums, policy=chosen, acquire=acquire, release=release)
     per_node = Counter(runtime.placements)
-    variables = rank_variables(sums, acquire, release)
+    trace_dir = os.path.abspath(trace_dir) if trace_dir else None
+    variables = {**rank_variables(sums, acquire, release), TRACE_DIR: trace_dir}
     unset = [name for name, value in variables.items() if value is None]
     used = [node.name for node in cluster_map.nodes if node.name in per_node]
     busiest = max(per_node.values())
@@ -70,6 +74,7 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
         f"export {POLICY}={shlex.quote(chosen)}",
         *(f"export {name}={shlex.quote(value)}" for name, value in variables.items() if value is not None),
         *([f"unset {' '.join(unset)}"] if unset else []),
+        *([f"mkdir -p -- {shlex.quote(trace_dir)}"] if trace_dir else []),
         *host_file_commands(cluster_map.name, used, runtime.placements),
         f"srun --distribution=arbitrary --ntasks={threads} {shlex.join(command)}",
         "",
@@ -109,11 +114,14 @@ def sbatch_command(argv: list[str]) -> int:
     add_placement_options(parser)
     parser.add_argument("-t", "--time", type=slurm_time_text, metavar="TIME",
                         help=f"the job's time limit, as sbatch's --time: {SLURM_TIME_FORMS} (default: the partition's)")
+    parser.add_argument("--trace-dir", metavar="DIR",
+                        help="where the node servers the ranks host write the trace files the ranks' paths ask for "
+                             "(PATHS_TRACE_DIR; made by the script); without it they are refused")
     args, command = options_and_command(parser, argv)
     try:
         with placement_warnings_said("paths sbatch"):
             script = batch_script(args.map, args.threads, args.policy, command, args.sum, args.acquire, args.release,
-                                  args.time)
+                                  args.time, args.trace_dir)
         print(script, end="")
     except (MapError, ValueError) as e:
         print(f"paths sbatch: {e}", file=sys.stderr)

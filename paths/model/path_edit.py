@@ -70,7 +70,9 @@ def confine_trace_files(path: PathSpec, directory: str | None) -> PathSpec:
         for param in known[spec.kind].written_files if spec.kind in known else ():
             name = spec.param(param, "")
             if directory is None:
-                raise ValueError(f"stage {spec}: this server writes no trace files (start it with --trace-dir DIR)")
+                raise ValueError(f"stage {spec}: this server writes no trace files: name a folder for them "
+                                 "(paths serve --trace-dir DIR, paths launch --trace-dir DIR; servers the ranks host "
+                                 "under srun or mpirun: PATHS_TRACE_DIR)")
             if not isinstance(name, str) or not name or os.path.basename(name) != name or name in (".", ".."):
                 raise ValueError(f"stage {spec}: a trace file sent to a server must be a bare file name, got {name!r}")
             spec = spec.replace(**{param: os.path.join(directory, name)})

@@ -27,7 +27,7 @@ from .build import BuildContext, default_context
 from ..model.cluster_map import ClusterMap, MapError, open_map
 from ..model.named_function import raised_where
 from .kernel import current_context, parse_kernel_args
-from ..model.path_edit import with_traces
+from ..model.path_edit import confine_trace_files, with_traces
 from ..model.path_spec import PathSpec, make_path, stage
 from ..model.placement import canonical_policy, place, placement_warnings_said
 from .rank_discovery import ACQUIRE, MAP, POLICY, RELEASE, SUMS, Discovered, RankError, discover
@@ -64,6 +64,7 @@ class Runtime:
     tracing: Optional[Tracing] = None
     tree_form: Optional[str] = None  # how the nodes' partial sums meet (None: the map's)
     via: Optional[str] = None  # a rank's node whose server holds the node's stages (paths/runtime/rank_wiring.py)
+    trace_dir: Optional[str] = None  # a rank that hosts its node's server: its trace files go there, as the server's
     context: BuildContext = field(default_factory=default_context)  # where its paths are built
     _requests: dict = field(default_factory=dict, repr=False)  # handle -> its AcquireRequest
     _formats: dict = field(default_factory=dict, repr=False)  # element -> (format, first thread)
@@ -138,6 +139,11 @@ class Runtime:
         first = known.get(path.stages[0].kind)
         if self.via and not (first and first.rest_at):  # the node's stages live in its server
             path = make_path(stage("remote", host=self.via), *path.stages)
+        elif self.trace_dir:  # built here, in its server's context: its files go where the server puts them
+            try:
+                path = confine_trace_files(path, self.trace_dir)
+            except ValueError as e:
+                raise ValueError(f"{call}: its path {path}: {e}") from None
         try:
             handle = self.context.build(path, label=f"{request.node} thread {thread}")
         except (ValueError, TypeError) as e:

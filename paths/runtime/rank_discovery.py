@@ -27,6 +27,9 @@ RANK, SIZE, NODE, SERVERS = "PATHS_RANK", "PATHS_SIZE", "PATHS_NODE", "PATHS_SER
 # What a program's run is, in its environment (--paths-X options win): the map, its policy,
 # the elements that are sums (comma-separated), the hooks.
 MAP, POLICY, SUMS, ACQUIRE, RELEASE = "PATHS_MAP", "PATHS_POLICY", "PATHS_SUM", "PATHS_ACQUIRE", "PATHS_RELEASE"
+# Where the node servers a program's ranks host (under srun, mpirun) write the trace files their
+# paths ask for (as `paths serve --trace-dir`); not set: they write none.
+TRACE_DIR = "PATHS_TRACE_DIR"
 
 
 class RankError(ValueError):

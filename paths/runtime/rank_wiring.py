@@ -22,6 +22,7 @@ of their own (its node's: the runtime's), each resolving node names by the serve
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
@@ -30,7 +31,7 @@ from .. import _native
 from ..model.shown import shown
 from .build import BuildContext
 from .node_servers import NodeServers
-from .rank_discovery import NODE, SERVERS, Discovered
+from .rank_discovery import NODE, SERVERS, TRACE_DIR, Discovered
 from .rendezvous import Rendezvous
 from .server import PathServer
 from .server_policy import ServerPolicy
@@ -71,7 +72,8 @@ def wire(runtime, found: Discovered, environ: Mapping[str, str]) -> Wiring:
         return Wiring(servers, node, "the node servers paths launch started")
     client = None if found.one_host else _native.curve_keypair()  # across hosts: who this rank is to the servers
     clients = {f"rank {found.rank}": client[0]} if client else {}
-    hosted, servers = _host_servers(runtime, found, authenticate=client is not None)
+    runtime.trace_dir = os.path.abspath(environ[TRACE_DIR]) if environ.get(TRACE_DIR) else None
+    hosted, servers = _host_servers(runtime, found, authenticate=client is not None, trace_dir=runtime.trace_dir)
     meeting = None
     rendezvous = "none: one rank"
     try:
@@ -100,11 +102,13 @@ def wire(runtime, found: Discovered, environ: Mapping[str, str]) -> Wiring:
     return Wiring(servers, via, rendezvous, hosted, meeting)
 
 
-def _host_servers(runtime, found: Discovered, authenticate: bool) -> tuple[list[PathServer], NodeServers]:
+def _host_servers(runtime, found: Discovered, authenticate: bool,
+                  trace_dir: str | None) -> tuple[list[PathServer], NodeServers]:
     """The servers of the nodes this rank hosts: its node's when it is the node's first rank (in
     the runtime's build context, so its own paths merge with what other ranks send), and for rank 0
     every node the run needs that runs no rank (each in a context of its own). With
-    `authenticate`, they admit no client until they are told the run's ranks' keys."""
+    `authenticate`, they admit no client until they are told the run's ranks' keys; trace files
+    other ranks' paths ask for go to trace_dir (None: refused)."""
     placements = list(runtime.placements)
     mine = [n for n in runtime.nodes()
             if (n in placements and placements.index(n) == found.rank) or (n not in placements and found.rank == 0)]
@@ -115,7 +119,8 @@ def _host_servers(runtime, found: Discovered, authenticate: bool) -> tuple[list[
         for n in mine:
             public, secret = _native.curve_keypair() if not found.one_host else ("", "")
             server = PathServer(bind, secret, context=runtime.context if n == own else BuildContext(),
-                                policy=ServerPolicy.for_run_nodes(), curve_clients={} if authenticate else None).start()
+                                trace_dir=trace_dir, policy=ServerPolicy.for_run_nodes(),
+                                curve_clients={} if authenticate else None).start()
             hosted.append(server)
             endpoints[n] = server.endpoint.replace("0.0.0.0", socket.gethostname())
             if public:
