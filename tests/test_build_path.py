@@ -2,6 +2,8 @@
 and stage kinds written in Python."""
 
 import gc
+import os
+import stat
 import subprocess
 import sys
 import threading
@@ -132,6 +134,27 @@ def test_a_trace_file_that_is_a_folder_is_refused_at_build(space, tmp_path, wher
     file = str(folder) if where == "a folder" else f"{folder}/"
     with pytest.raises(ValueError, match=rf"^stage 'trace': cannot write trace file '{file}': Is a directory$"):
         build_path(make_path(stage("trace", file=file), stage("core", name="T", format="q")), pastset=space)
+
+
+@pytest.mark.parametrize("what", ["a pipe", "a device"])
+def test_a_trace_file_that_is_no_regular_file_is_refused_at_build_and_left_alone(space, tmp_path, what):
+    """The file is written anew and renamed over its name at release: over a device (/dev/full,
+    run as root) or a pipe, that would replace it with a regular file."""
+    file = tmp_path / what.split()[1]
+    if what == "a pipe":
+        os.mkfifo(file)
+    else:
+        try:  # one of its own, as /dev/null is (a failure here must not replace the machine's)
+            os.mknod(file, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("making a device node needs root")
+    kind = file.stat().st_mode
+    with pytest.raises(ValueError, match=rf"^stage 'trace': cannot write trace file '{file}': it exists and is no "
+                                         r"regular file \(a trace file is written anew and replaces what has its "
+                                         r"name\)$"):
+        build_path(make_path(stage("trace", file=str(file)), stage("core", name="T", format="q")), pastset=space)
+    assert file.stat().st_mode == kind
+    assert [p.name for p in file.parent.iterdir() if p.name.startswith(f"{file.name}.tmp-")] == []
 
 
 @paths.stage_kind("test-refused-at-creation")

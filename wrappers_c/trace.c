@@ -178,6 +178,11 @@ static int claim_file(trace_stage *t, char *error, size_t error_size) {
         snprintf(error, error_size, "stage 'trace': cannot write trace file '%s': %s", t->path, strerror(errno));
         return PS_EINVAL;
     }
+    if (stat(t->path, &self) == 0 && !S_ISREG(self.st_mode)) { /* the rename would replace a device, a pipe */
+        snprintf(error, error_size, "stage 'trace': cannot write trace file '%s': it exists and is no regular file "
+                 "(a trace file is written anew and replaces what has its name)", t->path);
+        return PS_EINVAL;
+    }
     t->folder_device = where.st_dev;
     t->folder_inode = where.st_ino;
     t->name = slash ? slash + 1 : t->path;
