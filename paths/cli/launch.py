@@ -26,10 +26,11 @@ error), or with --output-dir DIR into DIR/rank.<rank>.log (both streams, unprefi
 line goes on in pieces as it comes, never held whole (experiments/tagged_output.py). The exit
 status is the first failing rank's (128 + N for a rank killed by signal N); the other ranks are
 stopped then (SIGTERM, SIGKILL a second later). Ctrl-C stops them all (exit 130), and so do
-SIGTERM to the launcher (exit 143) and --timeout (exit 1); what a stopped rank prints as it ends
-still comes out. Nothing the run started outlives it, even a launcher killed with SIGKILL: nodes
-and ranks get the parent-death signal, and a node off this machine ends when its ssh or srun
-does.
+SIGTERM to the launcher (exit 143) and --timeout or --time (exit 1); what a stopped rank prints
+as it ends still comes out. Nothing the run started outlives it, even a launcher killed with
+SIGKILL: nodes and ranks get the parent-death signal, and a node off this machine ends when its
+ssh or srun does. With an acquire hook that puts a trace stage on the ranks' paths, --trace-dir
+names the folder the node servers write the traces in.
 """
 
 from __future__ import annotations
