@@ -13,6 +13,7 @@ import csv
 import gc
 import random
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -163,6 +164,37 @@ def test_an_observe_that_times_out_is_taken_up_again(group):
     assert first.observe(timeout=TIMEOUT_S) == (3,)
     other.join(TIMEOUT_S)
     assert g.element().last() == 1
+
+
+class Interrupted(Exception):
+    """What the test's signal handler raises, as Ctrl-C's raises KeyboardInterrupt."""
+
+
+def test_a_signal_while_a_member_looks_its_partners_up_leaves_the_group_whole(group):
+    """A signal whose handler raises (Ctrl-C) while member 1 waits for member 0, not built yet, to
+    be listed (its PEER question asked over and over): the call raises it, and the group goes on
+    once member 0 comes, its total whole; it is not given up as if the process were exiting."""
+    g = group(2, format="q", timeout_ms=20_000)
+    second = build_path(g.path(1), context=g.servers[1].context)
+    second.move((2,), timeout=TIMEOUT_S)
+
+    def interrupt(signum, frame):
+        raise Interrupted
+
+    before = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        for _ in range(10):  # each lands wherever the wait is: in a look-up or between slices
+            signal.setitimer(signal.ITIMER_REAL, 0.03)
+            with pytest.raises(Interrupted):
+                second.observe(timeout=TIMEOUT_S)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    first = build_path(g.path(0), context=g.servers[0].context)
+    other = threading.Thread(target=lambda: (first.move((1,), timeout=TIMEOUT_S), first.observe(timeout=TIMEOUT_S)))
+    other.start()
+    assert second.observe(timeout=TIMEOUT_S) == (3,)
+    other.join(TIMEOUT_S)
 
 
 def test_a_member_that_never_joins_is_named_and_its_partners_learn_it(group):

@@ -239,6 +239,7 @@ static int look_up(allreduce_stage *a, partner *p, int64_t deadline) {
     ps_frame answer;
     int rc = ps_control_answer(&p->lookup, deadline, &answer);
     if (rc == PS_ETIMEDOUT) return rc;
+    if (rc == PS_EINTR && !ps_remote_waits_abandoned()) return PS_ETIMEDOUT; /* the caller gave up: asked still */
     if (rc == PS_EINTR) return broken(a, "this process is exiting: gave up joining", p->rank);
     if (rc == PS_OK && answer.status == PS_ESTATE) {
         ps_control_close(&p->lookup);

@@ -20,6 +20,7 @@ enum { ENDPOINT_TEXT_MAX = 1024 }; /* a longer endpoint or pattern is trusted by
 static _Thread_local ps_interrupt_check interrupt_check;
 
 void ps_remote_abandon_waits(void) { atomic_store(&abandoning, 1); }
+int ps_remote_waits_abandoned(void) { return atomic_load(&abandoning); }
 
 ps_interrupt_check ps_interrupt_check_set(ps_interrupt_check check) {
     ps_interrupt_check before = interrupt_check;

@@ -1,7 +1,8 @@
 /* control_plane.h — one request at a server's main endpoint and its answer (wire.md: the control
  * plane), on a ZeroMQ DEALER of the caller's own, a CURVE client where the server is a CURVE
- * server: a remote stage's BUILD, an allreduce stage's PEER. A wait to set something up goes in
- * slices, so that a process that is exiting (ps_remote_abandon_waits) does not wait for one.
+ * server: a remote stage's BUILD, an allreduce stage's PEER. A wait to set something up (and one
+ * for an overdue answer, remote.c) goes in slices, so that a process that is exiting
+ * (ps_remote_abandon_waits), or a caller that gave up (Ctrl-C), does not wait for one.
  */
 #ifndef WRAPPERS_CONTROL_PLANE_H
 #define WRAPPERS_CONTROL_PLANE_H

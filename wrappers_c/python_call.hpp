@@ -73,9 +73,10 @@ private:
     ps_interrupt_check before_;
 };
 
-// After a call that failed (rc): the exception a signal's handler raised meanwhile.
-inline void throw_if_signal_raised(int rc) {
-    if (rc != PS_OK && PyErr_Occurred()) throw py::error_already_set();
+// After a call: the exception a signal's handler raised meanwhile (whatever the call returned: a
+// stage may have made a failure below it a success).
+inline void throw_if_signal_raised() {
+    if (PyErr_Occurred()) throw py::error_already_set();
 }
 
 // While it lives, this thread's calls are slices of a call that ends at `deadline` (ps_call_deadline).
@@ -107,7 +108,7 @@ int wait_in_slices(Op op, int64_t timeout, int64_t latest) {
             ReleasedGil released;
             rc = op(slice);
         }
-        throw_if_signal_raised(rc);
+        throw_if_signal_raised();
         if (rc != PS_ETIMEDOUT) return rc;
         if (deadline != PS_FOREVER && ps_now_ns() >= deadline) return PS_ETIMEDOUT;
         if (PyErr_CheckSignals() != 0) throw py::error_already_set();

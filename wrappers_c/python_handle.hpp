@@ -77,7 +77,11 @@ public:
                 WaitsHearSignals hearing;          // ... hearing Ctrl-C
                 rc = ps_stage_attach(stage_->get(), &owned_);
             }
-            throw_if_signal_raised(rc);
+            if (rc == PS_OK && PyErr_Occurred()) {  // attached, but Ctrl-C came meanwhile: undone
+                ReleasedGil released;
+                ps_link_detach(&owned_);
+            }
+            throw_if_signal_raised();
             if (rc == PS_ESTATE)
                 throw py::value_error("attach to stage '" + stage_->kind() + "': its fan-in of " +
                                       std::to_string(stage_->max_links()) + " callers (or one below it) is used up");

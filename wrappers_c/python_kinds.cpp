@@ -164,7 +164,10 @@ std::shared_ptr<Stage> create_stage(const std::string &kind_name, const py::dict
         WaitsHearSignals hearing;          // ... hearing Ctrl-C
         rc = ps_stage_create(kind, &checked, &context, below ? below->get() : nullptr, &stage, error, sizeof error);
     }
-    throw_if_signal_raised(rc);
+    if (rc == PS_OK && PyErr_Occurred()) {  // made, but Ctrl-C came meanwhile: it goes
+        Stage made(stage, pastset.owner());
+    }
+    throw_if_signal_raised();
     if (rc != PS_OK) {
         std::string message = error;  // the stage's own reason, if it gave one
         if (message.empty() && rc == PS_ENOMEM) {  // what the stage asked for, since it could not say

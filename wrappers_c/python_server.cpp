@@ -161,7 +161,7 @@ void bind_server(py::module_ &m) {
     m.def("zmq_max_sockets", &ps_zmq_max_sockets, "The most ZeroMQ sockets this process may have open at once.");
     m.def("abandon_remote_waits", [] { ps_remote_abandon_waits(); },
           "The process is exiting: every remote stage still setting up a link (waiting for the answer to its\n"
-          "BUILD or CONNECT) gives up at once.");
+          "BUILD or CONNECT), or waiting for an overdue answer, gives up at once.");
     m.def("curve_keypair", [] {
         char public_key[41], secret_key[41];
         if (zmq_curve_keypair(public_key, secret_key) != 0) throw std::runtime_error("libzmq has no CURVE support");

@@ -22,10 +22,11 @@ extern const ps_stage_kind ps_kind_allreduce;   /* allreduce.c */
 int ps_element_call(ps_element *e, ps_op *op);
 
 /* The process is exiting: every wait to set up a link (a remote stage's for the answer to its
- * BUILD or CONNECT, an allreduce member's for its peers) ends at once, so that no thread is still
- * in one when the process goes (control_plane.c). Operations on links already set up are not
- * touched. */
+ * BUILD or CONNECT, an allreduce member's for its peers) ends at once, and so does one for an
+ * answer a server owes once it is overdue, so that no thread is still in one when the process
+ * goes (control_plane.c). ps_remote_waits_abandoned says whether it was called. */
 void ps_remote_abandon_waits(void);
+int ps_remote_waits_abandoned(void);
 
 /* The path spec that links the calling thread attaches to `remote` from now on send at BUILD,
  * instead of the one the stage was made with (NULL: that one again). A build that reuses a

@@ -170,7 +170,8 @@ static int claim_file(trace_stage *t, char *error, size_t error_size) {
     int known = folder_path && stat(folder_path, &where) == 0;
     free(folder_path);
     struct stat self;
-    if (known && (!*(slash ? slash + 1 : t->path) || (stat(t->path, &self) == 0 && S_ISDIR(self.st_mode)))) {
+    int exists = known && stat(t->path, &self) == 0;
+    if (known && (!*(slash ? slash + 1 : t->path) || (exists && S_ISDIR(self.st_mode)))) {
         errno = EISDIR; /* rename at release would fail on a folder */
         known = 0;
     }
@@ -178,7 +179,7 @@ static int claim_file(trace_stage *t, char *error, size_t error_size) {
         snprintf(error, error_size, "stage 'trace': cannot write trace file '%s': %s", t->path, strerror(errno));
         return PS_EINVAL;
     }
-    if (stat(t->path, &self) == 0 && !S_ISREG(self.st_mode)) { /* the rename would replace a device, a pipe */
+    if (exists && !S_ISREG(self.st_mode)) { /* the rename would replace a device, a pipe */
         snprintf(error, error_size, "stage 'trace': cannot write trace file '%s': it exists and is no regular file "
                  "(a trace file is written anew and replaces what has its name)", t->path);
         return PS_EINVAL;

@@ -44,7 +44,7 @@ import sys
 from collections.abc import Sequence
 
 from ..model.cluster_map import MapError, map_reference, open_map
-from ..experiments.launcher import START_SECONDS, LaunchError, NodeProcesses, exit_reason
+from ..experiments.launcher import START_SECONDS, LaunchError, NodeProcesses, exit_reason, trace_dir_options
 from ..experiments.parent_death import adopt_orphans
 from ..experiments.rank_processes import TEXT_ERRORS
 from ..experiments.tagged_output import write_tagged
@@ -213,7 +213,7 @@ def launch_command(argv: list[str]) -> int:
 
     try:
         with NodeProcesses(cluster_map, runtime.nodes(), args.launch,
-                           ("--trace-dir", os.path.abspath(args.trace_dir)) if args.trace_dir else (),
+                           trace_dir_options(args.trace_dir),
                            start_timeout=min(START_SECONDS, args.timeout or math.inf)) as processes:
             keys = {node: processes.public_key for node in processes.nodes} if processes.public_key else {}
             servers = {node: NodeServers(processes.addresses(), keys, processes.client_keys.get(node)).to_json()

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from ..runtime.acquire_hook import named_hook, reachable_nodes
 from ..model.cluster_map import ClusterMap
 from ..runtime.kernel import Kernel, load_kernel
-from .launcher import LaunchError, NodeProcesses
+from .launcher import LaunchError, NodeProcesses, trace_dir_options
 from ..model.reduction_tree import ReductionPlan, plan_reduction
 from ..runtime.process_context import BARRIER_ELEMENT, Tracing
 
@@ -139,7 +139,7 @@ def run_experiment(cluster_map: ClusterMap, settings: RunSettings,
     hooks = tuple(hook for hook in (settings.acquire or cluster_map.acquire, settings.release or cluster_map.release)
                   if hook)
     report = RunReport() if report is None else report
-    node_options = ("--trace-dir", os.path.abspath(settings.trace_dir)) if settings.trace_dir else ()
+    node_options = trace_dir_options(settings.trace_dir)
     context = {"op": "context", "map": cluster_map.text, "source": cluster_map.source,
                "kernel": kernel.location, "kernel_name": kernel.name,
                "sums": sorted(set(settings.sums) | set(kernel.sums)), "policy": settings.policy,

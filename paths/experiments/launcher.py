@@ -285,6 +285,11 @@ def _kill_groups(nodes: list[_Node]) -> None:
             pass
 
 
+def trace_dir_options(trace_dir: str | None) -> tuple[str, ...]:
+    """A node's options that make its server write the trace files clients ask for in trace_dir."""
+    return ("--trace-dir", os.path.abspath(trace_dir)) if trace_dir else ()
+
+
 class NodeProcesses:
     """The running nodes of one map run; use as a context manager so they are always reaped."""
 

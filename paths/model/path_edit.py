@@ -60,13 +60,18 @@ def with_traces(path: PathSpec, node: str, directory: str, prefix: str, capacity
     return PathSpec(tuple(stages))
 
 
-def confine_trace_files(path: PathSpec, directory: str | None) -> PathSpec:
+def confine_trace_files(path: PathSpec, directory: str | None, here_only: bool = False) -> PathSpec:
     """The path with every file a stage writes (a trace's) placed in `directory`. A path that
     comes from elsewhere (a remote client) must not choose where this process writes: such a
-    file must be a bare file name, and with no directory, stages that write files are refused."""
+    file must be a bare file name, and with no directory, stages that write files are refused.
+    here_only: only the stages built in this process (up to the first whose rest is built
+    elsewhere, which the server there confines)."""
     known = kinds()
     stages = []
-    for spec in path.stages:
+    for i, spec in enumerate(path.stages):
+        before = known.get(path.stages[i - 1].kind) if i else None
+        if here_only and before and before.rest_at is not None:
+            return PathSpec(tuple(stages) + path.stages[i:])
         for param in known[spec.kind].written_files if spec.kind in known else ():
             name = spec.param(param, "")
             if directory is None:

@@ -64,7 +64,7 @@ class Runtime:
     tracing: Optional[Tracing] = None
     tree_form: Optional[str] = None  # how the nodes' partial sums meet (None: the map's)
     via: Optional[str] = None  # a rank's node whose server holds the node's stages (paths/runtime/rank_wiring.py)
-    trace_dir: Optional[str] = None  # a rank that hosts its node's server: its trace files go there, as the server's
+    trace_dir: Optional[str] = None  # where the servers the ranks host put trace files: so do a rank's own builds
     context: BuildContext = field(default_factory=default_context)  # where its paths are built
     _requests: dict = field(default_factory=dict, repr=False)  # handle -> its AcquireRequest
     _formats: dict = field(default_factory=dict, repr=False)  # element -> (format, first thread)
@@ -139,12 +139,9 @@ class Runtime:
         first = known.get(path.stages[0].kind)
         if self.via and not (first and first.rest_at):  # the node's stages live in its server
             path = make_path(stage("remote", host=self.via), *path.stages)
-        elif self.trace_dir:  # built here, in its server's context: its files go where the server puts them
-            try:
-                path = confine_trace_files(path, self.trace_dir)
-            except ValueError as e:
-                raise ValueError(f"{call}: its path {path}: {e}") from None
         try:
+            if self.trace_dir and not self.via:  # built here, with the node's server: its files go where the server's do
+                path = confine_trace_files(path, self.trace_dir, here_only=True)
             handle = self.context.build(path, label=f"{request.node} thread {thread}")
         except (ValueError, TypeError) as e:
             raise ValueError(f"{call}: its path {path}: {e}") from None
