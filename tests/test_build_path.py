@@ -157,6 +157,18 @@ def test_a_trace_file_that_is_no_regular_file_is_refused_at_build_and_left_alone
     assert [p.name for p in file.parent.iterdir() if p.name.startswith(f"{file.name}.tmp-")] == []
 
 
+@paths.stage_kind("test-needs-a-value")
+class NeedsAValue:
+    def __init__(self, value):
+        self.value = value
+
+
+def test_a_missing_parameter_of_a_kind_that_says_nothing_of_it_is_named_with_its_type_alone(space):
+    """Not "(any: )", an empty text where a built-in kind says what the parameter is."""
+    with pytest.raises(ValueError, match=r"^stage test-needs-a-value\(\): missing parameter 'value' \(any\)$"):
+        build_path(make_path(stage("test-needs-a-value"), stage("core", name="V", format="q")), pastset=space)
+
+
 @paths.stage_kind("test-refused-at-creation")
 class RefusedAtCreation:
     def __init__(self):

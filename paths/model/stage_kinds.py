@@ -184,7 +184,7 @@ def check_spec(spec: StageSpec) -> KindInfo:
     for name, param in info.params.items():
         if param.required and name not in given:
             raise ValueError(
-                f"{_describe(spec)}: missing parameter {name!r} ({param.type}: {param.doc})"
+                f"{_describe(spec)}: missing parameter {name!r} ({param.type}{': ' + param.doc if param.doc else ''})"
             )
     return info
 
