@@ -234,7 +234,7 @@ TRACED_HOOK = """
 
     @paths.acquire_hook
     def traced(request):   # the README's
-        return make_path(stage("trace", file=f"{request.node}.{request.tag}.bin", node=request.node),
+        return make_path(stage("trace", file=f"{request.node}.{request.element}.{request.tag}.bin", node=request.node),
                          request.default())
 """
 
@@ -248,12 +248,13 @@ def test_ranks_whose_hook_traces_write_their_traces_in_the_trace_dir(app, user_m
     refused = launch(*run, "--", sys.executable, app, "sum")
     assert refused.returncode == 1
     assert "this server writes no trace files: name a folder for them (paths serve --trace-dir DIR, paths launch " \
-           "--trace-dir DIR; servers the ranks host under srun or mpirun: PATHS_TRACE_DIR)" in refused.stderr
+           "--trace-dir DIR, paths run --trace DIR; servers the ranks host under srun or mpirun: PATHS_TRACE_DIR)" \
+           in refused.stderr
     traces = tmp_path / "traces"
     done = launch(*run, "--trace-dir", str(traces), "--", sys.executable, app, "sum")
     assert done.returncode == 0, done.stderr
     assert sorted(line.split(" total ")[1].split()[0] for line in done.stdout.splitlines()) == ["10"] * 4
-    assert sorted(p.name for p in traces.iterdir()) == ["n0.None.bin", "n1.None.bin"]  # a node's ranks share one
+    assert sorted(p.name for p in traces.iterdir()) == ["n0.TOTAL.None.bin", "n1.TOTAL.None.bin"]  # one a node
     assert all(p.stat().st_size > 0 for p in traces.iterdir())
 
 
@@ -262,8 +263,7 @@ def test_ranks_under_mpirun_write_the_traces_of_their_hook_in_paths_trace_dir(ap
     variables): PATHS_TRACE_DIR names the folder, for the paths the server builds and for those
     of the rank that hosts it (not its working folder), whose trace stage they share."""
     hook = user_module("mpirun_traced", TRACED_HOOK)
-    traces, work = tmp_path / "traces", tmp_path / "work"
-    traces.mkdir()
+    traces, work = tmp_path / "traces", tmp_path / "work"  # the ranks make the folder
     work.mkdir()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PATHS_", "OMPI_", "PMI", "SLURM_"))},
            "PATHS_MAP": "local", "PATHS_SUM": "TOTAL", "PATHS_ACQUIRE": f"{hook}:traced", "PATHS_TRACE_DIR": str(traces),
@@ -277,7 +277,7 @@ def test_ranks_under_mpirun_write_the_traces_of_their_hook_in_paths_trace_dir(ap
             rank.kill()
     assert [rank.returncode for rank in ranks] == [0, 0], done
     assert [out.split(" total ")[1].split()[0] for out, _ in done] == ["3", "3"]
-    assert [p.name for p in traces.iterdir()] == ["localhost.None.bin"]
+    assert [p.name for p in traces.iterdir()] == ["localhost.TOTAL.None.bin"]
     assert list(work.iterdir()) == []
 
 
@@ -286,7 +286,7 @@ def test_the_sbatch_script_gives_the_ranks_servers_their_trace_dir(tmp_path):
                              "./a"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert script.returncode == 0, script.stderr
     assert f"\nexport PATHS_TRACE_DIR={tmp_path / 'traces'}\n" in script.stdout
-    assert f"\nmkdir -p -- {tmp_path / 'traces'}\n" in script.stdout
+    assert f"\nmkdir -p -- {tmp_path / 'traces'} || exit 1\n" in script.stdout
     bare = subprocess.run([sys.executable, "-m", "paths", "sbatch", "--threads", "2", "--", "./a"], capture_output=True,
                           text=True, timeout=60)
     assert "unset PATHS_SUM PATHS_ACQUIRE PATHS_RELEASE PATHS_TRACE_DIR\n" in bare.stdout
@@ -996,9 +996,12 @@ def test_launch_time_is_srun_time_in_minutes_and_sbatch_passes_it_on(app, probe)
      "argument --timeout: not allowed with argument -t/--time"),
     ("launch", ["--threads", "1", "--tim", "1", "--", "true"], "ambiguous option: --tim could match --timeout, --time"),
     ("sbatch", ["--threads", "1", "-t", "-1", "--", "true"], "argument -t/--time: expected a time limit as Slurm"),
-    ("run", ["--time", "5"], "argument --time: paths run has no job time limit (srun's --time, in minutes): "
+    ("sbatch", ["--threads", "1", "-t", "\u0665", "--", "true"], "argument -t/--time: expected a time limit as Slurm"),
+    ("run", ["--time", "5"], "argument -t/--time: paths run has no job time limit (srun's --time, in minutes): "
                              "--timeout SECONDS bounds each step"),
-], ids=["launch malformed", "launch both", "launch ambiguous", "sbatch malformed", "run"])
+    ("run", ["-t", "5"], "argument -t/--time: paths run has no job time limit"),
+], ids=["launch malformed", "launch both", "launch ambiguous", "sbatch malformed", "sbatch digits Slurm cannot read",
+        "run", "run -t"])
 def test_a_time_limit_that_cannot_be_is_one_line_and_exit_2(command, args, problem):
     done = subprocess.run([sys.executable, "-m", "paths", command, *args], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2

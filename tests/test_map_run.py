@@ -11,7 +11,9 @@ and check that every node process started was reaped.
 import csv
 import json
 import math
+import os
 import re
+import stat
 import subprocess
 import sys
 
@@ -382,11 +384,14 @@ def test_a_traced_run_replaces_an_earlier_runs_traces(probe, tmp_path):
     earlier = sorted(p.name for p in tmp_path.glob("gsum-*.bin"))
     other = tmp_path / "mcpi-1.0-callers-n0.bin"  # another kernel's trace stays
     other.write_bytes(b"not read")
+    pipe = tmp_path / "gsum-pipe.bin"  # and so does what is no trace file (a pipe, a device) of its name
+    os.mkfifo(pipe)
     done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--repeat", "1", "--rounds", "10",
                      "--trace", str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert f"paths run: --trace {tmp_path}: removed {len(earlier)} trace files of an earlier run" in done.stderr
-    files = sorted(p.name for p in tmp_path.glob("gsum-*.bin"))
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    files = sorted(p.name for p in tmp_path.glob("gsum-*.bin") if p != pipe)
     assert files and all(name.startswith("gsum-2.0-") for name in files)  # none of the 6 threads' run
     assert f"from {len(files)} trace files" in done.stdout and other.read_bytes() == b"not read"
     perfetto = json.loads((tmp_path / "gsum.json").read_text())

@@ -79,6 +79,28 @@ def test_server_writes_client_traces_in_its_trace_dir(tmp_path):
     assert [e.op for e in read_trace(str(tmp_path / "client.bin")).events] == ["move", "observe"]
 
 
+def test_each_server_of_a_chain_keeps_the_trace_files_of_the_stages_it_builds(tmp_path):
+    """A path through server A on to server B, a trace on each: A places its own trace in its
+    folder and sends B's on as a bare name, which B places in its own (A placed both, as absolute
+    names, which B refused)."""
+    near, far = tmp_path / "a", tmp_path / "b"
+    near.mkdir()
+    far.mkdir()
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), trace_dir=str(far)).start() as b, \
+            PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), trace_dir=str(near),
+                       policy=paths.ServerPolicy(allow_remote=(b.endpoint,))).start() as a:
+        h = build_path(make_path(stage("remote", host=a.endpoint, timeout_ms=5000), stage("trace", file="a.bin"),
+                                 stage("remote", host=b.endpoint, timeout_ms=5000), stage("trace", file="b.bin"),
+                                 CORE), pastset=paths.PastSet())
+        h.move(3)
+        assert h.observe(timeout=5) == (3,)
+        del h
+        deadline = time.monotonic() + 10
+        while not ((near / "a.bin").exists() and (far / "b.bin").exists()) and time.monotonic() < deadline:
+            time.sleep(0.01)  # a bounded poll: each server's own thread reaps the link
+    assert sorted(os.listdir(near)) == ["a.bin"] and sorted(os.listdir(far)) == ["b.bin"]
+
+
 @pytest.mark.parametrize("spec, words", [
     (stage("remote", host="tcp://127.0.0.1:1", timeout_ms=3_600_000), "timeout_ms may be at most 60000"),
     (stage("trace", file="t.bin", capacity=1 << 26), r"bytes, beyond the memory budget of client"),

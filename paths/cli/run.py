@@ -89,7 +89,7 @@ def seconds(text: str) -> float:
     return value
 
 
-SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+SLURM_TIME = re.compile(r"(?:([0-9]+)-)?([0-9]+)(?::([0-9]+))?(?::([0-9]+))?")
 SLURM_TIME_FORMS = ("MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS, DAYS-HOURS:MINUTES or "
                     "DAYS-HOURS:MINUTES:SECONDS; 0, UNLIMITED or INFINITE for none")
 
@@ -207,7 +207,7 @@ def run_command(argv: list[str]) -> int:
     parser.add_argument("--timeout", type=seconds, default=120.0,
                         help="seconds any one step may take, the nodes' start included (kernels get it as "
                              "--arg timeout, and the run's repeat, 0, 1, ..., as --arg repeat; default: %(default)g)")
-    parser.add_argument("--time", type=not_a_step_limit, help=argparse.SUPPRESS)
+    parser.add_argument("-t", "--time", type=not_a_step_limit, help=argparse.SUPPRESS)
     parser.add_argument("--trace", metavar="DIR", help="trace every node's callers and every link between nodes "
                                                     "into DIR, then merge the traces into DIR/<kernel>.json "
                                                     "(Perfetto: https://ui.perfetto.dev); the kernel's trace "
@@ -301,8 +301,9 @@ def _write_outputs(args: argparse.Namespace, runs: list[Run]) -> int:
 
 
 def _trace_files(directory: str, prefix: str) -> list[str]:
-    """The trace files a traced run of the kernel with this prefix writes into directory."""
-    return sorted(glob.glob(os.path.join(directory, f"{glob.escape(prefix)}-*.bin")))
+    """The trace files a traced run of the kernel with this prefix writes into directory: regular
+    files only (a pipe or a device of that name is no trace, and is left alone)."""
+    return sorted(p for p in glob.glob(os.path.join(directory, f"{glob.escape(prefix)}-*.bin")) if os.path.isfile(p))
 
 
 def _clear_traces(directory: str, prefix: str) -> None:

@@ -74,7 +74,7 @@ def batch_script(map_name: str | None, threads: int, policy: str | None, command
         f"export {POLICY}={shlex.quote(chosen)}",
         *(f"export {name}={shlex.quote(value)}" for name, value in variables.items() if value is not None),
         *([f"unset {' '.join(unset)}"] if unset else []),
-        *([f"mkdir -p -- {shlex.quote(trace_dir)}"] if trace_dir else []),
+        *([f"mkdir -p -- {shlex.quote(trace_dir)} || exit 1"] if trace_dir else []),
         *host_file_commands(cluster_map.name, used, runtime.placements),
         f"srun --distribution=arbitrary --ntasks={threads} {shlex.join(command)}",
         "",

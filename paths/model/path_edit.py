@@ -76,8 +76,8 @@ def confine_trace_files(path: PathSpec, directory: str | None, here_only: bool =
             name = spec.param(param, "")
             if directory is None:
                 raise ValueError(f"stage {spec}: this server writes no trace files: name a folder for them "
-                                 "(paths serve --trace-dir DIR, paths launch --trace-dir DIR; servers the ranks host "
-                                 "under srun or mpirun: PATHS_TRACE_DIR)")
+                                 "(paths serve --trace-dir DIR, paths launch --trace-dir DIR, paths run --trace DIR; "
+                                 "servers the ranks host under srun or mpirun: PATHS_TRACE_DIR)")
             if not isinstance(name, str) or not name or os.path.basename(name) != name or name in (".", ".."):
                 raise ValueError(f"stage {spec}: a trace file sent to a server must be a bare file name, got {name!r}")
             spec = spec.replace(**{param: os.path.join(directory, name)})
@@ -91,10 +91,11 @@ CLIENT_WAIT_MS = 60_000
 
 
 def client_path(path: PathSpec, trace_dir: str | None) -> PathSpec:
-    """A path a server received, made safe to build: trace files kept in trace_dir, and no wait
-    longer than CLIENT_WAIT_MS. (What a stage holds in memory is the server's budget's to refuse.)"""
+    """A path a server received, made safe to build: trace files kept in trace_dir (those of the
+    stages it builds: past its next remote, the server there keeps them), and no wait longer than
+    CLIENT_WAIT_MS. (What a stage holds in memory is the server's budget's to refuse.)"""
     stages = []
-    for spec in confine_trace_files(path, trace_dir).stages:
+    for spec in confine_trace_files(path, trace_dir, here_only=True).stages:
         info = kinds().get(spec.kind)
         for name, param in (info.params.items() if info else ()):
             value = spec.param(name)

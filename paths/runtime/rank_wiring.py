@@ -73,6 +73,12 @@ def wire(runtime, found: Discovered, environ: Mapping[str, str]) -> Wiring:
     client = None if found.one_host else _native.curve_keypair()  # across hosts: who this rank is to the servers
     clients = {f"rank {found.rank}": client[0]} if client else {}
     runtime.trace_dir = os.path.abspath(environ[TRACE_DIR]) if environ.get(TRACE_DIR) else None
+    if runtime.trace_dir:
+        try:
+            os.makedirs(runtime.trace_dir, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"{TRACE_DIR}={shown(environ[TRACE_DIR])}: expected a folder, and cannot make one there: "
+                             f"{e.strerror}") from None
     hosted, servers = _host_servers(runtime, found, authenticate=client is not None, trace_dir=runtime.trace_dir)
     meeting = None
     rendezvous = "none: one rank"
