@@ -1000,9 +1000,12 @@ def test_launch_time_is_srun_time_in_minutes_and_sbatch_passes_it_on(app, probe)
     ("run", ["--time", "5"], "argument -t/--time: paths run has no job time limit (srun's --time, in minutes): "
                              "--timeout SECONDS bounds each step"),
     ("run", ["-t", "5"], "argument -t/--time: paths run has no job time limit"),
+    ("launch", ["--threads", "1", "--trace-dir", "", "--", "true"], "argument --trace-dir: expected a folder's path, "
+                                                                   "got ''"),
+    ("sbatch", ["--threads", "1", "--trace-dir", " ", "--", "true"], "argument --trace-dir: expected a folder's path"),
 ], ids=["launch malformed", "launch both", "launch ambiguous", "sbatch malformed", "sbatch digits Slurm cannot read",
-        "run", "run -t"])
-def test_a_time_limit_that_cannot_be_is_one_line_and_exit_2(command, args, problem):
+        "run", "run -t", "launch empty trace folder", "sbatch empty trace folder"])
+def test_a_time_limit_or_trace_folder_that_cannot_be_is_one_line_and_exit_2(command, args, problem):
     done = subprocess.run([sys.executable, "-m", "paths", command, *args], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert problem in done.stderr and "Traceback" not in done.stderr, done.stderr

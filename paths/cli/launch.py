@@ -52,7 +52,7 @@ from ..runtime.node_servers import NodeServers
 from ..model.placement import MAX_THREADS, canonical_policy, placement_warnings_said
 from ..runtime.rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
 from ..runtime.process_context import make_runtime
-from .run import SLURM_TIME_FORMS, add_rank_options, make_folder, positive, seconds, slurm_time
+from .run import SLURM_TIME_FORMS, add_rank_options, folder_path, make_folder, positive, seconds, slurm_time
 
 
 class RankFailed(Exception):
@@ -138,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", metavar="DIR", help="write each rank's output to DIR/rank.<rank>.log "
                                                            "(each made empty first) instead of prefixing it "
                                                            "with [rank]")
-    parser.add_argument("--trace-dir", metavar="DIR", help="where the node servers write the trace files the ranks' "
+    parser.add_argument("--trace-dir", metavar="DIR", type=folder_path, help="where the node servers write the trace files the ranks' "
                                                           "paths ask for (a trace stage from the acquire hook; bare "
                                                           "file names), made if missing; without it they are refused")
     limit = parser.add_mutually_exclusive_group()

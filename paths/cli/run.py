@@ -118,6 +118,13 @@ def not_a_step_limit(text: str) -> float:
                                      "bounds each step")
 
 
+def folder_path(text: str) -> str:
+    """An argparse type: a folder's path, which an empty text is not (it would be taken as none)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a folder's path, got {text!r}")
+    return text
+
+
 def sum_name(text: str) -> str:
     """An argparse type: an element name for --sum (the ranks of paths launch and paths sbatch get
     them in PATHS_SUM, separated by commas)."""

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from ..model.cluster_map import MapError, map_reference, open_map
 from ..model.placement import SLURM_NAMES, canonical_policy, placement_warnings_said
 from .launch import add_placement_options, options_and_command, rank_variables
-from .run import SLURM_TIME_FORMS, slurm_time
+from .run import SLURM_TIME_FORMS, folder_path, slurm_time
 from ..runtime.process_context import make_runtime
 from ..runtime.rank_discovery import MAP, POLICY, TRACE_DIR
 
@@ -114,7 +114,7 @@ def sbatch_command(argv: list[str]) -> int:
     add_placement_options(parser)
     parser.add_argument("-t", "--time", type=slurm_time_text, metavar="TIME",
                         help=f"the job's time limit, as sbatch's --time: {SLURM_TIME_FORMS} (default: the partition's)")
-    parser.add_argument("--trace-dir", metavar="DIR",
+    parser.add_argument("--trace-dir", metavar="DIR", type=folder_path,
                         help="where the node servers the ranks host write the trace files the ranks' paths ask for "
                              "(PATHS_TRACE_DIR; made by the script); without it they are refused")
     args, command = options_and_command(parser, argv)
