@@ -38,16 +38,14 @@ def test_trace_files_are_placed_in_the_folder_or_refused(tmp_path):
         confine_trace_files(p, None)
 
 
-def test_trace_files_here_only_are_those_of_the_stages_built_here(tmp_path):
-    """here_only (a rank that builds with its node's server): the stages past a remote are built by
-    the server it names, which places their files itself and refuses any but a bare name."""
+def test_trace_files_placed_are_those_of_the_stages_built_here(tmp_path):
+    """The stages past a remote are built by the server it names, which places their files itself
+    and refuses any but a bare name."""
     p = make_path(stage("trace", file="near.bin"), stage("remote", host="n1"), stage("trace", file="far.bin"), CORE)
-    placed = confine_trace_files(p, str(tmp_path), here_only=True)
+    placed = confine_trace_files(p, str(tmp_path))
     assert [s.param("file") for s in placed if s.kind == "trace"] == [str(tmp_path / "near.bin"), "far.bin"]
-    assert [s.param("file") for s in confine_trace_files(p, str(tmp_path)) if s.kind == "trace"] == [
-        str(tmp_path / "near.bin"), str(tmp_path / "far.bin")]
     far_only = make_path(stage("remote", host="n1"), stage("trace", file="/x/far.bin"), CORE)
-    assert confine_trace_files(far_only, None, here_only=True) == far_only
+    assert confine_trace_files(far_only, None) == far_only
 
 
 def remote_trace_path(endpoint, name):

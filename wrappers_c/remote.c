@@ -139,14 +139,15 @@ static const int64_t ANSWER_DUE_NS = 1500000000LL;
  * Once the answer is overdue, the wait asks between slices whether its caller gave up (Ctrl-C)
  * or the process is exiting (PS_EINTR): a silent server holds neither for all of wait_ns. */
 static int wait_answer(remote_stage *r, connection *c, void *socket, uint64_t id, int64_t wait_ns, ps_frame *answer) {
-    int64_t now = ps_now_ns(), deadline = now + wait_ns, due = now + ANSWER_DUE_NS;
+    int64_t now = ps_now_ns(), deadline = now + wait_ns;
+    int64_t end = wait_ns > ANSWER_DUE_NS ? now + ANSWER_DUE_NS : deadline;
     for (;;) {
-        int64_t end = deadline;
-        if (deadline > due && (end = ps_now_ns() < due ? due : ps_interruptible_slice_end(deadline)) == 0)
-            return PS_EINTR;
         int rc = socket ? ps_zmq_receive_frame(socket, end, &c->message, answer)
                         : ps_channel_receive(&c->channel, end, answer);
-        if (rc == PS_ETIMEDOUT && end < deadline) continue;
+        if (rc == PS_ETIMEDOUT && end < deadline) { /* overdue: on in slices, asking */
+            if (!(end = ps_interruptible_slice_end(deadline))) return PS_EINTR;
+            continue;
+        }
         if (rc != PS_OK) return rc;
         atomic_fetch_add_explicit(&r->answers, 1, memory_order_relaxed);
         ps_axe_point_raise(&r->axe_known, answer->argument);

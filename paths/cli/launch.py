@@ -138,9 +138,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-dir", metavar="DIR", help="write each rank's output to DIR/rank.<rank>.log "
                                                            "(each made empty first) instead of prefixing it "
                                                            "with [rank]")
-    parser.add_argument("--trace-dir", metavar="DIR", type=folder_path, help="where the node servers write the trace files the ranks' "
-                                                          "paths ask for (a trace stage from the acquire hook; bare "
-                                                          "file names), made if missing; without it they are refused")
+    parser.add_argument("--trace-dir", metavar="DIR", type=folder_path,
+                        help="where the node servers write the trace files the ranks' paths ask for (a trace stage "
+                             "from the acquire hook; bare file names), made if missing; without it they are refused")
     limit = parser.add_mutually_exclusive_group()
     limit.add_argument("--timeout", type=seconds, help="stop the ranks after this many seconds, exit 1; the "
                                                      "nodes have at most as long (and 60 s) to start (default: "

@@ -60,17 +60,17 @@ def with_traces(path: PathSpec, node: str, directory: str, prefix: str, capacity
     return PathSpec(tuple(stages))
 
 
-def confine_trace_files(path: PathSpec, directory: str | None, here_only: bool = False) -> PathSpec:
-    """The path with every file a stage writes (a trace's) placed in `directory`. A path that
-    comes from elsewhere (a remote client) must not choose where this process writes: such a
-    file must be a bare file name, and with no directory, stages that write files are refused.
-    here_only: only the stages built in this process (up to the first whose rest is built
-    elsewhere, which the server there confines)."""
+def confine_trace_files(path: PathSpec, directory: str | None) -> PathSpec:
+    """The path with every file a stage built here writes (a trace's) placed in `directory`; the
+    stages past the first whose rest is built elsewhere (a remote) are the server's there to
+    place. A path that comes from elsewhere (a remote client) must not choose where this process
+    writes: such a file must be a bare file name, and with no directory, stages that write files
+    are refused."""
     known = kinds()
     stages = []
     for i, spec in enumerate(path.stages):
         before = known.get(path.stages[i - 1].kind) if i else None
-        if here_only and before and before.rest_at is not None:
+        if before and before.rest_at is not None:
             return PathSpec(tuple(stages) + path.stages[i:])
         for param in known[spec.kind].written_files if spec.kind in known else ():
             name = spec.param(param, "")
@@ -95,7 +95,7 @@ def client_path(path: PathSpec, trace_dir: str | None) -> PathSpec:
     stages it builds: past its next remote, the server there keeps them), and no wait longer than
     CLIENT_WAIT_MS. (What a stage holds in memory is the server's budget's to refuse.)"""
     stages = []
-    for spec in confine_trace_files(path, trace_dir, here_only=True).stages:
+    for spec in confine_trace_files(path, trace_dir).stages:
         info = kinds().get(spec.kind)
         for name, param in (info.params.items() if info else ()):
             value = spec.param(name)

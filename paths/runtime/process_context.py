@@ -141,7 +141,7 @@ class Runtime:
             path = make_path(stage("remote", host=self.via), *path.stages)
         try:
             if self.trace_dir and not self.via:  # built here, with the node's server: its files go where the server's do
-                path = confine_trace_files(path, self.trace_dir, here_only=True)
+                path = confine_trace_files(path, self.trace_dir)
             handle = self.context.build(path, label=f"{request.node} thread {thread}")
         except (ValueError, TypeError) as e:
             raise ValueError(f"{call}: its path {path}: {e}") from None
