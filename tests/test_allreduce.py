@@ -217,6 +217,46 @@ def test_a_member_that_never_joins_is_named_and_its_partners_learn_it(group):
     assert f"lost member 0 (its server {g.servers[0].endpoint})" in one, "member 0's partners learn it at once"
 
 
+SAME = "every member needs the same nodes, algorithm, fanin and element format; "
+
+
+@pytest.mark.parametrize("made, says", [
+    ({0: {"nodes": 2}}, {0: "this one has 2 members, 3 at member 1", 1: "this one has 3 members, 2 at member 0"}),
+    ({2: {"algorithm": "tree"}}, {0: "this one has doubling and format 'q', another at member 2",
+                                  2: "this one has a tree of fan-in 2 and format 'q', another at member 0"}),
+    ({1: {"algorithm": "tree", "fanin": 3}, 2: {"algorithm": "tree", "fanin": 3}, 0: {"algorithm": "tree"}},
+     {0: "this one has a tree of fan-in 2 and format 'q', another at member "}),  # 1 or 2, whichever came first
+    ({1: {"format": "d"}}, {0: "this one has doubling and format 'q', another at member 1",
+                            1: "this one has doubling and format 'd', another at member 0"}),
+], ids=["nodes", "algorithm", "fanin", "format"])
+def test_members_made_for_groups_of_other_shapes_sum_nothing_and_say_how_they_differ(group, made, says):
+    """Members given other nodes (a group of 2 inside a group of 3), another algorithm or fan-in,
+    or an element of another format of the same size: no round completes anywhere (the members
+    of 2 would sum 1 + 2 and call it the total), and the members that meet say how they differ."""
+    g = group(3, name="G-shapes", format="q", timeout_ms=3000)
+
+    def path(rank):
+        own = made.get(rank, {})
+        nodes = ",".join(server.endpoint for server in g.servers[:own.get("nodes", 3)])
+        params = {k: v for k, v in own.items() if k in ("algorithm", "fanin")}
+        element = stage("core", name="G-shapes" if rank == 0 else f"G-shapes-{rank}", format=own.get("format", "q"))
+        return make_path(stage("allreduce", group="G-shapes", nodes=nodes, rank=rank, **params), element)
+
+    g.handles = [build_path(path(rank), context=g.servers[rank].context) for rank in range(3)]
+
+    def run(rank, handle):
+        handle.move((rank + 1,), timeout=TIMEOUT_S)
+        try:
+            return handle.observe(timeout=TIMEOUT_S)
+        except ConnectionError as e:
+            return str(e)
+
+    results = g.each(run)
+    assert all(isinstance(result, str) for result in results), results
+    for rank, text in says.items():
+        assert SAME + text in results[rank], (rank, results[rank])
+
+
 def test_a_member_process_that_dies_is_named_at_once():
     rounds = 50
     with ChildProcesses() as children:

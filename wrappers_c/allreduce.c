@@ -23,9 +23,12 @@
  * operation on, a member connects to its partners of lower rank, presenting the secret their
  * server told it, and admits those of higher rank, as a server admits a direct link's client; a
  * move only looks, an observe waits; a partner still missing timeout_ms after the first operation
- * breaks the group, naming it. Members then exchange PART frames; a frame that is not the one
- * expected (its round, sender and step) breaks the group, as a closed connection does: every
- * later operation fails with PS_EREMOTE, naming the member, whose connections then close too.
+ * breaks the group, naming it. So does a partner made for another group shape (the PEER answer
+ * and CONNECT carry it: the members' count, the algorithm and fan-in, the tuples' layout), whose
+ * rounds would not fit this member's: members given different nodes would sum in part, silently.
+ * Members then exchange PART frames; a frame that is not the one expected (its round, sender and
+ * step) breaks the group, as a closed connection does: every later operation fails with
+ * PS_EREMOTE, naming the member, whose connections then close too.
  *
  * A round is the schedule of sends and receives computed for this member when it is made; the
  * caller works through it, and a receive that times out leaves it where it stopped, for the
@@ -76,6 +79,7 @@ typedef struct partner {
     int64_t lookup_due;     /* when to ask again after "not listed yet" */
     char *endpoint;         /* its answer: where it listens (NULL until answered) */
     unsigned char secret[PS_WIRE_SECRET]; /* and the secret to present there */
+    uint64_t shape;         /* and its group's shape */
     ps_channel attempt;     /* the connection to it under way (fd -1: none) */
 } partner;
 
@@ -83,6 +87,8 @@ typedef struct allreduce_stage {
     ps_stage base;
     char group[PS_GROUP_MAX + 1];
     uint32_t rank, size;
+    uint32_t fanin;         /* algorithm tree: its fan-in; doubling: 0 */
+    uint64_t shape;         /* what its partners must agree on (group_shape) */
     int transport;
     int64_t timeout_ns;
     char (*servers)[PS_PEER_ENDPOINT_MAX];  /* each member's server (its main endpoint) */
@@ -176,12 +182,31 @@ static void tree_schedule(schedule_builder *b, uint32_t fanin) {
     }
 }
 
-static void build_schedule(schedule_builder *b, const char *algorithm, uint32_t fanin) {
+static void build_schedule(schedule_builder *b) {
     b->count = 0;
     b->a->partner_count = 0;
     if (b->a->size == 1) return;
-    if (strcmp(algorithm, "tree") == 0) tree_schedule(b, fanin);
+    if (b->a->fanin) tree_schedule(b, b->a->fanin);
     else doubling_schedule(b);
+}
+
+/* What the members' schedules and sums rest on, as one word: the members' count (high half), and
+ * a digest of the algorithm's fan-in and the tuples' layout (the kind, size and place of each
+ * run of fields: 'q' and 'd' sum differently, '@q' and 'q' alike). */
+static uint64_t group_shape(const allreduce_stage *a) {
+    uint32_t digest = 2166136261u; /* FNV-1a */
+    const ps_tuple_format *f = &a->base.format;
+    uint32_t words[2 + 5 * PS_FORMAT_MAX_RUNS], n = 0;
+    words[n++] = a->fanin;
+    words[n++] = (uint32_t)f->size;
+    for (uint32_t i = 0; i < f->run_count; i++) {
+        const ps_field_run *run = &f->runs[i];
+        words[n++] = run->kind, words[n++] = run->item_size, words[n++] = run->swapped;
+        words[n++] = run->offset, words[n++] = run->count;
+    }
+    const unsigned char *bytes = (const unsigned char *)words;
+    for (size_t i = 0; i < n * sizeof *words; i++) digest = (digest ^ bytes[i]) * 16777619u;
+    return (uint64_t)a->size << 32 | digest;
 }
 
 /* ---- failures ------------------------------------------------------------------------------ */
@@ -221,6 +246,21 @@ static int broken(allreduce_stage *a, const char *what, uint32_t rank) {
     return PS_EREMOTE;
 }
 
+/* Partner `rank` was made for a group of another shape: broken, saying how it differs. */
+static int disagrees(allreduce_stage *a, uint32_t rank, uint64_t shape) {
+    char what[PS_FORMAT_MAX_TEXT + 200];
+    uint32_t members = (uint32_t)(shape >> 32);
+    int n = snprintf(what, sizeof what, "every member needs the same nodes, algorithm, fanin and element format; ");
+    if (members != a->size)
+        snprintf(what + n, sizeof what - n, "this one has %u members, %u at", a->size, members);
+    else if (a->fanin)
+        snprintf(what + n, sizeof what - n, "this one has a tree of fan-in %u and format '%s', another at", a->fanin,
+                 a->base.format.text);
+    else
+        snprintf(what + n, sizeof what - n, "this one has doubling and format '%s', another at", a->base.format.text);
+    return broken(a, what, rank);
+}
+
 /* ---- joining ------------------------------------------------------------------------------- */
 
 /* Asks member p's server where p listens and the secret to present (PEER), into p's endpoint
@@ -251,6 +291,7 @@ static int look_up(allreduce_stage *a, partner *p, int64_t deadline) {
         return broken(a, "a refused or malformed answer to PEER for", p->rank);
     char endpoint[PS_PEER_ENDPOINT_MAX];
     memcpy(p->secret, answer.payload, PS_WIRE_SECRET);
+    p->shape = (uint64_t)answer.value;
     snprintf(endpoint, sizeof endpoint, "%.*s", (int)(answer.payload_length - PS_WIRE_SECRET),
              (const char *)answer.payload + PS_WIRE_SECRET);
     ps_control_close(&p->lookup);
@@ -259,9 +300,10 @@ static int look_up(allreduce_stage *a, partner *p, int64_t deadline) {
     return p->endpoint ? PS_OK : broken(a, "out of memory: cannot connect to", p->rank);
 }
 
-/* Looks member p up, then connects where it listens and presents its secret. A connection under
- * way (p's queue is full) stays under way across calls until it is made. PS_OK; PS_ESTATE as
- * look_up; PS_ETIMEDOUT by `deadline`; else broken. */
+/* Looks member p up, then connects where it listens and presents its secret and the group's shape
+ * (so that p hears of a disagreement too). A connection under way (p's queue is full) stays under
+ * way across calls until it is made. PS_OK; PS_ESTATE as look_up; PS_ETIMEDOUT by `deadline`;
+ * else broken. */
 static int connect_to(allreduce_stage *a, partner *p, int64_t deadline) {
     if (!p->endpoint) {
         int asked = look_up(a, p, deadline);
@@ -274,10 +316,10 @@ static int connect_to(allreduce_stage *a, partner *p, int64_t deadline) {
     if (rc != PS_OK) return broken(a, "cannot connect to", p->rank);
     p->channel = p->attempt;
     p->attempt = (ps_channel){.fd = -1};
-    ps_frame hello = {PS_WIRE_CONNECT, 0, 0, a->rank, 0, 0, p->secret, PS_WIRE_SECRET};
+    ps_frame hello = {PS_WIRE_CONNECT, 0, 0, a->rank, 0, (int64_t)a->shape, p->secret, PS_WIRE_SECRET};
     size_t length = ps_wire_encode(&hello, a->frame, a->frame_max);
     if (ps_channel_send(&p->channel, a->frame, length, 0) != PS_OK) return broken(a, "cannot present itself to", p->rank);
-    return PS_OK;
+    return p->shape == a->shape ? PS_OK : disagrees(a, p->rank, p->shape);
 }
 
 static partner *missing_partner(allreduce_stage *a, uint64_t rank) {
@@ -300,33 +342,41 @@ static void refuse(allreduce_stage *a, ps_presenting *p) {
 }
 
 /* A waiting connection that has presented the secret of a missing partner of higher rank is
- * admitted; one that sent anything else, or nothing by its due time (or `now`: its place is
- * wanted), is refused, counted; any other waits on. */
-static void judge(allreduce_stage *a, ps_presenting *p, int now) {
+ * admitted, if made for this group's shape (else the group is broken); one that sent anything
+ * else, or nothing by its due time (or `now`: its place is wanted), is refused, counted; any
+ * other waits on. PS_OK, or broken. */
+static int judge(allreduce_stage *a, ps_presenting *p, int now) {
     ps_frame frame;
     int received = ps_channel_receive(&p->channel, 0, &frame); /* no wait: it is there or not */
-    if (received == PS_ETIMEDOUT && !now && ps_now_ns() < p->due) return;
+    if (received == PS_ETIMEDOUT && !now && ps_now_ns() < p->due) return PS_OK;
     partner *in = received == PS_OK ? presented(a, &frame) : NULL;
     if (!in) {
         refuse(a, p);
-        return;
+        return PS_OK;
     }
+    if ((uint64_t)frame.value != a->shape) return disagrees(a, in->rank, (uint64_t)frame.value);
     in->channel = p->channel; /* with whatever came after the CONNECT */
     *p = a->waiting[--a->waiting_count];
+    return PS_OK;
 }
 
 /* Takes the connections that came (at most PENDING_MAX a call; with PENDING_MAX waiting, a new
  * one takes the place of the one that has waited longest, judged on what it sent by then), then
- * judges those waiting. */
-static void admit(allreduce_stage *a) {
+ * judges those waiting. PS_OK, or broken. */
+static int admit(allreduce_stage *a) {
     ps_channel fresh;
     for (int taken = 0; a->listener >= 0 && taken < PENDING_MAX &&
                         ps_channel_accept(a->listener, a->frame_max, SEND_WAIT_NS, &fresh) == PS_OK; taken++) {
-        if (a->waiting_count == PENDING_MAX)
-            judge(a, &a->waiting[ps_presenting_oldest(a->waiting, a->waiting_count)], 1);
+        if (a->waiting_count == PENDING_MAX &&
+            judge(a, &a->waiting[ps_presenting_oldest(a->waiting, a->waiting_count)], 1) != PS_OK) {
+            ps_channel_close(&fresh);
+            return PS_EREMOTE;
+        }
         a->waiting[a->waiting_count++] = (ps_presenting){fresh, ps_now_ns() + CONNECT_WAIT_MS * MS};
     }
-    for (int i = a->waiting_count - 1; i >= 0; i--) judge(a, &a->waiting[i], 0);
+    for (int i = a->waiting_count - 1; i >= 0; i--)
+        if (judge(a, &a->waiting[i], 0) != PS_OK) return PS_EREMOTE;
+    return PS_OK;
 }
 
 /* Stops listening: every partner is in. */
@@ -359,7 +409,7 @@ static int join(allreduce_stage *a, int64_t deadline) {
             partner *p = &a->partners[i];
             if (p->channel.fd < 0 && p->rank < a->rank && connect_to(a, p, until) == PS_EREMOTE) return PS_EREMOTE;
         }
-        admit(a);
+        if (admit(a) != PS_OK) return PS_EREMOTE;
         uint32_t missing = 0;
         partner *first = NULL;
         for (uint32_t i = 0; i < a->partner_count; i++)
@@ -669,7 +719,7 @@ static int start_listening(allreduce_stage *a, char *error, size_t error_size) {
         snprintf(error, error_size, "stage 'allreduce': cannot listen for its peers on '%s'", host);
         return PS_EREMOTE;
     }
-    int rc = ps_peer_list(a->group, a->rank, endpoint, a->secret);
+    int rc = ps_peer_list(a->group, a->rank, endpoint, a->secret, a->shape);
     if (rc == PS_ESTATE)
         snprintf(error, error_size, "stage 'allreduce': member %u of group '%s' is in this process already (give each "
                  "group a name of its own)", a->rank, a->group);
@@ -693,13 +743,14 @@ static int allreduce_create(const ps_params *params, const ps_build_context *con
     if (rc == PS_OK) rc = take_members(a, params, context, error, error_size);
     schedule_builder builder = {a, NULL, 0};
     if (rc == PS_OK) {
-        const char *algorithm = ps_params_str(params, "algorithm");
-        uint32_t fanin = (uint32_t)ps_params_int(params, "fanin");
+        int tree = strcmp(ps_params_str(params, "algorithm"), "tree") == 0;
+        a->fanin = tree ? (uint32_t)ps_params_int(params, "fanin") : 0;
+        a->shape = group_shape(a);
         a->partners = calloc(a->size, sizeof *a->partners); /* at most size - 1 partners */
-        build_schedule(&builder, algorithm, fanin); /* counts */
+        build_schedule(&builder); /* counts */
         a->schedule = calloc(builder.count + 1, sizeof *a->schedule);
         builder.out = a->schedule;
-        if (a->partners && a->schedule) build_schedule(&builder, algorithm, fanin);
+        if (a->partners && a->schedule) build_schedule(&builder);
         a->steps = builder.count;
         for (uint32_t i = 0; a->partners && i < a->partner_count; i++)
             a->partners[i].channel = a->partners[i].attempt = (ps_channel){.fd = -1};

@@ -12,6 +12,7 @@ typedef struct member {
     uint32_t rank;
     char endpoint[PS_PEER_ENDPOINT_MAX];
     unsigned char secret[PS_WIRE_SECRET];
+    uint64_t shape;
     struct member *next;
 } member;
 
@@ -24,13 +25,15 @@ static member **place_of(const char *group, uint32_t rank) {
     return at;
 }
 
-int ps_peer_list(const char *group, uint32_t rank, const char *endpoint, const unsigned char secret[PS_WIRE_SECRET]) {
+int ps_peer_list(const char *group, uint32_t rank, const char *endpoint, const unsigned char secret[PS_WIRE_SECRET],
+                 uint64_t shape) {
     member *m = calloc(1, sizeof *m);
     if (!m) return PS_ENOMEM;
     strncpy(m->group, group, PS_GROUP_MAX);
     m->rank = rank;
     strncpy(m->endpoint, endpoint, PS_PEER_ENDPOINT_MAX - 1);
     memcpy(m->secret, secret, PS_WIRE_SECRET);
+    m->shape = shape;
     pthread_mutex_lock(&lock);
     member **at = place_of(m->group, rank);
     int taken = *at != NULL;
@@ -50,12 +53,13 @@ void ps_peer_unlist(const char *group, uint32_t rank) {
 }
 
 int ps_peer_find(const char *group, uint32_t rank, char endpoint[PS_PEER_ENDPOINT_MAX],
-                 unsigned char secret[PS_WIRE_SECRET]) {
+                 unsigned char secret[PS_WIRE_SECRET], uint64_t *shape) {
     pthread_mutex_lock(&lock);
     member *m = *place_of(group, rank);
     if (m) {
         memcpy(endpoint, m->endpoint, PS_PEER_ENDPOINT_MAX);
         memcpy(secret, m->secret, PS_WIRE_SECRET);
+        *shape = m->shape;
     }
     pthread_mutex_unlock(&lock);
     return m ? PS_OK : PS_ESTATE;

@@ -756,15 +756,16 @@ static int hostile_peers(const char *group) {
     char endpoint[PS_PEER_ENDPOINT_MAX], error[256];
     unsigned char secret[PS_WIRE_SECRET], wrong[PS_WIRE_SECRET], garbage[PS_WIRE_HEADER];
     unsigned char frame[PS_WIRE_HEADER + PS_WIRE_SECRET];
-    if (ps_peer_find(group, 0, endpoint, secret) != PS_OK) {
+    uint64_t shape;
+    if (ps_peer_find(group, 0, endpoint, secret, &shape) != PS_OK) {
         fail("allreduce: group '%s' rank 0 is not listed", group);
         return 0;
     }
     memset(garbage, 0xff, sizeof garbage);
     memcpy(wrong, secret, sizeof wrong);
     wrong[7] ^= 1;
-    ps_frame hellos[] = {{PS_WIRE_CONNECT, 0, 0, 1, 0, 0, wrong, PS_WIRE_SECRET},
-                         {PS_WIRE_CONNECT, 0, 0, 0, 0, 0, secret, PS_WIRE_SECRET}};
+    ps_frame hellos[] = {{PS_WIRE_CONNECT, 0, 0, 1, 0, (int64_t)shape, wrong, PS_WIRE_SECRET},
+                         {PS_WIRE_CONNECT, 0, 0, 0, 0, (int64_t)shape, secret, PS_WIRE_SECRET}};
     int made = 0;
     for (int i = 0; i < 3; i++) {
         ps_channel c;
