@@ -24,7 +24,7 @@ def tree_handles(n: int, tree: str, pastset: paths.PastSet, element=("GSUM", "q"
 
 
 def parse_counts(text: str) -> list[int]:
-    """'1,2,4' -> [1, 2, 4]; each count >= 1."""
+    """'1,2,4' -> [1, 2, 4]; each count >= 1, each once (a run would measure it twice)."""
     try:
         counts = [int(x) for x in text.split(",") if x]
     except ValueError:
@@ -32,6 +32,9 @@ def parse_counts(text: str) -> list[int]:
     if not counts or min(counts) < 1 or max(counts) > MAX_THREADS:
         raise argparse.ArgumentTypeError(f"counts must be from 1 to {MAX_THREADS} (the most threads a run places), "
                                          f"got {text!r}")
+    twice = sorted({c for c in counts if counts.count(c) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{', '.join(map(str, twice))} given more than once in {text!r}: expected each count once")
     return counts
 
 

@@ -137,6 +137,7 @@ def test_cluster_gsum_quick_compares_tcp_zmq_allreduce_and_mpi_and_writes_csv(pr
 
 @pytest.mark.parametrize("args, words", [
     (["--nodes", "1"], "at least 2 nodes"), (["--rounds", "0"], "--rounds"),
+    (["--nodes", "2,4,2"], "--nodes: 2 given more than once in '2,4,2': expected each count once"),
     (["--csv", "/no/such/folder/out.csv"], "--csv /no/such/folder/out.csv: no folder /no/such/folder to write it in"),
     (["--nodes", "16", "--threads-per-node", "2"],
      "--threads-per-node: more than 1 runs at 8 nodes and fewer, so --nodes 16 leaves nothing to measure"),
