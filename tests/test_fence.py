@@ -28,6 +28,22 @@ def test_fence_sends_what_a_batch_holds_and_returns_once_it_is_in(space):
     assert element.last() == 42
 
 
+@pytest.mark.parametrize("buffers", [2, 4])
+def test_a_fence_that_times_out_has_put_what_a_batch_held_on_its_way(space, buffers):
+    """The batch's send (through a 50 ms crossing) outlasts the fence's 10 ms: TimeoutError, and
+    the moves go on all the same, with no later operation of the caller to take them."""
+    h = build_path(make_path(stage("batch", max_moves=100, buffers=buffers), stage("delay", ms=50),
+                             stage("core", name="FT", format="q")), pastset=space)
+    element = space.enter("FT", "q")
+    h.move_many([(v,) for v in range(10)])
+    with pytest.raises(TimeoutError):
+        paths.fence(h, timeout=0.01)
+    assert element.observe(9, timeout=PATIENCE_S) == (9,)
+    assert [element.observe(i) for i in range(10)] == [(v,) for v in range(10)]
+    paths.fence(h, timeout=PATIENCE_S)
+    assert element.last() == 10 and h.stage.counters()["moves_sent"] == 10
+
+
 def test_fence_on_a_plain_path_and_on_an_element_is_immediate(space):
     h = build_path(make_path(stage("core", name="F", format="q")), pastset=space)
     h.move(1)

@@ -19,7 +19,7 @@
  * caller's. With flush_us > 0 the sender also sends a buffer whose oldest move has
  * waited flush_us; it takes the buffer only while its caller is in no operation (`owner`). An
  * operation other than a move first waits for what its caller handed over, then sends the rest
- * itself, and only then goes down.
+ * itself, and only then goes down; one that times out first hands the rest over (buffers >= 2).
  *
  * Failures. A send that times out keeps what did not go (at the front of the buffer, for the next
  * try; the sender tries again). Any other failure drops what did not go, and so the moves the
@@ -299,11 +299,15 @@ static int wait_sent(batch_stage *b, caller *c, uint32_t slot, uint32_t on_way, 
     }
 }
 
-/* Everything the caller holds goes down by the deadline: what it handed over, then the rest. */
+/* Everything the caller holds goes down by the deadline: what it handed over, then the rest. At
+ * the deadline, what is left of the rest goes to the sender (buffers >= 2): an operation that
+ * timed out (a fence, say) has put the moves before it on their way all the same. */
 static int send_all(batch_stage *b, caller *c, ps_link *link, int64_t deadline) {
     int rc = wait_sent(b, c, link->slot, 0, deadline);
     if (rc == PS_OK) rc = take_failure(b, c, link->slot);
-    return rc == PS_OK ? send_filling(b, c, ps_stage_down(link), deadline) : rc;
+    if (rc == PS_OK) rc = send_filling(b, c, ps_stage_down(link), deadline);
+    if (rc == PS_ETIMEDOUT && b->buffers > 1 && c->count) hand_off(b, c, link->slot);
+    return rc;
 }
 
 /* ---- the caller's operations ---------------------------------------------------------------- */
