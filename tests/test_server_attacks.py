@@ -131,12 +131,13 @@ def test_a_pattern_and_a_remote_stage_both_written_as_a_bare_host_and_port_match
 
 def test_a_patterns_star_stays_within_a_label_of_the_host_and_its_port(children, listener):
     """'tcp://127.0.0.*:PORT' is four labels and a port: it takes no host name that begins with
-    them (a name resolves anywhere), and no endpoint with a port after the port."""
+    them (a name resolves anywhere), not even one of four labels (a pattern of addresses takes
+    addresses only), and no endpoint with a port after the port."""
     port = listener.getsockname()[1]
     server, endpoint = children.paths_serve("--allow-remote", f"tcp://127.0.0.*:{port}")
     attacker = from_host(endpoint, "127.0.0.2")
-    for target in (f"tcp://127.0.0.example.invalid:{port}", f"tcp://127.0.0.1:{port}:{port}",
-                   f"tcp://127.0.0.1.2:{port}"):
+    for target in (f"tcp://127.0.0.example.invalid:{port}", f"tcp://127.0.0.localhost:{port}",
+                   f"tcp://127.0.0.1x:{port}", f"tcp://127.0.0.1:{port}:{port}", f"tcp://127.0.0.1.2:{port}"):
         with pytest.raises(ValueError, match=f"this server reaches only the endpoints it trusts .*'{target}' is not one"):
             build_path(path_to(attacker, stage("remote", host=target)), pastset=paths.PastSet())
     assert accepted(listener, 0.3) == []

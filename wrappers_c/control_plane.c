@@ -135,16 +135,32 @@ static int as_parts(const char *text, int tcp, char *out, size_t size) {
     return 1;
 }
 
+/* Whether a tcp endpoint's host (past "tcp://", up to its last ':') is written in digits and dots
+ * (with `wildcards`, a pattern's * ? [...] too), a digit among them: an IPv4 address, or a pattern
+ * of them. */
+static int numeric_host(const char *text, int wildcards) {
+    const char *host = text + 6, *end = strrchr(host, ':');
+    int digits = 0;
+    for (const char *c = host; end && c < end; c++) {
+        if (*c >= '0' && *c <= '9') digits = 1;
+        else if (*c != '.' && !(wildcards && strchr("*?[]!^-", *c))) return 0;
+    }
+    return digits;
+}
+
 int ps_endpoint_trusted(const ps_build_context *context, const char *endpoint) {
     if (!context->trusted_endpoints) return 1;
     if (strchr(endpoint, ';')) return 0; /* a pattern's '*' would let a source address through */
-    int tcp = strncmp(endpoint, "tcp://", 6) == 0;
+    int tcp = strncmp(endpoint, "tcp://", 6) == 0, address = tcp && numeric_host(endpoint, 0);
     char parts[ENDPOINT_TEXT_MAX], pattern[ENDPOINT_TEXT_MAX];
     if (!as_parts(endpoint, tcp, parts, sizeof parts)) return 0;
-    for (size_t i = 0; i < context->trusted_endpoint_count; i++)
-        if (as_parts(context->trusted_endpoints[i], tcp, pattern, sizeof pattern) &&
-            fnmatch(pattern, parts, FNM_PATHNAME | FNM_PERIOD) == 0)
+    for (size_t i = 0; i < context->trusted_endpoint_count; i++) {
+        const char *trusted = context->trusted_endpoints[i];
+        if (tcp && !address && strncmp(trusted, "tcp://", 6) == 0 && numeric_host(trusted, 1))
+            continue; /* a pattern of addresses takes no host name (10.1.2.* no 10.1.2.localhost) */
+        if (as_parts(trusted, tcp, pattern, sizeof pattern) && fnmatch(pattern, parts, FNM_PATHNAME | FNM_PERIOD) == 0)
             return 1;
+    }
     return 0;
 }
 
