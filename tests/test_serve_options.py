@@ -311,3 +311,11 @@ def test_the_socket_file_a_dead_server_left_is_bound_anew(tmp_path):
     left.close()  # its file stays, with nobody listening
     with PathServer(f"ipc://{path}", pastset=paths.PastSet()).start():
         assert stat.S_ISSOCK(path.stat().st_mode)
+
+
+@pytest.mark.parametrize("bind", ["tcp://127.0.0.1:108993", "tcp://127.0.0.1:0", "tcp://127.0.0.1"])
+def test_a_path_server_refuses_a_port_zeromq_would_take_as_another(bind):
+    """libzmq would bind port 108993 as 43457 (its value modulo 65536), and clients of the port
+    written would find nobody: refused as `paths serve --bind` refuses it."""
+    with pytest.raises(ValueError, match=rf"PathServer\('{bind}'\): expected tcp://HOST:PORT with PORT from 1 to 65535"):
+        PathServer(bind, pastset=paths.PastSet())

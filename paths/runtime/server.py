@@ -72,6 +72,9 @@ class PathServer:
         self.pastset = context.pastset
         self.policy = policy if policy is not None else ServerPolicy()
         self.ledger = ClientLedger(self.policy)
+        problem = _endpoint_problem(bind) if isinstance(bind, str) else ""
+        if problem:
+            raise ValueError(f"PathServer({bind!r}): {problem}")
         self.native = _native.Server(bind, curve_secret, curve_clients)
         self.endpoint = self.native.endpoint
         self.id = secrets.token_hex(8)  # what the paths it sends on say they crossed
