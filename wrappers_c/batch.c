@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "deferred_failure.h"
+#include "forks.h"
 #include "stage_base.h"
 #include "stage_kinds.h"
 #include "waitpoint.h"
@@ -72,6 +73,7 @@ typedef struct caller {
     _Atomic int resume_known;
     _Atomic uint32_t resume_at;
     _Atomic int live;            /* a caller is attached (the sender's timer looks only at those) */
+    unsigned forks;              /* ps_forks() when it attached: another count, and it is a parent's */
     _Atomic int leaving;         /* the caller goes: the sender gives up a send it cannot finish */
     _Alignas(CACHE_LINE) _Atomic uint32_t sent; /* handed buffers the sender is done with */
     ps_waitpoint sent_wp;        /* the caller waits here for `sent` */
@@ -426,6 +428,8 @@ static int send_then_pass(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
 static int batch_call(ps_link *link, ps_op *op) {
     batch_stage *b = batch_of(link);
     caller *c = &b->callers[link->slot];
+    if (c->forks != ps_forks())
+        return ps_stage_refuse_inherited(&b->base, b->has_sender ? "buffers and sender thread" : "buffers");
     uint32_t shape = ps_op_kinds[op->kind].shape;
     int moves_only = shape & (PS_OP_TUPLE_IN | PS_OP_TUPLES_IN) && !(shape & (PS_OP_TUPLE_OUT | PS_OP_TUPLES_OUT));
     if (b->flush_ns) take_owner(c);
@@ -522,16 +526,23 @@ static int batch_attach(ps_stage *stage, uint32_t slot) {
     atomic_store(&c->dropped_below, 0);
     atomic_store(&c->halted, 0);
     atomic_store(&c->leaving, 0);
+    c->forks = ps_forks();
     atomic_store_explicit(&c->live, 1, memory_order_release);
     return PS_OK;
 }
 
 /* The caller goes: what it holds goes down first, within RELEASE_WAIT_NS; what cannot (a bound
- * that stays full, a failure nobody will hear of now) is said on stderr, never dropped silently. */
+ * that stays full, a failure nobody will hear of now) is said on stderr, never dropped silently.
+ * A forked child's copy of its parent's caller only goes: what it holds is the parent's. */
 static void batch_detach(ps_stage *stage, uint32_t slot) {
     batch_stage *b = (batch_stage *)stage;
     caller *c = &b->callers[slot];
     if (!c->tuples) return; /* its attach failed before it got buffers */
+    if (c->forks != ps_forks()) {
+        free(c->tuples);
+        c->tuples = NULL;
+        return;
+    }
     if (b->flush_ns) take_owner(c);
     atomic_store(&c->live, 0);
     int64_t deadline = ps_deadline(RELEASE_WAIT_NS);

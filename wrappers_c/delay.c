@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "deferred_failure.h"
+#include "forks.h"
 #include "stage_base.h"
 #include "stage_kinds.h"
 #include "waitpoint.h"
@@ -69,6 +70,7 @@ typedef struct wire_caller {
     _Atomic int leaving;                 /* it goes: the courier drops what it cannot deliver at once */
     ps_deferred_failure failure;
     _Atomic uint64_t dropped_after;      /* moves the courier dropped after the failure, whole */
+    unsigned forks;                      /* ps_forks() when it attached: another count, and it is a parent's */
 } wire_caller;
 
 typedef struct delay_stage {
@@ -320,6 +322,8 @@ static int settle(delay_stage *d, ps_link *link, ps_op *op, int64_t deadline) {
  * both ways; the others pass at once (pipelined: behind the caller's moves). */
 static int delay_call(ps_link *link, ps_op *op) {
     delay_stage *d = delay_of(link);
+    if (d->pipelined && d->callers[link->slot].forks != ps_forks())
+        return ps_stage_refuse_inherited(&d->base, "wire and courier thread");
     int64_t deadline = ps_deadline(op->timeout_ns);
     if (d->pipelined && (op->kind == PS_OP_MOVE || op->kind == PS_OP_MOVE_MANY)) {
         wire_caller *c = &d->callers[link->slot];
@@ -346,14 +350,22 @@ static int delay_call(ps_link *link, ps_op *op) {
     return waits ? come_back(link, op, rc, deadline) : rc;
 }
 
+static int delay_attach(ps_stage *stage, uint32_t slot) {
+    delay_stage *d = (delay_stage *)stage;
+    if (d->pipelined) d->callers[slot].forks = ps_forks();
+    return PS_OK;
+}
+
 /* A caller gone leaves nothing on its way for the next caller of its slot. Pipelined, its moves
  * are applied first, within RELEASE_WAIT_NS; what cannot be (a stage below that stays full, a
- * failure nobody will hear of now) is said on stderr, never dropped silently. */
+ * failure nobody will hear of now) is said on stderr, never dropped silently. A forked child's
+ * copy of its parent's caller only goes: what is on the wire is the parent's. */
 static void delay_detach(ps_stage *stage, uint32_t slot) {
     delay_stage *d = (delay_stage *)stage;
     d->messages[slot].op = 0;
     if (!d->pipelined) return;
     wire_caller *c = &d->callers[slot];
+    if (c->forks != ps_forks()) return;
     if (wait_delivered(d, c, ps_deadline(RELEASE_WAIT_NS)) != PS_OK) {
         atomic_store(&c->leaving, 1); /* the courier gives up its message within a slice */
         drop_queued(d, slot);
@@ -465,5 +477,6 @@ const ps_stage_kind ps_kind_delay = {
     .footprint = delay_footprint,
     .counters = delay_counters,
     .destroy = delay_destroy,
+    .attach = delay_attach,
     .detach = delay_detach,
 };

@@ -139,6 +139,12 @@ void ps_stage_explain(ps_stage *stage, const char *fmt, ...) {
 
 uint64_t ps_stage_explanations(void) { return atomic_load_explicit(&explanations, memory_order_relaxed); }
 
+int ps_stage_refuse_inherited(ps_stage *stage, const char *held) {
+    ps_stage_explain(stage, "%s: this process did not make the handle: a forked child inherits its parent's %s, "
+                     "which stay the parent's: the child builds paths of its own", stage->kind->name, held);
+    return PS_ESTATE;
+}
+
 void ps_stage_explain_moves(ps_stage *stage, int status, uint32_t done, uint32_t of, const char *sent,
                             const char *failed, const char *after) {
     char below[PS_STAGE_ERROR_MAX], unknown[96] = "";

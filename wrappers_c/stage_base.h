@@ -52,6 +52,11 @@ static inline int ps_axe_may_have_taken_effect(int rc) {
 void ps_stage_explain(ps_stage *stage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 uint64_t ps_stage_explanations(void);
 
+/* A caller's link made in its parent process (forks.h): what the stage holds for it (buffers, a
+ * thread's queue, a connection) is the parent's, for the parent to send. Says so in the stage's
+ * error, naming what it holds; returns PS_ESTATE: nothing was done. */
+int ps_stage_refuse_inherited(ps_stage *stage, const char *held);
+
 /* Sets the stage's error to say what became of `of` moves it sent down that failed with `status`:
  * "<kind>: <done> of <of> moves <sent> took effect, then <failed> (<status>)<after>: <the
  * explanation below>", where a lost answer makes done "at least <done>" and says the others may
