@@ -91,6 +91,17 @@ def test_tree_render_shows_threads_stages_and_element(space):
     assert '_c0 [shape=ellipse, label="my \\"label\\" \\\\x"];' in paths.to_dot(quoted)
 
 
+@pytest.mark.parametrize("label, error", [(5, TypeError), (b"x", TypeError), ("a\x00b", ValueError),
+                                          ("two\nlines", ValueError), ("x" * 201, ValueError), ("", ValueError)])
+def test_a_label_that_is_no_line_of_text_is_refused_before_anything_is_built(space, label, error):
+    """A label names its caller in messages and in paths.show, one line each. The refused build
+    takes no caller's place: the sum's one slot is still there for the next."""
+    path = make_path(stage("reduce-sum", num_threads=1), stage("core", name="L", format="q"))
+    with pytest.raises(error, match=r"^build_path: label: expected None or text of 1 to 200 printable characters"):
+        build_path(path, pastset=space, label=label)
+    assert build_path(path, pastset=space, label="x" * 200).stage.link_count == 1
+
+
 @pytest.mark.parametrize(
     "spec, error, words",
     [

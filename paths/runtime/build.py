@@ -370,6 +370,7 @@ def _check_fan_in(specs: StageKey, existing: list[BuiltStage | None]) -> None:
             return
 
 
+LABEL_MAX = 200  # characters of a handle's label: one line of a message, with the rest of it
 _DEFAULT_LOCK = threading.Lock()
 _default_context: BuildContext | None = None
 # The context of each PastSet given to build_path alone, so that its builds merge.
@@ -434,6 +435,10 @@ def build_path(
         raise TypeError(f"build_path: context: expected a paths.BuildContext, got {context!r:.200}")
     if pastset is not None and not isinstance(pastset, _native.PastSet):
         raise TypeError(f"build_path: pastset: expected a paths.PastSet, got {pastset!r:.200}")
+    if label is not None and not (isinstance(label, str) and 0 < len(label) <= LABEL_MAX and label.isprintable()):
+        raise (ValueError if isinstance(label, str) else TypeError)(
+            f"build_path: label: expected None or text of 1 to {LABEL_MAX} printable characters (it names the "
+            f"caller in messages, one line each), got {label!r:.200}")
     if context is None:
         context = context_of(pastset) if pastset is not None else default_context()
     elif pastset is not None and pastset is not context.pastset:
