@@ -458,8 +458,8 @@ def test_a_map_whose_allreduce_crosses_a_delayed_link_is_one_line_for_every_comm
                     ("show", "--map", str(linked), "--threads", "4")):
         refused = paths_command(*command)
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1, (command, refused.stderr)
-        assert refused.stderr.startswith(f"paths {command[0]}: {linked}: map 'linked': tree form allreduce: the link "
-                                         f"between clusters 'a' and 'b' has a delay or a batch"), refused.stderr
+        assert refused.stderr.startswith(f"paths {command[0]}: {linked}:8: links[0]: map 'linked': tree form allreduce: "
+                                         f"the link between clusters 'a' and 'b' has a delay or a batch"), refused.stderr
     assert paths_command("launch", "--map", str(linked), "--threads", "2", "--", "true").returncode == 0, \
         "two threads stay inside cluster a"
 

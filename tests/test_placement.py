@@ -182,6 +182,16 @@ def test_a_user_policy_that_raises_is_a_value_error_naming_it_and_the_line(polic
     assert str(info.value).endswith("my_policies.py:14)")
 
 
+def test_a_maps_own_policy_that_raises_or_misplaces_names_the_maps_file_line_and_field(policy_module):
+    for func, problem in (("raising", "raised LookupError: no room for 4 threads (at "), ("too_few", "expected 4")):
+        text = FOUR_W.text.replace("policy: block", f"policy: my_policies:{func}")
+        cluster_map = load_map_text(text, source="mine.yaml")
+        line = text.splitlines().index(f"policy: my_policies:{func}") + 1
+        with pytest.raises(ValueError) as info:
+            place(cluster_map, 4)
+        assert str(info.value).startswith(f"mine.yaml:{line}: policy: 'my_policies:{func}': {problem}"), info.value
+
+
 @pytest.mark.parametrize(
     "policy, problem",
     [

@@ -148,6 +148,27 @@ class ClusterMap:
         ends = {cluster_a, cluster_b}
         return next((link for link in self.links if set(link.clusters) == ends), None)
 
+    def line_of(self, *path: Union[str, int]) -> Optional[int]:
+        """The line of the map's text where the field at `path` (keys and list indexes, e.g.
+        ("links", 0)) is written, for messages about it; None where the text does not say it."""
+        try:
+            node = yaml.SafeLoader(self.text).get_single_node()
+        except (yaml.YAMLError, RecursionError):
+            return None
+        line = None
+        for step in path:
+            if isinstance(node, yaml.MappingNode):
+                found = next(((key, value) for key, value in node.value if key.value == step), None)
+                if found is None:
+                    return None
+                line, node = found[0].start_mark.line + 1, found[1]
+            elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) and 0 <= step < len(node.value):
+                node = node.value[step]
+                line = node.start_mark.line + 1
+            else:
+                return None
+        return line
+
     def proto_between(self, cluster_a: str, cluster_b: str) -> Optional[str]:
         """The transport of a hop between two clusters' nodes: the link's if it names one, else,
         inside one cluster, the cluster's; None leaves it to the remote stage (direct tcp, or zmq

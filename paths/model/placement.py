@@ -123,6 +123,10 @@ def _deal(cluster_map: ClusterMap, slots: list[str], n_threads: int) -> list[str
 
 
 def _where(cluster_map: ClusterMap, policy_name: str) -> str:
+    """Where a message about a policy points: the map's `policy:` line when it is the map's."""
+    line = cluster_map.line_of("policy") if policy_name == cluster_map.policy else None
+    if line is not None:
+        return f"{cluster_map.source}:{line}: policy: {shown(policy_name)}"
     return f"policy {shown(policy_name)} (map {cluster_map.source})"
 
 

@@ -208,9 +208,14 @@ def plan_reduction(
     )
 
 
-def _unusable(cluster_map: ClusterMap, problem: str) -> MapError:
-    """A map that cannot carry a run's sums, named by its file and name."""
-    return MapError(f"{cluster_map.source}: map {shown(cluster_map.name)}: {problem}")
+def _unusable(cluster_map: ClusterMap, problem: str, *field: Union[str, int]) -> MapError:
+    """A map that cannot carry a run's sums, named by its file and name, and by the line and the
+    path of the field at fault (keys and list indexes) where its text says it."""
+    line = cluster_map.line_of(*field) if field else None
+    if line is None:
+        return MapError(f"{cluster_map.source}: map {shown(cluster_map.name)}: {problem}")
+    shown_field = "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in field).lstrip(".")
+    return MapError(f"{cluster_map.source}:{line}: {shown_field}: map {shown(cluster_map.name)}: {problem}")
 
 
 def _sum_tree(cluster_map: ClusterMap, threads_on: dict[str, list[_Thread]], max_fanin: int) -> Union[_Sum, _Thread]:
@@ -246,13 +251,15 @@ def _allreduce(cluster_map: ClusterMap, group: str, nodes: list[str], rank: int,
         for b in clusters[i:]:
             link = cluster_map.link_between(a, b)
             carrier = f"the link between clusters {a!r} and {b!r}" if a != b else f"cluster {a!r}"
+            field = ("links", cluster_map.links.index(link)) if link is not None else ("clusters", a)
             if link is not None and (link.delay_ms is not None or link.batch is not None):
                 raise _unusable(cluster_map, f"tree form {form}: {carrier} has a delay or a batch, which allreduce's "
-                                             f"direct connections do not carry: use tree form sums on this map")
+                                             f"direct connections do not carry: use tree form sums on this map", *field)
             proto = cluster_map.proto_between(a, b)
             if proto == "zmq":
                 raise _unusable(cluster_map, f"tree form {form}: {carrier} is on zmq (its proto), and allreduce's "
-                                             f"members connect directly (tcp or ipc): use tree form sums on this map")
+                                             f"members connect directly (tcp or ipc): use tree form sums on this map",
+                                *field)
             protos.add(proto)
     params = {"group": group, "nodes": ",".join(nodes), "rank": rank}
     if form == "allreduce-tree":
