@@ -1409,7 +1409,11 @@ def test_a_program_rank_that_fails_ends_at_once_though_the_others_wait_for_it(ra
 @pytest.mark.parametrize("args, line", [
     (["--paths-map", "no-such-map"], "paths_init: --paths-map: no built-in map 'no-such-map': expected one of local, "
                                      "multicluster, paper-2w, paper-4w, paper-8w"),
-    (["--paths-thread", "3"], "paths_init: --paths-thread 3: expected 0 <= thread < --paths-threads (1)"),
+    (["--paths-thread", "3"], "paths_init: --paths-thread 3: expected 0 <= thread < 1 (--paths-threads, 1 when not "
+                              "given)"),
+    (["--paths-thread", "3", "--paths-threads", "2"], "paths_init: --paths-thread 3: expected 0 <= thread < 2 "
+                                                      "(--paths-threads 2)"),
+    (["--paths-threads", "0"], "paths_init: --paths-threads 0: expected a whole number >= 1"),
     (["--paths-acquire", "nowhere:hook"], "paths_init: acquire hook 'nowhere:hook': cannot import module 'nowhere' "
                                           "(No module named 'nowhere')"),
     (["--paths-colour", "red"], "paths_init: --paths-colour: unknown option (known: --paths-map, --paths-thread, "
@@ -1419,8 +1423,8 @@ def test_a_program_rank_that_fails_ends_at_once_though_the_others_wait_for_it(ra
     (["--paths-threads=two"], "paths_init: --paths-threads two: expected a whole number"),
     (["--paths-arg", "n=1", "--paths-arg=n=2"], "paths_init: --paths-arg 'n=2': n is given twice (first n=1): "
                                                 "expected each KEY once"),
-], ids=["unknown map", "thread out of range", "missing hook", "unknown option", "no value", "not a number",
-        "an arg twice"])
+], ids=["unknown map", "thread out of range", "thread past threads", "no threads", "missing hook",
+        "unknown option", "no value", "not a number", "an arg twice"])
 def test_a_program_with_bad_paths_options_says_so_in_one_line(program, args, line):
     done = subprocess.run([str(program), "10", *args], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", line + "\n")
@@ -1453,6 +1457,14 @@ def test_a_programs_own_paths_acquire_shows_a_long_name_short_as_a_kernels_does(
     escapes = "\\udcff" * 10
     assert str(escaped.value).startswith(f"paths_acquire('{escapes}...(600000 bytes)', 'q') by thread 0: ")
     assert len(str(escaped.value)) < 2048
+
+
+def test_a_programs_paths_options_end_at_a_double_dash():
+    """What follows `--` is the program's own, a --paths-* word too (for a program it starts)."""
+    from paths.runtime.process_context import program_options
+
+    options, others = program_options(["a", "--paths-map=local", "b", "--", "--paths-map", "x", "c"], environ={})
+    assert (options, others) == ({"--paths-map": ["local"]}, [0, 2, 3, 4, 5, 6])
 
 
 def test_paths_acquire_in_python_uses_the_process_runtime():

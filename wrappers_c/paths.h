@@ -169,7 +169,8 @@ int64_t paths_now_ns(void);                        /* a monotonic clock */
  * A program that is not a kernel (a main of its own) passes NULL as the context: it is one
  * thread of a run (call from one thread at a time), on the node where the map's placement puts
  * that thread. paths_init starts the embedded Python, loads the map and the hooks, and takes its
- * own options out of argv (`--paths-X VALUE` or `--paths-X=VALUE`):
+ * own options out of argv (`--paths-X VALUE` or `--paths-X=VALUE`, up to a `--`, which stays with
+ * what follows it: the program's own):
  *     --paths-map MAP       a YAML file or a shipped map's name (default: PATHS_MAP, else local)
  *     --paths-policy P      the placement policy (default: PATHS_POLICY, else the map's)
  *     --paths-sum NAME      an element to reduce as a sum (repeatable; default: PATHS_SUM, a,b)

@@ -300,12 +300,16 @@ PROGRAM_OPTIONS = {  # --paths-X: (what it takes, whether it may repeat, the var
 
 
 def program_options(argv: list[str], environ=None) -> tuple[dict[str, list[str]], list[int]]:
-    """The --paths-* options in argv (`--paths-X VALUE` or `--paths-X=VALUE`), each with its
-    values, else from its variable in environ (PATHS_SUM: comma-separated), and the indices of
-    the other arguments; RunSetupError (a ValueError) for an unknown or incomplete one."""
+    """The --paths-* options in argv (`--paths-X VALUE` or `--paths-X=VALUE`) up to a `--`, each
+    with its values, else from its variable in environ (PATHS_SUM: comma-separated), and the
+    indices of the other arguments (the `--` and all after it among them: the program's own, for
+    a program it starts, say); RunSetupError (a ValueError) for an unknown or incomplete one."""
     options: dict[str, list[str]] = {}
     others, i = [], 0
     while i < len(argv):
+        if argv[i] == "--":
+            others.extend(range(i, len(argv)))
+            break
         name, equals, value = argv[i].partition("=")
         if not name.startswith("--paths-"):
             others.append(i)
@@ -353,8 +357,11 @@ def start_program(argv: list[str]) -> list[int]:
     options, others = program_options(argv)
     if "--paths-thread" in options or "--paths-threads" in options:
         thread, threads = _whole(options, "--paths-thread", 0), _whole(options, "--paths-threads", 1)
+        if threads < 1:
+            raise RunSetupError(f"--paths-threads {threads}: expected a whole number >= 1")
         if not 0 <= thread < threads:
-            raise RunSetupError(f"--paths-thread {thread}: expected 0 <= thread < --paths-threads ({threads})")
+            said = f"--paths-threads {threads}" if "--paths-threads" in options else "--paths-threads, 1 when not given"
+            raise RunSetupError(f"--paths-thread {thread}: expected 0 <= thread < {threads} ({said})")
         found = Discovered("options", thread, threads, one_host=True)
     else:
         found = discover()
