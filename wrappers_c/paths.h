@@ -187,7 +187,9 @@ int64_t paths_now_ns(void);                        /* a monotonic clock */
  * without paths_finalize (returns from main, calls exit) with a status other than 0 (it is
  * finalized on its way out; with status 0 as paths_finalize would). Signals stay the program's:
  * Ctrl-C ends it as it would without PATHS (its own SIGINT handler, if any, runs; else it is
- * killed), in paths_init as in any call. A process calls paths_init
+ * killed), in paths_init as in any call; a call that waits goes on waiting after such a handler
+ * ran (until its timeout: a program that stops on a flag its handler sets waits in timeouts it
+ * can afford, and looks at the flag between them). A process calls paths_init
  * once, as MPI_Init: not again after paths_finalize, and never in a kernel or in a process that
  * runs Python (PATHS_EINVAL: it has PATHS already). Compile and link with
  * `cc prog.c $(python -m paths config --cflags --libs)`. */
