@@ -8,6 +8,7 @@ import pytest
 
 from paths.model.cluster_map import MAPS_DIR, Launch, Link, MapError, builtin_map, load_map, load_map_text
 from paths.model.placement import PlacementWarning, place
+from paths.model.reduction_tree import plan_reduction
 
 SHIPPED = ["local", "paper-2w", "paper-4w", "paper-8w", "multicluster"]
 
@@ -681,3 +682,20 @@ def test_long_values_are_cut_in_messages():
     with pytest.raises(MapError) as info:
         load_map_text(BASE + "z" * 500 + ": 1\n")
     assert len(str(info.value)) < 300 and "unknown field" in str(info.value)
+
+
+@pytest.mark.parametrize("call, line", [
+    (lambda: place("paper-4w", 2),
+     "place: cluster_map: expected a ClusterMap (paths.load_map, paths.builtin_map), got 'paper-4w'"),
+    (lambda: plan_reduction(None, 2, ("G", "q")),
+     "plan_reduction: cluster_map: expected a ClusterMap (paths.load_map, paths.builtin_map), got None"),
+    (lambda: plan_reduction(builtin_map("paper-4w"), 2, "G"),
+     "plan_reduction: element: expected (name, format), two strings, got 'G'"),
+    (lambda: plan_reduction(builtin_map("paper-4w"), 2, ("G", 8)),
+     "plan_reduction: element: expected (name, format), two strings, got ('G', 8)"),
+    (lambda: load_map(None), "load_map: path: expected a file's path (str or os.PathLike), got None"),
+], ids=["place a name", "plan no map", "plan a bare name", "plan a number as format", "load None"])
+def test_the_map_functions_name_the_argument_that_is_no_map_or_element(call, line):
+    with pytest.raises(TypeError) as refused:
+        call()
+    assert str(refused.value) == line

@@ -1040,6 +1040,10 @@ def test_paths_bench_names_its_own_parameter_not_a_command_line_option(space, ca
 def test_paths_bench_refuses_what_is_not_a_handle_and_a_handle_given_twice(space):
     import paths.bench as imported  # importable under its name, as well as an attribute of paths
     assert imported is paths.bench
+    for run, given in ((paths.bench.gsum, 5), (paths.bench.mcpi, "ab"), (paths.bench.gsum, None)):
+        with pytest.raises(TypeError, match=rf"^{run.__name__}: expected handles, a list of Handles \(build_path gives "
+                                            rf"them\), got {re.escape(repr(given))}$"):
+            run(given, 10)
     with pytest.raises(TypeError, match=r"^gsum: handles\[1\] is 2, not a Handle \(build_path gives them\)$"):
         paths.bench.gsum([paths.build_path(make_path(stage("core", name="S", format="q")), pastset=space), 2], 10)
     path = make_path(stage("reduce-sum", num_threads=2), stage("core", name="T", format="q"))

@@ -65,6 +65,16 @@ def _timeout(function: str, timeout) -> None:
         raise ValueError(f"{function}: expected timeout, None or a number of seconds >= 0, got {timeout!r}")
 
 
+def _listed(function: str, handles) -> list:
+    """The handles given as a list (any iterable but text), or TypeError naming `function`."""
+    try:
+        if not isinstance(handles, (str, bytes, _native.Handle)):
+            return list(handles)
+    except TypeError:
+        pass
+    raise TypeError(f"{function}: expected handles, a list of Handles (build_path gives them), got {handles!r:.100}")
+
+
 def _on_handles(kernel: Kernel, handles: list, args: dict, pin: bool, others: Optional[dict] = None,
                 format: Optional[str] = None):
     """Run `kernel` with thread t's acquire answered by handles[t] (or by others[element]); a
@@ -104,7 +114,7 @@ def gsum(handles: Sequence, iters: int, contributors: int | None = None, timeout
     if contributors is not None:
         _whole("gsum", "contributors", contributors, 1)
     _timeout("gsum", timeout)
-    handles = list(handles)
+    handles = _listed("gsum", handles)
     out = build_path(make_path(stage("core", name=LATENCIES, format="d")), pastset=_native.PastSet())
     args = {"rounds": iters, "contributors": contributors or len(handles), "timeout": timeout,
             "latencies": LATENCIES}
@@ -124,7 +134,8 @@ def mcpi(handles: Sequence, darts: int, seed: int = 12345, timeout: float = 60.0
     _whole("mcpi", "seed", seed)
     _timeout("mcpi", timeout)
     args = {"darts": darts, "total_darts": everything, "seed": seed, "timeout": timeout}
-    run = _on_handles(kernel or load_kernel("mcpi"), list(handles), args, pin, format=None if kernel else "q")
+    run = _on_handles(kernel or load_kernel("mcpi"), _listed("mcpi", handles), args, pin,
+                      format=None if kernel else "q")
     reported = dict(run.reports[0])
     return MCPiResult(reported["pi"], round(reported["pi"] * everything / 4), darts, reported["seconds"],
                       len(handles))

@@ -181,8 +181,18 @@ class ClusterMap:
         return None
 
 
+def checked_map(cluster_map, function: str) -> ClusterMap:
+    """`cluster_map` if it is a ClusterMap, else TypeError naming `function`'s argument."""
+    if not isinstance(cluster_map, ClusterMap):
+        raise TypeError(f"{function}: cluster_map: expected a ClusterMap (paths.load_map, paths.builtin_map), got "
+                        f"{cluster_map!r:.100}")
+    return cluster_map
+
+
 def load_map(path: Union[str, os.PathLike]) -> ClusterMap:
     """Read and validate the cluster map in a YAML file (UTF-8, at most MAX_MAP_BYTES)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"load_map: path: expected a file's path (str or os.PathLike), got {path!r:.100}")
     try:  # opened without waiting: a FIFO that nothing writes is then an empty map, not a hang
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         os.set_blocking(descriptor, True)

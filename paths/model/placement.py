@@ -85,6 +85,9 @@ def place(
     cluster_map: ClusterMap, n_threads: int, policy: Union[str, Policy, None] = None
 ) -> list[str]:
     """The node name of each thread 0..n_threads-1; `policy` defaults to the map's."""
+    from .cluster_map import checked_map  # which imports this module
+
+    checked_map(cluster_map, "place")
     if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1:
         raise ValueError(f"n_threads: expected a positive integer, got {n_threads!r}")
     if n_threads > MAX_THREADS:

@@ -37,7 +37,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterator, Optional, Union
 
-from .cluster_map import MAX_FANIN, TREE_FORMS, ClusterMap, MapError
+from .cluster_map import MAX_FANIN, TREE_FORMS, ClusterMap, MapError, checked_map
 from .path_spec import PathSpec, StageSpec, make_path, stage
 from .placement import Policy, place, policy_name
 from .shown import shown
@@ -163,6 +163,9 @@ def plan_reduction(
 ) -> ReductionPlan:
     """Place the threads and give each its path of the reduction to `element` = (name, format).
     `max_fanin` and `form` (one of cluster_map.TREE_FORMS) override the map's."""
+    checked_map(cluster_map, "plan_reduction")
+    if not (isinstance(element, tuple) and len(element) == 2 and all(isinstance(part, str) for part in element)):
+        raise TypeError(f"plan_reduction: element: expected (name, format), two strings, got {element!r:.100}")
     if max_fanin is None:
         max_fanin = cluster_map.max_fanin
     elif isinstance(max_fanin, bool) or not isinstance(max_fanin, int) or not 2 <= max_fanin <= MAX_FANIN:
