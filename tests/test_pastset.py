@@ -260,6 +260,14 @@ def test_single_value_format_accepts_a_bare_value(space, fmt, value):
     assert e.observe() == struct.unpack(fmt, struct.pack(fmt, value))
 
 
+def test_a_list_of_the_values_is_taken_as_their_tuple_and_a_dict_is_not(space):
+    e = space.enter("listed", "qd")
+    e.move([1, 2.0])
+    assert e.observe() == (1, 2.0)
+    with pytest.raises(TypeError, match=r"got \{1: 2\} \(not a tuple or list\)$"):
+        e.move({1: 2})
+
+
 @pytest.mark.parametrize(
     "fmt, given, expected",
     [

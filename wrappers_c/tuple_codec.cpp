@@ -27,7 +27,7 @@ py::bytes TupleCodec::pack(const py::handle &t, const std::string &owner) const 
     py::tuple values;
     if (py::isinstance<py::tuple>(t) || py::isinstance<py::list>(t)) values = py::tuple(py::reinterpret_borrow<py::object>(t));
     else if (parsed_.value_count == 1) values = py::make_tuple(t);
-    else wrong_tuple(t, owner, "not a tuple");
+    else wrong_tuple(t, owner, "not a tuple or list");
     if (values.size() != parsed_.value_count) wrong_tuple(t, owner, "wrong number of values");
     for (const BytesField &field : bytes_fields_) check_length(values[field.value], field, owner);
     try {
