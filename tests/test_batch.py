@@ -603,31 +603,34 @@ def test_an_observe_that_reports_a_failed_send_says_so_and_not_that_it_moved_not
 
 @paths.stage_kind("test-batch-breaker")
 class Breaker:
-    """Takes `after` moves, then refuses every other with a ValueError."""
+    """Takes `after` moves, then refuses every other with an OSError."""
 
     def __init__(self, after: int):
         self.after, self.taken = after, 0
 
     def move(self, below, t):
         if self.taken >= self.after:
-            raise ValueError("no more")
+            raise OSError("disk full")
         below.move(t)
         self.taken += 1
 
 
-def test_a_python_stages_exception_from_a_send_carries_what_took_effect_in_its_note(space):
-    """The caller gets the Python stage's own exception, noted with the call and the batch's count
-    of the buffer's moves that took effect."""
-    h = build_path(make_path(stage("batch", max_moves=5, buffers=1), stage("test-batch-breaker", after=3),
-                             stage("core", name="B", format="q")), pastset=space)
-    for v in range(4):
-        h.move(v)
-    with pytest.raises(ValueError) as refused:
-        h.move(4)  # fills the buffer: the caller sends it
-    assert str(refused.value) == "no more"
-    assert re.fullmatch(r"thread \d+ move \(batch: 3 of 5 moves sent down together took effect, then the send failed "
-                        r"\(invalid argument\): test-batch-breaker: ValueError: no more\)",
-                        refused.value.__notes__[-1]), refused.value.__notes__
+@pytest.mark.parametrize("above", [stage("batch", max_moves=5, buffers=1), stage("batch", max_moves=5, buffers=2),
+                                   stage("delay", ms=1, pipelined=1)],
+                         ids=["batch-caller-sends", "batch-sender-thread-sends", "pipelined-delay-courier-sends"])
+def test_a_python_stages_exception_from_a_send_reaches_the_caller_as_itself_with_a_note(space, above):
+    """The caller gets the Python stage's own exception, of its own type, noted with the call and
+    what took effect, whichever thread made the send: the caller's, or the stage's own (a
+    batch's sender, a delay's courier), whose failure the caller hears of later."""
+    h = build_path(make_path(above, stage("test-batch-breaker", after=3), stage("core", name="B", format="q")),
+                   pastset=space)
+    with pytest.raises(OSError) as refused:
+        for v in range(5):
+            h.move(v)  # with buffers=1 the fifth is the caller's own send
+        eventually(lambda: h.stage.counters()["dropped"] > 0, "the send of the stage's own thread")
+        h.last()  # hears of it
+    assert str(refused.value) == "disk full" and refused.type is OSError
+    assert "test-batch-breaker: OSError: disk full" in refused.value.__notes__[-1], refused.value.__notes__
     assert space.enter("B", "q").observe_range(0, 3) == [(0,), (1,), (2,)]
 
 

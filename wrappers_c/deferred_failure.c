@@ -7,17 +7,29 @@ void ps_deferred_failure_init(ps_deferred_failure *f) {
     atomic_init(&f->status, PS_OK);
     pthread_mutex_init(&f->lock, NULL);
     f->done = f->of = 0;
+    f->cause = NULL;
 }
 
-void ps_deferred_failure_destroy(ps_deferred_failure *f) { pthread_mutex_destroy(&f->lock); }
+void ps_deferred_failure_destroy(ps_deferred_failure *f) {
+    if (f->cause) f->drop(f->cause);
+    pthread_mutex_destroy(&f->lock);
+}
 
 void ps_deferred_failure_record(ps_deferred_failure *f, int status, uint32_t done, uint32_t of) {
+    ps_cause_drop drop;
+    void *cause = ps_failure_cause_take(&drop);
     pthread_mutex_lock(&f->lock);
     f->done += done;
     f->of += of;
     int none = PS_OK;
-    atomic_compare_exchange_strong(&f->status, &none, status);
+    int first = atomic_compare_exchange_strong(&f->status, &none, status);
+    if (first && cause) {
+        f->cause = cause;
+        f->drop = drop;
+        cause = NULL;
+    }
     pthread_mutex_unlock(&f->lock);
+    if (cause) drop(cause);
 }
 
 int ps_deferred_failure_take(ps_deferred_failure *f, uint32_t *done, uint32_t *of) {
@@ -27,6 +39,10 @@ int ps_deferred_failure_take(ps_deferred_failure *f, uint32_t *done, uint32_t *o
     *done = f->done;
     *of = f->of;
     f->done = f->of = 0;
+    void *cause = f->cause;
+    ps_cause_drop drop = f->drop;
+    f->cause = NULL;
     pthread_mutex_unlock(&f->lock);
+    if (cause) ps_failure_cause_set(cause, drop);
     return status;
 }

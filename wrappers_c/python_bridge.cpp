@@ -134,13 +134,14 @@ int python_call(void *impl, ps_link *below_link, uint32_t slot, ps_op *op, char 
         if (e.matches(PyExc_TimeoutError)) return PS_ETIMEDOUT;
         int status = e.matches(PyExc_NotImplementedError) ? PS_ENOTSUP : PS_EINVAL;
         say_exception(e, why, why_size);
-        t_python_stage_error = std::make_unique<py::error_already_set>(std::move(e));
+        keep_python_stage_error(std::move(e));
         return status;
     } catch (py::builtin_exception &e) {
         keep_moved();
         e.set_error();
-        t_python_stage_error = std::make_unique<py::error_already_set>();
-        say_exception(*t_python_stage_error, why, why_size);
+        py::error_already_set error;
+        say_exception(error, why, why_size);
+        keep_python_stage_error(std::move(error));
     }
     return PS_EINVAL;
 }

@@ -7,7 +7,13 @@ namespace paths_native {
 
 PyObject *g_axed_error = nullptr;
 
-thread_local std::unique_ptr<py::error_already_set> t_python_stage_error;
+namespace {
+void drop_python_stage_error(void *cause) { delete static_cast<py::error_already_set *>(cause); }
+}  // namespace
+
+void keep_python_stage_error(py::error_already_set &&error) {
+    ps_failure_cause_set(new py::error_already_set(std::move(error)), drop_python_stage_error);
+}
 
 py::str text_of(const std::string &text) {
     PyObject *decoded = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
@@ -21,8 +27,11 @@ py::str text_of(const std::string &text) {
 }
 
 [[noreturn]] void raise_status(int rc, const std::string &what) {
-    if (t_python_stage_error) {  // a Python stage's own exception, noted with the call and what the path says
-        std::unique_ptr<py::error_already_set> error = std::move(t_python_stage_error);
+    ps_cause_drop drop;
+    void *cause = ps_failure_cause_take(&drop);
+    if (cause && drop != drop_python_stage_error) drop(cause);  // not a Python stage's: the status says it
+    if (cause && drop == drop_python_stage_error) {  // a Python stage's own exception, noted with the call
+        std::unique_ptr<py::error_already_set> error(static_cast<py::error_already_set *>(cause));
         try {
             error->value().attr("add_note")(text_of(what));
         } catch (py::error_already_set &) {  // not an exception that takes notes: raised as it is

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "control_plane.h"
+#include "failure_cause.h"
 #include "released_gil.hpp"
 extern "C" {
 #include "pastset.h"
@@ -26,8 +27,9 @@ constexpr int64_t kWaitSliceNs = 100 * 1000 * 1000;  // how long a wait goes bet
 // paths.AxedError, made when the module is.
 extern PyObject *g_axed_error;
 
-// An exception raised inside a Python stage, kept until the operation returns to Python.
-extern thread_local std::unique_ptr<py::error_already_set> t_python_stage_error;
+// An exception raised inside a Python stage, kept as the failure's cause (failure_cause.h) until
+// the operation returns to Python, in this thread or in the caller's a deferred failure reaches.
+void keep_python_stage_error(py::error_already_set &&error);
 
 // Text from C as a Python str: a message cut to fit its buffer may end in half a UTF-8 character.
 py::str text_of(const std::string &text);

@@ -37,7 +37,7 @@ public:
             ReleasedGil released;  // a trace may write its file here
             ps_stage_release(stage_);
         }
-        t_python_stage_error.reset();  // what a Python stage raised in the release has no caller to reach
+        ps_failure_cause_clear();  // what a Python stage raised in the release has no caller to reach
     }
     Stage(const Stage &) = delete;
     Stage &operator=(const Stage &) = delete;
@@ -99,7 +99,7 @@ public:
             ReleasedGil released;  // a batch sends what its caller holds, a remote releases its link
             ps_link_detach(&owned_);
         }
-        t_python_stage_error.reset();  // what a Python stage raised in the detach has no caller to reach
+        ps_failure_cause_clear();  // what a Python stage raised in the detach has no caller to reach
     }
     LinkCalls(const LinkCalls &) = delete;
 
@@ -145,7 +145,7 @@ public:
             ReleasedGil released;  // as when the handle goes
             ps_link_detach(&owned_);
         }
-        t_python_stage_error.reset();
+        ps_failure_cause_clear();
         owns_ = false;
         link_ = nullptr;
         stage_.reset();  // the last handle of a tree releases it: a trace writes its file
