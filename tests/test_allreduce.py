@@ -101,6 +101,17 @@ def group():
         g.close()
 
 
+def one_round(refusal: type):
+    """A member's work for Group.each: one round, its total, or the text of the `refusal` it raised."""
+    def run(rank, handle):
+        handle.move((rank + 1,), timeout=TIMEOUT_S)
+        try:
+            return handle.observe(timeout=TIMEOUT_S)
+        except refusal as e:
+            return str(e)
+    return run
+
+
 def partial(rank: int, r: int) -> tuple:
     return (1000 * r + rank, 1.0 / (3 + rank + r % 7))  # a share whose sum's bits show the order of its additions
 
@@ -243,15 +254,7 @@ def test_members_made_for_groups_of_other_shapes_sum_nothing_and_say_how_they_di
         return make_path(stage("allreduce", group="G-shapes", nodes=nodes, rank=rank, **params), element)
 
     g.handles = [build_path(path(rank), context=g.servers[rank].context) for rank in range(3)]
-
-    def run(rank, handle):
-        handle.move((rank + 1,), timeout=TIMEOUT_S)
-        try:
-            return handle.observe(timeout=TIMEOUT_S)
-        except ConnectionError as e:
-            return str(e)
-
-    results = g.each(run)
+    results = g.each(one_round(ConnectionError))
     assert all(isinstance(result, str) for result in results), results
     for rank, text in says.items():
         assert SAME + text in results[rank], (rank, results[rank])
@@ -333,15 +336,7 @@ def test_a_total_that_comes_back_changed_fails_the_round(group):
     g = group(2, format="q")
     g.build()
     g.element().move((99,))  # an unread tuple: what rank 0 observes back is not the total it moved
-
-    def run(rank, handle):
-        handle.move((rank + 1,), timeout=TIMEOUT_S)
-        try:
-            return handle.observe(timeout=TIMEOUT_S)
-        except RuntimeError as e:
-            return str(e)
-
-    zero, one = g.each(run)
+    zero, one = g.each(one_round(RuntimeError))
     assert "allreduce must be the last sum on its path" in zero and one == (3,)
 
 
