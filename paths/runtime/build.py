@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import glob
+import os
 import threading
 import traceback
 import weakref
@@ -84,12 +85,18 @@ class BuildContext:
         self.trusted_endpoints: tuple[str, ...] = ()
         self.curve_client = curve_client
         self.server_ids: tuple[str, ...] = ()
+        self._callers = 0
+        self._forget_stages()
+        _ALL_CONTEXTS.add(self)
+
+    def _forget_stages(self) -> None:
+        """No stage to join yet: a new context's, and a forked child's, whose inherited stages are
+        its parent's (a batch's sender thread, a delay's courier are not in the child)."""
         # The live stages by canonical key (_canonical); a stage that is gone leaves by itself.
         self._stages: "weakref.WeakValueDictionary[StageKey, BuiltStage]" = weakref.WeakValueDictionary()
         self._handles: list[tuple[weakref.ref, StageKey, str]] = []
         self._building: dict[StageKey, threading.Event] = {}  # canonical keys a build is creating now
         self._lock = threading.Lock()
-        self._callers = 0
 
     def live(self, key: StageKey) -> BuiltStage | None:
         """The live stage of `key`, or of a key equal to it once defaults are filled in."""
@@ -296,6 +303,17 @@ def abandon_builds() -> None:
     exiting, and no build thread may still run when the interpreter ends."""
     _abandoned.set()
 
+
+# Every context, so that a forked child's builds make stages of its own (_forget_stages).
+_ALL_CONTEXTS: "weakref.WeakSet[BuildContext]" = weakref.WeakSet()
+
+
+def _forget_stages_in_child() -> None:
+    for context in list(_ALL_CONTEXTS):
+        context._forget_stages()
+
+
+os.register_at_fork(after_in_child=_forget_stages_in_child)
 
 # Which context and stage each live handle belongs to, for show() and to_dot().
 _HANDLE_CONTEXTS: "weakref.WeakKeyDictionary[_native.Handle, tuple[BuildContext, StageKey]]" = (
