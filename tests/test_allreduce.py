@@ -31,6 +31,7 @@ from paths.model.cluster_map import builtin_map, load_map_text
 from paths.model.reduction_tree import plan_reduction
 from paths.runtime.build import BuildContext
 from paths.runtime.server import PathServer
+from paths.runtime.server_policy import ServerPolicy
 
 TIMEOUT_S = 10.0   # no call below comes near it unless it is meant to
 SHORT_S = 0.05     # a call meant to time out
@@ -357,6 +358,28 @@ def test_a_server_makes_a_clients_member_only_toward_endpoints_it_trusts():
                          stage("core", name="G-far", format="q"))
         with pytest.raises(ValueError, match="member 1's 'tcp://127.0.0.2:9' is not one"):
             build_path(path, pastset=paths.PastSet())
+
+
+@pytest.mark.parametrize("target, trusted", [
+    ("tcp://n01:7000", True), ("tcp://10.1.2.3:7000", True), ("tcp://10.9.8.7:7001", True),
+    ("tcp://nx:7000", False), ("tcp://10.1.2.localhost:7000", False), ("tcp://10.1.2.300:7000", False),
+    ("tcp://a.b.c.d:7001", False),
+])
+def test_a_pattern_of_addresses_trusts_addresses_only_and_a_pattern_of_names_names(target, trusted):
+    """--allow-remote 'tcp://10.1.2.*:7000' and 'tcp://*.*.*.*:7001' are patterns of IPv4
+    addresses: no host name (10.1.2.localhost resolves to this host), however many labels it
+    has; 'tcp://*[0-9]:7000' is one of names. Member 0 connects to nobody when it is built."""
+    policy = ServerPolicy(allow_remote=("tcp://*[0-9]:7000", "tcp://10.1.2.*:7000", "tcp://*.*.*.*:7001"))
+    with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=policy) as server:
+        server.start()
+        path = make_path(stage("remote", host=server.endpoint),
+                         stage("allreduce", group="G-trust", nodes=f"{server.endpoint},{target}", rank=0),
+                         stage("core", name="G-trust", format="q"))
+        if trusted:
+            assert build_path(path, pastset=paths.PastSet()).stage.format == "q"
+        else:
+            with pytest.raises(ValueError, match=f"member 1's '{target}' is not one"):
+                build_path(path, pastset=paths.PastSet())
 
 
 def test_a_group_of_one_passes_every_operation_down():

@@ -221,7 +221,7 @@ static void record_failure(batch_stage *b, caller *c, int status, uint32_t done,
     atomic_fetch_add_explicit(&b->dropped, of - done, memory_order_relaxed);
     atomic_store_explicit(&c->resume_known, 0, memory_order_relaxed);
     atomic_store_explicit(&c->halted, 1, memory_order_relaxed);
-    ps_deferred_failure_record(&c->failure, status, done, of); /* publishes both */
+    ps_deferred_failure_record(&c->failure, status, done, of, 1); /* publishes both */
 }
 
 /* Whether the caller's handed buffer `sequence` is dropped: handed after a failed send and before

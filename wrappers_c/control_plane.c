@@ -1,6 +1,7 @@
 /* control_plane.c — requests at a server's main endpoint, and the end of set-up waits at exit. */
 #include "control_plane.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fnmatch.h>
 #include <limits.h>
@@ -135,28 +136,46 @@ static int as_parts(const char *text, int tcp, char *out, size_t size) {
     return 1;
 }
 
-/* Whether a tcp endpoint's host (past "tcp://", up to its last ':') is written in digits and dots
- * (with `wildcards`, a pattern's * ? [...] too), a digit among them: an IPv4 address, or a pattern
- * of them. */
-static int numeric_host(const char *text, int wildcards) {
-    const char *host = text + 6, *end = strrchr(host, ':');
-    int digits = 0;
-    for (const char *c = host; end && c < end; c++) {
-        if (*c >= '0' && *c <= '9') digits = 1;
-        else if (*c != '.' && !(wildcards && strchr("*?[]!^-", *c))) return 0;
+/* The host of a tcp endpoint or pattern (past "tcp://", up to its last ':') into `host`; 0 when
+ * it has no port or does not fit. */
+static int host_of(const char *text, char *host, size_t size) {
+    const char *start = text + 6, *end = strrchr(start, ':');
+    if (!end || (size_t)(end - start) >= size) return 0;
+    memcpy(host, start, (size_t)(end - start));
+    host[end - start] = 0;
+    return 1;
+}
+
+/* Whether a pattern's host is one of IPv4 addresses: four labels between dots, each of digits
+ * and wildcards (10.1.2.*, *.*.*.*), which must then take an address only, no host name. */
+static int address_pattern(const char *pattern) {
+    char host[ENDPOINT_TEXT_MAX];
+    if (strncmp(pattern, "tcp://", 6) != 0 || !host_of(pattern, host, sizeof host)) return 0;
+    int labels = 1;
+    for (const char *c = host; *c; c++) {
+        if (*c == '.') labels++;
+        if (*c == '.' && (c == host || c[1] == '.' || c[1] == 0)) return 0; /* an empty label */
+        if (*c != '.' && !(*c >= '0' && *c <= '9') && !strchr("*?[]!^-", *c)) return 0;
     }
-    return digits;
+    return labels == 4;
+}
+
+/* Whether a tcp endpoint's host is an IPv4 address. */
+static int address_host(const char *endpoint) {
+    char host[ENDPOINT_TEXT_MAX];
+    struct in_addr address;
+    return host_of(endpoint, host, sizeof host) && inet_pton(AF_INET, host, &address) == 1;
 }
 
 int ps_endpoint_trusted(const ps_build_context *context, const char *endpoint) {
     if (!context->trusted_endpoints) return 1;
     if (strchr(endpoint, ';')) return 0; /* a pattern's '*' would let a source address through */
-    int tcp = strncmp(endpoint, "tcp://", 6) == 0, address = tcp && numeric_host(endpoint, 0);
+    int tcp = strncmp(endpoint, "tcp://", 6) == 0, address = tcp && address_host(endpoint);
     char parts[ENDPOINT_TEXT_MAX], pattern[ENDPOINT_TEXT_MAX];
     if (!as_parts(endpoint, tcp, parts, sizeof parts)) return 0;
     for (size_t i = 0; i < context->trusted_endpoint_count; i++) {
         const char *trusted = context->trusted_endpoints[i];
-        if (tcp && !address && strncmp(trusted, "tcp://", 6) == 0 && numeric_host(trusted, 1))
+        if (tcp && !address && address_pattern(trusted))
             continue; /* a pattern of addresses takes no host name (10.1.2.* no 10.1.2.localhost) */
         if (as_parts(trusted, tcp, pattern, sizeof pattern) && fnmatch(pattern, parts, FNM_PATHNAME | FNM_PERIOD) == 0)
             return 1;

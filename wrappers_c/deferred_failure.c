@@ -15,9 +15,9 @@ void ps_deferred_failure_destroy(ps_deferred_failure *f) {
     pthread_mutex_destroy(&f->lock);
 }
 
-void ps_deferred_failure_record(ps_deferred_failure *f, int status, uint32_t done, uint32_t of) {
-    ps_cause_drop drop;
-    void *cause = ps_failure_cause_take(&drop);
+void ps_deferred_failure_record(ps_deferred_failure *f, int status, uint32_t done, uint32_t of, int met_here) {
+    ps_cause_drop drop = NULL;
+    void *cause = met_here ? ps_failure_cause_take(&drop) : NULL;
     pthread_mutex_lock(&f->lock);
     f->done += done;
     f->of += of;

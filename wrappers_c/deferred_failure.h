@@ -23,9 +23,10 @@ typedef struct ps_deferred_failure {
 
 void ps_deferred_failure_init(ps_deferred_failure *f);
 void ps_deferred_failure_destroy(ps_deferred_failure *f);
-/* Adds a failure the calling thread met: `done` of `of` moves took effect; the status and cause
- * kept are the first one's (a later one's cause is dropped). */
-void ps_deferred_failure_record(ps_deferred_failure *f, int status, uint32_t done, uint32_t of);
+/* Adds a failure: `done` of `of` moves took effect. `met_here`: a call this thread made just now
+ * failed so, and the cause it left this thread (failure_cause.h), if any, goes with the failure.
+ * The status and cause kept are the first one's (a later one's cause is dropped). */
+void ps_deferred_failure_record(ps_deferred_failure *f, int status, uint32_t done, uint32_t of, int met_here);
 /* Whether a failure waits to be reported. */
 static inline int ps_deferred_failure_pending(ps_deferred_failure *f) {
     return atomic_load_explicit(&f->status, memory_order_acquire) != 0;

@@ -255,7 +255,7 @@ static void deliver(delay_stage *d, const queued *q) {
     atomic_fetch_add_explicit(&d->streamed, 1, memory_order_relaxed);
     if (rc != PS_OK) {
         atomic_fetch_add_explicit(&d->dropped, q->count - done, memory_order_relaxed);
-        ps_deferred_failure_record(&c->failure, rc, done, q->count);
+        ps_deferred_failure_record(&c->failure, rc, done, q->count, 1);
     }
 }
 
@@ -301,7 +301,7 @@ static void drop_queued(delay_stage *d, uint32_t slot) {
         if (q->slot != slot) continue;
         q->slot = NO_CALLER;
         atomic_fetch_add_explicit(&d->dropped, q->count, memory_order_relaxed);
-        ps_deferred_failure_record(&c->failure, PS_ETIMEDOUT, 0, q->count);
+        ps_deferred_failure_record(&c->failure, PS_ETIMEDOUT, 0, q->count, 0);
         atomic_fetch_add_explicit(&c->delivered, 1, memory_order_release);
     }
     pthread_mutex_unlock(&d->queue_lock);

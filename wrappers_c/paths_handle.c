@@ -2,6 +2,7 @@
  * operation is one operation value through the link's call, with nothing in between. */
 #include "paths.h"
 
+#include "failure_cause.h"
 #include "stage_base.h"
 
 /* paths.h's numbers are the core's: a status passes through unchanged. */
@@ -16,6 +17,14 @@ _Static_assert(PATHS_EFAILED >= PS_STATUS_COUNT, "PATHS_EFAILED is none of the c
 static ps_link *link_of(paths_handle *h) { return (ps_link *)h; }
 static const ps_link *const_link_of(const paths_handle *h) { return (const ps_link *)h; }
 
+/* One operation through the handle's link. A C caller hears of a failure by its status: a cause
+ * it left this thread (a Python stage's exception, failure_cause.h) has nobody to reach. */
+static int call(paths_handle *h, ps_op *op) {
+    int rc = ps_link_call(link_of(h), op);
+    if (rc != PS_OK) ps_failure_cause_clear();
+    return rc;
+}
+
 /* A timeout is a number of nanoseconds or PATHS_FOREVER; any other negative value is a mistake
  * (a deadline already passed, say), refused rather than taken as no limit. A NULL handle, a NULL
  * buffer where tuples go in or come out, or more tuples than memory holds, are refused too: each
@@ -25,7 +34,7 @@ static int bad_timeout(int64_t timeout_ns) { return timeout_ns < 0 && timeout_ns
 int paths_move(paths_handle *h, const void *tuple, int64_t timeout_ns) {
     if (bad_timeout(timeout_ns) || !h || !tuple) return PS_EINVAL;
     ps_op op = {.kind = PS_OP_MOVE, .in = tuple, .timeout_ns = timeout_ns};
-    return ps_link_call(link_of(h), &op);
+    return call(h, &op);
 }
 
 int paths_move_many(paths_handle *h, const void *tuples, size_t n, int64_t timeout_ns) {
@@ -37,7 +46,7 @@ int paths_move_many(paths_handle *h, const void *tuples, size_t n, int64_t timeo
     while (n) { /* one operation per UINT32_MAX tuples at most: the count an operation carries */
         uint32_t count = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
         ps_op op = {.kind = PS_OP_MOVE_MANY, .in = next, .count = count, .timeout_ns = ps_remaining(deadline)};
-        int rc = ps_link_call(link_of(h), &op);
+        int rc = call(h, &op);
         if (rc != PS_OK) return rc;
         next += (size_t)count * tuple_size;
         n -= count;
@@ -48,13 +57,13 @@ int paths_move_many(paths_handle *h, const void *tuples, size_t n, int64_t timeo
 int paths_observe(paths_handle *h, void *out, int64_t timeout_ns) {
     if (bad_timeout(timeout_ns) || !h || !out) return PS_EINVAL;
     ps_op op = {.kind = PS_OP_OBSERVE, .out = out, .timeout_ns = timeout_ns};
-    return ps_link_call(link_of(h), &op);
+    return call(h, &op);
 }
 
 int paths_observe_at(paths_handle *h, int64_t index, void *out, int64_t timeout_ns) {
     if (bad_timeout(timeout_ns) || !h || !out) return PS_EINVAL;
     ps_op op = {.kind = PS_OP_OBSERVE_AT, .argument = index, .out = out, .timeout_ns = timeout_ns};
-    return ps_link_call(link_of(h), &op);
+    return call(h, &op);
 }
 
 int paths_observe_range(paths_handle *h, int64_t index, size_t n, void *out, size_t *got, int64_t timeout_ns) {
@@ -62,7 +71,7 @@ int paths_observe_range(paths_handle *h, int64_t index, size_t n, void *out, siz
     if (bad_timeout(timeout_ns) || !h || !out || !got || n == 0 || n > paths_range_max(h)) return PS_EINVAL;
     ps_op op = {.kind = PS_OP_OBSERVE_RANGE, .argument = index, .out = out, .count = (uint32_t)n,
                 .timeout_ns = timeout_ns};
-    int rc = ps_link_call(link_of(h), &op);
+    int rc = call(h, &op);
     if (rc == PS_OK) *got = (size_t)op.value;
     return rc;
 }
@@ -74,14 +83,16 @@ int paths_fence(paths_handle *const *handles, size_t n, int64_t timeout_ns) {
     for (size_t i = 0; i < n; i++)
         if (!handles[i]) return PS_EINVAL; /* before any handle's moves go down */
     size_t failed;
-    return ps_links_fence((ps_link *const *)handles, n, timeout_ns, &failed);
+    int rc = ps_links_fence((ps_link *const *)handles, n, timeout_ns, &failed);
+    if (rc != PS_OK) ps_failure_cause_clear();
+    return rc;
 }
 
 /* first, last: the value of an operation that takes nothing in. */
 static int value_of(paths_handle *h, ps_op_kind kind, int64_t *out) {
     if (!h || !out) return PS_EINVAL;
     ps_op op = {.kind = kind};
-    int rc = ps_link_call(link_of(h), &op);
+    int rc = call(h, &op);
     *out = op.value;
     return rc;
 }
@@ -92,7 +103,7 @@ int paths_last(paths_handle *h, int64_t *out) { return value_of(h, PS_OP_LAST, o
 int paths_axe(paths_handle *h, int64_t index) {
     if (!h) return PS_EINVAL;
     ps_op op = {.kind = PS_OP_AXE, .argument = index};
-    return ps_link_call(link_of(h), &op);
+    return call(h, &op);
 }
 
 size_t paths_tuple_size(const paths_handle *h) { return h ? ps_stage_format(const_link_of(h)->stage)->size : 0; }

@@ -20,6 +20,7 @@
 
 #include "direct_channel.h"
 #include "endpoint_connections.h"
+#include "failure_cause.h"
 #include "pastset.h"
 #include "peer_directory.h"
 #include "stage_base.h" /* ps_stage_axe_point, read inline with each answer */
@@ -284,6 +285,7 @@ static int run_request(link_worker *w, const ps_frame *request, ps_op *op, int *
     if ((continues || request->status == PS_WIRE_BEHIND) && !w->stream_whole) return PS_ESTATE;
     *ran = 1;
     rc = shape & PS_OP_TUPLES_IN ? run_stream_frame(w, request, op) : ps_link_call(w->link, op);
+    if (rc != PS_OK) ps_failure_cause_clear(); /* the client hears of it by its text */
     if (shape & PS_OP_TUPLES_IN) w->stream_whole = rc == PS_OK && op->done == op->count;
     else if (shape & PS_OP_TUPLE_IN) w->stream_whole = rc == PS_OK || op->done == 1; /* an exchange's move */
     return rc;
