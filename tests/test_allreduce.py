@@ -105,8 +105,8 @@ def group():
 def one_round(refusal: type):
     """A member's work for Group.each: one round, its total, or the text of the `refusal` it raised."""
     def run(rank, handle):
-        handle.move((rank + 1,), timeout=TIMEOUT_S)
         try:
+            handle.move((rank + 1,), timeout=TIMEOUT_S)
             return handle.observe(timeout=TIMEOUT_S)
         except refusal as e:
             return str(e)
@@ -233,18 +233,22 @@ SAME = "every member needs the same nodes, algorithm, fanin and element format; 
 
 
 @pytest.mark.parametrize("made, says", [
-    ({0: {"nodes": 2}}, {0: "this one has 2 members, 3 at member 1", 1: "this one has 3 members, 2 at member 0"}),
+    ({0: {"nodes": 2}}, {0: "this one has 2 members, 3 at member "}),  # 1 or 2: the first to present itself
     ({2: {"algorithm": "tree"}}, {0: "this one has doubling and format 'q', another at member 2",
                                   2: "this one has a tree of fan-in 2 and format 'q', another at member 0"}),
     ({1: {"algorithm": "tree", "fanin": 3}, 2: {"algorithm": "tree", "fanin": 3}, 0: {"algorithm": "tree"}},
      {0: "this one has a tree of fan-in 2 and format 'q', another at member "}),  # 1 or 2, whichever came first
     ({1: {"format": "d"}}, {0: "this one has doubling and format 'q', another at member 1",
                             1: "this one has doubling and format 'd', another at member 0"}),
-], ids=["nodes", "algorithm", "fanin", "format"])
+    ({0: {"nodes": 2}, 1: {"nodes": 2}}, {}),  # member 2 says so if it meets member 0 before 1 does
+], ids=["nodes", "algorithm", "fanin", "format", "an outsider"])
 def test_members_made_for_groups_of_other_shapes_sum_nothing_and_say_how_they_differ(group, made, says):
     """Members given other nodes (a group of 2 inside a group of 3), another algorithm or fan-in,
-    or an element of another format of the same size: no round completes anywhere (the members
-    of 2 would sum 1 + 2 and call it the total), and the members that meet say how they differ."""
+    or an element of another format of the same size: no round completes in a group whose
+    members disagree (the members of 2 would sum 1 + 2 and call it the total), and the members
+    that meet say how they differ. Two members that agree on a group of 2 are one: the third,
+    which would make them 3, fails, and breaks their group too if it presents itself before
+    they have joined (else they sum as the group of 2 they were made)."""
     g = group(3, name="G-shapes", format="q", timeout_ms=3000)
 
     def path(rank):
@@ -252,13 +256,37 @@ def test_members_made_for_groups_of_other_shapes_sum_nothing_and_say_how_they_di
         nodes = ",".join(server.endpoint for server in g.servers[:own.get("nodes", 3)])
         params = {k: v for k, v in own.items() if k in ("algorithm", "fanin")}
         element = stage("core", name="G-shapes" if rank == 0 else f"G-shapes-{rank}", format=own.get("format", "q"))
-        return make_path(stage("allreduce", group="G-shapes", nodes=nodes, rank=rank, **params), element)
+        return make_path(stage("allreduce", group="G-shapes", nodes=nodes, rank=rank, timeout_ms=3000, **params),
+                         element)
 
     g.handles = [build_path(path(rank), context=g.servers[rank].context) for rank in range(3)]
     results = g.each(one_round(ConnectionError))
-    assert all(isinstance(result, str) for result in results), results
+    agreeing = [rank for rank in range(3) if made.get(rank, {}).get("nodes") == 2 and len(made) == 2]
+    for rank, result in enumerate(results):
+        assert isinstance(result, str) or rank in agreeing and result == (3,), (rank, results)
     for rank, text in says.items():
         assert SAME + text in results[rank], (rank, results[rank])
+
+
+def test_members_whose_differences_build_the_same_rounds_sum_together(group):
+    """A tree's fan-in past the member count builds the one same tree, and formats of one layout
+    ('qq', 'lq', '=qq' here) add alike: no disagreement."""
+    g = group(3, name="G-alike", format="qq", timeout_ms=3000)
+    own = [("qq", 3), ("lq", 8), ("=qq", 3)]
+
+    def path(rank):
+        format_, fanin = own[rank]
+        element = stage("core", name="G-alike" if rank == 0 else f"G-alike-{rank}", format=format_)
+        return make_path(stage("allreduce", group="G-alike", nodes=g.nodes, rank=rank, algorithm="tree", fanin=fanin),
+                         element)
+
+    g.handles = [build_path(path(rank), context=g.servers[rank].context) for rank in range(3)]
+
+    def run(rank, handle):
+        handle.move((rank + 1, 10), timeout=TIMEOUT_S)
+        return handle.observe(timeout=TIMEOUT_S)
+
+    assert g.each(run) == [(6, 30)] * 3
 
 
 def test_a_member_process_that_dies_is_named_at_once():
@@ -316,10 +344,11 @@ def test_peer_tells_a_listed_member_only_and_hostile_connections_are_refused(gro
 
     host, port = listens[len("tcp://"):].rsplit(":", 1)
     wrong = bytes([secret[0] ^ 1]) + secret[1:]
+    shape = found["value"]  # the group's shape: with another, a member that presents the secret breaks the group
     attempts = [b"\xff" * 40,  # garbage
-                wire_frames.encode(wire_frames.CONNECT, wrong, handle_id=1),  # a wrong secret
-                wire_frames.encode(wire_frames.CONNECT, secret, handle_id=0),  # no partner's rank
-                wire_frames.encode(wire_frames.CONNECT, secret, handle_id=5)]
+                wire_frames.encode(wire_frames.CONNECT, wrong, handle_id=1, value=shape),  # a wrong secret
+                wire_frames.encode(wire_frames.CONNECT, secret, handle_id=0, value=shape),  # no partner's rank
+                wire_frames.encode(wire_frames.CONNECT, secret, handle_id=5, value=shape)]
     for frame in attempts:
         with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as hostile:
             hostile.sendall(frame)
@@ -495,11 +524,12 @@ def test_a_hundred_hostile_connections_while_a_member_joins_change_nothing(group
     waiting.start()  # member 0 joins: it admits or refuses every connection that comes
 
     def hostile(i: int) -> bytes:
-        good = wire_frames.encode(wire_frames.CONNECT, secret, handle_id=1)
+        good = wire_frames.encode(wire_frames.CONNECT, secret, handle_id=1, value=found["value"])
         kinds = [lambda: rng.randbytes(rng.randrange(1, 200)),  # garbage
                  lambda: b"",  # silent: refused after 1 s, or when the member stops listening
                  lambda: wire_frames.encode(wire_frames.CONNECT, rng.randbytes(32), handle_id=1),  # a wrong secret
-                 lambda: wire_frames.encode(wire_frames.CONNECT, secret, handle_id=rng.choice([0, 2, 1 << 40])),
+                 lambda: wire_frames.encode(wire_frames.CONNECT, secret, handle_id=rng.choice([0, 2, 1 << 40]),
+                                            value=found["value"]),  # no partner's rank
                  lambda: good[:rng.randrange(1, len(good))],  # cut short, then closed
                  lambda: wire_frames.encode(wire_frames.PART, b"\0" * 8, handle_id=1),  # no CONNECT first
                  lambda: wire_frames.encode(wire_frames.CONNECT, secret, handle_id=1, length=1 << 30)]  # a lie

@@ -87,7 +87,8 @@ typedef struct allreduce_stage {
     ps_stage base;
     char group[PS_GROUP_MAX + 1];
     uint32_t rank, size;
-    uint32_t fanin;         /* algorithm tree: its fan-in; doubling: 0 */
+    uint32_t fanin;         /* algorithm tree: its fan-in, at most size (a larger one builds the same
+                               tree); doubling: 0 */
     uint64_t shape;         /* what its partners must agree on (group_shape) */
     int transport;
     int64_t timeout_ns;
@@ -190,22 +191,28 @@ static void build_schedule(schedule_builder *b) {
     else doubling_schedule(b);
 }
 
+/* FNV-1a over a 32-bit word, its low byte first. */
+static uint32_t digest_word(uint32_t digest, uint32_t word) {
+    for (int i = 0; i < 4; i++) digest = (digest ^ ((word >> (8 * i)) & 0xff)) * 16777619u;
+    return digest;
+}
+
 /* What the members' schedules and sums rest on, as one word: the members' count (high half), and
- * a digest of the algorithm's fan-in and the tuples' layout (the kind, size and place of each
- * run of fields: 'q' and 'd' sum differently, '@q' and 'q' alike). */
+ * a digest of the tree's fan-in and the tuples' layout: each value's kind, size, byte order and
+ * place (a pad or bytes run as one), so that 'q' and 'd' differ, and '@q' and 'q', 'lq' and 'qq'
+ * (here) do not. */
 static uint64_t group_shape(const allreduce_stage *a) {
-    uint32_t digest = 2166136261u; /* FNV-1a */
     const ps_tuple_format *f = &a->base.format;
-    uint32_t words[2 + 5 * PS_FORMAT_MAX_RUNS], n = 0;
-    words[n++] = a->fanin;
-    words[n++] = (uint32_t)f->size;
+    uint32_t digest = digest_word(digest_word(2166136261u, a->fanin), (uint32_t)f->size);
     for (uint32_t i = 0; i < f->run_count; i++) {
         const ps_field_run *run = &f->runs[i];
-        words[n++] = run->kind, words[n++] = run->item_size, words[n++] = run->swapped;
-        words[n++] = run->offset, words[n++] = run->count;
+        int each = run->kind != PS_FIELD_PAD && run->kind != PS_FIELD_BYTES;
+        for (uint32_t v = 0; v < (each ? run->count : 1); v++) {
+            uint32_t words[] = {run->kind, each ? run->item_size : run->count * run->item_size, run->swapped,
+                                run->offset + v * run->item_size};
+            for (size_t w = 0; w < sizeof words / sizeof *words; w++) digest = digest_word(digest, words[w]);
+        }
     }
-    const unsigned char *bytes = (const unsigned char *)words;
-    for (size_t i = 0; i < n * sizeof *words; i++) digest = (digest ^ bytes[i]) * 16777619u;
     return (uint64_t)a->size << 32 | digest;
 }
 
@@ -239,15 +246,21 @@ static void hang_up(allreduce_stage *a) {
 
 /* The group is broken for good: this and every later operation fail with PS_EREMOTE, and the
  * member's connections close, so that its partners learn it at once and break in turn. */
-static int broken(allreduce_stage *a, const char *what, uint32_t rank) {
-    explain(a, "%s member %u (its server %s)", what, rank, a->servers[rank]);
+static int break_group(allreduce_stage *a) {
     a->failed = PS_EREMOTE;
     hang_up(a);
     return PS_EREMOTE;
 }
 
-/* Partner `rank` was made for a group of another shape: broken, saying how it differs. */
-static int disagrees(allreduce_stage *a, uint32_t rank, uint64_t shape) {
+/* Broken, because of member `rank`: "WHAT member R (its server S)" in the stage's error. */
+static int broken(allreduce_stage *a, const char *what, uint32_t rank) {
+    explain(a, "%s member %u (its server %s)", what, rank, a->servers[rank]);
+    return break_group(a);
+}
+
+/* Member `rank` (of its own group, which may be larger) was made for a group of another shape:
+ * broken, saying how it differs. */
+static int disagrees(allreduce_stage *a, uint64_t rank, uint64_t shape) {
     char what[PS_FORMAT_MAX_TEXT + 200];
     uint32_t members = (uint32_t)(shape >> 32);
     int n = snprintf(what, sizeof what, "every member needs the same nodes, algorithm, fanin and element format; ");
@@ -258,7 +271,9 @@ static int disagrees(allreduce_stage *a, uint32_t rank, uint64_t shape) {
                  a->base.format.text);
     else
         snprintf(what + n, sizeof what - n, "this one has doubling and format '%s', another at", a->base.format.text);
-    return broken(a, what, rank);
+    if (rank < a->size) return broken(a, what, (uint32_t)rank);
+    explain(a, "%s member %llu, past this group's", what, (unsigned long long)rank);
+    return break_group(a);
 }
 
 /* ---- joining ------------------------------------------------------------------------------- */
@@ -349,12 +364,14 @@ static int judge(allreduce_stage *a, ps_presenting *p, int now) {
     ps_frame frame;
     int received = ps_channel_receive(&p->channel, 0, &frame); /* no wait: it is there or not */
     if (received == PS_ETIMEDOUT && !now && ps_now_ns() < p->due) return PS_OK;
+    if (received == PS_OK && frame.op == PS_WIRE_CONNECT && ps_wire_presents(&frame, a->secret) &&
+        (uint64_t)frame.value != a->shape) /* a member of the group, whatever its rank: it disagrees */
+        return disagrees(a, frame.handle_id, (uint64_t)frame.value);
     partner *in = received == PS_OK ? presented(a, &frame) : NULL;
     if (!in) {
         refuse(a, p);
         return PS_OK;
     }
-    if ((uint64_t)frame.value != a->shape) return disagrees(a, in->rank, (uint64_t)frame.value);
     in->channel = p->channel; /* with whatever came after the CONNECT */
     *p = a->waiting[--a->waiting_count];
     return PS_OK;
@@ -744,7 +761,8 @@ static int allreduce_create(const ps_params *params, const ps_build_context *con
     schedule_builder builder = {a, NULL, 0};
     if (rc == PS_OK) {
         int tree = strcmp(ps_params_str(params, "algorithm"), "tree") == 0;
-        a->fanin = tree ? (uint32_t)ps_params_int(params, "fanin") : 0;
+        uint32_t fanin = (uint32_t)ps_params_int(params, "fanin");
+        a->fanin = !tree ? 0 : fanin < a->size ? fanin : a->size;
         a->shape = group_shape(a);
         a->partners = calloc(a->size, sizeof *a->partners); /* at most size - 1 partners */
         build_schedule(&builder); /* counts */
