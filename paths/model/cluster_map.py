@@ -152,8 +152,8 @@ class ClusterMap:
         """The line of the map's text where the field at `path` (keys and list indexes, e.g.
         ("links", 0)) is written, for messages about it; None where the text does not say it."""
         try:
-            node = yaml.SafeLoader(self.text).get_single_node()
-        except (yaml.YAMLError, RecursionError):
+            node = _compose(self.text, self.source)
+        except MapError:  # a map made from text of its own
             return None
         line = None
         for step in path:
