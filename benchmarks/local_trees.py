@@ -32,10 +32,15 @@ def parse_counts(text: str) -> list[int]:
     if not counts or min(counts) < 1 or max(counts) > MAX_THREADS:
         raise argparse.ArgumentTypeError(f"counts must be from 1 to {MAX_THREADS} (the most threads a run places), "
                                          f"got {text!r}")
-    twice = sorted({c for c in counts if counts.count(c) > 1})
-    if twice:
-        raise argparse.ArgumentTypeError(f"{', '.join(map(str, twice))} given more than once in {text!r}: expected each count once")
+    _each_once(counts, text, "count")
     return counts
+
+
+def _each_once(items: list, text: str, what: str) -> None:
+    """A list option names each item once: a run would measure one given twice twice."""
+    twice = sorted({str(item) for item in items if items.count(item) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{', '.join(twice)} given more than once in {text!r}: expected each {what} once")
 
 
 def parse_trees(text: str) -> list[str]:
@@ -43,6 +48,7 @@ def parse_trees(text: str) -> list[str]:
     trees = [t for t in text.split(",") if t]
     if not trees:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list of trees (flat, faninK), got {text!r}")
+    _each_once(trees, text, "tree")
     for t in trees:
         if t != "flat" and not (t.startswith("fanin") and t[5:].isdigit() and int(t[5:]) >= 2):
             raise argparse.ArgumentTypeError(f"unknown tree {t!r} (expected flat or faninK with K >= 2)")

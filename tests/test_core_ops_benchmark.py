@@ -68,3 +68,15 @@ def test_more_threads_than_a_run_places_is_a_usage_error(benchmark):
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.endswith(f"error: argument --threads: counts must be from 1 to {MAX_THREADS} (the most "
                                 "threads a run places), got '2000000'\n")
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--threads", "1,2,1"], "argument --threads: 1 given more than once in '1,2,1': expected each count once"),
+    (["--tree", "flat,fanin2,flat"], "argument --tree: flat given more than once in 'flat,fanin2,flat': expected each "
+                                     "tree once"),
+])
+def test_a_list_option_that_names_an_item_twice_is_a_usage_error(args, said):
+    """It would be measured twice, and shown twice in the table and the CSV."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gsum", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60)
+    assert done.returncode == 2 and done.stderr.endswith(f"error: {said}\n"), done.stderr

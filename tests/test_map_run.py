@@ -494,13 +494,19 @@ def test_a_trace_folder_that_cannot_be_made_is_named_with_its_option(probe, tmp_
     assert probe.started() == {}
 
 
-def test_a_closed_output_ends_the_run_with_141_and_reaps_its_nodes(probe):
+def test_a_closed_output_ends_the_run_with_141_keeps_what_it_measured_and_reaps_its_nodes(probe, tmp_path):
     """`paths run ... | head -1`: the second map's table meets a closed pipe; that is exit 141
-    (not a usage error with a message), and every node is reaped."""
+    (not a usage error with a message), what was measured goes to --csv and --plot, as for a
+    run interrupted otherwise, and every node is reaped."""
+    csv_file, plot = tmp_path / "out.csv", tmp_path / "out.png"
     run = subprocess.Popen([sys.executable, "-m", "paths", "run", "gsum", "--map", "local,paper-2w", "--threads", "1",
-                            "--rounds", "5", "--repeat", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            "--rounds", "5", "--repeat", "1", "--csv", str(csv_file), "--plot", str(plot)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert run.stdout.readline().startswith("GSum on map local")
     run.stdout.close()  # before the second map's table
     err = without_progress(run.stderr.read())
     assert (run.wait(timeout=120), err) == (141, "")
     assert probe.alive() == []
+    with open(csv_file) as f:
+        assert {row["map"] for row in csv.DictReader(f)} == {"local", "paper-2w"}
+    assert plot.stat().st_size > 0

@@ -319,3 +319,9 @@ def test_a_path_server_refuses_a_port_zeromq_would_take_as_another(bind):
     written would find nobody: refused as `paths serve --bind` refuses it."""
     with pytest.raises(ValueError, match=rf"PathServer\('{bind}'\): expected tcp://HOST:PORT with PORT from 1 to 65535"):
         PathServer(bind, pastset=paths.PastSet())
+
+
+@pytest.mark.parametrize("bind", [b"tcp://127.0.0.1:7000", None, 7000])
+def test_a_path_server_refuses_a_bind_endpoint_that_is_no_text(bind):
+    with pytest.raises(TypeError, match=r"^PathServer: bind: expected an endpoint as text \(tcp://HOST:PORT, "):
+        PathServer(bind, pastset=paths.PastSet())

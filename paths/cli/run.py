@@ -14,7 +14,8 @@ compare several in one run: `--map paper-2w,paper-4w,paper-8w --policy block,cyc
 pair, prints a table each, and puts them side by side in the CSV and in one plot. Every column
 the kernel reports (paths_report) gets min / avg / max per thread count. A run that fails or is
 interrupted (Ctrl-C, or SIGTERM: kill, a batch system's time limit) still prints the table of what
-it measured before, and writes it to --csv and --plot. Progress goes to stderr: a bar on a
+it measured before, and writes it to --csv and --plot; so does one whose output was closed (| head),
+which ends there, exit 141. Progress goes to stderr: a bar on a
 terminal, else (a batch job's log) a line as each thread count is measured.
 """
 
@@ -272,7 +273,9 @@ def run_command(argv: list[str]) -> int:
                 print(results_table(run.cluster_map, run.settings, run.measurements), flush=True)
                 if args.counters:
                     print(counters_table(run.counters))
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader of the tables went away (| head): what was measured is kept
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and nothing more is said there
+        _write_outputs(args, [run for run in runs if run.measurements])
         raise
     except (KeyboardInterrupt, MapError, ValueError, LaunchError, OSError) as e:
         # What was measured before is kept: its table, and the files asked for.

@@ -72,7 +72,10 @@ class PathServer:
         self.pastset = context.pastset
         self.policy = policy if policy is not None else ServerPolicy()
         self.ledger = ClientLedger(self.policy)
-        problem = _endpoint_problem(bind) if isinstance(bind, str) else ""
+        if not isinstance(bind, str):
+            raise TypeError(f"PathServer: bind: expected an endpoint as text (tcp://HOST:PORT, ipc://PATH, "
+                            f"inproc://NAME), got {bind!r:.100}")
+        problem = _endpoint_problem(bind)
         if problem:
             raise ValueError(f"PathServer({bind!r}): {problem}")
         self.native = _native.Server(bind, curve_secret, curve_clients)
