@@ -148,6 +148,21 @@ def test_ranks_are_counted_as_srun_and_mpirun_count_them(count):
     assert (done.returncode, sorted(done.stdout.splitlines())) == (0, ["[0] 0", "[1] 1"]), done.stderr
 
 
+@pytest.mark.parametrize("command, count", [(["show", "--map", "paper-2w"], ["-n", "3"]),
+                                            (["show", "--map", "paper-2w"], ["-np3"]),
+                                            (["run", "gsum", "--repeat", "1", "--rounds", "5"], ["--ntasks", "1,3"])])
+def test_paths_run_and_show_take_srun_and_mpirun_names_for_their_thread_counts(command, count):
+    done = subprocess.run([sys.executable, "-m", "paths", *command, *count], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert ("3 threads on 2 nodes" if command[0] == "show" else "\n       3  ") in done.stdout, done.stdout
+    twice = subprocess.run([sys.executable, "-m", "paths", *command, *count, "--threads", "2"], capture_output=True,
+                           text=True, timeout=60)
+    assert twice.returncode == 2 and twice.stderr.splitlines()[-1] == (
+        f"paths {command[0]}: error: the thread count is given more than once (--threads, -n, --ntasks, -np): "
+        "give it once")
+
+
 @pytest.mark.parametrize("counts", [["--threads", "2", "-n", "3"], ["-n2", "-np", "2"], ["--ntasks=2", "--thr", "2"]],
                          ids=" ".join)
 @pytest.mark.parametrize("command", ["launch", "sbatch"])

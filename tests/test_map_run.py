@@ -457,6 +457,35 @@ def test_a_batch_log_gets_a_progress_line_as_each_thread_count_is_measured(probe
     assert probe.alive() == []
 
 
+def test_a_terminal_of_no_known_width_gets_the_progress_lines_not_a_bar_of_none(probe):
+    """A terminal that says it has 0 columns (one `script` or a bare pty opens): a bar would be
+    drawn 0 wide, so no progress would show at all; the lines do instead."""
+    import pty
+
+    leader, follower = pty.openpty()  # its size: 0 x 0
+    try:
+        done = subprocess.run([sys.executable, "-m", "paths", "run", "gsum", "--threads", "1,2", "--repeat", "1",
+                               "--rounds", "20"], stdout=subprocess.DEVNULL, stderr=follower, timeout=120)
+        os.close(follower)
+        said = b""
+        while chunk := _read_or_none(leader):
+            said += chunk
+    finally:
+        os.close(leader)
+    assert done.returncode == 0
+    lines = said.decode().replace("\r\n", "\n")
+    assert [int(m["threads"]) for m in progress(lines)] == [1, 2], lines
+    assert probe.alive() == []
+
+
+def _read_or_none(fd: int) -> bytes:
+    """What a pty's leader has to read; b"" once its follower is closed (EIO)."""
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return b""
+
+
 @pytest.mark.parametrize("stderr", ["full", "closed"])
 def test_progress_that_cannot_be_written_costs_the_run_nothing(probe, tmp_path, stderr):
     """A full disk or a reader gone on stderr: the tables, the CSV and exit 0 all the same."""

@@ -52,7 +52,8 @@ from ..runtime.node_servers import NodeServers
 from ..model.placement import MAX_THREADS, canonical_policy, placement_warnings_said
 from ..runtime.rank_discovery import ACQUIRE, MAP, NODE, POLICY, RANK, RELEASE, SERVERS, SIZE, SUMS
 from ..runtime.process_context import make_runtime
-from .run import SLURM_TIME_FORMS, add_rank_options, folder_path, make_folder, positive, seconds, slurm_time
+from .run import (SLURM_TIME_FORMS, THREADS_ALSO, add_rank_options, folder_path, make_folder, positive, seconds,
+                  slurm_time, threads_named)
 
 
 class RankFailed(Exception):
@@ -123,7 +124,7 @@ def add_placement_options(parser: argparse.ArgumentParser) -> None:
     launch and paths sbatch read them."""
     parser.add_argument("--map", help="a cluster map: a YAML file or a shipped map's name (default: local)")
     parser.add_argument("--threads", type=positive(MAX_THREADS), required=True,
-                        help="how many ranks (also -n or --ntasks, as srun says it, and -np, as mpirun does)")
+                        help=f"how many ranks ({THREADS_ALSO})")
     parser.add_argument("--policy", type=canonical_policy,
                         help="placement: block, cyclic (bucket and even are the same two) or "
                                          "pkg.mod:func; default: the map's")
@@ -156,21 +157,6 @@ def rank_variables(sums: Sequence[str], acquire: str | None, release: str | None
     return {SUMS: ",".join(sums) or None, ACQUIRE: acquire or None, RELEASE: release or None}
 
 
-def _threads_named(options: list[str]) -> list[str]:
-    """The options, srun's and mpirun's names for the rank count given as --threads (so that a
-    message names the one option): -np N and -n N (also -np=N, -npN, -nN), and --ntasks N (also
-    --ntasks=N, and its abbreviations from --n, as argparse takes --threads')."""
-    named = []
-    for option in options:
-        name, equals, value = option.partition("=")
-        short = re.fullmatch(r"-(?:np|n)(\d*)", name)
-        if short or (len(name) >= 3 and "--ntasks".startswith(name)):
-            named.append(f"--threads={short[1]}{equals}{value}" if short and short[1] else f"--threads{equals}{value}")
-        else:
-            named.append(option)
-    return named
-
-
 def options_and_command(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """`[options] -- CMD [ARGS...]`: the options parsed, and the command (a usage error without one)."""
     if "--" not in argv or argv.index("--") == len(argv) - 1:
@@ -178,10 +164,7 @@ def options_and_command(parser: argparse.ArgumentParser, argv: list[str]) -> tup
             parser.parse_args(["--help"])
         parser.error("expected -- CMD [ARGS...] after the options")
     split = argv.index("--")
-    options = _threads_named(argv[:split])
-    if sum(len(name) >= 4 and "--threads".startswith(name) for name, _, _ in (o.partition("=") for o in options)) > 1:
-        parser.error("the rank count is given more than once (--threads, -n, --ntasks, -np): give it once")
-    return parser.parse_args(options), argv[split + 1:]
+    return parser.parse_args(threads_named(parser, argv[:split], "rank count")), argv[split + 1:]
 
 
 def launch_command(argv: list[str]) -> int:

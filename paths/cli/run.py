@@ -195,6 +195,28 @@ def _map_options(parser: argparse.ArgumentParser) -> None:
                              "a tree of fan-in --max-fanin); default: the map's")
 
 
+THREADS_ALSO = "also -n or --ntasks, as srun says it, and -np, as mpirun does"
+
+
+def threads_named(parser: argparse.ArgumentParser, options: list[str],
+                  counted: str = "thread count") -> list[str]:
+    """The options, srun's and mpirun's names for the count given as --threads (so that a
+    message names the one option): -np N and -n N (also -np=N, -npN, -nN), and --ntasks N (also
+    --ntasks=N, and its abbreviations from --n, as argparse takes --threads'); a usage error naming
+    what is `counted` when it is given more than once."""
+    named = []
+    for option in options:
+        name, equals, value = option.partition("=")
+        short = re.fullmatch(r"-(?:np|n)(\d*)", name)
+        if short or (len(name) >= 3 and "--ntasks".startswith(name)):
+            named.append(f"--threads={short[1]}{equals}{value}" if short and short[1] else f"--threads{equals}{value}")
+        else:
+            named.append(option)
+    if sum(len(name) >= 4 and "--threads".startswith(name) for name, _, _ in (o.partition("=") for o in named)) > 1:
+        parser.error(f"the {counted} is given more than once (--threads, -n, --ntasks, -np): give it once")
+    return named
+
+
 def run_command(argv: list[str]) -> int:
     adopt_orphans()  # so that what a killed node's kernels left goes with the run (parent_death.py)
     parser = argparse.ArgumentParser(prog="paths run", description=__doc__,
@@ -203,7 +225,7 @@ def run_command(argv: list[str]) -> int:
                                        "(a C kernel) or pkg.mod:func (a Python kernel)")
     _map_options(parser)
     parser.add_argument("--threads", type=parse_thread_counts, default=[1, 2, 4],
-                        help="thread counts: ranges and lists, e.g. 1-32 or 1,2,4,8 (default 1,2,4)")
+                        help=f"thread counts: ranges and lists, e.g. 1-32 or 1,2,4,8 (default 1,2,4; {THREADS_ALSO})")
     parser.add_argument("--repeat", type=positive(), default=5, help="runs per thread count (default 5)")
     parser.add_argument("--rounds", type=positive(),
                         help=f"gsum only: global sums per run (default {RunSettings.rounds})")
@@ -230,7 +252,7 @@ def run_command(argv: list[str]) -> int:
     parser.add_argument("--csv", help="write every measurement to this CSV file (a row per run, with each "
                                       "column's COLUMN:min, :avg and :max over its thread count)")
     parser.add_argument("--plot", help="write a plot (min/avg/max per thread count) to this PNG file")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(threads_named(parser, argv))
     for option, owner, value in (("--rounds", "gsum", args.rounds), ("--darts", "mcpi", args.darts)):
         if value is not None and args.kernel != owner:
             parser.error(f"{option}: only {owner} takes it, not {args.kernel} (a kernel of your own reads "
@@ -359,7 +381,7 @@ def _run_with_progress(run: Run) -> None:
     total = len(settings.thread_counts) * settings.repeat
     what = f"{settings.kernel} on {run.cluster_map.name}, policy {settings.policy or run.cluster_map.policy}"
     started, writable = time.monotonic(), True
-    with tqdm(total=total, desc=what, unit="run", file=sys.stderr, disable=None, leave=False) as bar:
+    with tqdm(total=total, desc=what, unit="run", file=sys.stderr, disable=not _bar_fits(), leave=False) as bar:
         def step(threads: int, repeat: int) -> None:
             nonlocal writable
             try:
@@ -373,6 +395,15 @@ def _run_with_progress(run: Run) -> None:
             except OSError:
                 writable = False
         run_experiment(run.cluster_map, settings, step, report)
+
+
+def _bar_fits() -> bool:
+    """Whether stderr is a terminal of a known width, where a progress bar can be drawn (a
+    terminal that says it has 0 columns, as one `script` opens, would show a bar of none)."""
+    try:
+        return sys.stderr.isatty() and os.get_terminal_size(sys.stderr.fileno()).columns > 0
+    except (OSError, ValueError):  # no terminal, or stderr closed
+        return False
 
 
 def _summary(measurements: list[Measurement]) -> list[tuple[int, int, list[Measurement]]]:
@@ -523,9 +554,10 @@ def show_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="paths show", description="Print a map's placement of N threads and "
                                      "the reduction tree their paths build.")
     _map_options(parser)
-    parser.add_argument("--threads", type=positive(MAX_THREADS), required=True, help="how many threads")
+    parser.add_argument("--threads", type=positive(MAX_THREADS), required=True,
+                        help=f"how many threads ({THREADS_ALSO})")
     parser.add_argument("--dot", action="store_true", help="print Graphviz DOT instead of text")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(threads_named(parser, argv))
     try:
         cluster_map = open_map(args.map)
         with warnings.catch_warnings(record=True) as caught:
