@@ -119,6 +119,18 @@ def test_a_pipelined_move_arrives_with_no_other_request_after_it(peer_server):
     assert time.monotonic() - started < 2.0
 
 
+@pytest.mark.parametrize("params, needs", [({"proto": "tcp"}, "window > 1"),
+                                            ({"proto": "zmq", "window": 8}, "a direct transport: proto tcp or ipc, not zmq"),
+                                            ({"proto": "inproc", "window": 8}, "proto tcp or ipc, not inproc")])
+def test_a_remote_batch_that_would_do_nothing_is_refused(params, needs):
+    """batch gathers pipelined moves into one write of a direct connection: without a window or
+    over ZeroMQ it was taken and did nothing."""
+    with pytest.raises(ValueError, match=f"^stage 'remote': batch=16 puts pipelined moves into one write, so it needs "
+                                         f".*{re.escape(needs)}"):
+        build_path(remote_path("inproc://nobody" if params["proto"] == "inproc" else "tcp://127.0.0.1:9", "NONE",
+                               batch=16, **params), pastset=paths.PastSet())
+
+
 def test_batched_moves_wait_for_the_callers_next_request_and_keep_their_order(peer_server):
     _, endpoint = peer_server
     writer = build_path(remote_path(endpoint, "BATCHED", proto="tcp", window=64, batch=16))

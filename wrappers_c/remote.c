@@ -769,6 +769,14 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
                                     "expected host inproc://NAME or NAME, got '%s'", host);
         return PS_EINVAL;
     }
+    int64_t batch = ps_params_int(params, "batch");
+    int direct = strcmp(proto, "tcp") == 0 || strcmp(proto, "ipc") == 0;
+    if (batch > 1 && (!direct || ps_params_int(params, "window") == 1)) { /* it would do nothing */
+        snprintf(error, error_size, "stage 'remote': batch=%lld puts pipelined moves into one write, so it needs %s%s",
+                 (long long)batch, direct ? "window > 1 (moves sent before their answers are read)"
+                                          : "a direct transport: proto tcp or ipc, not ", direct ? "" : proto);
+        return PS_EINVAL;
+    }
     remote_stage *r = calloc(1, sizeof *r);
     if (!r) return PS_ENOMEM;
     r->transport = strcmp(proto, "tcp") == 0 ? PS_TRANSPORT_TCP : strcmp(proto, "ipc") == 0 ? PS_TRANSPORT_IPC
@@ -796,7 +804,7 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
     }
     r->timeout_ns = ps_params_int(params, "timeout_ms") * 1000000;
     r->window = (uint32_t)ps_params_int(params, "window");
-    r->batch = r->transport == PS_TRANSPORT_ZMQ ? 1 : (uint32_t)ps_params_int(params, "batch");
+    r->batch = (uint32_t)batch;
     snprintf(r->server_key, sizeof r->server_key, "%s", key);
     r->path_spec = strdup(ps_params_str(params, "path"));
     r->connections = calloc(PS_PASS_THROUGH_CALLERS, sizeof *r->connections);
@@ -828,8 +836,9 @@ static const ps_param_spec REMOTE_PARAMS[] = {
     {"window", PS_PARAM_INT, 0, "1", 1, 1024, NULL,
      "requests of moves and move_many sent before their answers are read (pipelining)", PS_PARAM_GIVEN},
     {"batch", PS_PARAM_INT, 0, "1", 1, 1024, NULL,
-     "direct transports, window > 1: pipelined moves that leave in one write; a move waits in the caller's "
-     "buffer until `batch` moves do, or until the caller's next other request or wait for an answer", PS_PARAM_GIVEN},
+     "direct transports (tcp, ipc) with window > 1 (refused elsewhere): pipelined moves that leave in one write; "
+     "a move waits in the caller's buffer until `batch` moves do, or until the caller's next other request or "
+     "wait for an answer", PS_PARAM_GIVEN},
     {"curve_server_key", PS_PARAM_STR, 0, "", 0, -1, NULL, "the server's CURVE public key (Z85), '' for none",
      PS_PARAM_GIVEN},
     {"format", PS_PARAM_STR, 1, NULL, 0, -1, NULL, "the element's format (filled in by build_path)", PS_PARAM_BUILT},
