@@ -392,13 +392,15 @@ def test_a_server_makes_a_clients_member_only_toward_endpoints_it_trusts():
 @pytest.mark.parametrize("target, trusted", [
     ("tcp://n01:7000", True), ("tcp://10.1.2.3:7000", True), ("tcp://10.9.8.7:7001", True),
     ("tcp://nx:7000", False), ("tcp://10.1.2.localhost:7000", False), ("tcp://10.1.2.300:7000", False),
-    ("tcp://a.b.c.d:7001", False),
+    ("tcp://a.b.c.d:7001", False), ("tcp://10.1.evil:7002", False), ("tcp://10.1.7.9:7002", False),
+    ("tcp://2130706433:7000", False), ("tcp://0x7f000001:7000", False),  # 127.0.0.1, as the resolver reads them
 ])
 def test_a_pattern_of_addresses_trusts_addresses_only_and_a_pattern_of_names_names(target, trusted):
     """--allow-remote 'tcp://10.1.2.*:7000' and 'tcp://*.*.*.*:7001' are patterns of IPv4
     addresses: no host name (10.1.2.localhost resolves to this host), however many labels it
     has; 'tcp://*[0-9]:7000' is one of names. Member 0 connects to nobody when it is built."""
-    policy = ServerPolicy(allow_remote=("tcp://*[0-9]:7000", "tcp://10.1.2.*:7000", "tcp://*.*.*.*:7001"))
+    policy = ServerPolicy(allow_remote=("tcp://*[0-9]:7000", "tcp://10.1.2.*:7000", "tcp://*.*.*.*:7001",
+                                        "tcp://10.1.*:7002"))  # of addresses, which have four labels: none
     with PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet(), policy=policy) as server:
         server.start()
         path = make_path(stage("remote", host=server.endpoint),

@@ -131,6 +131,15 @@ def test_a_remote_batch_that_would_do_nothing_is_refused(params, needs):
                                batch=16, **params), pastset=paths.PastSet())
 
 
+def test_a_remote_batch_over_the_zmq_a_curve_key_implies_is_left_unused_not_refused():
+    """A run's resolver adds its servers' CURVE keys, which make the proto zmq: a path written for
+    a direct transport still builds (its batch unused, as on any ZeroMQ link)."""
+    public, _ = _native.curve_keypair()
+    with pytest.raises(ConnectionError, match="no answer to BUILD"):  # built, then finds no server
+        build_path(remote_path("tcp://127.0.0.1:9", "NONE", window=8, batch=16, curve_server_key=public),
+                   pastset=paths.PastSet())
+
+
 def test_batched_moves_wait_for_the_callers_next_request_and_keep_their_order(peer_server):
     _, endpoint = peer_server
     writer = build_path(remote_path(endpoint, "BATCHED", proto="tcp", window=64, batch=16))

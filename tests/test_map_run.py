@@ -524,7 +524,7 @@ def test_a_trace_folder_that_cannot_be_made_is_named_with_its_option(probe, tmp_
 
 
 def test_a_closed_output_ends_the_run_with_141_keeps_what_it_measured_and_reaps_its_nodes(probe, tmp_path):
-    """`paths run ... | head -1`: the second map's table meets a closed pipe; that is exit 141
+    """`paths run ... | head -1`: a table meets a closed pipe (local's, or paper-2w's); that is exit 141
     (not a usage error with a message), what was measured goes to --csv and --plot, as for a
     run interrupted otherwise, and every node is reaped."""
     csv_file, plot = tmp_path / "out.csv", tmp_path / "out.png"
@@ -534,8 +534,9 @@ def test_a_closed_output_ends_the_run_with_141_keeps_what_it_measured_and_reaps_
     assert run.stdout.readline().startswith("GSum on map local")
     run.stdout.close()  # before the second map's table
     err = without_progress(run.stderr.read())
-    assert (run.wait(timeout=120), err) == (141, "")
+    assert (run.wait(timeout=120), err) == (141, f"wrote {csv_file}\nwrote {plot}\n")  # not on the closed output
     assert probe.alive() == []
     with open(csv_file) as f:
-        assert {row["map"] for row in csv.DictReader(f)} == {"local", "paper-2w"}
+        measured = {row["map"] for row in csv.DictReader(f)}
+    assert "local" in measured <= {"local", "paper-2w"}, measured  # paper-2w too if local's table fit the pipe
     assert plot.stat().st_size > 0

@@ -199,14 +199,15 @@ static uint32_t digest_word(uint32_t digest, uint32_t word) {
 
 /* What the members' schedules and sums rest on, as one word: the members' count (high half), and
  * a digest of the tree's fan-in and the tuples' layout: each value's kind, size, byte order and
- * place (a pad or bytes run as one), so that 'q' and 'd' differ, and '@q' and 'q', 'lq' and 'qq'
- * (here) do not. */
+ * place (a bytes run as one; pads not at all), so that 'q' and 'd' differ, and '@q' and 'q', 'lq'
+ * and 'qq' (here), 'b7xq' and 'bq' do not. */
 static uint64_t group_shape(const allreduce_stage *a) {
     const ps_tuple_format *f = &a->base.format;
     uint32_t digest = digest_word(digest_word(2166136261u, a->fanin), (uint32_t)f->size);
     for (uint32_t i = 0; i < f->run_count; i++) {
         const ps_field_run *run = &f->runs[i];
-        int each = run->kind != PS_FIELD_PAD && run->kind != PS_FIELD_BYTES;
+        if (run->kind == PS_FIELD_PAD) continue; /* never summed: 'b7xq' is 'bq' */
+        int each = run->kind != PS_FIELD_BYTES;
         for (uint32_t v = 0; v < (each ? run->count : 1); v++) {
             uint32_t words[] = {run->kind, each ? run->item_size : run->count * run->item_size, run->swapped,
                                 run->offset + v * run->item_size};

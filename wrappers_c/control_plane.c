@@ -146,31 +146,35 @@ static int host_of(const char *text, char *host, size_t size) {
     return 1;
 }
 
-/* Whether a pattern's host is one of IPv4 addresses: four labels between dots, each of digits
- * and wildcards (10.1.2.*, *.*.*.*), which must then take an address only, no host name. */
+/* Whether a pattern's host is one of IPv4 addresses, which must then take an address only, no
+ * host name: dotted, of digits and wildcards alone, and either with a digit (10.1.2.*, 10.1.*,
+ * which takes no 10.1.evil) or of four labels (*.*.*.*). Without a dot (*[0-9]) it is one of names. */
 static int address_pattern(const char *pattern) {
     char host[ENDPOINT_TEXT_MAX];
     if (strncmp(pattern, "tcp://", 6) != 0 || !host_of(pattern, host, sizeof host)) return 0;
-    int labels = 1;
+    int labels = 1, digits = 0;
     for (const char *c = host; *c; c++) {
-        if (*c == '.') labels++;
-        if (*c == '.' && (c == host || c[1] == '.' || c[1] == 0)) return 0; /* an empty label */
+        labels += *c == '.';
+        digits |= *c >= '0' && *c <= '9';
         if (*c != '.' && !(*c >= '0' && *c <= '9') && !strchr("*?[]!^-", *c)) return 0;
     }
-    return labels == 4;
+    return labels > 1 && (digits || labels == 4);
 }
 
-/* Whether a tcp endpoint's host is an IPv4 address. */
+/* Whether a tcp endpoint's host is an IPv4 address, dotted decimal (1), or one written as only
+ * the resolver reads it (2130706433, 0x7f000001, 127.1: -1), which no pattern takes; 0 otherwise. */
 static int address_host(const char *endpoint) {
     char host[ENDPOINT_TEXT_MAX];
     struct in_addr address;
-    return host_of(endpoint, host, sizeof host) && inet_pton(AF_INET, host, &address) == 1;
+    if (!host_of(endpoint, host, sizeof host)) return 0;
+    return inet_pton(AF_INET, host, &address) == 1 ? 1 : inet_aton(host, &address) ? -1 : 0;
 }
 
 int ps_endpoint_trusted(const ps_build_context *context, const char *endpoint) {
     if (!context->trusted_endpoints) return 1;
     if (strchr(endpoint, ';')) return 0; /* a pattern's '*' would let a source address through */
-    int tcp = strncmp(endpoint, "tcp://", 6) == 0, address = tcp && address_host(endpoint);
+    int tcp = strncmp(endpoint, "tcp://", 6) == 0, address = tcp ? address_host(endpoint) : 0;
+    if (address < 0) return 0; /* a name pattern (*[0-9]) would take it, as an address anywhere */
     char parts[ENDPOINT_TEXT_MAX], pattern[ENDPOINT_TEXT_MAX];
     if (!as_parts(endpoint, tcp, parts, sizeof parts)) return 0;
     for (size_t i = 0; i < context->trusted_endpoint_count; i++) {

@@ -107,6 +107,7 @@ public:
         bool owned = owns_;
         if (owned) claim();  // seq_cst, against release_if_idle
         int rc = PS_ECLOSED;
+        ps_failure_cause_clear();  // one an earlier call left: not this one's
         if (!released_.load() && link_) {
             rc = ps_link_call(link_, op);
             moved_ += op->done;

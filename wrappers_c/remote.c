@@ -770,8 +770,10 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
         return PS_EINVAL;
     }
     int64_t batch = ps_params_int(params, "batch");
-    int direct = strcmp(proto, "tcp") == 0 || strcmp(proto, "ipc") == 0;
-    if (batch > 1 && (!direct || ps_params_int(params, "window") == 1)) { /* it would do nothing */
+    /* Refused where it would do nothing as the user wrote it (a proto a run's CURVE key implies
+     * leaves it unused, as on any ZeroMQ link). */
+    int direct = strcmp(proto, "tcp") == 0 || strcmp(proto, "ipc") == 0 || !*ps_params_str(params, "proto");
+    if (batch > 1 && (!direct || ps_params_int(params, "window") == 1)) {
         snprintf(error, error_size, "stage 'remote': batch=%lld puts pipelined moves into one write, so it needs %s%s",
                  (long long)batch, direct ? "window > 1 (moves sent before their answers are read)"
                                           : "a direct transport: proto tcp or ipc, not ", direct ? "" : proto);
@@ -804,7 +806,7 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
     }
     r->timeout_ns = ps_params_int(params, "timeout_ms") * 1000000;
     r->window = (uint32_t)ps_params_int(params, "window");
-    r->batch = (uint32_t)batch;
+    r->batch = r->transport == PS_TRANSPORT_ZMQ ? 1 : (uint32_t)batch;
     snprintf(r->server_key, sizeof r->server_key, "%s", key);
     r->path_spec = strdup(ps_params_str(params, "path"));
     r->connections = calloc(PS_PASS_THROUGH_CALLERS, sizeof *r->connections);

@@ -207,7 +207,7 @@ def threads_named(parser: argparse.ArgumentParser, options: list[str],
     named = []
     for option in options:
         name, equals, value = option.partition("=")
-        short = re.fullmatch(r"-(?:np|n)(\d*)", name)
+        short = re.fullmatch(r"-(?:np|n)([\d,-]*)", name)
         if short or (len(name) >= 3 and "--ntasks".startswith(name)):
             named.append(f"--threads={short[1]}{equals}{value}" if short and short[1] else f"--threads{equals}{value}")
         else:
@@ -297,7 +297,7 @@ def run_command(argv: list[str]) -> int:
                     print(counters_table(run.counters))
     except BrokenPipeError:  # the reader of the tables went away (| head): what was measured is kept
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and nothing more is said there
-        _write_outputs(args, [run for run in runs if run.measurements])
+        _write_outputs(args, [run for run in runs if run.measurements], said=sys.stderr)
         raise
     except (KeyboardInterrupt, MapError, ValueError, LaunchError, OSError) as e:
         # What was measured before is kept: its table, and the files asked for.
@@ -318,8 +318,9 @@ def run_command(argv: list[str]) -> int:
     return status
 
 
-def _write_outputs(args: argparse.Namespace, runs: list[Run]) -> int:
-    """The --csv and --plot files of the runs: 0, or 1 when one cannot be written (said)."""
+def _write_outputs(args: argparse.Namespace, runs: list[Run], said=None) -> int:
+    """The --csv and --plot files of the runs: 0, or 1 when one cannot be written (said), each
+    file written said on `said` (default: stdout)."""
     for option, path, write in (("--csv", args.csv, write_csv), ("--plot", args.plot, write_plot)):
         if not path or not runs:
             continue
@@ -328,7 +329,7 @@ def _write_outputs(args: argparse.Namespace, runs: list[Run]) -> int:
         except OSError as e:
             print(f"paths run: {option} {path}: cannot write it: {e.strerror or e}", file=sys.stderr)
             return 1
-        print(f"wrote {path}")
+        print(f"wrote {path}", file=said or sys.stdout)
     return 0
 
 

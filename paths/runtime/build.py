@@ -309,6 +309,10 @@ _ALL_CONTEXTS: "weakref.WeakSet[BuildContext]" = weakref.WeakSet()
 
 
 def _forget_stages_in_child() -> None:
+    """A forked child's builds: stages of its own, and the locks anew (another thread of the parent
+    may have held one at the fork)."""
+    global _DEFAULT_LOCK
+    _DEFAULT_LOCK = threading.Lock()
     for context in list(_ALL_CONTEXTS):
         context._forget_stages()
 
