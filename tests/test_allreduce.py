@@ -289,6 +289,25 @@ def test_members_whose_differences_build_the_same_rounds_sum_together(group):
     assert g.each(run) == [(6, 30)] * 3
 
 
+def test_a_member_that_comes_after_its_partners_group_joined_is_told_its_server_lists_none(group):
+    """Members 0 and 1 are a group of 2 and have joined; a member 2 made for 3 asks member 0's
+    server, which is up and answers that it lists no such member: the message says that, not
+    "is it up?"."""
+    g = group(3, name="G-late", format="q")
+    two = ",".join(server.endpoint for server in g.servers[:2])
+    g.handles = [build_path(make_path(stage("allreduce", group="G-late", nodes=two, rank=rank),
+                                      stage("core", name="G-late" if rank == 0 else "G-late-1", format="q")),
+                            context=g.servers[rank].context) for rank in range(2)]
+    assert g.each(one_round(ConnectionError)) == [(3,), (3,)]
+    late = build_path(make_path(stage("allreduce", group="G-late", nodes=g.nodes, rank=2, timeout_ms=300),
+                                stage("core", name="G-late-2", format="q")), context=g.servers[2].context)
+    late.move((3,), timeout=TIMEOUT_S)
+    with pytest.raises(ConnectionError, match=r"1 member\(s\) did not join within 300 ms \(its server answers PEER "
+                                              r"that it lists no such member: not made, made for other nodes, or in "
+                                              r"its group already\), among them member 0 "):
+        late.observe(timeout=TIMEOUT_S)
+
+
 def test_a_member_process_that_dies_is_named_at_once():
     rounds = 50
     with ChildProcesses() as children:

@@ -77,6 +77,7 @@ typedef struct partner {
     ps_channel channel;     /* fd -1 until joined */
     ps_control_call lookup; /* a partner of lower rank: the PEER request under way */
     int64_t lookup_due;     /* when to ask again after "not listed yet" */
+    int unlisted;           /* its server answered so: it is up */
     char *endpoint;         /* its answer: where it listens (NULL until answered) */
     unsigned char secret[PS_WIRE_SECRET]; /* and the secret to present there */
     uint64_t shape;         /* and its group's shape */
@@ -298,6 +299,7 @@ static int look_up(allreduce_stage *a, partner *p, int64_t deadline) {
     if (rc == PS_EINTR && !ps_remote_waits_abandoned()) return PS_ETIMEDOUT; /* the caller gave up: asked still */
     if (rc == PS_EINTR) return broken(a, "this process is exiting: gave up joining", p->rank);
     if (rc == PS_OK && answer.status == PS_ESTATE) {
+        p->unlisted = 1;
         ps_control_close(&p->lookup);
         p->lookup_due = ps_now_ns() + ASK_AGAIN_MS * MS;
         return PS_ESTATE;
@@ -439,10 +441,12 @@ static int join(allreduce_stage *a, int64_t deadline) {
         }
         int64_t now = ps_now_ns();
         if (now >= a->join_due) {
-            char what[128];
+            char what[256];
             snprintf(what, sizeof what, "%u member(s) did not join within %lld ms%s, among them", missing,
                      (long long)(a->timeout_ns / MS),
-                     first->lookup.socket ? " (a server that did not answer PEER: is it up?)" : "");
+                     first->unlisted ? " (its server answers PEER that it lists no such member: not made, made "
+                                       "for other nodes, or in its group already)"
+                     : first->lookup.socket ? " (a server that did not answer PEER: is it up?)" : "");
             return broken(a, what, first->rank);
         }
         if (now >= until) return PS_ETIMEDOUT;
