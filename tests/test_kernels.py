@@ -971,7 +971,7 @@ PARTIAL_KERNEL = """
     import time
 
     def kernel(ctx):
-        if ctx.threads >= 3:
+        if ctx.threads >= 3 or (ctx.threads == 2 and ctx.arg("repeat") == "1" and ctx.arg("how") == "midway"):
             if ctx.arg("how") == "fail":
                 raise RuntimeError("three is too many")
             pathlib.Path(ctx.arg("started")).touch()
@@ -1014,6 +1014,32 @@ def test_a_run_that_fails_or_is_interrupted_keeps_what_it_measured_before(user_m
     assert rows == [("1", "1.00000", "1.00000", "1.00000"), ("2", "1.50000", "1.50000", "1.50000")], stdout
     assert [(r["threads"], r["repeat"], r["x"]) for r in csv_rows(out)] == [
         ("1", "0", "1"), ("1", "1", "1"), ("2", "0", "1.5"), ("2", "1", "1.5")]
+
+
+def test_a_thread_count_the_run_ended_during_says_how_many_runs_its_row_has(user_module, tmp_path):
+    """Ctrl-C during the second of two runs at 2 threads: the row of 2 threads is one run's, and
+    says so, where it looked like a whole thread count's."""
+    user_module("partial_kernel", PARTIAL_KERNEL)
+    started = tmp_path / "started"
+    run = subprocess.Popen([sys.executable, "-m", "paths", "run", "partial_kernel:kernel", "--threads", "1-2",
+                            "--repeat", "2", "--arg", "how=midway", "--arg", f"started={started}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not started.exists():
+            assert time.monotonic() < deadline and run.poll() is None, run.communicate()
+            time.sleep(0.05)
+        os.killpg(run.pid, signal.SIGINT)
+        stdout, stderr = run.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+    assert run.returncode == 130, stderr
+    assert "keeping what was measured before it ended: 3 runs at 1, 2 threads" in stderr
+    rows = re.findall(r"^\s+(\d+)\s+1\s+[\d.]+\s+[\d.]+\s+[\d.]+(.*)$", stdout, re.M)
+    assert rows == [("1", ""), ("2", "  (1 of 2 runs: it ended before the rest)")], stdout
 
 
 @pytest.mark.parametrize("call, line", [

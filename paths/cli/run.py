@@ -440,7 +440,8 @@ def _numbers(values: list[float]) -> list[str]:
 
 def results_table(cluster_map: ClusterMap, settings: RunSettings, measurements: list[Measurement]) -> str:
     """Min / avg / max of each reported column per thread count. With one column the header says
-    min avg max (the title names what it is); with more, each cell says column:stat."""
+    min avg max (the title names what it is); with more, each cell says column:stat. A thread
+    count of fewer runs than asked (the run ended during it) says how many it has."""
     kernel = load_kernel(settings.kernel)
     policy = settings.policy or cluster_map.policy
     fanin = settings.max_fanin or cluster_map.max_fanin
@@ -465,7 +466,8 @@ def results_table(cluster_map: ClusterMap, settings: RunSettings, measurements: 
     by_column = {column: _numbers([v for _, _, ms in rows for v in _stats(ms, column)]) for column in columns}
     for r, (n, nodes, ms) in enumerate(rows):
         cells = [by_column[column][3 * r + i] for column in columns for i in range(3)]
-        lines.append(f"{n:>8} {nodes:>6} " + " ".join(f"{cell:>{w}}" for cell, w in zip(cells, widths)))
+        part = f"  ({len(ms)} of {repeats}: it ended before the rest)" if len(ms) < settings.repeat else ""
+        lines.append(f"{n:>8} {nodes:>6} " + " ".join(f"{cell:>{w}}" for cell, w in zip(cells, widths)) + part)
     return "\n".join(lines)
 
 
