@@ -313,6 +313,32 @@ def test_the_socket_file_a_dead_server_left_is_bound_anew(tmp_path):
         assert stat.S_ISSOCK(path.stat().st_mode)
 
 
+def test_the_link_files_a_killed_server_left_go_with_the_next_server_on_its_path(tmp_path):
+    """SIGKILL leaves the main socket's file and each ZeroMQ link's: the next server on the path
+    removes the links' too, and nothing else (a file of that shape that is no socket, another
+    server's live link)."""
+    endpoint, neighbour = f"ipc://{tmp_path / 'server'}", f"ipc://{tmp_path / 'other'}"
+    zmq_path = lambda at: make_path(stage("remote", host=at, proto="zmq", timeout_ms=5000),
+                                    stage("core", name="E", format="q"))
+    (tmp_path / "server.0123456789abcdef").write_text("not a socket\n")
+    with ChildProcesses() as children, PathServer(neighbour, pastset=paths.PastSet()).start():
+        server = children.start([sys.executable, "-m", "paths", "serve", "--bind", endpoint], name="paths serve")
+        server.expect("READY ")
+        killed = build_path(zmq_path(endpoint), pastset=paths.PastSet())
+        killed.move(5)
+        live = build_path(zmq_path(neighbour), pastset=paths.PastSet())
+        live.move(6)
+        server.signal(signal.SIGKILL)
+        server.wait(PATIENCE_S)
+        left = sorted(p.name for p in tmp_path.iterdir())
+        assert len(left) == 5 and re.fullmatch(r"server\.[0-9a-f]{16}", left[4]), left  # the dead link's
+        with PathServer(endpoint, pastset=paths.PastSet()).start():
+            assert sorted(p.name for p in tmp_path.iterdir()) == left[:4]
+        live.move(7)
+        del live, killed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["server.0123456789abcdef"]
+
+
 @pytest.mark.parametrize("bind", ["tcp://127.0.0.1:108993", "tcp://127.0.0.1:0", "tcp://127.0.0.1"])
 def test_a_path_server_refuses_a_port_zeromq_would_take_as_another(bind):
     """libzmq would bind port 108993 as 43457 (its value modulo 65536), and clients of the port

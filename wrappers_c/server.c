@@ -2,6 +2,7 @@
  * which reaches its client on a ZeroMQ socket or a direct connection of its own. */
 #include "server.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -63,25 +64,60 @@ static void note_socket_file(socket_file *f, const char *asked, const char *boun
     if (f->made) f->device = st.st_dev, f->inode = st.st_ino;
 }
 
+/* Whether a server listens on the Unix socket at path (a name too long for one: ZeroMQ refuses it). */
+static int socket_listened(const char *path) {
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof address.sun_path) return 0;
+    memcpy(address.sun_path, path, strlen(path));
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int live = fd >= 0 && connect(fd, (struct sockaddr *)&address, sizeof address) == 0;
+    if (fd >= 0) close(fd);
+    return live;
+}
+
 /* Whether ipc://PATH is another's (why, when it is): ZeroMQ removes whatever is at PATH before
  * it binds, a user's file or a live server's socket alike. Only nothing there, or a socket that
  * nobody listens on any more (a dead server's), may go. */
 static int ipc_path_taken(const char *endpoint, char *why, size_t size) {
     const char *path = endpoint + 6;
-    struct sockaddr_un address = {.sun_family = AF_UNIX};
     struct stat st;
     if (strncmp(endpoint, "ipc://", 6) != 0 || *path == '@' || strchr(path, '*') || lstat(path, &st) != 0) return 0;
     if (!S_ISSOCK(st.st_mode)) {
         snprintf(why, size, "%s exists and is not a socket (it would be removed)", path);
         return 1;
     }
-    if (strlen(path) >= sizeof address.sun_path) return 0; /* ZeroMQ refuses the name itself */
-    memcpy(address.sun_path, path, strlen(path));
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int live = fd >= 0 && connect(fd, (struct sockaddr *)&address, sizeof address) == 0;
-    if (fd >= 0) close(fd);
+    int live = socket_listened(path);
     if (live) snprintf(why, size, "a server listens on %s already", path);
     return live;
+}
+
+/* Whether `name` is `base` followed by a link's suffix, .<16 hex digits> (open_link). */
+static int link_file_of(const char *name, const char *base, size_t base_length) {
+    if (strncmp(name, base, base_length) != 0 || name[base_length] != '.' || strlen(name) != base_length + 17) return 0;
+    return strspn(name + base_length + 1, "0123456789abcdef") == 16;
+}
+
+/* A server on ipc://PATH that was killed (SIGKILL) left its ZeroMQ links' files, PATH.<16 hex
+ * digits>; the next server on PATH removes those that are sockets nobody listens on. */
+static void remove_dead_link_files(const char *endpoint) {
+    if (strncmp(endpoint, "ipc://", 6) != 0 || endpoint[6] == '@' || strchr(endpoint, '*')) return;
+    char path[PS_CHANNEL_ENDPOINT_MAX + 32];
+    const char *slash = strrchr(endpoint + 6, '/');
+    const char *base = slash ? slash + 1 : endpoint + 6;
+    int directory_length = slash ? (int)(slash - (endpoint + 6)) + 1 : 0; /* with its slash ("/" for the root) */
+    size_t base_length = strlen(base);
+    if (!base_length) return;
+    snprintf(path, sizeof path, "%.*s", directory_length, endpoint + 6);
+    DIR *directory = opendir(directory_length ? path : ".");
+    if (!directory) return;
+    for (struct dirent *entry; (entry = readdir(directory)) != NULL;) {
+        struct stat st;
+        if (!link_file_of(entry->d_name, base, base_length) ||
+            snprintf(path, sizeof path, "%.*s%s", directory_length, endpoint + 6, entry->d_name) >= (int)sizeof path)
+            continue;
+        if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && !socket_listened(path)) unlink(path);
+    }
+    closedir(directory);
 }
 
 static void close_bound_socket(void *socket, socket_file *f) {
@@ -700,6 +736,7 @@ int ps_server_start(const char *endpoint, const char *curve_secret_z85, int auth
         free_server(s);
         return PS_EINVAL;
     }
+    remove_dead_link_files(endpoint);
     if (make_server_socket(s, endpoint, PS_WIRE_HEADER + PS_SPEC_MAX, MAIN_REQUESTS, MAIN_ANSWERS, &s->main_socket) != 0 ||
         zmq_bind(s->main_socket, endpoint) != 0 ||
         zmq_getsockopt(s->main_socket, ZMQ_LAST_ENDPOINT, s->endpoint, &length) != 0) {

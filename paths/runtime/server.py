@@ -340,7 +340,8 @@ def serve_command(argv: list[str]) -> int:
     parser.add_argument("--bind", default="tcp://127.0.0.1:7000",
                         help="ZeroMQ endpoint to bind (default tcp://127.0.0.1:7000; port * picks a free one). "
                              "Binding beyond loopback needs --curve-secret, or --insecure. An ipc://PATH's socket "
-                             "file (and its links' PATH.R files) are removed as the server stops.")
+                             "file (and its links' PATH.R files) are removed as the server stops; those a killed "
+                             "server left, as the next one on PATH starts.")
     parser.add_argument("--curve-secret", metavar="FILE",
                         help="file holding the server's CURVE secret key (Z85); clients then need its public "
                              "key. It encrypts the ZeroMQ endpoint and zmq links, not direct (tcp, ipc) links")
