@@ -1417,14 +1417,16 @@ def test_ctrl_c_stops_a_program_of_its_own_as_it_would_without_python(rank_progr
     (("said", "1"), 1, "paths: rank 1 of 2 fails: rank 1 gives up\n"),  # paths_fail(NULL, ...), paths_finalize
     (("said", "1", "bytes"), 1, "paths: rank 1 of 2 fails: rank 1 gives up \udcff\n"),  # no UTF-8: paths_finalize aborted
     (("said_acquired", "1"), 1, "paths: rank 1 of 2 fails: rank 1 gives up\n"),  # an acquire that worked since
+    (("said_then_0", "1"), 1, "paths: rank 1 of 2 fails: rank 1 gives up\n"),  # then returns 0: exits 1 all the same
+    (("said_unfinalized", "1"), 1, "paths: rank 1 of 2 fails: rank 1 gives up\n"),  # ... without paths_finalize
 ], ids=["returns a failure", "says it fails", "says it fails in bytes that are no text",
-        "says it fails, then acquires"])
+        "says it fails, then acquires", "says it fails, then returns 0", "says it fails, returns 0 unfinalized"])
 def test_a_program_rank_that_fails_ends_at_once_though_the_others_wait_for_it(rank_program, tmp_path, how, status,
                                                                               err):
     """Rank 1 fails before it adds its part to the sum rank 0 waits for: returning a failure
     without paths_finalize, or saying so with paths_fail(NULL, ...) before paths_finalize. It
-    waits for no rank and ends at once with its status, and so its launcher ends the run (here
-    the test ends rank 0)."""
+    waits for no rank and ends at once with its status (1 where it said it fails and returned 0),
+    and so its launcher ends the run (here the test ends rank 0)."""
     ranks = start_ranks(rank_program, 2, *how, folder=tmp_path)
     try:
         out, got_err = ranks[1].communicate(timeout=20)

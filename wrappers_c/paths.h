@@ -185,7 +185,8 @@ int64_t paths_now_ns(void);                        /* a monotonic clock */
  * rank but tells them, so that none waits for it (its part of a sum) and its launcher ends the
  * run at once: one that said so with paths_fail(NULL, ...) before paths_finalize, or that ends
  * without paths_finalize (returns from main, calls exit) with a status other than 0 (it is
- * finalized on its way out; with status 0 as paths_finalize would). Signals stay the program's:
+ * finalized on its way out; with status 0 as paths_finalize would). One that said it fails and
+ * then exits 0 exits 1 (status 1 is what its launcher reports). Signals stay the program's:
  * Ctrl-C ends it as it would without PATHS (its own SIGINT handler, if any, runs; else it is
  * killed), in paths_init as in any call; a call that waits goes on waiting after such a handler
  * ran (until its timeout: a program that stops on a flag its handler sets waits in timeouts it

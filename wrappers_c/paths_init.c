@@ -5,7 +5,8 @@
  * while the program runs, taken only to acquire and release handles. A program that ends
  * without paths_finalize (returns from main, calls exit) is finalized on its way out, by an
  * exit handler that sees its exit status: one other than 0 is its failure, as is what it said
- * with paths_fail(NULL, ...), which the other ranks are told instead of being waited for. */
+ * with paths_fail(NULL, ...), which the other ranks are told instead of being waited for (and
+ * which makes an exit status of 0 one of 1). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
@@ -26,6 +27,7 @@ static int initialized;
 static int started_python;     /* paths_init started the interpreter: paths_finalize ends it */
 static int ended_python;       /* ... and ended it: it cannot start again (its modules would not) */
 static int exit_handled;       /* finalize_at_exit is registered (once per process) */
+static int said_failure;       /* the program said it fails (paths_fail(NULL, ...)) when finalized */
 static PyThreadState *program; /* the main thread's Python state while the program runs */
 
 /* Ctrl-C stops the program as it would without Python: the interpreter is started without its
@@ -146,6 +148,7 @@ static void finalize(const char *failure) {
     if (!initialized) return;
     initialized = 0;
     const char *said = ps_kernel_program_failure();
+    said_failure = said != NULL;
     if (said) fprintf(stderr, "paths: rank %d of %d fails: %s\n", paths_thread(NULL), paths_threads(NULL), said);
     PyGILState_STATE gil = PyGILState_Ensure();
     PyObject *runtime = PyImport_ImportModule("paths.runtime.process_context");
@@ -160,13 +163,20 @@ static void finalize(const char *failure) {
     stop_python();
 }
 
-/* The program ends without paths_finalize: with the status it gave exit (or main returned). */
+/* The program ends, with the status it gave exit (or main returned): finalized here if it was
+ * not (nor Python ended by the program itself). One that said it fails and would exit 0 exits 1,
+ * so that its launcher, and whoever runs it, sees the failure it said. */
 static void finalize_at_exit(int status, void *unused) {
     (void)unused;
-    if (!initialized || !Py_IsInitialized()) return; /* finalized, or Python ended by the program itself */
-    char failure[64] = "";
-    if (status & 0xff) snprintf(failure, sizeof failure, "exit status %d without paths_finalize", status & 0xff);
-    finalize(failure);
+    if (initialized && Py_IsInitialized()) {
+        char failure[64] = "";
+        if (status & 0xff) snprintf(failure, sizeof failure, "exit status %d without paths_finalize", status & 0xff);
+        finalize(failure);
+    }
+    if (said_failure && (status & 0xff) == 0) {
+        fflush(NULL);
+        _exit(1);
+    }
 }
 
 /* paths_init was called before in this process: refused, saying when. */

@@ -11,6 +11,8 @@
  *                                follows), calls paths_finalize and returns 1 before its part
  *     rank_program said_acquired R  as said, but rank R then acquires the element AFTER (which
  *                                works) before paths_finalize: what paths_fail said stays
+ *     rank_program said_then_0 R  as said, but rank R returns 0 (which exits 1 all the same)
+ *     rank_program said_unfinalized R  as said_then_0, but without paths_finalize
  *     rank_program wait          prints `waiting`, then observes the element NEVER, which nobody
  *                                moves into, with no timeout: until Ctrl-C
  */
@@ -24,12 +26,13 @@ int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "";
     int rank = paths_thread(NULL);
     if (strcmp(what, "fail") == 0 && argc == 4 && rank == atoi(argv[2])) return atoi(argv[3]);
-    int said = strcmp(what, "said") == 0, said_acquired = strcmp(what, "said_acquired") == 0;
-    if ((said || said_acquired) && argc >= 3 && rank == atoi(argv[2])) {
+    int said_acquired = strcmp(what, "said_acquired") == 0, unfinalized = strcmp(what, "said_unfinalized") == 0;
+    int then_0 = unfinalized || strcmp(what, "said_then_0") == 0;
+    if ((strcmp(what, "said") == 0 || said_acquired || then_0) && argc >= 3 && rank == atoi(argv[2])) {
         paths_fail(NULL, PATHS_EFAILED, "rank %d gives up%s", rank, argc == 4 ? " \xff" : "");
         if (said_acquired && !paths_acquire(NULL, "AFTER", "q")) return 3;
-        paths_finalize();
-        return 1;
+        if (!unfinalized) paths_finalize();
+        return then_0 ? 0 : 1;
     }
     if (strcmp(what, "wait") == 0) {
         paths_handle *never = paths_acquire(NULL, "NEVER", "q");
