@@ -1520,3 +1520,31 @@ def test_paths_acquire_in_python_uses_the_process_runtime():
     with pytest.raises(ValueError):
         paths.acquire("P", "q")
 
+
+
+def test_a_python_stages_exception_a_release_met_is_not_raised_again_by_a_later_call(space):
+    """ctx.release sends what a batch holds; the Python stage below refuses it (a ValueError of its
+    own, which the release's error says). The barrier after it that times out raises TimeoutError,
+    not that stage's exception again."""
+    import refusing_stage  # noqa: F401 - registers the kind test-no-negatives
+    batched = paths.build_path(make_path(stage("batch", max_moves=100), stage("test-no-negatives"),
+                                         stage("core", name="N", format="q")), pastset=space)
+    seen = []
+
+    def kernel(ctx):
+        if ctx.thread == 1:
+            return
+        handle = ctx.acquire("N", "q")
+        handle.move(-1)
+        try:
+            ctx.release(handle)
+        except ValueError as e:
+            seen.append(str(e))
+        try:
+            ctx.barrier(timeout=0.05)
+        except Exception as e:  # noqa: BLE001 - which one is the point
+            seen.append(type(e).__name__)
+
+    run_kernel(Kernel("stale", kernel), [0, 1], 2, "here", {}, lambda thread, name, format: batched,
+               lambda thread, handle: None)
+    assert len(seen) == 2 and "no negatives here, got -1" in seen[0] and seen[1] == "TimeoutError", seen

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "failure_cause.h"
 #include "kernel_context.h"
 
 static _Atomic(paths_kernel_ctx *) process_context;
@@ -311,6 +312,7 @@ static int flush_held_back(paths_kernel_ctx *c, ps_link *link, const char *when,
     if (!link->moved_last) return PS_OK;
     ps_op op = {.kind = PS_OP_FLUSH, .timeout_ns = RELEASE_FLUSH_MS * 1000000LL};
     int rc = ps_link_call(link, &op);
+    if (rc != PS_OK) ps_failure_cause_clear(); /* the explanation says it: no later call raises it */
     if (rc == PS_ETIMEDOUT) return PS_OK; /* on its way still (a slow link, a full bound): it stays in
                                              the stage's care, whose own release says what is lost */
     if (rc == PS_OK || !say_why) return rc;
