@@ -980,15 +980,12 @@ PARTIAL_KERNEL = """
 """
 
 
-@pytest.mark.parametrize("how", ["fail", "ctrl-c", "sigterm"])
-def test_a_run_that_fails_or_is_interrupted_keeps_what_it_measured_before(user_module, tmp_path, how):
-    """Thread counts 1 and 2 are measured, then 3 fails (or waits until Ctrl-C, or until SIGTERM
-    to `paths run` alone, as kill or a batch system's time limit sends it): their table is printed
-    and the --csv file written with their runs, and the run exits 1 (130, 143)."""
-    user_module("partial_kernel", PARTIAL_KERNEL)
-    started, out = tmp_path / "started", tmp_path / "partial.csv"
-    run = subprocess.Popen([sys.executable, "-m", "paths", "run", "partial_kernel:kernel", "--threads", "1-4",
-                            "--repeat", "2", "--csv", str(out), "--arg", f"how={how}", "--arg", f"started={started}"],
+def partial_run(tmp_path, how: str, threads: str, *options: str) -> tuple[int, str, str]:
+    """`paths run` of PARTIAL_KERNEL, which fails (how=fail) or waits until this sends Ctrl-C
+    (ctrl-c, midway), or SIGTERM to `paths run` alone (sigterm): its status, stdout and stderr."""
+    started = tmp_path / "started"
+    run = subprocess.Popen([sys.executable, "-m", "paths", "run", "partial_kernel:kernel", "--threads", threads,
+                            "--repeat", "2", *options, "--arg", f"how={how}", "--arg", f"started={started}"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                            start_new_session=True)
     try:
@@ -997,16 +994,27 @@ def test_a_run_that_fails_or_is_interrupted_keeps_what_it_measured_before(user_m
             while not started.exists():
                 assert time.monotonic() < deadline and run.poll() is None, run.communicate()
                 time.sleep(0.05)
-            if how == "ctrl-c":
-                os.killpg(run.pid, signal.SIGINT)
-            else:
+            if how == "sigterm":
                 run.terminate()
+            else:
+                os.killpg(run.pid, signal.SIGINT)
         stdout, stderr = run.communicate(timeout=RUN_TIMEOUT)
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
             run.communicate()
-    assert run.returncode == {"fail": 1, "ctrl-c": 130, "sigterm": 143}[how], stderr
+    return run.returncode, stdout, stderr
+
+
+@pytest.mark.parametrize("how", ["fail", "ctrl-c", "sigterm"])
+def test_a_run_that_fails_or_is_interrupted_keeps_what_it_measured_before(user_module, tmp_path, how):
+    """Thread counts 1 and 2 are measured, then 3 fails (or waits until Ctrl-C, or until SIGTERM
+    to `paths run` alone, as kill or a batch system's time limit sends it): their table is printed
+    and the --csv file written with their runs, and the run exits 1 (130, 143)."""
+    user_module("partial_kernel", PARTIAL_KERNEL)
+    out = tmp_path / "partial.csv"
+    status, stdout, stderr = partial_run(tmp_path, how, "1-4", "--csv", str(out))
+    assert status == {"fail": 1, "ctrl-c": 130, "sigterm": 143}[how], stderr
     said = {"fail": "three is too many", "ctrl-c": "paths: interrupted\n", "sigterm": "paths: terminated\n"}
     assert said[how] in stderr
     assert "keeping what was measured before it ended: 4 runs at 1, 2 threads" in stderr
@@ -1020,23 +1028,8 @@ def test_a_thread_count_the_run_ended_during_says_how_many_runs_its_row_has(user
     """Ctrl-C during the second of two runs at 2 threads: the row of 2 threads is one run's, and
     says so, where it looked like a whole thread count's."""
     user_module("partial_kernel", PARTIAL_KERNEL)
-    started = tmp_path / "started"
-    run = subprocess.Popen([sys.executable, "-m", "paths", "run", "partial_kernel:kernel", "--threads", "1-2",
-                            "--repeat", "2", "--arg", "how=midway", "--arg", f"started={started}"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                           start_new_session=True)
-    try:
-        deadline = time.monotonic() + RUN_TIMEOUT
-        while not started.exists():
-            assert time.monotonic() < deadline and run.poll() is None, run.communicate()
-            time.sleep(0.05)
-        os.killpg(run.pid, signal.SIGINT)
-        stdout, stderr = run.communicate(timeout=RUN_TIMEOUT)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.communicate()
-    assert run.returncode == 130, stderr
+    status, stdout, stderr = partial_run(tmp_path, "midway", "1-2")
+    assert status == 130, stderr
     assert "keeping what was measured before it ended: 3 runs at 1, 2 threads" in stderr
     rows = re.findall(r"^\s+(\d+)\s+1\s+[\d.]+\s+[\d.]+\s+[\d.]+(.*)$", stdout, re.M)
     assert rows == [("1", ""), ("2", "  (1 of 2 runs: it ended before the rest)")], stdout
