@@ -631,6 +631,11 @@ RUN_ERRORS = {  # kernel and its options, exit status, the one line on stderr (a
     "a status of its own": (["./libkernels.so:failing", "--map", "paper-2w", "--threads", "2", "--arg", "status=42"],
                             r"node n0: KernelError: kernel \./libkernels\.so:failing: thread 1 on node n0 returned "
                             r"status 42: a status PATHS does not know \(the kernel's own\): thread 1 of 2 on n0 says no"),
+    "a thread ends by pthread_exit": (["./libkernels.so:exits_thread", "--map", "paper-2w", "--threads", "2",
+                                       "--timeout", "5"],
+                                      r"node n0: KernelError: kernel \./libkernels\.so:exits_thread: thread 0 on node "
+                                      r"n0 returned PATHS_EFAILED: the kernel's own failure: the kernel ended its "
+                                      r"thread \(pthread_exit, or a cancellation\) instead of returning a status"),
     "two formats": (["./libkernels.so:two_formats", "--map", "local", "--threads", "2"],
                     r"node localhost: KernelError: kernel \./libkernels\.so:two_formats: thread 1 on node localhost "
                     r"returned PATHS_EFAILED: the kernel's own failure: paths_acquire\('X', 'd'\) by thread 1: element "

@@ -90,12 +90,8 @@ static void settle(paths_kernel_ctx *c) {
     }
 }
 
-static void *kernel_thread(void *arg) {
-    paths_kernel_ctx *c = arg;
+static void end_thread(paths_kernel_ctx *c) {
     ps_kernel_run *run = c->run;
-    if (pass_gate(run) != 0) return NULL;
-    ps_context_runs_kernel(c);
-    c->status = run->kernel(c);
     ps_context_runs_kernel(NULL);
     ps_context_flush_held(c);
     settle(c);
@@ -107,6 +103,25 @@ static void *kernel_thread(void *arg) {
     atomic_store(&c->ended, 1);
     atomic_fetch_add(&run->ended, 1);
     ps_waitpoint_wake(&run->ending);
+}
+
+/* A kernel that ends its thread with pthread_exit (or is cancelled) returns no status: it fails,
+ * saying so, and its thread ends as one that returned does (the run waited for it for ever). */
+static void ended_without_returning(void *arg) {
+    paths_kernel_ctx *c = arg;
+    c->status = paths_fail(c, PATHS_EFAILED, "the kernel ended its thread (pthread_exit, or a cancellation) "
+                                             "instead of returning a status");
+    end_thread(c);
+}
+
+static void *kernel_thread(void *arg) {
+    paths_kernel_ctx *c = arg;
+    if (pass_gate(c->run) != 0) return NULL;
+    ps_context_runs_kernel(c);
+    pthread_cleanup_push(ended_without_returning, c);
+    c->status = c->run->kernel(c);
+    pthread_cleanup_pop(0);
+    end_thread(c);
     return NULL;
 }
 

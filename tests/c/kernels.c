@@ -1,6 +1,7 @@
 /* kernels.c — small kernels on paths.h for tests/test_kernels.py: each does one thing a test
  * checks from the outside (a total, a barrier, reports, a failure). Built like a user's kernel. */
 #include <paths.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -44,6 +45,12 @@ int failing(paths_kernel_ctx *c) {
         return paths_fail(c, (int)status, "thread %d of %d on %s says no", paths_thread(c), paths_threads(c),
                           paths_node(c));
     return paths_barrier(c, (int64_t)(timeout * 1e9));
+}
+
+/* Thread 0 acquires X, then ends its thread with pthread_exit instead of returning. */
+int exits_thread(paths_kernel_ctx *c) {
+    if (paths_thread(c) == 0 && paths_acquire(c, "X", "q")) pthread_exit(NULL);
+    return PATHS_OK;
 }
 
 /* Says why it fails, then acquires element AFTER, which works, and fails: the reason stays. */
