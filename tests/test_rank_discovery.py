@@ -6,6 +6,7 @@ srun twin is in tests/test_slurm.py)."""
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -196,6 +197,20 @@ def test_without_rank_0_a_rank_says_where_it_looked(tmp_path):
         f"paths: rank 1 of 2 (srun, job 42.0): no rendezvous with rank 0 within 0.5 s: expected the endpoint "
         f"rank 0 writes to {tmp_path}/.paths-rendezvous-srun-42.0 (set PATHS_RENDEZVOUS_DIR to a folder every "
         f"rank sees, or PATHS_RENDEZVOUS=tcp://HOST:PORT for rank 0 to listen on)")
+
+
+def test_a_rendezvous_file_whose_endpoint_nobody_answers_is_named_with_it(tmp_path):
+    """A rank 0 killed during the rendezvous leaves its file: a rank of a later run of the job id
+    says that the file's endpoint did not answer, not that rank 0 never wrote it."""
+    with socket.socket() as gone:
+        gone.bind(("127.0.0.1", 0))
+        dead = f"tcp://127.0.0.1:{gone.getsockname()[1]}"  # bound, never listening: refused
+        (tmp_path / ".paths-rendezvous-srun-42.0").write_text(dead + "\n")
+        answers = meet(2, {"PATHS_RENDEZVOUS_DIR": str(tmp_path), "PATHS_RENDEZVOUS_TIMEOUT": "0.5"}, absent=(0,))
+    assert str(answers[1]) == (
+        f"paths: rank 1 of 2 (srun, job 42.0): no rendezvous with rank 0 within 0.5 s: {tmp_path}/.paths-rendezvous-"
+        f"srun-42.0 names {dead}, where nobody answered (a file a rank 0 that ended left, if this run's rank 0 has "
+        "not written it yet)")
 
 
 def test_a_python_program_whose_rendezvous_fails_says_so_in_one_line(tmp_path):

@@ -240,6 +240,7 @@ class Rendezvous:
     def _check_in(self, hello: dict, deadline: float) -> dict:
         """Find rank 0 (the given endpoint, or its file), say hello, and wait for the answer;
         a rank 0 not there yet (or a file left by an earlier run) is tried again until deadline."""
+        unanswered = ""  # the endpoint the file named last, where nobody answered
         while True:
             endpoint = self.given or _read_endpoint(self.file)
             if endpoint:
@@ -260,11 +261,17 @@ class Rendezvous:
                         self.peers = {0: peer}
                         return answer
                     connection.close()
+                unanswered = endpoint
             if time.monotonic() >= deadline:
-                where = (f"{ENDPOINT}={self.given}" if self.given else
-                         f"the endpoint rank 0 writes to {self.file} (set {FOLDER} to a folder every rank sees, "
-                         f"or {ENDPOINT}=tcp://HOST:PORT for rank 0 to listen on)")
-                raise self._fail(f"no rendezvous with rank 0 within {self.timeout:g} s: expected {where}")
+                if self.given:
+                    where = f"expected {ENDPOINT}={self.given}"
+                elif unanswered:
+                    where = (f"{self.file} names {unanswered}, where nobody answered (a file a rank 0 that ended "
+                             "left, if this run's rank 0 has not written it yet)")
+                else:
+                    where = (f"expected the endpoint rank 0 writes to {self.file} (set {FOLDER} to a folder every "
+                             f"rank sees, or {ENDPOINT}=tcp://HOST:PORT for rank 0 to listen on)")
+                raise self._fail(f"no rendezvous with rank 0 within {self.timeout:g} s: {where}")
             time.sleep(POLL_SECONDS)
 
     # ---- ready ------------------------------------------------------------------------------------
