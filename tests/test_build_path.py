@@ -243,8 +243,8 @@ def test_a_released_contributor_is_not_replaced_and_the_refusal_says_so(space):
         build_path(p, pastset=space)
     assert str(refused.value) == (
         "stage reduce-sum(num_threads=2): fan-in 2 is used up (2 callers have joined it, released ones included: its "
-        "callers are contributors, and one that went is not replaced); this path would be caller 3, one too many. "
-        "Build at most 2 paths through it, or keep stages apart with id=...")
+        "callers are contributors, and one that went (released, or its process ended) is not replaced); this path "
+        "would be caller 3, one too many. Build at most 2 paths through it, or keep stages apart with id=...")
     assert b.stage.link_count == 2
 
 

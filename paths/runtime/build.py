@@ -382,7 +382,8 @@ def _check_fan_in(specs: StageKey, existing: list[BuiltStage | None]) -> None:
             if attached >= fan_in:
                 joined = (f"{attached} callers attached" if known[spec.kind].pass_through else
                           f"{attached} callers have joined it, released ones included: its callers are "
-                          "contributors, and one that went is not replaced")
+                          "contributors, and one that went (released, or its process ended) is not "
+                          "replaced")
                 raise ValueError(
                     f"stage {spec}: fan-in {fan_in} is used up ({joined}); "
                     f"this path would be caller {attached + 1}, one too many. Build at most "
