@@ -90,7 +90,7 @@ from paths.experiments.launcher import LaunchError
 
 from .child_process import ChildError, ReadyChild
 from .core_ops import positive_int
-from .csv_rows import check_output, write_rows
+from .csv_rows import check_outputs, write_rows
 
 KS = (1, 10, 100, 1_000, 10_000)
 FACTORS = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -564,8 +564,7 @@ def parse_arguments(argv):
     if args.quick:
         parser.set_defaults(repeat=1)
         args = parser.parse_args(argv)
-    check_output(parser, "--csv", args.csv)
-    check_output(parser, "--plot", args.plot)
+    check_outputs(parser, {"--csv": args.csv, "--plot": args.plot})
     args.sizes = Sizes(**QUICK) if args.quick else Sizes()
     return args
 

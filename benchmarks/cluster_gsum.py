@@ -45,7 +45,7 @@ from paths.experiments.launcher import LaunchError
 from . import anchors
 from .child_process import ChildError
 from .core_ops import positive_int
-from .csv_rows import check_output, write_rows
+from .csv_rows import check_outputs, write_rows
 from .local_trees import parse_counts
 
 PROTOS = ("tcp", "zmq")     # the new path, then the old one
@@ -222,7 +222,7 @@ def parse_arguments(argv):
         args = parser.parse_args(argv)
     if min(args.nodes) < 2:
         parser.error("--nodes: a cluster GSum needs at least 2 nodes")
-    check_output(parser, "--csv", args.csv)
+    check_outputs(parser, {"--csv": args.csv})
     args.configs = [Config(n, t) for t in args.threads_per_node for n in args.nodes
                     if t == 1 or n <= MAX_HYBRID_NODES]
     if not args.configs:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import csv
 
-from paths.cli.run import check_output_file
+from paths.cli.run import check_output_files
 
 
 def write_rows(path: str, columns: list[str], rows: list[dict]) -> None:
@@ -16,10 +16,10 @@ def write_rows(path: str, columns: list[str], rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def check_output(parser: argparse.ArgumentParser, option: str, path: str | None) -> None:
-    """A usage error (exit 2) now, not a traceback after a long run, for a file that has no
-    folder to be written in."""
+def check_outputs(parser: argparse.ArgumentParser, outputs: dict[str, str | None]) -> None:
+    """A usage error (exit 2) now, not a traceback after a long run, for an output file (option ->
+    its file) that has no folder to be written in, or that two options name."""
     try:
-        check_output_file(option, path)
+        check_output_files(outputs)
     except ValueError as e:
         parser.error(str(e))

@@ -36,7 +36,7 @@ from paths.runtime.kernel import Kernel, load_kernel
 
 from . import anchors
 from .core_ops import positive_int
-from .csv_rows import check_output
+from .csv_rows import check_outputs
 from .local_trees import parse_counts, parse_trees, tree_handles
 from .mcpi import TARGET_SPEEDUP, mcpi_scaling
 from .trace_overhead import TARGET_CYCLES, trace_overhead_cycles
@@ -95,7 +95,7 @@ def measure(argv: list[str] | None) -> int:
     if max(args.threads) > anchors.OPENMP_MAX_THREADS:
         parser.error(f"--threads: at most {anchors.OPENMP_MAX_THREADS} (the OpenMP anchor's largest team), "
                      f"got {max(args.threads)}")
-    check_output(parser, "--csv", args.csv)
+    check_outputs(parser, {"--csv": args.csv})
 
     def interleaved_runs(measures: dict) -> dict:
         """--repeat runs of each measure, taken in turns (a, b, c, a, b, c, ...), so a machine

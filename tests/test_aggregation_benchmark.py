@@ -80,6 +80,8 @@ def test_quick_run_reports_every_experiment_and_target(probe, tmp_path):
     (["--repeat", "0"], "--repeat"), (["--sections"], "unrecognized"),
     (["--csv", "/no/such/folder/out.csv"], "--csv /no/such/folder/out.csv: no folder /no/such/folder to write it in"),
     (["--plot", "/no/such/folder/out.png"], "--plot /no/such/folder/out.png: no folder /no/such/folder to write it in"),
+    (["--csv", "aggregation.png"], "--plot aggregation.png: --csv writes that file too: give each its own"),  # default
+    (["--csv", "same", "--plot", "./same"], "--plot ./same: --csv writes that file too: give each its own"),
 ])
 def test_bad_options_exit_2(args, words):
     done = run(*args)

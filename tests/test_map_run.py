@@ -347,6 +347,12 @@ def test_output_files_are_checked_before_the_run_and_written_exactly_where_asked
     assert done.stderr == f"paths run: --csv {tmp_path}: expected a file to write, got a folder\n"
     assert probe.started() == {}
 
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--rounds", "5", "--repeat", "1",
+                     "--csv", str(tmp_path / "out"), "--plot", f"{tmp_path}/./out")  # one file, twice
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"paths run: --plot {tmp_path}/./out: --csv writes that file too: give each its own\n"
+    assert probe.started() == {}
+
     plot = tmp_path / "plot-without-extension"
     done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--rounds", "5", "--repeat", "1",
                      "--plot", str(plot))

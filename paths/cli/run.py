@@ -145,14 +145,22 @@ def add_rank_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--release", metavar="PKG.MOD:FUNC", help="the release hook (default: the map's)")
 
 
-def check_output_file(option: str, path: str | None) -> None:
-    """A ValueError now, not a failure after a long run, for an output file (an option's, if
-    given) that has no folder to be written in, or that is a folder."""
-    folder = os.path.dirname(os.path.abspath(path)) if path else ""
-    if path and not os.path.isdir(folder):
-        raise ValueError(f"{option} {path}: no folder {folder} to write it in")
-    if path and os.path.isdir(path):
-        raise ValueError(f"{option} {path}: expected a file to write, got a folder")
+def check_output_files(outputs: dict[str, str | None]) -> None:
+    """A ValueError now, not a failure after a long run, for an output file (option -> its file,
+    if given) that has no folder to be written in, that is a folder, or that another option
+    writes too (the one would overwrite the other)."""
+    written: dict[str, str] = {}
+    for option, path in outputs.items():
+        if not path:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise ValueError(f"{option} {path}: no folder {folder} to write it in")
+        if os.path.isdir(path):
+            raise ValueError(f"{option} {path}: expected a file to write, got a folder")
+        same = written.setdefault(os.path.realpath(path), option)
+        if same != option:
+            raise ValueError(f"{option} {path}: {same} writes that file too: give each its own")
 
 
 def make_folder(option: str, path: str) -> None:
@@ -270,8 +278,7 @@ def run_command(argv: list[str]) -> int:
             raise ValueError("--trace: trace one map and policy at a time (their trace files would mix)")
         if args.trace:
             make_folder("--trace", args.trace)
-        for option, path in (("--csv", args.csv), ("--plot", args.plot)):
-            check_output_file(option, path)
+        check_output_files({"--csv": args.csv, "--plot": args.plot})
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PlacementWarning)
             for run in runs:  # the kernel, the hooks and every count checked before anything starts
