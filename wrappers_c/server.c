@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -64,20 +65,30 @@ static void note_socket_file(socket_file *f, const char *asked, const char *boun
     if (f->made) f->device = st.st_dev, f->inode = st.st_ino;
 }
 
-/* Whether a server listens on the Unix socket at path (a name too long for one: ZeroMQ refuses it). */
-static int socket_listened(const char *path) {
+/* What is at a Unix socket's path: a server listening (or too busy to accept: a full backlog),
+ * nobody (a dead server's file: only then may it go), or what this process cannot tell (no
+ * permission to connect, a name too long to connect to). */
+enum { SOCKET_LISTENED, SOCKET_DEAD, SOCKET_UNKNOWN };
+
+static int socket_state(const char *path, int *error) {
     struct sockaddr_un address = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof address.sun_path) return 0;
+    *error = ENAMETOOLONG;
+    if (strlen(path) >= sizeof address.sun_path) return SOCKET_UNKNOWN;
     memcpy(address.sun_path, path, strlen(path));
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int live = fd >= 0 && connect(fd, (struct sockaddr *)&address, sizeof address) == 0;
-    if (fd >= 0) close(fd);
-    return live;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return *error = errno, SOCKET_UNKNOWN;
+    int state = connect(fd, (struct sockaddr *)&address, sizeof address) == 0 || errno == EAGAIN ? SOCKET_LISTENED
+                : errno == ECONNREFUSED                                                        ? SOCKET_DEAD
+                                                                                               : SOCKET_UNKNOWN;
+    *error = errno;
+    close(fd);
+    return state;
 }
 
 /* Whether ipc://PATH is another's (why, when it is): ZeroMQ removes whatever is at PATH before
  * it binds, a user's file or a live server's socket alike. Only nothing there, or a socket that
- * nobody listens on any more (a dead server's), may go. */
+ * nobody listens on any more (a dead server's), may go; a name too long for a socket ZeroMQ
+ * refuses itself. */
 static int ipc_path_taken(const char *endpoint, char *why, size_t size) {
     const char *path = endpoint + 6;
     struct stat st;
@@ -86,9 +97,12 @@ static int ipc_path_taken(const char *endpoint, char *why, size_t size) {
         snprintf(why, size, "%s exists and is not a socket (it would be removed)", path);
         return 1;
     }
-    int live = socket_listened(path);
-    if (live) snprintf(why, size, "a server listens on %s already", path);
-    return live;
+    int error, state = socket_state(path, &error);
+    if (state == SOCKET_LISTENED) snprintf(why, size, "a server listens on %s already", path);
+    else if (error != ENAMETOOLONG && state == SOCKET_UNKNOWN)
+        snprintf(why, size, "%s is a socket whose server cannot be told dead (%s): it would be removed", path,
+                 strerror(error));
+    return state == SOCKET_LISTENED || (state == SOCKET_UNKNOWN && error != ENAMETOOLONG);
 }
 
 /* Whether `name` is `base` followed by a link's suffix, .<16 hex digits> (open_link). */
@@ -98,7 +112,8 @@ static int link_file_of(const char *name, const char *base, size_t base_length) 
 }
 
 /* A server on ipc://PATH that was killed (SIGKILL) left its ZeroMQ links' files, PATH.<16 hex
- * digits>; the next server on PATH removes those that are sockets nobody listens on. */
+ * digits>; the next server bound on PATH removes those of its own user that are sockets nobody
+ * listens on (a live server's, or one it cannot test, stay). */
 static void remove_dead_link_files(const char *endpoint) {
     if (strncmp(endpoint, "ipc://", 6) != 0 || endpoint[6] == '@' || strchr(endpoint, '*')) return;
     char path[PS_CHANNEL_ENDPOINT_MAX + 32];
@@ -112,10 +127,13 @@ static void remove_dead_link_files(const char *endpoint) {
     if (!directory) return;
     for (struct dirent *entry; (entry = readdir(directory)) != NULL;) {
         struct stat st;
+        int error;
         if (!link_file_of(entry->d_name, base, base_length) ||
+            fstatat(dirfd(directory), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode) ||
+            st.st_uid != geteuid() ||
             snprintf(path, sizeof path, "%.*s%s", directory_length, endpoint + 6, entry->d_name) >= (int)sizeof path)
             continue;
-        if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && !socket_listened(path)) unlink(path);
+        if (socket_state(path, &error) == SOCKET_DEAD) unlinkat(dirfd(directory), entry->d_name, 0);
     }
     closedir(directory);
 }
@@ -736,7 +754,6 @@ int ps_server_start(const char *endpoint, const char *curve_secret_z85, int auth
         free_server(s);
         return PS_EINVAL;
     }
-    remove_dead_link_files(endpoint);
     if (make_server_socket(s, endpoint, PS_WIRE_HEADER + PS_SPEC_MAX, MAIN_REQUESTS, MAIN_ANSWERS, &s->main_socket) != 0 ||
         zmq_bind(s->main_socket, endpoint) != 0 ||
         zmq_getsockopt(s->main_socket, ZMQ_LAST_ENDPOINT, s->endpoint, &length) != 0) {
@@ -746,6 +763,7 @@ int ps_server_start(const char *endpoint, const char *curve_secret_z85, int auth
         return PS_EINVAL;
     }
     note_socket_file(&s->main_file, endpoint, s->endpoint);
+    remove_dead_link_files(endpoint);
     char name[32];
     snprintf(name, sizeof name, "%p", (void *)s);
     if (strncmp(s->endpoint, "inproc://", 9) != 0) /* inproc has no connections to count */
