@@ -634,8 +634,9 @@ RUN_ERRORS = {  # kernel and its options, exit status, the one line on stderr (a
     "a thread ends by pthread_exit": (["./libkernels.so:exits_thread", "--map", "paper-2w", "--threads", "2",
                                        "--timeout", "5"],
                                       r"node n0: KernelError: kernel \./libkernels\.so:exits_thread: thread 0 on node "
-                                      r"n0 returned PATHS_EFAILED: the kernel's own failure: the kernel ended its "
-                                      r"thread \(pthread_exit, or a cancellation\) instead of returning a status"),
+                                      r"n0 returned PATHS_EFAILED: the kernel's own failure: thread 0 gives up \(then "
+                                      r"the kernel ended its thread with pthread_exit instead of returning a "
+                                      r"status\)"),
     "two formats": (["./libkernels.so:two_formats", "--map", "local", "--threads", "2"],
                     r"node localhost: KernelError: kernel \./libkernels\.so:two_formats: thread 1 on node localhost "
                     r"returned PATHS_EFAILED: the kernel's own failure: paths_acquire\('X', 'd'\) by thread 1: element "

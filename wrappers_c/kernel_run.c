@@ -105,17 +105,20 @@ static void end_thread(paths_kernel_ctx *c) {
     ps_waitpoint_wake(&run->ending);
 }
 
-/* A kernel that ends its thread with pthread_exit (or is cancelled) returns no status: it fails,
- * saying so, and its thread ends as one that returned does (the run waited for it for ever). */
+/* A kernel that ends its thread with pthread_exit returns no status: it fails, saying so (after
+ * what it said itself), and its thread ends as one that returned does (the run waited for it for
+ * ever). A kernel's thread is the run's: it cannot be cancelled, in a PATHS call or anywhere. */
 static void ended_without_returning(void *arg) {
     paths_kernel_ctx *c = arg;
-    c->status = paths_fail(c, PATHS_EFAILED, "the kernel ended its thread (pthread_exit, or a cancellation) "
-                                             "instead of returning a status");
+    static const char what[] = "the kernel ended its thread with pthread_exit instead of returning a status";
+    c->status = c->failed ? paths_fail(c, PATHS_EFAILED, "%s (then %s)", c->failure, what)
+                          : paths_fail(c, PATHS_EFAILED, "%s", what);
     end_thread(c);
 }
 
 static void *kernel_thread(void *arg) {
     paths_kernel_ctx *c = arg;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
     if (pass_gate(c->run) != 0) return NULL;
     ps_context_runs_kernel(c);
     pthread_cleanup_push(ended_without_returning, c);

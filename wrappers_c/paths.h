@@ -6,7 +6,8 @@
  * process's acquire hook (Python, replaceable) for the path from this thread to the element and
  * builds it; from then on every operation is a plain C call through the path's stages. It
  * returns PATHS_OK or a status, which the run reports with the thread that returned it (a
- * thread it ends otherwise, with pthread_exit, fails, saying so).
+ * thread it ends otherwise, with pthread_exit, fails, saying so; the run's threads cannot be
+ * cancelled).
  *
  *     #include <paths.h>
  *     PATHS_SUMS(count, "TOTAL");                              // TOTAL is a sum (see below)

@@ -47,10 +47,19 @@ int failing(paths_kernel_ctx *c) {
     return paths_barrier(c, (int64_t)(timeout * 1e9));
 }
 
-/* Thread 0 acquires X, then ends its thread with pthread_exit instead of returning. */
+/* Thread 0 acquires X and says it gives up, then ends its thread with pthread_exit instead of
+ * returning; thread 1 tries to cancel it first (which a kernel's thread does not let it). */
+static pthread_t first;
+
 int exits_thread(paths_kernel_ctx *c) {
-    if (paths_thread(c) == 0 && paths_acquire(c, "X", "q")) pthread_exit(NULL);
-    return PATHS_OK;
+    int64_t second = 20 * 1000000000LL;
+    if (paths_thread(c) == 0) first = pthread_self();
+    if (paths_barrier(c, second) != PATHS_OK) return PATHS_EFAILED;
+    if (paths_thread(c) == 1) return pthread_cancel(first) == 0 && paths_barrier(c, second) == PATHS_OK ? PATHS_OK
+                                                                                                         : PATHS_EFAILED;
+    if (paths_barrier(c, second) != PATHS_OK) return PATHS_EFAILED;
+    if (paths_acquire(c, "X", "q")) paths_fail(c, PATHS_EINVAL, "thread %d gives up", paths_thread(c));
+    pthread_exit(NULL);
 }
 
 /* Says why it fails, then acquires element AFTER, which works, and fails: the reason stays. */
