@@ -1416,7 +1416,8 @@ def test_ctrl_c_stops_a_program_of_its_own_as_it_would_without_python(rank_progr
     (("said", "1"), 1, "paths: rank 1 of 2 fails: rank 1 gives up\n"),  # paths_fail(NULL, ...), paths_finalize
     (("said", "1", "bytes"), 1, "paths: rank 1 of 2 fails: rank 1 gives up \udcff\n"),  # no UTF-8: paths_finalize aborted
     (("said_acquired", "1"), 1, "paths: rank 1 of 2 fails: rank 1 gives up\n"),  # an acquire that worked since
-    (("said_then_0", "1"), 1, "paths: rank 1 of 2 fails: rank 1 gives up\n"),  # then returns 0: exits 1 all the same
+    (("said_then_0", "1"), 1, "paths: rank 1 of 2 fails: rank 1 gives up\ngoodbye\n"),  # returns 0: exits 1 all the
+                                                                                      # same, its exit handler run
     (("said_unfinalized", "1"), 1, "paths: rank 1 of 2 fails: rank 1 gives up\n"),  # ... without paths_finalize
 ], ids=["returns a failure", "says it fails", "says it fails in bytes that are no text",
         "says it fails, then acquires", "says it fails, then returns 0", "says it fails, returns 0 unfinalized"])

@@ -165,7 +165,9 @@ static void finalize(const char *failure) {
 
 /* The program ends, with the status it gave exit (or main returned): finalized here if it was
  * not (nor Python ended by the program itself). One that said it fails and would exit 0 exits 1,
- * so that its launcher, and whoever runs it, sees the failure it said. */
+ * so that its launcher, and whoever runs it, sees the failure it said: exit again, which in glibc
+ * runs the exit handlers left (the program's own, registered before paths_init) and ends the
+ * process with the new status. */
 static void finalize_at_exit(int status, void *unused) {
     (void)unused;
     if (initialized && Py_IsInitialized()) {
@@ -173,10 +175,7 @@ static void finalize_at_exit(int status, void *unused) {
         if (status & 0xff) snprintf(failure, sizeof failure, "exit status %d without paths_finalize", status & 0xff);
         finalize(failure);
     }
-    if (said_failure && (status & 0xff) == 0) {
-        fflush(NULL);
-        _exit(1);
-    }
+    if (said_failure && (status & 0xff) == 0) exit(1);
 }
 
 /* paths_init was called before in this process: refused, saying when. */

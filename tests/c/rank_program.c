@@ -11,7 +11,8 @@
  *                                follows), calls paths_finalize and returns 1 before its part
  *     rank_program said_acquired R  as said, but rank R then acquires the element AFTER (which
  *                                works) before paths_finalize: what paths_fail said stays
- *     rank_program said_then_0 R  as said, but rank R returns 0 (which exits 1 all the same)
+ *     rank_program said_then_0 R  as said, but rank R returns 0 (which exits 1 all the same); an
+ *                                exit handler registered before paths_init says `goodbye` on stderr
  *     rank_program said_unfinalized R  as said_then_0, but without paths_finalize
  *     rank_program wait          prints `waiting`, then observes the element NEVER, which nobody
  *                                moves into, with no timeout: until Ctrl-C
@@ -21,7 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void goodbye(void) { fprintf(stderr, "goodbye\n"); }
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "said_then_0") == 0) atexit(goodbye);
     if (paths_init(&argc, &argv) != PATHS_OK) return 2; /* it said why */
     const char *what = argc > 1 ? argv[1] : "";
     int rank = paths_thread(NULL);
