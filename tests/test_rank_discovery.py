@@ -199,18 +199,23 @@ def test_without_rank_0_a_rank_says_where_it_looked(tmp_path):
         f"rank sees, or PATHS_RENDEZVOUS=tcp://HOST:PORT for rank 0 to listen on)")
 
 
-def test_a_rendezvous_file_whose_endpoint_nobody_answers_is_named_with_it(tmp_path):
+@pytest.mark.parametrize("listening", [False, True], ids=["nobody listens", "it gives no verdict"])
+def test_a_rendezvous_file_whose_endpoint_does_not_answer_is_named_with_it(tmp_path, monkeypatch, listening):
     """A rank 0 killed during the rendezvous leaves its file: a rank of a later run of the job id
-    says that the file's endpoint did not answer, not that rank 0 never wrote it."""
-    with socket.socket() as gone:
-        gone.bind(("127.0.0.1", 0))
-        dead = f"tcp://127.0.0.1:{gone.getsockname()[1]}"  # bound, never listening: refused
-        (tmp_path / ".paths-rendezvous-srun-42.0").write_text(dead + "\n")
+    says that the file's endpoint refused it, not that rank 0 never wrote it; one that took its
+    hello and never answered (a rank 0 stopped) is told apart."""
+    monkeypatch.setattr("paths.runtime.rendezvous.VERDICT_SECONDS", 0.2)
+    with socket.socket() as there:
+        there.bind(("127.0.0.1", 0))
+        if listening:
+            there.listen()
+        endpoint, file = f"tcp://127.0.0.1:{there.getsockname()[1]}", tmp_path / ".paths-rendezvous-srun-42.0"
+        file.write_text(endpoint + "\n")
         answers = meet(2, {"PATHS_RENDEZVOUS_DIR": str(tmp_path), "PATHS_RENDEZVOUS_TIMEOUT": "0.5"}, absent=(0,))
-    assert str(answers[1]) == (
-        f"paths: rank 1 of 2 (srun, job 42.0): no rendezvous with rank 0 within 0.5 s: {tmp_path}/.paths-rendezvous-"
-        f"srun-42.0 names {dead}, where nobody answered (a file a rank 0 that ended left, if this run's rank 0 has "
-        "not written it yet)")
+    why = (f"rank 0 at {endpoint} (from {file}) took this rank's hello, and gave no verdict" if listening else
+           f"{file} names {endpoint}, where nobody answered (a file a rank 0 that ended left, if this run's rank 0 "
+           "has not written it yet)")
+    assert str(answers[1]) == f"paths: rank 1 of 2 (srun, job 42.0): no rendezvous with rank 0 within 0.5 s: {why}"
 
 
 def test_a_python_program_whose_rendezvous_fails_says_so_in_one_line(tmp_path):

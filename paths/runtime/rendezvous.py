@@ -240,9 +240,11 @@ class Rendezvous:
     def _check_in(self, hello: dict, deadline: float) -> dict:
         """Find rank 0 (the given endpoint, or its file), say hello, and wait for the answer;
         a rank 0 not there yet (or a file left by an earlier run) is tried again until deadline."""
-        unanswered = ""  # the endpoint the file named last, where nobody answered
+        tried, how = "", ""  # the endpoint of the file last tried, and how: "refused", or "silent" (no verdict)
         while True:
             endpoint = self.given or _read_endpoint(self.file)
+            if not endpoint:  # none yet, or gone
+                tried, how = "", ""
             if endpoint:
                 self.endpoint = endpoint
                 host, port = _host_port(endpoint, ENDPOINT if self.given else self.file)
@@ -261,13 +263,15 @@ class Rendezvous:
                         self.peers = {0: peer}
                         return answer
                     connection.close()
-                unanswered = endpoint
+                tried, how = endpoint, "refused" if connection is None else "silent"
             if time.monotonic() >= deadline:
                 if self.given:
                     where = f"expected {ENDPOINT}={self.given}"
-                elif unanswered:
-                    where = (f"{self.file} names {unanswered}, where nobody answered (a file a rank 0 that ended "
+                elif how == "refused":
+                    where = (f"{self.file} names {tried}, where nobody answered (a file a rank 0 that ended "
                              "left, if this run's rank 0 has not written it yet)")
+                elif how == "silent":
+                    where = f"rank 0 at {tried} (from {self.file}) took this rank's hello, and gave no verdict"
                 else:
                     where = (f"expected the endpoint rank 0 writes to {self.file} (set {FOLDER} to a folder every "
                              f"rank sees, or {ENDPOINT}=tcp://HOST:PORT for rank 0 to listen on)")
