@@ -352,6 +352,15 @@ def test_output_files_are_checked_before_the_run_and_written_exactly_where_asked
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == f"paths run: --plot {tmp_path}/./out: --csv writes that file too: give each its own\n"
     assert probe.started() == {}
+    (tmp_path / "out").write_text("")
+    os.link(tmp_path / "out", tmp_path / "hard")
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--rounds", "5", "--repeat", "1",
+                     "--csv", str(tmp_path / "out"), "--plot", str(tmp_path / "hard"))  # a hard link to it
+    assert (done.returncode, done.stderr) == (
+        2, f"paths run: --plot {tmp_path}/hard: --csv writes that file too: give each its own\n")
+    assert probe.started() == {}
+    (tmp_path / "out").unlink()
+    (tmp_path / "hard").unlink()
 
     plot = tmp_path / "plot-without-extension"
     done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--rounds", "5", "--repeat", "1",

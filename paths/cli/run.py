@@ -148,8 +148,8 @@ def add_rank_options(parser: argparse.ArgumentParser) -> None:
 def check_output_files(outputs: dict[str, str | None]) -> None:
     """A ValueError now, not a failure after a long run, for an output file (option -> its file,
     if given) that has no folder to be written in, that is a folder, or that another option
-    writes too (the one would overwrite the other)."""
-    written: dict[str, str] = {}
+    writes too (the one would overwrite the other; a device such as /dev/null takes both)."""
+    written: dict = {}
     for option, path in outputs.items():
         if not path:
             continue
@@ -158,7 +158,13 @@ def check_output_files(outputs: dict[str, str | None]) -> None:
             raise ValueError(f"{option} {path}: no folder {folder} to write it in")
         if os.path.isdir(path):
             raise ValueError(f"{option} {path}: expected a file to write, got a folder")
-        same = written.setdefault(os.path.realpath(path), option)
+        try:
+            found = os.stat(path)
+        except OSError:  # not there yet: its name says which file it will be
+            file = os.path.realpath(path)
+        else:  # a file by its inode (a hard link too); not a regular file: written to, never overwritten
+            file = (found.st_dev, found.st_ino) if os.path.isfile(path) else None
+        same = written.setdefault(file, option) if file else option
         if same != option:
             raise ValueError(f"{option} {path}: {same} writes that file too: give each its own")
 
