@@ -361,6 +361,9 @@ def test_output_files_are_checked_before_the_run_and_written_exactly_where_asked
     assert probe.started() == {}
     (tmp_path / "out").unlink()
     (tmp_path / "hard").unlink()
+    done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--rounds", "5", "--repeat", "1",
+                     "--csv", "/dev/null", "--plot", "/dev/null")  # a device takes both
+    assert (done.returncode, done.stdout.splitlines()[-2:]) == (0, ["wrote /dev/null"] * 2), done.stderr
 
     plot = tmp_path / "plot-without-extension"
     done = paths_run("gsum", "--map", "paper-4w", "--threads", "2", "--rounds", "5", "--repeat", "1",
