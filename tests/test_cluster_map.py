@@ -432,6 +432,20 @@ BROKEN = {
         "clusters.4w.address",
         "expected each node its own address, got 'tcp://a:1' for both 'n0' and 'n1'",
     ),
+    "an IPv4 address written as only the resolver reads it": (
+        edited(("n[0-7]", "n[0-1]"),
+               ("cpus: 4", "cpus: 4\n    address: {n0: 'tcp://127.0.0.1:1', n1: 'tcp://2130706433:1'}")),
+        6,
+        "clusters.4w.address.n1",
+        "expected an IPv4 address written a.b.c.d, got '2130706433' in 'tcp://2130706433:1': write 127.0.0.1",
+    ),
+    "an IPv6 address written two ways for two nodes": (
+        edited(("n[0-7]", "n[0-1]"),
+               ("cpus: 4", "cpus: 4\n    address: {n0: 'tcp://[::1]:1', n1: 'tcp://[0:0::1]:1'}")),
+        6,
+        "clusters.4w.address",
+        "expected each node its own address, got 'tcp://[0:0::1]:1' for both 'n0' and 'n1'",
+    ),
     "address of a node in another cluster": (
         edited(("n[0-7]", "n[0-1]"), ("cpus: 4", "cpus: 4\n    address: tcp://{node}:7000\n"
                                                  "  b:\n    nodes: m0\n    cpus: 1\n    address: tcp://n1:7000")),

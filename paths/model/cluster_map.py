@@ -19,6 +19,7 @@ import math
 import os
 import re
 import shlex
+import socket
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -425,7 +426,7 @@ def _clusters(field: _Field) -> tuple[Cluster, ...]:
         field.fail("expected at least one cluster")
     clusters: list[Cluster] = []
     cluster_of_node: dict[str, str] = {}
-    node_at: dict[str, str] = {}  # address -> the node it is given to first
+    node_at: dict[tuple, str] = {}  # address (its host written one way, and port) -> the node it is given to first
     map_cpus = 0
     for name, cluster_field in entries.items():
         fields = cluster_field.fields(required=("nodes", "cpus"), optional=("address", "head", "proto"))
@@ -446,9 +447,9 @@ def _clusters(field: _Field) -> tuple[Cluster, ...]:
             _addresses(fields["address"], names) if "address" in fields else [None] * len(names)
         )
         for node, address in zip(names, addresses):
-            if address is not None and node_at.setdefault(address, node) != node:
+            if address is not None and node_at.setdefault(split_address(address), node) != node:
                 fields["address"].fail(f"expected each node its own address, got {shown(address)} for both "
-                                       f"{node_at[address]!r} and {node!r}")
+                                       f"{node_at[split_address(address)]!r} and {node!r}")
         head = (
             fields["head"].member(names, f"a node of cluster {name}") if "head" in fields else None
         )
@@ -489,14 +490,32 @@ def _cpus(field: _Field) -> int:
 
 def split_address(address: str) -> tuple[str, str]:
     """A node's address, tcp://HOST:PORT, as (HOST, PORT): HOST an IP address ([...] for IPv6) or
-    a host name, PORT from 1 to 65535 or * (any free one); ValueError saying what is expected."""
+    a host name, PORT from 1 to 65535 or * (any free one); ValueError saying what is expected.
+    An IPv4 address is written a.b.c.d (not as 2130706433, 0x7f000001, 127.1 or 127.000.000.001,
+    which only the resolver reads as one), so that one address is written one way."""
     scheme, _, rest = address.partition("://")
     host, _, port = rest.rpartition(":")
     if scheme != "tcp" or not (port == "*" or (port.isdigit() and 0 < int(port) < 65536)) or not (
             _HOST_NAME.fullmatch(host) or _ip_in_brackets(host)):
         raise ValueError(f"expected an address like 'tcp://host:7000' (tcp://HOST:PORT: HOST an IP address or a "
                          f"host name, PORT from 1 to 65535 or *), got {shown(address)}")
+    dotted = _resolver_ipv4(host)
+    if dotted:
+        raise ValueError(f"expected an IPv4 address written a.b.c.d, got {shown(host)} in {shown(address)}: "
+                         f"write {dotted}")
+    if host.startswith("["):  # an IPv6 address, written one way
+        host = f"[{ipaddress.ip_address(host[1:-1]).compressed}]"
     return host, port
+
+
+def _resolver_ipv4(host: str) -> Optional[str]:
+    """a.b.c.d when host is an IPv4 address written another way that the resolver reads as one
+    (inet_aton's: numbers of 1 to 4 parts, octal and hex); None for anything else."""
+    try:
+        dotted = socket.inet_ntoa(socket.inet_aton(host))
+    except OSError:
+        return None
+    return dotted if dotted != host else None
 
 
 def _ip_in_brackets(host: str) -> bool:
