@@ -8,7 +8,7 @@ import argparse
 import warnings
 
 import paths
-from paths.model.cluster_map import builtin_map
+from paths.model.cluster_map import MAX_FANIN, builtin_map
 from paths.model.placement import MAX_THREADS, PlacementWarning
 from paths.model.reduction_tree import plan_reduction
 
@@ -50,6 +50,7 @@ def parse_trees(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list of trees (flat, faninK), got {text!r}")
     _each_once(trees, text, "tree")
     for t in trees:
-        if t != "flat" and not (t.startswith("fanin") and t[5:].isdigit() and int(t[5:]) >= 2):
-            raise argparse.ArgumentTypeError(f"unknown tree {t!r} (expected flat or faninK with K >= 2)")
+        if t != "flat" and not (t.startswith("fanin") and t[5:].isdigit() and 2 <= int(t[5:]) <= MAX_FANIN):
+            raise argparse.ArgumentTypeError(f"unknown tree {t!r} (expected flat or faninK with K from 2 to "
+                                             f"{MAX_FANIN})")
     return trees

@@ -188,9 +188,12 @@ def test_cluster_gsum_sets_no_target_at_3_processes():
      "--threads: at most 1024 (the OpenMP anchor's largest team), got 2000"),
     ("benchmarks.gsum", ["--tree", ",", "--threads", "1", "--rounds", "10", "--repeat", "1", "--no-targets"],
      "argument --tree: expected a comma-separated list of trees (flat, faninK), got ','"),
+    ("benchmarks.gsum", ["--tree", "fanin5000", "--threads", "1", "--rounds", "10", "--repeat", "1", "--no-targets"],
+     "argument --tree: unknown tree 'fanin5000' (expected flat or faninK with K from 2 to 4096)"),
     ("benchmarks.launch", ["--ranks", "0"], "argument --ranks: expected a number from 1 to 2**63-1, got 0"),
     ("benchmarks.launch", ["--runs", "0"], "argument --runs: expected a number from 1 to 2**63-1, got 0"),
-], ids=["gsum csv nowhere", "gsum above the OpenMP anchor", "gsum no tree", "launch no ranks", "launch no runs"])
+], ids=["gsum csv nowhere", "gsum above the OpenMP anchor", "gsum no tree", "gsum fan-in past the most",
+        "launch no ranks", "launch no runs"])
 def test_other_benchmarks_refuse_bad_options_with_exit_2_before_measuring(module, args, words):
     done = run(module, *args)
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
