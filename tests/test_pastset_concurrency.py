@@ -246,14 +246,23 @@ DAEMONS = textwrap.dedent("""
     import os, signal, sys, threading, time
     import paths
 
+    @paths.stage_kind("test-daemon-pass")
+    class Pass:
+        def observe(self, below):
+            return below.observe()
+
     ps = paths.PastSet()
+    above = [paths.stage("test-daemon-pass")] if sys.argv[2] == "below-python" else []
+    def path(name):
+        return paths.build_path(paths.make_path(*above, paths.stage("core", name=name, format="q")), pastset=ps)
     def worker(i):
-        h = paths.build_path(paths.make_path(paths.stage("core", name="E", format="q")), pastset=ps)
+        h = path("E")
         while True:
             h.move((i,))
-            h.observe(0)
+            h.observe()
     for i in range(4):
         threading.Thread(target=worker, args=(i,), daemon=True).start()
+    threading.Thread(target=path("NEVER").observe, daemon=True).start()  # waits for good
     time.sleep(0.3)
     if sys.argv[1] == "ctrl-c":
         os.kill(os.getpid(), signal.SIGINT)
@@ -261,12 +270,15 @@ DAEMONS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.parametrize("where", ["stages", "below-python"])
 @pytest.mark.parametrize("ending", ["return", "ctrl-c"])
-def test_a_program_ends_while_its_daemon_threads_are_in_calls(ending):
+def test_a_program_ends_while_its_daemon_threads_are_in_calls(ending, where):
     """Python ends daemon threads as the interpreter finalizes, from inside their wait for the GIL
-    as a call returns: that ended the process with std::terminate (exit 134), every time."""
+    as a call returns: that ended the process with std::terminate (exit 134), every time; and
+    below a stage kind written in Python, whose frames then ran without the GIL (exit 134 or 139)."""
     for _ in range(3):
-        done = subprocess.run([sys.executable, "-c", DAEMONS, ending], capture_output=True, text=True, timeout=60)
+        done = subprocess.run([sys.executable, "-c", DAEMONS, ending, where], capture_output=True, text=True,
+                              timeout=60)
         assert "terminate called" not in done.stderr
         assert done.returncode == (0 if ending == "return" else -2), done.stderr  # Python ends by the SIGINT
 

@@ -2,6 +2,7 @@
 #include "python_call.hpp"
 
 #include <cmath>
+#include <unistd.h>
 
 namespace paths_native {
 
@@ -66,11 +67,19 @@ void remember_main_thread() {
     g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
 }
 
+void wait_out_finalization() {
+#if PY_VERSION_HEX >= 0x030D0000
+    while (Py_IsFinalizing() && PyThread_get_thread_ident() != g_main_thread) pause();
+#else
+    while (_Py_IsFinalizing() && PyThread_get_thread_ident() != g_main_thread) pause();
+#endif
+}
+
 int signal_raised() {
     // Only the main thread runs signal handlers, and another thread must not take the GIL: the
     // interpreter may be ending around it (a daemon thread's build as the program exits).
     if (PyThread_get_thread_ident() != g_main_thread) return 0;
-    py::gil_scoped_acquire gil;
+    HeldGil gil;
     return PyErr_Occurred() != nullptr || PyErr_CheckSignals() != 0;
 }
 

@@ -222,7 +222,7 @@ private:
 ps_link *acquire_hook(void *data, int thread, const char *element, const char *format, int *status, char *error,
                       size_t error_size) {
     HookTurn turn;
-    py::gil_scoped_acquire gil;
+    HeldGil gil;
     RunHooks &hooks = *static_cast<RunHooks *>(data);
     std::string why, call = "paths_acquire('" + std::string(element) + "', '" + format + "')";
     try {
@@ -257,7 +257,7 @@ ps_link *acquire_hook(void *data, int thread, const char *element, const char *f
 
 void release_hook(void *data, int thread, ps_link *link) {
     HookTurn turn;
-    py::gil_scoped_acquire gil;
+    HeldGil gil;
     RunHooks &hooks = *static_cast<RunHooks *>(data);
     auto found = hooks.held.find(link);
     if (found == hooks.held.end()) return;
@@ -349,7 +349,7 @@ struct PythonKernel {
 };
 
 int run_python_kernel(paths_kernel_ctx *c) {
-    py::gil_scoped_acquire gil;
+    HeldGil gil;
     PythonKernel &kernel = *static_cast<PythonKernel *>(ps_kernel_ctx_data(c));
     try {
         py::object result = kernel.function(KernelContext(c, kernel.hooks));
