@@ -137,6 +137,17 @@ def test_path_shape_errors(space):
         build_path(make_path(stage("core", name="K", format="k")), pastset=space)
 
 
+@pytest.mark.parametrize("value, shown", [([1, 2], "a list: [1, 2]"), ({"a": 1}, "a dict: {'a': 1}")])
+def test_a_parameter_that_may_change_is_refused_naming_it(value, shown):
+    """A stage's parameters key the stages built from it: a list or a dict gave Python's bare
+    'unhashable type' from inside the builder."""
+    with pytest.raises(TypeError) as refused:
+        stage("cache", id=value)
+    assert str(refused.value) == (f"stage 'cache': parameter 'id': expected a value that does not change (an int, "
+                                  f"float, str, bool, None, or a tuple of those), got {shown}")
+    assert stage("cache", id=(1, 2)).params == (("id", (1, 2)),)
+
+
 @pytest.mark.parametrize("where", ["a folder", "a name ending in /"])
 def test_a_trace_file_that_is_a_folder_is_refused_at_build(space, tmp_path, where):
     """Its file is written at release, by a rename that a folder would refuse then."""

@@ -68,6 +68,13 @@ def stage(kind: str, **params: Any) -> StageSpec:
     """Describe one stage: `stage("reduce-sum", num_threads=4, id="g0")`."""
     if not isinstance(kind, str) or not kind:
         raise TypeError(f"stage(): kind must be a non-empty string, got {kind!r}")
+    for key, value in params.items():
+        try:
+            hash(value)
+        except TypeError:  # a spec is a key of the stages built from it (equal remainders merge)
+            raise TypeError(f"stage {kind!r}: parameter {key!r}: expected a value that does not change (an int, "
+                            f"float, str, bool, None, or a tuple of those), got a {type(value).__name__}: "
+                            f"{shown(value)}") from None
     return StageSpec(kind, tuple(sorted(params.items())))
 
 
