@@ -374,6 +374,21 @@ def test_output_files_are_checked_before_the_run_and_written_exactly_where_asked
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plot-without-extension", "probe"]
 
 
+@pytest.mark.parametrize("command", [["show", "--map", "local", "--threads", "2"], ["kinds"], ["--help"]])
+def test_an_output_that_cannot_be_written_is_one_line(command):
+    """stdout on a full disk (/dev/full) gave a traceback."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "paths", *command], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (1, "paths: cannot write the output: No space left on device\n")
+
+
+def test_paths_without_a_command_is_a_usage_error_on_stderr():
+    done = subprocess.run([sys.executable, "-m", "paths"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("The `paths` command line: one sub-command per job")
+
+
 def test_trace_option_traces_every_node_and_link_into_one_perfetto_file(probe, tmp_path):
     rounds = 40
     done = paths_run("gsum", "--map", "paper-4w", "--threads", "6", "--repeat", "2", "--rounds", str(rounds),

@@ -77,18 +77,46 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
 }
 
 
+class _WatchedOutput:
+    """Standard output, which remembers a write that failed (a full disk, /dev/full): that error
+    is then the output's, said in one line, not any other OSError's."""
+
+    def __init__(self, stream):
+        self.stream, self.failed = stream, None
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError as e:
+            self.failed = e
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as e:
+            self.failed = e
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
         print(f"paths: unknown command {argv[0]!r} (expected one of {', '.join(COMMANDS)}); see paths --help",
               file=sys.stderr)
         return 2
+    output = sys.stdout = _WatchedOutput(sys.stdout)
     try:
         hear_sigterm()
-        if not argv or argv[0] in ("-h", "--help"):
-            print(__doc__.strip())
+        if not argv or argv[0] in ("-h", "--help"):  # asked for, on stdout; else a usage error, on stderr
+            print(__doc__.strip(), file=sys.stdout if argv else sys.stderr)
             return 0 if argv else 2
-        return COMMANDS[argv[0]](argv[1:])
+        status = COMMANDS[argv[0]](argv[1:])
+        sys.stdout.flush()  # a full disk says so here, not at exit
+        return status
     except Terminated:
         print("paths: terminated", file=sys.stderr)
         return 143
@@ -99,11 +127,19 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (| head): stop writing, and keep Python from complaining at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as e:
+        if e is not output.failed:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), output.stream.fileno())  # nothing more is said there
+        print(f"paths: cannot write the output: {e.strerror or e}", file=sys.stderr)
+        return 1
     except SystemExit as e:  # argparse: 0 after --help, 2 for a usage error; or a message to say
         if isinstance(e.code, str):
             print(e.code, file=sys.stderr)
             return 2
         return int(e.code or 0)
+    finally:
+        sys.stdout = output.stream
 
 
 if __name__ == "__main__":
