@@ -420,7 +420,8 @@ class WrongAnswers:
 @pytest.mark.parametrize("call, error, expected", [
     (lambda h: h.first(), TypeError, r"python stage WrongAnswers.first\(\) returned: expected an int, got 'soon'"),
     (lambda h: h.last(), ValueError,
-     r"python stage WrongAnswers.last\(\) returned: expected an int that fits in 64 bits, got 18446744073709551616"),
+     r"python stage WrongAnswers.last\(\) returned: expected an int from -2\*\*63 to 2\*\*63-1, got "
+     r"18446744073709551616"),
     (lambda h: h.observe(), TypeError,
      r"python stage WrongAnswers.observe\(\) returned \(format 'q'\): expected a tuple of 1 value\(s\) \(int\), "
      r"got None"),

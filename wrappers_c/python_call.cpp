@@ -109,7 +109,7 @@ bool int64_of(const py::handle &value, const std::string &what, int64_t *out) {
 int64_t int_argument(const py::handle &value, const std::string &what) {
     int64_t v;
     if (!int64_of(value, what, &v))
-        throw py::value_error(what + ": expected an int that fits in 64 bits, got " + shown(value));
+        throw py::value_error(what + ": expected an int from -2**63 to 2**63-1, got " + shown(value));
     return v;
 }
 
