@@ -71,7 +71,9 @@ def test_a_path_that_fails_to_build_on_one_node_names_it_and_every_node_is_reape
         "node n2: KernelError: kernel gsum: thread 8 on node n2 returned PATHS_EFAILED: the kernel's own failure: "
         "paths_acquire('GSUM', 'q') by thread 8: its path no-such-kind() -> remote(host='n0', window=2) -> "
         "reduce-sum(id='cluster:4w', num_threads=3) -> core(format='q', name='GSUM.9.0'): unknown stage kind "
-        "'no-such-kind' in stage no-such-kind() (valid kinds: allreduce, batch, cache, core, delay, reduce-sum, remote, trace)")
+        "'no-such-kind' in stage no-such-kind() (valid kinds: allreduce, batch, cache, core, delay, reduce-sum, remote, "
+        "trace; a kind written in Python is known where its module was imported, at a server with paths serve "
+        "--allow-kinds MODULE:NAME)")
     assert_all_reaped(probe, ["n0", "n1", "n2"])
 
 

@@ -205,7 +205,7 @@ def test_server_refusing_an_unknown_kind_is_value_error_with_its_message(endpoin
         remote.attach("caller")
     message = str(refused.value)
     assert endpoint in message and "refused" in message
-    assert "unknown stage kind 'no-such-kind'" in message
+    assert "unknown stage kind 'no-such-kind'" in message and "paths serve --allow-kinds MODULE:NAME" in message
 
 
 def test_server_refusing_a_used_up_fan_in_is_value_error_with_its_message(endpoint, proto):

@@ -170,7 +170,8 @@ def check_spec(spec: StageSpec) -> KindInfo:
     if info is None:
         raise ValueError(
             f"unknown stage kind {spec.kind!r} in {_describe(spec)} "
-            f"(valid kinds: {', '.join(sorted(known))})"
+            f"(valid kinds: {', '.join(sorted(known))}; a kind written in Python is known where its module was "
+            f"imported, at a server with paths serve --allow-kinds MODULE:NAME)"
         )
     given = dict(spec.params)
     for name, value in given.items():
