@@ -218,6 +218,16 @@ def test_a_rendezvous_file_whose_endpoint_does_not_answer_is_named_with_it(tmp_p
     assert str(answers[1]) == f"paths: rank 1 of 2 (srun, job 42.0): no rendezvous with rank 0 within 0.5 s: {why}"
 
 
+def test_a_sum_named_as_the_runs_barrier_is_refused():
+    """Its acquire said the thread held a handle on it already: the runtime's barrier's."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PATHS_", "OMPI_", "PMI", "SLURM_"))},
+           "PATHS_MAP": "local", "PATHS_SUM": "paths.barrier"}
+    done = subprocess.run([sys.executable, "-c", "import paths\npaths.acquire('x', 'q')\n"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (1, "paths: sum 'paths.barrier': the run's own barrier (paths_barrier) "
+                                                 "is the element of that name: give the sum another\n")
+
+
 def test_a_python_program_whose_rendezvous_fails_says_so_in_one_line(tmp_path):
     """Not handled, the error is its one line on stderr (no traceback of the program's call), and
     the program exits 1; so is a map that cannot be read."""

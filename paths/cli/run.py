@@ -38,6 +38,7 @@ from ..model.cluster_map import MAX_FANIN, TREE_FORMS, ClusterMap, MapError, ope
 from ..experiments.experiment import (Measurement, RunReport, RunSettings, checked_kernel, mean, plans_for,
                                       run_experiment, trace_prefix)
 from ..runtime.kernel import load_kernel, parse_kernel_args
+from ..runtime.process_context import BARRIER_ELEMENT
 from ..experiments.launcher import LaunchError
 from ..experiments.parent_death import adopt_orphans
 from ..ctrl_c_held import Terminated
@@ -132,6 +133,8 @@ def sum_name(text: str) -> str:
     if not text.strip() or "," in text or text != text.strip():
         raise argparse.ArgumentTypeError(f"expected an element name without commas (PATHS_SUM separates names "
                                          f"by them) or spaces around it, got {text!r}")
+    if text == BARRIER_ELEMENT:
+        raise argparse.ArgumentTypeError(f"{text!r} is the run's own barrier (paths_barrier): name the sum otherwise")
     return text
 
 

@@ -183,6 +183,10 @@ def make_runtime(cluster_map: ClusterMap, threads: Optional[int], *, sums=(), po
     """A runtime for `threads` threads placed by the map (or `policy`), with the hooks named
     here or by the map, building its paths in `context` (default: the process's own). None for
     `threads`: none placed yet (a node's, whose runs come placed: Runtime.for_run)."""
+    declared = cluster_map.element(BARRIER_ELEMENT)
+    if BARRIER_ELEMENT in sums or (declared is not None and declared.reduce == "sum"):
+        raise ValueError(f"sum {BARRIER_ELEMENT!r}: the run's own barrier (paths_barrier) is the element of that "
+                         "name: give the sum another")
     acquire, release = acquire or cluster_map.acquire, release or cluster_map.release
     policy = canonical_policy(policy)
     placements = tuple(place(cluster_map, threads, policy)) if threads is not None else ()
