@@ -509,9 +509,11 @@ def test_what_stopped_ranks_print_as_they_end_is_passed_on(tmp_path, stop, outpu
                                                     "separates names by them) or spaces around it, got ' '"),
     (["--threads", "1", "--sum", "paths.barrier", "--", "true"], "--sum: 'paths.barrier' is the run's own barrier "
                                                                 "(paths_barrier): name the sum otherwise"),
+    (["-N", "2", "--", "true"], "paths launch: error: -N: the map's nodes are the nodes here (--map, whose placement "
+                                "puts the threads on them): give the rank count with --threads (-n)"),
 ], ids=["no command", "empty command", "no threads", "too many threads", "unknown map", "unknown policy",
         "zero timeout", "negative timeout", "NaN timeout", "a sum name with a comma", "a sum name of a space",
-        "the barrier's name"])
+        "the barrier's name", "srun's node count"])
 def test_bad_usage_is_one_line_and_exit_2(args, problem):
     done = launch(*args)
     assert done.returncode == 2

@@ -220,10 +220,14 @@ def threads_named(parser: argparse.ArgumentParser, options: list[str],
     """The options, srun's and mpirun's names for the count given as --threads (so that a
     message names the one option): -np N and -n N (also -np=N, -npN, -nN), and --ntasks N (also
     --ntasks=N, and its abbreviations from --n, as argparse takes --threads'); a usage error naming
-    what is `counted` when it is given more than once."""
+    what is `counted` when it is given more than once, and one for srun's node count (-N,
+    --nodes): the map's nodes are the run's."""
     named = []
     for option in options:
         name, equals, value = option.partition("=")
+        if re.fullmatch(r"-N[\d,-]*|--nodes", name):  # srun's and sbatch's node count
+            parser.error(f"{name}: the map's nodes are the nodes here (--map, whose placement puts the threads on "
+                         f"them): give the {counted} with --threads (-n)")
         short = re.fullmatch(r"-(?:np|n)([\d,-]*)", name)
         if short or (len(name) >= 3 and "--ntasks".startswith(name)):
             named.append(f"--threads={short[1]}{equals}{value}" if short and short[1] else f"--threads{equals}{value}")
