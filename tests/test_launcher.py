@@ -287,7 +287,7 @@ def test_a_node_that_cannot_bind_its_address_says_so_in_one_line(probe, tmp_path
                        RunSettings("gsum", [1], repeat=1, rounds=5, timeout=RUN_TIMEOUT))
     line = "node n0: --bind: cannot bind 'tcp://192.0.2.1:7000': Cannot assign requested address"
     passed_on = capfd.readouterr().err
-    assert str(failed.value) in (f"node n0 exited while waiting to be READY (exit 2):\n{line}",
+    assert str(failed.value) in (f"node n0 exited while waiting to be READY (exit 2): {line}",
                                  "node n0 exited while waiting to be READY (exit 2)"), failed.value
     assert (line in str(failed.value)) != (f"[n0] {line}\n" in passed_on), (failed.value, passed_on)  # once
     assert_all_reaped(probe, ["n0"])
@@ -362,8 +362,8 @@ def test_a_node_that_cannot_start_is_named_with_its_exit_status_and_stderr(probe
         with processes:
             pass
     assert str(failed.value) in [
-        f"node {node} exited while waiting to be READY (exit 255):\n"
-        f"ssh: connect to host {node} port 22: No route to host" for node in ("n0", "n1")]
+        f"node {node} exited while waiting to be READY (exit 255): ssh: connect to host {node} port 22: No route "
+        "to host" for node in ("n0", "n1")]
     assert processes.nodes == {}
     # The other node's fake ssh was stopped while in its `sleep 0.3`, which then ends by itself.
     assert probe.alive_within(2.0) == []

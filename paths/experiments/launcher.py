@@ -212,7 +212,8 @@ class _Node:
 
     def _death(self, what: str) -> str:
         # Its output ended, so it is ending: its exit status (and all it wrote on stderr) may
-        # come a moment later, ssh's in particular. Wait for them, a bounded time.
+        # come a moment later, ssh's in particular. Wait for them, a bounded time. What it wrote
+        # last follows on the same line when it is one line (ssh's reason), else below.
         try:
             self.process.wait(QUIT_SECONDS)
         except subprocess.TimeoutExpired:
@@ -222,7 +223,8 @@ class _Node:
             lines = self._error_lines.feed(self._unread_errors.read()) + self._error_lines.rest()
             tail = b"\n".join(lines).decode("utf-8", "replace").strip()[-600:]
         code = f" ({exit_reason(self.process.returncode)})" if self.process.returncode is not None else ""
-        return f"node {self.name} {what}{code}" + (f":\n{tail}" if tail else "")
+        said = f"node {self.name} {what}{code}"
+        return f"{said}:" + ("\n" if "\n" in tail else " ") + tail if tail else said
 
     def ask_to_quit(self) -> None:
         """Ask the node to stop (it does once idle): quit, then the end of its standard input."""
