@@ -408,6 +408,22 @@ def test_a_server_makes_a_clients_member_only_toward_endpoints_it_trusts():
             build_path(path, pastset=paths.PastSet())
 
 
+@pytest.mark.parametrize("nodes, error", [
+    ("tcp://127.0.0.1:9,garbage!!", "member 1 of nodes, 'tcp://garbage!!', names no server to reach: expected "
+                                    "tcp://HOST:PORT"),
+    ("tcp://127.0.0.1:9,n1", "member 1 of nodes, 'tcp://n1', names no server to reach"),  # a node's name, outside a run
+    ("tcp://127.0.0.1:9,,tcp://127.0.0.1:8", "member 1 of nodes, '', names no server to reach"),
+    ("tcp://127.0.0.1:9,tcp://127.0.0.1:9", "members 0 and 1 of nodes are both 'tcp://127.0.0.1:9': each member is a "
+                                            "server of its own"),
+], ids=["no endpoint", "a bare name", "an empty one", "one twice"])
+def test_nodes_that_name_no_group_are_refused_at_build(nodes, error):
+    """They were taken, and failed timeout_ms later saying a member did not join."""
+    path = make_path(stage("allreduce", group="G-bad", nodes=nodes, rank=0), stage("core", name="G-bad", format="q"))
+    with pytest.raises(ValueError) as refused:
+        build_path(path, pastset=paths.PastSet())
+    assert str(refused.value).startswith(f"stage 'allreduce': {error}"), refused.value
+
+
 @pytest.mark.parametrize("target, trusted", [
     ("tcp://n01:7000", True), ("tcp://10.1.2.3:7000", True), ("tcp://10.9.8.7:7001", True),
     ("tcp://nx:7000", False), ("tcp://10.1.2.localhost:7000", False), ("tcp://10.1.2.300:7000", False),

@@ -715,7 +715,19 @@ static int take_members(allreduce_stage *a, const ps_params *params, const ps_bu
     }
     free(key_list);
     for (uint32_t i = 0; rc == PS_OK && i < size; i++) {
-        if (i != a->rank && !ps_endpoint_trusted(context, a->servers[i])) {
+        for (uint32_t j = 0; rc == PS_OK && j < i; j++)
+            if (strcmp(a->servers[i], a->servers[j]) == 0) {
+                snprintf(error, error_size, "stage 'allreduce': members %u and %u of nodes are both '%.200s': each "
+                         "member is a server of its own", j, i, a->servers[i]);
+                rc = PS_EINVAL;
+            }
+        if (rc == PS_OK && !ps_endpoint_whole(a->servers[i])) {
+            snprintf(error, error_size, "stage 'allreduce': member %u of nodes, '%.200s', names no server to reach: "
+                     "expected tcp://HOST:PORT (or HOST:PORT; PORT 1 to 65535), ipc://NAME, inproc://NAME, or in a run "
+                     "the name of a node of its map", i, a->servers[i]);
+            rc = PS_EINVAL;
+        }
+        if (rc == PS_OK && i != a->rank && !ps_endpoint_trusted(context, a->servers[i])) {
             snprintf(error, error_size, "stage 'allreduce': this server reaches only the endpoints it trusts (the nodes "
                      "of its map, paths serve --allow-remote PATTERN), and member %u's '%.200s' is not one", i,
                      a->servers[i]);

@@ -170,6 +170,22 @@ static int address_host(const char *endpoint) {
     return inet_pton(AF_INET, host, &address) == 1 ? 1 : inet_aton(host, &address) ? -1 : 0;
 }
 
+int ps_endpoint_whole(const char *endpoint) {
+    const char *scheme_end = strstr(endpoint, "://");
+    if (!scheme_end) return 0;
+    const char *rest = scheme_end + 3;
+    if (strncmp(endpoint, "ipc://", 6) == 0 || strncmp(endpoint, "inproc://", 9) == 0) return *rest != 0;
+    if (strncmp(endpoint, "tcp://", 6) != 0) return 0;
+    const char *colon = strrchr(rest, ':');
+    if (!colon || colon == rest || !colon[1] || strlen(colon + 1) > 5) return 0;
+    long port = 0;
+    for (const char *c = colon + 1; *c; c++) {
+        if (*c < '0' || *c > '9') return 0;
+        port = port * 10 + (*c - '0');
+    }
+    return port >= 1 && port <= 65535;
+}
+
 int ps_endpoint_trusted(const ps_build_context *context, const char *endpoint) {
     if (!context->trusted_endpoints) return 1;
     if (strchr(endpoint, ';')) return 0; /* a pattern's '*' would let a source address through */

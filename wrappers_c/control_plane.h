@@ -69,6 +69,10 @@ void ps_control_close(ps_control_call *call);
 int ps_control_request(const char *endpoint, const ps_curve_client *keys, const ps_frame *request, int64_t deadline,
                        ps_frame *answer, unsigned char *payload, size_t capacity);
 
+/* Whether an endpoint names something to connect to: tcp://HOST:PORT, PORT 1 to 65535 (a source
+ * address first, too), or ipc:// or inproc:// and a name. */
+int ps_endpoint_whole(const char *endpoint);
+
 /* Whether a build in `context` may reach `endpoint`: any, unless the context names the ones it
  * trusts (a server's build for a client); then it must match one of their patterns whole (a
  * wildcard within one label of a host, its port, or one part of a path), and choose no source

@@ -729,22 +729,6 @@ static size_t remote_footprint(const ps_params *params, size_t tuple_size) {
            PS_PASS_THROUGH_CALLERS * sizeof(connection);
 }
 
-/* Whether an endpoint names something to connect to: tcp://HOST:PORT, PORT 1 to 65535 (a source
- * address first, too), or ipc:// or inproc:// and a name. */
-static int endpoint_whole(const char *endpoint) {
-    const char *rest = strstr(endpoint, "://") + 3;
-    if (strncmp(endpoint, "ipc://", 6) == 0 || strncmp(endpoint, "inproc://", 9) == 0) return *rest != 0;
-    if (strncmp(endpoint, "tcp://", 6) != 0) return 0;
-    const char *colon = strrchr(rest, ':');
-    if (!colon || colon == rest || !colon[1] || strlen(colon + 1) > 5) return 0;
-    long port = 0;
-    for (const char *c = colon + 1; *c; c++) {
-        if (*c < '0' || *c > '9') return 0;
-        port = port * 10 + (*c - '0');
-    }
-    return port >= 1 && port <= 65535;
-}
-
 static int remote_create(const ps_params *params, const ps_build_context *context, ps_stage *below,
                          ps_stage **out, char *error, size_t error_size) {
     if (below) {
@@ -787,7 +771,7 @@ static int remote_create(const ps_params *params, const ps_build_context *contex
     const char *scheme = in_process ? "inproc" : r->transport == PS_TRANSPORT_IPC ? "ipc" : "tcp";
     if (strstr(host, "://")) snprintf(r->endpoint, sizeof r->endpoint, "%s", host);
     else snprintf(r->endpoint, sizeof r->endpoint, "%s://%s", scheme, host);
-    if (!endpoint_whole(r->endpoint)) {
+    if (!ps_endpoint_whole(r->endpoint)) {
         snprintf(error, error_size, "stage 'remote': host '%.200s' names no server to reach: expected "
                  "tcp://HOST:PORT (or HOST:PORT; PORT 1 to 65535), ipc://NAME, inproc://NAME, or in a run the name "
                  "of a node of its map", host);
