@@ -106,7 +106,10 @@ def _on_handles(kernel: Kernel, handles: list, args: dict, pin: bool, others: Op
 def gsum(handles: Sequence, iters: int, contributors: int | None = None, timeout: float = 60.0,
          pin: bool = False, kernel: Optional[Kernel] = None) -> GSumResult:
     """Run GSum: each handle's thread does `move(i); observe()` for i < iters and checks every
-    total against i * contributors (default: the number of handles). Raises on a wrong total.
+    total against i * contributors (default: the number of handles). Raises on a wrong total,
+    or the first thread's failure; each wait of a thread lasts at most `timeout` seconds, so the
+    others of a thread that failed (a stage of its path raised) wait that long for its part of
+    the round before the failure is raised: a short timeout says it sooner.
 
     `pin=True` binds thread t of n to the (t * cpus // n)-th CPU this process may use: the
     threads of one group of a tree share a CPU, and no thread wanders between CPUs."""
