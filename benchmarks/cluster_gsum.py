@@ -150,8 +150,10 @@ def report(configs: list[Config], runs: dict, anchor_runs: dict, args) -> tuple[
              f"{statistics.median(anchor_runs['ping_pong']):.1f} us, spinning reads "
              f"{statistics.median(anchor_runs['ping_pong_polling']):.1f} us; raw ZeroMQ round trip, 2 processes "
              f"{statistics.median(anchor_runs['zmq_raw']):.1f} us",
-             "mpi: MPI_Allreduce over TCP (btl tcp,self), the same processes and contributors (2 threads per "
-             "node: hybrid ranks of 2 OpenMP threads); mpi_ranks: plain ranks = contributors",
+             "mpi: MPI_Allreduce over TCP (btl tcp,self), the same processes and contributors" +
+             ("" if all(c.threads == 1 for c in configs) else
+              " (more threads per node: hybrid ranks of as many OpenMP threads)") +
+             "; mpi_ranks: plain ranks = contributors",
              f"this machine has {cores} cores: runs with more threads than that also measure context switches",
              ""]
     skipped = [f"{n} x {t}" for t in args.threads_per_node for n in args.nodes if Config(n, t) not in configs]

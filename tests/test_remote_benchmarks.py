@@ -166,6 +166,7 @@ def test_cluster_gsum_names_the_configurations_it_leaves_out():
     lines, _ = report(args.configs, runs, {"ping_pong": [1.0], "ping_pong_polling": [1.0], "zmq_raw": [1.0]}, args)
     assert "not measured (more than 1 thread per node runs at 8 nodes and fewer): 16 x 2 (nodes x threads per " \
            "node)" in lines
+    assert any("(more threads per node: hybrid ranks of as many OpenMP threads)" in line for line in lines)
 
 
 def test_cluster_gsum_sets_no_target_at_3_processes():
@@ -178,6 +179,7 @@ def test_cluster_gsum_sets_no_target_at_3_processes():
     verdicts = [line.split()[0] + " " + line.split(":")[0].split(maxsplit=1)[1].split(" x ")[0].split()[-2]
                 for line in lines if " nodes x " in line]
     assert verdicts == ["PASS 2", "no 3", "MISS 4"], lines
+    assert not any("hybrid" in line for line in lines), lines  # one thread per node: no hybrid ranks measured
 
 
 @pytest.mark.parametrize("module, args, words", [
