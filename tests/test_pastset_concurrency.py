@@ -282,3 +282,48 @@ def test_a_program_ends_while_its_daemon_threads_are_in_calls(ending, where):
         assert "terminate called" not in done.stderr
         assert done.returncode == (0 if ending == "return" else -2), done.stderr  # Python ends by the SIGINT
 
+
+LEFT_RUNNING = textwrap.dedent("""
+    import os, signal, sys, threading
+    from paths.runtime.kernel import Kernel, run_kernel
+
+    def spin(ctx):
+        while True:
+            pass
+
+    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    try:
+        run_kernel(Kernel("spin", spin), range(2), 2, "local", {}, lambda t, e, f: None, lambda t, h: None)
+    except KeyboardInterrupt:
+        sys.exit(130)
+""")
+
+
+def test_a_program_ends_while_the_python_kernel_ctrl_c_left_runs():
+    """Ctrl-C leaves a run's kernel threads running: Python kernels, whose threads Python ended
+    as it finalized, inside their own frames (exit 134, 'Fatal Python error')."""
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", LEFT_RUNNING], capture_output=True, text=True, timeout=60)
+        assert (done.returncode, done.stderr) == (130, ""), done.stderr
+
+
+FIRST_IMPORTED_ELSEWHERE = textwrap.dedent("""
+    import _thread, time
+    done = []
+    def first():
+        import paths  # threading is first imported here: its main thread is this one
+        done.append(1)
+    _thread.start_new_thread(first, ())
+    while not done:
+        time.sleep(0.01)
+    import paths
+    KEEP = paths.build_path(paths.make_path(paths.stage("core", name="X", format="q")), pastset=paths.PastSet())
+""")
+
+
+def test_the_thread_that_finalizes_goes_on_whichever_imported_paths():
+    """The thread that finalizes the interpreter frees the handles left: it waited for ever where it
+    was taken for another thread that came back too late."""
+    done = subprocess.run([sys.executable, "-c", FIRST_IMPORTED_ELSEWHERE], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+

@@ -12,6 +12,7 @@ PYBIND11_MODULE(_native, m) {
                                              PyExc_IndexError, nullptr);
     m.add_object("AxedError", py::handle(g_axed_error));
     remember_main_thread();
+    remember_finalizing_thread(m);
     bind_element(m);
     bind_handle(m);
     bind_kinds(m);

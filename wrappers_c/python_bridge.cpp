@@ -6,9 +6,6 @@
 // move_many), which comes as those. What a method is given and must return follows from its
 // kind's shape in the table:
 //   method(below[, tuple | [tuples] | index | bound or None][, count]) -> a tuple | [tuples] | an int | anything
-#include <cxxabi.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -80,23 +77,6 @@ void say_exception(const py::error_already_set &e, char *why, size_t why_size) {
     snprintf(why, why_size, "%s%s%s", type.c_str(), message.empty() ? "" : ": ", message.c_str());
 }
 
-// impl.<method>(*args), where the thread may be a daemon thread the interpreter ends as it
-// finalizes: Python ends it from inside the method (pthread_exit as it waits for the GIL, a
-// forced unwind), which would run this call's frames without the GIL, and so corrupt the
-// interpreter that finalizes. Such a thread stops here instead, asleep until the process ends.
-py::object call_method(const py::object &impl, const char *method, const py::list &args) {
-    py::object bound = impl.attr(method);
-    py::tuple positional(args);
-    PyObject *result;
-    try {
-        result = PyObject_Call(bound.ptr(), positional.ptr(), nullptr);
-    } catch (abi::__forced_unwind &) {
-        for (;;) pause();
-    }
-    if (!result) throw py::error_already_set();
-    return py::reinterpret_steal<py::object>(result);
-}
-
 int python_answers(void *impl, ps_op_kind kind) {
     return py::hasattr(static_cast<PythonStage *>(impl)->impl, ps_op_kinds[kind].name);
 }
@@ -144,7 +124,7 @@ int python_call(void *impl, ps_link *below_link, uint32_t slot, ps_op *op, char 
         if (info.shape & PS_OP_INDEX) args.append(op->argument);
         if (info.shape & PS_OP_BOUND) args.append(op->argument >= 0 ? py::object(py::int_(op->argument)) : py::none());
         if (info.shape & PS_OP_TUPLES_OUT) args.append(op->count);
-        py::object result = call_method(stage.impl, info.name, args);
+        py::object result = call_python(stage.impl.attr(info.name), py::tuple(args));
         if (info.shape & PS_OP_TUPLE_OUT) copy_out(codec, result, op->out, stage.returned(info.name));
         if (info.shape & PS_OP_TUPLES_OUT) op->value = copy_all_out(codec, result, op, stage.returned(info.name));
         if (info.shape & PS_OP_VALUE_OUT) op->value = int_argument(result, stage.returned(info.name));

@@ -2,7 +2,6 @@
 #include "python_call.hpp"
 
 #include <cmath>
-#include <unistd.h>
 
 namespace paths_native {
 
@@ -65,14 +64,6 @@ unsigned long g_main_thread = 0;  // the interpreter's main thread (threading.ma
 
 void remember_main_thread() {
     g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
-}
-
-void wait_out_finalization() {
-#if PY_VERSION_HEX >= 0x030D0000
-    while (Py_IsFinalizing() && PyThread_get_thread_ident() != g_main_thread) pause();
-#else
-    while (_Py_IsFinalizing() && PyThread_get_thread_ident() != g_main_thread) pause();
-#endif
 }
 
 int signal_raised() {

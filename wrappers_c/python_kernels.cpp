@@ -226,7 +226,7 @@ ps_link *acquire_hook(void *data, int thread, const char *element, const char *f
     RunHooks &hooks = *static_cast<RunHooks *>(data);
     std::string why, call = "paths_acquire('" + std::string(element) + "', '" + format + "')";
     try {
-        py::object given = hooks.acquire(thread, element, format);
+        py::object given = call_python(hooks.acquire, py::make_tuple(thread, element, format));
         if (!py::isinstance<Handle>(given))
             throw py::type_error(call + ": the acquire hook gave " + py::repr(given).cast<std::string>() +
                                  ", not a Handle");
@@ -264,7 +264,7 @@ void release_hook(void *data, int thread, ps_link *link) {
     std::shared_ptr<Handle> handle = std::move(found->second);
     hooks.held.erase(found);
     try {
-        hooks.release(thread, handle);
+        call_python(hooks.release, py::make_tuple(thread, handle));
     } catch (py::error_already_set &e) {
         if (hooks.release_error.empty()) hooks.release_error = py::str(e.value()).cast<std::string>();
     } catch (std::exception &e) {  // nothing may escape into the C caller
@@ -352,7 +352,7 @@ int run_python_kernel(paths_kernel_ctx *c) {
     HeldGil gil;
     PythonKernel &kernel = *static_cast<PythonKernel *>(ps_kernel_ctx_data(c));
     try {
-        py::object result = kernel.function(KernelContext(c, kernel.hooks));
+        py::object result = call_python(kernel.function, py::make_tuple(KernelContext(c, kernel.hooks)));
         if (result.is_none()) return PS_OK;
         if (py::isinstance<py::int_>(result) && !py::isinstance<py::bool_>(result)) {
             int overflow = 0;
