@@ -383,6 +383,26 @@ def test_an_output_that_cannot_be_written_is_one_line(command):
     assert (done.returncode, done.stderr) == (1, "paths: cannot write the output: No space left on device\n")
 
 
+def test_a_run_whose_output_cannot_be_written_keeps_its_files_and_says_it_in_one_line(tmp_path):
+    """The full disk was taken for a failed run: its table printed again (which failed again), the
+    --csv file never written."""
+    out = tmp_path / "out.csv"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "paths", "run", "gsum", "--threads", "1", "--repeat", "1",
+                               "--rounds", "5", "--csv", str(out)], stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-2:] == [f"wrote {out}", "paths: cannot write the output: No space left on device"]
+    with open(out, newline="") as f:
+        assert [row["threads"] for row in csv.DictReader(f)] == ["1"]
+
+
+def test_a_closed_output_takes_nothing_and_fails_nothing():
+    done = subprocess.run([sys.executable, "-m", "paths", "kinds"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, timeout=60, preexec_fn=lambda: os.close(1))
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 def test_paths_without_a_command_is_a_usage_error_on_stderr():
     done = subprocess.run([sys.executable, "-m", "paths"], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (2, "")

@@ -108,14 +108,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"paths: unknown command {argv[0]!r} (expected one of {', '.join(COMMANDS)}); see paths --help",
               file=sys.stderr)
         return 2
-    output = sys.stdout = _WatchedOutput(sys.stdout)
+    output = sys.stdout = _WatchedOutput(sys.stdout) if sys.stdout is not None else None  # None: closed (>&-)
     try:
         hear_sigterm()
         if not argv or argv[0] in ("-h", "--help"):  # asked for, on stdout; else a usage error, on stderr
             print(__doc__.strip(), file=sys.stdout if argv else sys.stderr)
             return 0 if argv else 2
         status = COMMANDS[argv[0]](argv[1:])
-        sys.stdout.flush()  # a full disk says so here, not at exit
+        if output is not None:
+            output.flush()  # a full disk says so here, not at exit
         return status
     except Terminated:
         print("paths: terminated", file=sys.stderr)
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except OSError as e:
-        if e is not output.failed:
+        if output is None or e is not output.failed:
             raise
         os.dup2(os.open(os.devnull, os.O_WRONLY), output.stream.fileno())  # nothing more is said there
         print(f"paths: cannot write the output: {e.strerror or e}", file=sys.stderr)
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return int(e.code or 0)
     finally:
-        sys.stdout = output.stream
+        sys.stdout = output.stream if output is not None else sys.stdout
 
 
 if __name__ == "__main__":

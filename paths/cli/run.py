@@ -301,9 +301,9 @@ def run_command(argv: list[str]) -> int:
             print(f"paths run: warning: {message}", file=sys.stderr)
         if args.trace:
             _clear_traces(args.trace, trace_prefix(load_kernel(args.kernel)))
-    except BrokenPipeError:
-        raise  # the reader of the tables went away (| head): the command line's exit 141, not a usage error
     except (MapError, ValueError, LaunchError, OSError) as e:
+        if _output_lost(e):
+            raise  # the command line's exit 141 (or its line for a full disk), not a usage error
         print(f"paths run: {e}", file=sys.stderr)
         return 1 if isinstance(e, LaunchError) else 2
     done = 0  # the run under way
@@ -315,11 +315,11 @@ def run_command(argv: list[str]) -> int:
                 print(results_table(run.cluster_map, run.settings, run.measurements), flush=True)
                 if args.counters:
                     print(counters_table(run.counters))
-    except BrokenPipeError:  # the reader of the tables went away (| head): what was measured is kept
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and nothing more is said there
-        _write_outputs(args, [run for run in runs if run.measurements], said=sys.stderr)
-        raise
     except (KeyboardInterrupt, MapError, ValueError, LaunchError, OSError) as e:
+        if _output_lost(e):  # the tables cannot be read (| head) or written (a full disk): the files are kept
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # and nothing more is said there
+            _write_outputs(args, [run for run in runs if run.measurements], said=sys.stderr)
+            raise
         # What was measured before is kept: its table, and the files asked for.
         status = 143 if isinstance(e, Terminated) else 130 if isinstance(e, KeyboardInterrupt) else \
             1 if isinstance(e, LaunchError) else 2
@@ -336,6 +336,13 @@ def run_command(argv: list[str]) -> int:
     if status == 0 and args.trace:
         return _merge_traces(args.trace, trace_prefix(load_kernel(args.kernel)))
     return status
+
+
+def _output_lost(error: BaseException) -> bool:
+    """Whether the error is standard output's: its reader went away (| head), or it cannot be
+    written (a full disk: the `paths` command watches it, and says so)."""
+    return isinstance(error, BrokenPipeError) or (isinstance(error, OSError) and
+                                                  error is getattr(sys.stdout, "failed", None))
 
 
 def _write_outputs(args: argparse.Namespace, runs: list[Run], said=None) -> int:
