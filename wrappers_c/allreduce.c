@@ -714,14 +714,8 @@ static int take_members(allreduce_stage *a, const ps_params *params, const ps_bu
         snprintf(a->server_keys[i], sizeof a->server_keys[i], "%s", key_list[i]);
     }
     free(key_list);
-    for (uint32_t i = 0; rc == PS_OK && i < size; i++) {
-        for (uint32_t j = 0; rc == PS_OK && j < i; j++)
-            if (strcmp(a->servers[i], a->servers[j]) == 0) {
-                snprintf(error, error_size, "stage 'allreduce': members %u and %u of nodes are both '%.200s': each "
-                         "member is a server of its own", j, i, a->servers[i]);
-                rc = PS_EINVAL;
-            }
-        if (rc == PS_OK && !ps_endpoint_whole(a->servers[i])) {
+    for (uint32_t i = 0; rc == PS_OK && i < size; i++) { /* one server may list several members (by rank) */
+        if (!ps_endpoint_whole(a->servers[i])) {
             snprintf(error, error_size, "stage 'allreduce': member %u of nodes, '%.200s', names no server to reach: "
                      "expected tcp://HOST:PORT (or HOST:PORT; PORT 1 to 65535), ipc://NAME, inproc://NAME, or in a run "
                      "the name of a node of its map", i, a->servers[i]);
