@@ -77,12 +77,9 @@ static int socket_state(const char *path, int *error) {
     memcpy(address.sun_path, path, strlen(path));
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return *error = errno, SOCKET_UNKNOWN;
-    int state = connect(fd, (struct sockaddr *)&address, sizeof address) == 0 || errno == EAGAIN ? SOCKET_LISTENED
-                : errno == ECONNREFUSED                                                        ? SOCKET_DEAD
-                                                                                               : SOCKET_UNKNOWN;
-    *error = errno;
+    *error = connect(fd, (struct sockaddr *)&address, sizeof address) == 0 ? 0 : errno;
     close(fd);
-    return state;
+    return *error == 0 || *error == EAGAIN ? SOCKET_LISTENED : *error == ECONNREFUSED ? SOCKET_DEAD : SOCKET_UNKNOWN;
 }
 
 /* Whether ipc://PATH is another's (why, when it is): ZeroMQ removes whatever is at PATH before
@@ -98,11 +95,11 @@ static int ipc_path_taken(const char *endpoint, char *why, size_t size) {
         return 1;
     }
     int error, state = socket_state(path, &error);
+    if (state == SOCKET_DEAD || error == ENAMETOOLONG) return 0;
     if (state == SOCKET_LISTENED) snprintf(why, size, "a server listens on %s already", path);
-    else if (error != ENAMETOOLONG && state == SOCKET_UNKNOWN)
-        snprintf(why, size, "%s is a socket whose server cannot be told dead (%s): it would be removed", path,
-                 strerror(error));
-    return state == SOCKET_LISTENED || (state == SOCKET_UNKNOWN && error != ENAMETOOLONG);
+    else snprintf(why, size, "%s is a socket whose server cannot be told dead (%s): it would be removed", path,
+                  strerror(error));
+    return 1;
 }
 
 /* Whether `name` is `base` followed by a link's suffix, .<16 hex digits> (open_link). */

@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return int(e.code or 0)
     finally:
-        sys.stdout = output.stream if output is not None else sys.stdout
+        if output is not None:
+            sys.stdout = output.stream
 
 
 if __name__ == "__main__":

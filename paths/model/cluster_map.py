@@ -447,9 +447,10 @@ def _clusters(field: _Field) -> tuple[Cluster, ...]:
             _addresses(fields["address"], names) if "address" in fields else [None] * len(names)
         )
         for node, address in zip(names, addresses):
-            if address is not None and node_at.setdefault(split_address(address), node) != node:
+            first = node_at.setdefault(split_address(address), node) if address is not None else node
+            if first != node:
                 fields["address"].fail(f"expected each node its own address, got {shown(address)} for both "
-                                       f"{node_at[split_address(address)]!r} and {node!r}")
+                                       f"{first!r} and {node!r}")
         head = (
             fields["head"].member(names, f"a node of cluster {name}") if "head" in fields else None
         )
