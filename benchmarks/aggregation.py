@@ -24,12 +24,15 @@ then a fence a round, through batch(max_moves=64) over a delay of 0.2 ms each wa
 pipelined (one message of a caller crosses at a time), buffers=1 against 2: with 2, a caller whose
 buffers are all on their way sends its oldest itself when the stage's sender thread is busy with
 another caller's, so buffers=2 should take about as long as buffers=1, not 4 times as long. A run
-measures each cell in 5 turns, the cells of a k taking turns in alternate order, each turn on a
+measures each cell in turns, the cells of a k taking turns in alternate order, each turn on a
 fresh handle warmed up by one untimed round; a cell's rounds in a run are 50,000 moves' worth or 30
-ms' worth (60 ms with the delay), whichever is more (at most 2,000, with the delay 1,000 rounds). A
-cell's time per round is the median of its turns over the runs: on 2 cores, where the scheduler
-puts a handle's threads (the caller's, batch's sender's, the delay's courier's, the server's
-link's) changes a round by up to half, for as long as the handle lives.
+ms' worth (60 ms with the delay), whichever is more (at most 2,000, with the delay 1,000 rounds),
+in 5 turns, or in turns of 40 rounds where its moves make more (k = 1 and 10: 50 turns, with the
+delay 25; k = 100: 12). A cell's time per round is the median of its turns over the runs: on 2
+cores, where the scheduler puts a handle's threads (the caller's, batch's sender's, the delay's
+courier's, the server's link's) changes a round by up to half, for as long as the handle lives,
+and the short rounds of small k most: at k = 10 with the delay, batching saves a few per cent of a
+round, and one turn's round lies up to 5% off the median.
 At k = 10,000 the curve is flat from about 256 to 4096: on 2 cores those factors' rounds lie within
 a few per cent (at most about 10%) of each other, which is what decides where the best one falls
 from run to run. A caller puts a move into its buffer in about 15 ns and the server appends a
@@ -100,7 +103,8 @@ TUPLE_BYTES = 8                    # the pings are 'q' tuples
 MOVES_PER_CELL = {0.0: 50_000, 0.2: 50_000}  # a cell's rounds in a run: this many moves (at least one round) ...
 CELL_MS = {0.0: 30.0, 0.2: 60.0}            # ... or this long, whichever takes more rounds ...
 MAX_ROUNDS = {0.0: 2_000, 0.2: 1_000}       # ... but at most this many
-TURNS = 5                          # ... shared by this many fresh handles, the cells taking turns
+TURNS = 5                          # ... shared by this many fresh handles, the cells taking turns ...
+TURN_ROUNDS = 40                   # ... or more, where a turn of this many rounds leaves moves over
 BUFFERS_FACTOR = 256               # where buffers=1 and 2 are compared, at the largest k
 CALLERS = 4                        # several callers of one batch stage, ...
 CALLERS_K = 1_000                  # ... each this many moves then a fence a round, ...
@@ -134,6 +138,7 @@ class Sizes:
     cell_ms: dict = None
     max_rounds: dict = None
     turns: int = TURNS
+    turn_rounds: int = TURN_ROUNDS
     nodes: tuple = AURORA_NODES
     matrix: int = MATRIX
     mm2_n: int = MM2_N
@@ -145,10 +150,18 @@ class Sizes:
         self.cell_ms = self.cell_ms or dict(CELL_MS)
         self.max_rounds = self.max_rounds or dict(MAX_ROUNDS)
 
+    def turns_for(self, delay_ms: float, k: int) -> int:
+        """The turns a cell of k moves a round takes in a run: `turns`, or more where its moves fill
+        more turns of `turn_rounds` rounds. A handle's threads stay where the scheduler put them,
+        which moves a short round most: so more fresh handles, not more rounds, make its median
+        steadier."""
+        rounds = min(self.max_rounds[delay_ms], self.moves_per_cell[delay_ms] // k)
+        return max(self.turns, rounds // self.turn_rounds)
+
     def rounds_per_turn(self, delay_ms: float, k: int, round_ms: float) -> int:
         """A turn's share of a cell's rounds in a run, for rounds of about round_ms."""
         rounds = max(self.moves_per_cell[delay_ms] // k, math.ceil(self.cell_ms[delay_ms] / round_ms))
-        return max(1, math.ceil(min(self.max_rounds[delay_ms], rounds) / self.turns))
+        return max(1, math.ceil(min(self.max_rounds[delay_ms], rounds) / self.turns_for(delay_ms, k)))
 
 
 # ---- ARMI's sweep ---------------------------------------------------------------------------
@@ -234,7 +247,7 @@ def measure_sweep(sizes: Sizes, repeat: int, progress) -> dict:
                         cells += [(f, 2) for f in sizes.beyond]
                         if BUFFERS_FACTOR in sizes.factors:
                             cells.append((BUFFERS_FACTOR, 1))
-                    for turn in range(sizes.turns):
+                    for turn in range(sizes.turns_for(delay, k)):
                         for factor, buffers in cells if turn % 2 == 0 else cells[::-1]:
                             ms = sweep.ms_per_round(delay, k, factor, sizes, buffers)
                             runs.setdefault((delay, k, factor, buffers), []).append(ms)
@@ -398,8 +411,10 @@ def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict, hits
     lines = [f"Aggregation and bulk transfer, loopback, median of {repeat} run(s); this machine has {cores} cores "
              "(runs with more threads or processes also measure context switches)", "",
              "ARMI Figure 6: k moves, then one observe of the round's last move, through delay (pipelined) -> remote (tcp, "
-             f"window={SWEEP_WINDOW}) -> a `paths serve` child; 'q' tuples; each cell the median of its {repeat} x "
-             f"{sizes.turns} turns (a fresh handle each). Speed-up of batch(max_moves=factor) over no batching; `waited`: "
+             f"window={SWEEP_WINDOW}) -> a `paths serve` child; 'q' tuples; each cell the median of its turns, a fresh handle "
+             f"each, {sizes.turns} or more a run (" + ", ".join(
+                 f"k = {k}: {'/'.join(str(sizes.turns_for(d, k)) for d in DELAYS_MS)}" for k in sizes.ks) +
+             " without/with the delay). Speed-up of batch(max_moves=factor) over no batching; `waited`: "
              "no batching at window=1 (each move waits for its answer)"]
     best: dict = {}
     for delay in DELAYS_MS:

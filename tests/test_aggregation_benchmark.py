@@ -91,11 +91,21 @@ def test_bad_options_exit_2(args, words):
 def test_a_cell_gets_the_moves_or_the_time_it_asks_for_shared_by_its_turns():
     from benchmarks.aggregation import Sizes
 
-    sizes = Sizes()  # 50,000 moves or 30 ms (60 ms with the delay) a run, at most 2,000 (1,000) rounds, 5 turns
-    assert sizes.rounds_per_turn(0.0, 1, 0.01) == 400  # the moves ask for more rounds than the bound: the bound
-    assert sizes.rounds_per_turn(0.2, 100, 1.0) == 100  # 500 rounds of moves, more than 60 ms of them
+    sizes = Sizes()  # 50,000 moves or 30 ms (60 ms with the delay) a run, at most 2,000 (1,000) rounds,
+    # in 5 turns, or in turns of 40 rounds where the moves make more
+    assert sizes.rounds_per_turn(0.0, 1, 0.01) == 40  # the moves ask for more rounds than the bound: the bound
+    assert sizes.rounds_per_turn(0.2, 100, 1.0) == 42  # 500 rounds of moves, more than 60 ms of them, 12 turns
     assert sizes.rounds_per_turn(0.2, 10_000, 1.0) == 12  # 5 rounds of moves, 60 ms of 1 ms rounds: 60
     assert sizes.rounds_per_turn(0.2, 10_000, 70.0) == 1  # each turn makes one round at least
+
+
+def test_short_rounds_take_more_turns_each_on_a_fresh_handle():
+    from benchmarks.aggregation import Sizes
+
+    sizes = Sizes()
+    assert [sizes.turns_for(0.0, k) for k in (1, 10, 100, 1_000, 10_000)] == [50, 50, 12, 5, 5]
+    assert [sizes.turns_for(0.2, k) for k in (1, 10, 100, 1_000, 10_000)] == [25, 25, 12, 5, 5]
+    assert Sizes(turns=1, turn_rounds=40, max_rounds={0.0: 200, 0.2: 20}).turns_for(0.2, 1) == 1  # fewer: at least 1
 
 
 def test_quick_runs_once_unless_repeat_says_otherwise():
