@@ -11,6 +11,7 @@ client does not, and one that stays does not keep the link of a client gone."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import threading
@@ -110,6 +111,26 @@ def test_killed_server_ends_a_blocked_observe(children, proto):
     assert_failed_in_time(blocked, kill(server), address)
     with pytest.raises(ConnectionError):  # the connection stays broken, at once
         handle.move(1)
+
+
+def test_a_call_on_a_connection_broken_before_says_none_of_it_was_sent(children, proto):
+    """The call that finds the server gone cannot know what became of its tuples (at least 0);
+    every later call is refused unsent: exactly 0, and the message says why, not the first
+    call's news again."""
+    server, address = children.paths_serve()
+    handle = build_path(remote(address, "GONE", proto))
+    handle.move(1)
+    kill(server)
+    with pytest.raises(ConnectionError, match=re.escape("move_many (at least 0 of 2 tuples moved)")):
+        handle.move_many([(2,), (3,)])
+    refused = rf"remote {re.escape(address)}: not sent: the connection broke earlier \((no answer|cannot send): "
+    for _ in range(2):
+        with pytest.raises(ConnectionError, match=re.escape("move_many (0 of 2 tuples moved)")) as later:
+            handle.move_many([(2,), (3,)])
+        assert re.search(refused, str(later.value)), later.value
+        for call in (lambda: handle.move(4), handle.observe, handle.last):
+            with pytest.raises(ConnectionError, match=refused):
+                call()
 
 
 def test_killed_server_ends_a_gsum_in_c_threads(children, proto):

@@ -66,6 +66,7 @@ typedef struct caller {
                                     `owner` too, of a caller in an operation) */
     uint64_t made;               /* moves taken into the buffers so far */
     _Atomic uint64_t applied;    /* moves that took effect below so far (a prefix of those made) */
+    uint64_t said_lost;          /* of the others, those a failure the caller heard of said (all_said) */
     _Atomic uint64_t dropped_below; /* moves of earlier sends a failed send's stage below dropped (a
                                     pipelined remote's), not said in the stage's error yet */
     _Atomic int halted;          /* a send of the sender's failed: it drops the buffers handed before the
@@ -102,7 +103,8 @@ static unsigned char *buffer_of(const batch_stage *b, const caller *c, uint32_t 
 
 /* ---- the stage's error: what a failed send did ----------------------------------------------- */
 
-static void explain(batch_stage *b, int status, uint32_t done, uint32_t of, uint64_t before, uint64_t after) {
+static void explain(batch_stage *b, int status, uint32_t done, uint32_t of, uint32_t unsure, uint64_t before,
+                    uint64_t after) {
     char dropped[192] = "";
     int n = 0;
     if (before) /* with the answers lost (a broken connection), what became of them is not known */
@@ -112,7 +114,21 @@ static void explain(batch_stage *b, int status, uint32_t done, uint32_t of, uint
     if (after)
         snprintf(dropped + n, sizeof dropped - (size_t)n, ", and the %llu moves made after them were dropped",
                  (unsigned long long)after);
-    ps_stage_explain_moves(&b->base, status, done, of, "sent down together", "the send failed", dropped);
+    ps_stage_explain_moves(&b->base, status, done, of, unsure, "sent down together", "the send failed", dropped);
+}
+
+/* The caller's moves that did not take effect, made before it had made `made`, that no failure it
+ * heard of said, when it had heard of `said`. */
+static uint64_t unsaid_lost(caller *c, uint64_t made, uint64_t said) {
+    uint64_t applied = atomic_load_explicit(&c->applied, memory_order_acquire);
+    uint64_t lost = made > applied ? made - applied : 0;
+    return lost > said ? lost - said : 0;
+}
+
+/* The caller heard of a failure, with none of its moves on their way: every one that did not take
+ * effect has been said, and a later failure says only those after them. */
+static void all_said(caller *c) {
+    c->said_lost += unsaid_lost(c, c->made, c->said_lost);
 }
 
 /* An operation passed down failed: the stage below explains it, not an older send of ours. */
@@ -134,17 +150,18 @@ static int wait_sent(batch_stage *b, caller *c, uint32_t slot, uint32_t on_way, 
  * The moves the caller made after the failed ones go too: the buffers handed over since (dropped
  * before it returns, so that the counters say so), the one filling. */
 static int take_failure(batch_stage *b, caller *c, uint32_t slot) {
-    uint32_t done, of;
-    int status = ps_deferred_failure_take(&c->failure, &done, &of);
+    uint32_t done, of, unsure;
+    int status = ps_deferred_failure_take(&c->failure, &done, &of, &unsure);
     if (status == PS_OK) return PS_OK;
     atomic_store_explicit(&c->resume_at, atomic_load_explicit(&c->handed, memory_order_relaxed), memory_order_relaxed);
     atomic_store_explicit(&c->resume_known, 1, memory_order_release);
     wait_sent(b, c, slot, 0, ps_deadline(RELEASE_WAIT_NS)); /* none goes down: all are dropped */
     atomic_fetch_add_explicit(&b->dropped, c->count, memory_order_relaxed);
     empty(c);
-    uint64_t lost = c->made - atomic_load_explicit(&c->applied, memory_order_acquire);
+    uint64_t lost = unsaid_lost(c, c->made, c->said_lost);
     uint64_t before = atomic_exchange(&c->dropped_below, 0), failed = of - done + before;
-    explain(b, status, done, of, before, lost > failed ? lost - failed : 0);
+    explain(b, status, done, of, unsure, before, lost > failed ? lost - failed : 0);
+    all_said(c);
     return status;
 }
 
@@ -160,12 +177,14 @@ static void count_off(batch_stage *b, caller *c, int64_t earlier) {
 }
 
 /* Sends n of the caller's tuples down its link as one operation (a lone move for one tuple);
- * returns its status, with the tuples that took effect in *took. */
+ * returns its status, with the tuples that took effect in *took, and of the others those that may
+ * have too in *unsure (ps_op_unsure). */
 static int send_down(batch_stage *b, caller *c, ps_link *down, const unsigned char *tuples, uint32_t n,
-                     int64_t timeout_ns, uint32_t *took) {
+                     int64_t timeout_ns, uint32_t *took, uint32_t *unsure) {
     ps_op op = {.kind = n == 1 ? PS_OP_MOVE : PS_OP_MOVE_MANY, .in = tuples, .count = n, .timeout_ns = timeout_ns};
     int rc = ps_link_call(down, &op);
     *took = op.done;
+    *unsure = ps_op_unsure(&op, rc);
     atomic_fetch_add_explicit(&c->applied, op.done, memory_order_release);
     atomic_fetch_add_explicit(&b->moves_sent, op.done, memory_order_relaxed);
     if (rc == PS_OK) atomic_fetch_add_explicit(&b->sends, 1, memory_order_relaxed);
@@ -181,8 +200,8 @@ static int send_down(batch_stage *b, caller *c, ps_link *down, const unsigned ch
 static int send_filling(batch_stage *b, caller *c, ps_link *down, int64_t deadline) {
     if (c->count == 0) return PS_OK;
     unsigned char *tuples = buffer_of(b, c, atomic_load_explicit(&c->handed, memory_order_relaxed));
-    uint32_t took;
-    int rc = send_down(b, c, down, tuples, c->count, ps_remaining(deadline), &took);
+    uint32_t took, unsure;
+    int rc = send_down(b, c, down, tuples, c->count, ps_remaining(deadline), &took, &unsure);
     if (rc == PS_ETIMEDOUT) {
         size_t size = b->base.tuple_size;
         memmove(tuples, tuples + (size_t)took * size, (size_t)(c->count - took) * size);
@@ -191,9 +210,10 @@ static int send_filling(batch_stage *b, caller *c, ps_link *down, int64_t deadli
     }
     if (rc != PS_OK) {
         atomic_fetch_add_explicit(&b->dropped, c->count - took, memory_order_relaxed);
-        explain(b, rc, took, c->count, atomic_exchange(&c->dropped_below, 0), 0);
+        explain(b, rc, took, c->count, unsure, atomic_exchange(&c->dropped_below, 0), 0);
     }
     empty(c);
+    if (rc != PS_OK) all_said(c);
     return rc;
 }
 
@@ -217,11 +237,11 @@ static void hand_off(batch_stage *b, caller *c, uint32_t slot) {
 
 /* Records a failed send for its caller's next operation; until the caller hears of it, the buffers
  * it hands over are dropped (halted). */
-static void record_failure(batch_stage *b, caller *c, int status, uint32_t done, uint32_t of) {
+static void record_failure(batch_stage *b, caller *c, int status, uint32_t done, uint32_t of, uint32_t unsure) {
     atomic_fetch_add_explicit(&b->dropped, of - done, memory_order_relaxed);
     atomic_store_explicit(&c->resume_known, 0, memory_order_relaxed);
     atomic_store_explicit(&c->halted, 1, memory_order_relaxed);
-    ps_deferred_failure_record(&c->failure, status, done, of, 1); /* publishes both */
+    ps_deferred_failure_record(&c->failure, status, done, of, unsure, 1); /* publishes both */
 }
 
 /* Whether the caller's handed buffer `sequence` is dropped: handed after a failed send and before
@@ -258,7 +278,7 @@ static void unclaim_sending(batch_stage *b, caller *c, uint32_t slot) {
  * or failed: recorded, the rest dropped), PS_ETIMEDOUT when put aside. */
 static int send_oldest(batch_stage *b, caller *c, uint32_t slot, int64_t by_caller) {
     uint32_t sent = atomic_load_explicit(&c->sent, memory_order_relaxed);
-    uint32_t n = c->counts[sent % b->buffers], done = c->resume, took;
+    uint32_t n = c->counts[sent % b->buffers], done = c->resume, took, unsure;
     if (dropped_unsent(c, sent)) {
         atomic_fetch_add_explicit(&b->dropped, n - done, memory_order_relaxed);
     } else {
@@ -266,7 +286,7 @@ static int send_oldest(batch_stage *b, caller *c, uint32_t slot, int64_t by_call
         int rc;
         do {
             rc = send_down(b, c, &b->base.caller_links[slot], tuples + (size_t)done * b->base.tuple_size, n - done,
-                           by_caller ? ps_remaining(by_caller) : SEND_SLICE_NS, &took);
+                           by_caller ? ps_remaining(by_caller) : SEND_SLICE_NS, &took, &unsure);
             done += took;
         } while (rc == PS_ETIMEDOUT && !by_caller && !atomic_load(&c->leaving) && !atomic_load(&b->stopping) &&
                  !atomic_load(&b->going));
@@ -274,7 +294,7 @@ static int send_oldest(batch_stage *b, caller *c, uint32_t slot, int64_t by_call
             c->resume = done;
             return PS_ETIMEDOUT;
         }
-        if (rc != PS_OK) record_failure(b, c, rc, done, n);
+        if (rc != PS_OK) record_failure(b, c, rc, done, n, unsure);
     }
     c->resume = 0;
     atomic_store_explicit(&c->sent, sent + 1, memory_order_release);
@@ -365,15 +385,16 @@ static int64_t deadline_of(int64_t *deadline, const ps_op *op) {
 }
 
 /* Returns rc; after a failure (not a timeout), op->done counts only those of the moves op took
- * since it came (when the caller had made `made` and op had done `done`) that took effect, and
- * op->dropped how many of the caller's earlier moves were dropped (those an earlier call of a
- * move_many waiting in slices took too: its caller counts them off). */
-static int settle(caller *c, ps_op *op, uint64_t made, uint32_t done, int rc) {
+ * since it came (when the caller had made `made`, had heard of `said` lost, and op had done `done`)
+ * that took effect, and op->dropped how many of the caller's earlier moves were dropped that no
+ * failure said before (those an earlier call of a move_many waiting in slices took too: its
+ * caller counts them off). */
+static int settle(caller *c, ps_op *op, uint64_t made, uint64_t said, uint32_t done, int rc) {
     if (rc == PS_OK || rc == PS_ETIMEDOUT) return rc;
     uint64_t applied = atomic_load_explicit(&c->applied, memory_order_acquire);
     uint64_t took = applied > made ? applied - made : 0;
     if (took < op->done - done) op->done = done + (uint32_t)took;
-    op->dropped = (int64_t)(made > applied ? made - applied : 0);
+    op->dropped = (int64_t)unsaid_lost(c, made, said);
     return rc;
 }
 
@@ -383,17 +404,17 @@ static int settle(caller *c, ps_op *op, uint64_t made, uint32_t done, int rc) {
 static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
     int64_t deadline = 0;
     uint32_t n = ps_op_tuples_in(op), done = op->done;
-    uint64_t made = c->made;
+    uint64_t made = c->made, said = c->said_lost;
     int rc = take_failure(b, c, link->slot);
-    if (rc != PS_OK) return settle(c, op, made, done, rc);
+    if (rc != PS_OK) return settle(c, op, made, said, done, rc);
     size_t size = b->base.tuple_size;
     const unsigned char *in = op->in;
     while (op->done < n) {
         if (c->count == b->capacity && (rc = send_full(b, c, link, deadline_of(&deadline, op))) != PS_OK)
-            return settle(c, op, made, done, rc);
+            return settle(c, op, made, said, done, rc);
         if (c->count == 0) { /* the buffer to fill next may still be on its way */
             if ((rc = wait_sent(b, c, link->slot, b->buffers - 1, deadline_of(&deadline, op))) != PS_OK) return rc;
-            if ((rc = take_failure(b, c, link->slot)) != PS_OK) return settle(c, op, made, done, rc);
+            if ((rc = take_failure(b, c, link->slot)) != PS_OK) return settle(c, op, made, said, done, rc);
         }
         uint32_t k = n - op->done < b->capacity - c->count ? n - op->done : b->capacity - c->count;
         unsigned char *buffer = buffer_of(b, c, atomic_load_explicit(&c->handed, memory_order_relaxed));
@@ -405,7 +426,7 @@ static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
     }
     /* Full: it goes now. The moves are taken either way: a timeout leaves them for the next try. */
     rc = c->count == b->capacity ? send_full(b, c, link, deadline_of(&deadline, op)) : PS_OK;
-    return rc == PS_ETIMEDOUT ? PS_OK : settle(c, op, made, done, rc);
+    return rc == PS_ETIMEDOUT ? PS_OK : settle(c, op, made, said, done, rc);
 }
 
 /* Any other operation: what the caller holds goes down first, then the operation. */
@@ -421,6 +442,7 @@ static int send_then_pass(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
     if (rc != PS_OK && rc != PS_ETIMEDOUT) {
         count_off(b, c, op->dropped); /* the stage below says which of them (pipelined remote's) */
         forget_explanation(b);
+        all_said(c);
     }
     return rc;
 }
@@ -521,7 +543,7 @@ static int batch_attach(ps_stage *stage, uint32_t slot) {
     c->tuples = malloc((size_t)b->buffers * b->capacity * b->base.tuple_size);
     if (!c->tuples) return PS_ENOMEM;
     empty(c);
-    c->made = 0;
+    c->made = c->said_lost = 0;
     atomic_store(&c->applied, 0);
     atomic_store(&c->dropped_below, 0);
     atomic_store(&c->halted, 0);

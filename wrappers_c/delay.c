@@ -163,14 +163,14 @@ static int come_back(ps_link *link, const ps_op *op, int rc, int64_t deadline) {
  * op (NULL: the caller goes) then says how many of the caller's moves sent ahead did not take
  * effect (op->dropped), so that a stage above that counted them (a batch) counts them off. */
 static int take_failure(delay_stage *d, wire_caller *c, ps_op *op) {
-    uint32_t done, of;
-    int status = ps_deferred_failure_take(&c->failure, &done, &of);
+    uint32_t done, of, unsure;
+    int status = ps_deferred_failure_take(&c->failure, &done, &of, &unsure);
     if (status == PS_OK) return PS_OK;
     char after[96] = "";
     uint64_t dropped = atomic_exchange(&c->dropped_after, 0);
     if (dropped)
         snprintf(after, sizeof after, ", and the %llu moves sent after them were dropped", (unsigned long long)dropped);
-    ps_stage_explain_moves(&d->base, status, done, of, "sent ahead", "their delivery failed", after);
+    ps_stage_explain_moves(&d->base, status, done, of, unsure, "sent ahead", "their delivery failed", after);
     if (op) op->dropped = (int64_t)(of - done + dropped);
     return status;
 }
@@ -242,7 +242,7 @@ static void deliver(delay_stage *d, const queued *q) {
            sleep_until(d, q->arrives_ns, ps_deadline(COURIER_SLICE_NS)) < q->arrives_ns) {
     }
     size_t size = d->base.tuple_size;
-    uint32_t done = 0;
+    uint32_t done = 0, unsure = 0;
     int rc = PS_ETIMEDOUT;
     while (rc == PS_ETIMEDOUT && ps_now_ns() >= q->arrives_ns && !atomic_load(&c->leaving) &&
            !atomic_load(&d->stopping)) {
@@ -251,11 +251,12 @@ static void deliver(delay_stage *d, const queued *q) {
         if (op.count == 1) op.kind = PS_OP_MOVE;
         rc = ps_link_call(&d->base.caller_links[q->slot], &op);
         done += rc == PS_OK ? op.count : op.done;
+        unsure = ps_op_unsure(&op, rc);
     }
     atomic_fetch_add_explicit(&d->streamed, 1, memory_order_relaxed);
     if (rc != PS_OK) {
         atomic_fetch_add_explicit(&d->dropped, q->count - done, memory_order_relaxed);
-        ps_deferred_failure_record(&c->failure, rc, done, q->count, 1);
+        ps_deferred_failure_record(&c->failure, rc, done, q->count, unsure, 1);
     }
 }
 
@@ -301,7 +302,7 @@ static void drop_queued(delay_stage *d, uint32_t slot) {
         if (q->slot != slot) continue;
         q->slot = NO_CALLER;
         atomic_fetch_add_explicit(&d->dropped, q->count, memory_order_relaxed);
-        ps_deferred_failure_record(&c->failure, PS_ETIMEDOUT, 0, q->count, 0);
+        ps_deferred_failure_record(&c->failure, PS_ETIMEDOUT, 0, q->count, 0, 0);
         atomic_fetch_add_explicit(&c->delivered, 1, memory_order_release);
     }
     pthread_mutex_unlock(&d->queue_lock);

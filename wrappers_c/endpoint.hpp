@@ -64,6 +64,7 @@ public:
         std::string call = label_ + " move_many";
         std::vector<unsigned char> packed;
         size_t n = codec_.pack_all(tuples, call, packed), done = 0;
+        bool unsure = false; // a failure's lost answer: the tuples not counted done may have moved too
         int rc = sliced([&](int64_t slice) {
             int64_t deadline = ps_deadline(slice);
             int status = PS_OK;
@@ -78,10 +79,11 @@ public:
                 if (status != PS_OK && status != PS_ETIMEDOUT && op.dropped > 0)
                     done -= std::min<size_t>(static_cast<size_t>(op.dropped), done);
                 done += op.done;
+                unsure = ps_op_done_is_at_least(status) && !op.sent_nothing;
             }
             return status;
         }, timeout);
-        std::string moved = (ps_op_done_is_at_least(rc) ? "at least " : "") + std::to_string(done) + " of " +
+        std::string moved = (unsure && done < n ? "at least " : "") + std::to_string(done) + " of " +
                             std::to_string(n) + " tuples moved";
         if (rc != PS_OK) fail(rc, call + " (" + moved + ")");
     }

@@ -94,6 +94,8 @@ typedef struct ps_op {
     int64_t dropped;     /* result of a failed operation: how many moves the caller made before it,
                             taken by a stage that sends them later (a batch, a pipelined remote), were
                             then dropped (a suffix of the caller's moves before it), else 0 */
+    int sent_nothing;    /* result of a failed operation: 1 when none of it left for a peer (a connection
+                            broken before refused it), so that its `done` is exact (ps_op_unsure) */
 } ps_op;
 
 /* The tuples an operation takes in: 0, 1, or its count. */
@@ -122,10 +124,17 @@ static inline int64_t ps_held_moves_due(const ps_op *op) {
     return ps_deadline(waits || op->timeout_ns > 0 ? op->timeout_ns : PS_UNTIMED_WAIT_NS);
 }
 
-/* Whether tuples of `in` that an operation which returned `status` did not count as done may have
- * taken effect all the same: a remote peer failed before its answer came back (PS_EREMOTE), so
- * `done` is only what is known. On any other status `done` is exact. */
+/* Whether tuples that an operation which returned `status` did not count as done may have taken
+ * effect all the same: a remote peer failed before its answer came back (PS_EREMOTE), so `done`
+ * is only what is known. On any other status `done` is exact. */
 static inline int ps_op_done_is_at_least(int status) { return status == PS_EREMOTE; }
+
+/* How many of the tuples of `in` that an operation which returned `status` did not count as done
+ * may have taken effect all the same: all of them when it failed so (ps_op_done_is_at_least) after
+ * it was sent, none when it was not (sent_nothing) or on any other status. */
+static inline uint32_t ps_op_unsure(const ps_op *op, int status) {
+    return ps_op_done_is_at_least(status) && !op->sent_nothing ? ps_op_tuples_in(op) - op->done : 0;
+}
 
 /* Whether a stage may say more about a failure than its status (its error line, for messages):
  * not a timeout, an axed tuple or an index past the end, whose status says all there is. */

@@ -49,6 +49,8 @@ typedef struct connection {
     int held;               /* the pipelined requests kept were not sent again after a slice ended
                                (their caller's time was up): they are not on their way */
     int failed;             /* a status that broke the connection, 0 while it works */
+    const char *broke_at;   /* then: what failed (broken's `what`), and the status of its receive or send */
+    int broke_on;
     unsigned forks;         /* ps_forks() when it was made: another count, and it is a parent's */
     unsigned char *request; /* the encoded request: a BUILD's path spec, or a frame of tuples */
     size_t capacity;        /* its bytes */
@@ -176,6 +178,8 @@ static uint64_t forget_pipeline(connection *c) {
  * so they may or may not have taken effect, and the message says how many tuples they carried. */
 static int broken(remote_stage *r, connection *c, const char *what, int why) {
     c->failed = PS_EREMOTE;
+    c->broke_at = what;
+    c->broke_on = why;
     atomic_fetch_add_explicit(&r->failures, 1, memory_order_relaxed);
     char detail[192];
     describe_failure(r, why, detail, sizeof detail);
@@ -188,6 +192,16 @@ static int broken(remote_stage *r, connection *c, const char *what, int why) {
     }
     explain(r, what, detail);
     return PS_EREMOTE;
+}
+
+/* An operation on a connection broken before: refused, nothing of it sent, so its `done` is exact. */
+static int refuse_broken(remote_stage *r, connection *c, ps_op *op) {
+    char detail[128], why[192];
+    describe_failure(r, c->broke_on, detail, sizeof detail);
+    snprintf(why, sizeof why, "the connection broke earlier (%s: %s)", c->broke_at, detail);
+    explain(r, "not sent", why);
+    op->sent_nothing = 1;
+    return c->failed;
 }
 
 /* The longest the server may wait inside one request: half of timeout_ms, so that its answer
@@ -362,7 +376,7 @@ static void count_dropped(const connection *c, ps_op *op, uint64_t kept, uint64_
 static int round_trips(ps_link *link, ps_op *op) {
     remote_stage *r = remote_of(link);
     connection *c = &r->connections[link->slot];
-    if (c->failed) return c->failed;
+    if (c->failed) return refuse_broken(r, c, op);
     size_t tuple_size = r->base.tuple_size;
     ps_op_kind sending = op->kind;
     int64_t deadline = ps_deadline(op->timeout_ns);
@@ -426,7 +440,7 @@ enum { STREAM_FRAMES = 4 };
 static int stream_tuples(ps_link *link, ps_op *op) {
     remote_stage *r = remote_of(link);
     connection *c = &r->connections[link->slot];
-    if (c->failed) return c->failed;
+    if (c->failed) return refuse_broken(r, c, op);
     size_t tuple_size = r->base.tuple_size;
     uint32_t per_frame = (uint32_t)ps_wire_batch_tuples(tuple_size);
     int64_t deadline = ps_deadline(op->timeout_ns);
@@ -498,7 +512,7 @@ static int send_pipelined(remote_stage *r, connection *c, uint8_t op, int64_t ar
 static int pipelined_move(ps_link *link, ps_op *op) {
     remote_stage *r = remote_of(link);
     connection *c = &r->connections[link->slot];
-    if (c->failed) return c->failed;
+    if (c->failed) return refuse_broken(r, c, op);
     uint64_t kept = c->pipeline.tuples, answered = c->answered;
     int rc = send_pipelined(r, c, ps_op_kinds[PS_OP_MOVE].wire, 0, ps_deadline(op->timeout_ns), op->in, 1, 0);
     if (rc != PS_OK && rc != PS_ETIMEDOUT) count_dropped(c, op, kept, answered, 0);
@@ -515,7 +529,8 @@ static int pipelined_stream(ps_link *link, ps_op *op) {
     uint32_t frame_tuples = (uint32_t)ps_wire_batch_tuples(r->base.tuple_size);
     int64_t deadline = ps_deadline(op->timeout_ns);
     uint64_t kept = c->pipeline.tuples, answered = c->answered;
-    int rc = c->failed;
+    if (c->failed) return refuse_broken(r, c, op);
+    int rc = PS_OK;
     while (rc == PS_OK && op->done < op->count) {
         uint32_t n = op->count - op->done < frame_tuples ? op->count - op->done : frame_tuples;
         rc = send_pipelined(r, c, ps_op_kinds[op->kind].wire, op->done ? PS_WIRE_STREAM_CONTINUES : PS_WIRE_STREAM_STARTS,

@@ -145,12 +145,13 @@ int ps_stage_refuse_inherited(ps_stage *stage, const char *held) {
     return PS_ESTATE;
 }
 
-void ps_stage_explain_moves(ps_stage *stage, int status, uint32_t done, uint32_t of, const char *sent,
-                            const char *failed, const char *after) {
+void ps_stage_explain_moves(ps_stage *stage, int status, uint32_t done, uint32_t of, uint32_t unsure,
+                            const char *sent, const char *failed, const char *after) {
     char below[PS_STAGE_ERROR_MAX], unknown[96] = "";
     ps_stage_error(stage->below, below, sizeof below);
-    if (ps_op_done_is_at_least(status) && done < of)
-        snprintf(unknown, sizeof unknown, " (the other %u may have too: the answer was lost)", of - done);
+    if (unsure)
+        snprintf(unknown, sizeof unknown, " (%s %u may have too: the answer was lost)",
+                 unsure == of - done ? "the other" : "of the others,", unsure);
     ps_stage_explain(stage, "%s: %s%u of %u moves %s took effect%s, then %s (%s)%s%s%s", stage->kind->name,
                      *unknown ? "at least " : "", done, of, sent, unknown, failed, ps_status_name(status), after,
                      *below ? ": " : "", below);

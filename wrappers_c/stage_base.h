@@ -59,10 +59,10 @@ int ps_stage_refuse_inherited(ps_stage *stage, const char *held);
 
 /* Sets the stage's error to say what became of `of` moves it sent down that failed with `status`:
  * "<kind>: <done> of <of> moves <sent> took effect, then <failed> (<status>)<after>: <the
- * explanation below>", where a lost answer makes done "at least <done>" and says the others may
- * have taken effect too (ps_op_done_is_at_least). */
-void ps_stage_explain_moves(ps_stage *stage, int status, uint32_t done, uint32_t of, const char *sent,
-                            const char *failed, const char *after);
+ * explanation below>", where `unsure` moves whose answer was lost (ps_op_unsure) make done "at
+ * least <done>" and are said to may have taken effect too. */
+void ps_stage_explain_moves(ps_stage *stage, int status, uint32_t done, uint32_t of, uint32_t unsure,
+                            const char *sent, const char *failed, const char *after);
 
 /* The element's axe point as the stage shows it (a pass-through's is the one below it; a remote
  * stage's, what its answers showed), 0 where it shows none. Inline: a cache reads it at each hit,
