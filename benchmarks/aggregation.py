@@ -124,7 +124,7 @@ RUN_TIMEOUT_S = 120.0
 KERNELS = str(BUILTIN_LIBRARY)
 QUICK = {"ks": (1, 10, 100), "factors": (4, 16, 64), "beyond": (), "moves_per_cell": {0.0: 2_000, 0.2: 200},
          "cell_ms": {0.0: 0.0, 0.2: 0.0}, "max_rounds": {0.0: 200, 0.2: 20}, "turns": 1, "nodes": (2,), "matrix": 64,
-         "mm2_n": 32, "callers_rounds": 1, "hit_reads": 200_000}
+         "mm2_n": 32, "callers_rounds": 1, "hit_reads": 200_000, "quick": True}
 
 CSV_COLUMNS = ["experiment", "delay_ms", "k", "factor", "buffers", "nodes", "variant", "ms", "speedup", "checksum"]
 
@@ -144,6 +144,7 @@ class Sizes:
     mm2_n: int = MM2_N
     callers_rounds: int = 10           # the several callers' timed rounds a run
     hit_reads: int = HIT_READS
+    quick: bool = False                # a short run: its verdicts are a smoke test, not a measurement
 
     def __post_init__(self):
         self.moves_per_cell = self.moves_per_cell or dict(MOVES_PER_CELL)
@@ -489,7 +490,8 @@ def report(sizes: Sizes, repeat: int, sweep: dict, aurora: dict, mm2: dict, hits
                  f"of one ({HIT_THREADS[-1]} threads on {cores} cores)")
     rows += [{"experiment": "hits", "variant": f"threads={threads}", "ms": ns[threads] / 1e6} for threads in HIT_THREADS]
 
-    lines += ["", "Targets"]
+    lines += ["", "Targets" + (" (a --quick run: small sizes, a few samples each; the verdicts show that every "
+                               "experiment runs, they do not measure the targets)" if sizes.quick else "")]
     lines.append(target("batch faster than no batching from k = 10 (every factor, both delays)",
                         all(med[d, k, None, 2] > med[d, k, f, 2] for d in DELAYS_MS for k in sizes.ks if k >= 10
                             for f in sizes.factors),

@@ -60,6 +60,8 @@ def test_quick_run_reports_every_experiment_and_target(probe, tmp_path):
     for threads in (1, 2):
         assert re.search(rf"^\s+{threads} thread\(s\): {hits[f'threads={threads}']:.1f} ns a hit", out, re.M)
     assert re.search(r"info  2 threads make [\d.]+x the hits of one \(2 threads on \d+ cores\)", out)
+    assert "Targets (a --quick run: small sizes, a few samples each; the verdicts show that every experiment runs, " \
+           "they do not measure the targets)" in out
     targets = re.findall(r"^  (PASS|MISS|----)  (.*?):", out, re.M)
     assert [name for _, name in targets] == [
         "batch faster than no batching from k = 10 (every factor, both delays)",
