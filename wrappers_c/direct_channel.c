@@ -236,17 +236,22 @@ int ps_channel_connect(const char *endpoint, size_t frame_max, int64_t send_wait
     return PS_EREMOTE;
 }
 
-/* Sends the parts, all of them, in order, waiting at most send_wait_ns for the peer to make room
- * (the parts are advanced as they go). With `more`, TCP may hold them back for what follows
- * (MSG_MORE: at most 200 ms, the kernel's cork limit); a Unix socket sends them at once. */
+/* Sends the parts, all of them, in order (advancing them as they go), while the peer reads: each
+ * wait for room lasts until the peer has taken PS_CHANNEL_BUFFER_BYTES more, at most send_wait_ns,
+ * so that a slow peer is waited for and one that barely reads is not. With `more`, TCP may hold
+ * them back for what follows (MSG_MORE: at most 200 ms, the kernel's cork limit); a Unix socket
+ * sends them at once. */
 static int send_parts(ps_channel *c, struct iovec *parts, int count, int more) {
     int64_t deadline = 0;
+    size_t taken = 0; /* bytes the peer made room for since the wait began */
     c->corked = more && c->tcp;
     while (count > 0 && parts->iov_len == 0) parts++, count--;
     while (count > 0) {
         struct msghdr message = {.msg_iov = parts, .msg_iovlen = (size_t)(count < IOV_MAX ? count : IOV_MAX)};
         ssize_t n = sendmsg(c->fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT | (more ? MSG_MORE : 0));
         if (n > 0) {
+            taken += (size_t)n;
+            if (taken >= PS_CHANNEL_BUFFER_BYTES) deadline = 0; /* the peer reads: the next wait starts anew */
             size_t sent = (size_t)n;
             for (; count > 0 && sent >= parts->iov_len; parts++, count--) sent -= parts->iov_len;
             if (count > 0) { /* the next part went in part */
@@ -257,7 +262,10 @@ static int send_parts(ps_channel *c, struct iovec *parts, int count, int more) {
         }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (!deadline) deadline = ps_now_ns() + c->send_wait_ns;
+            if (!deadline) {
+                deadline = ps_now_ns() + c->send_wait_ns;
+                taken = 0;
+            }
             int64_t left = deadline - ps_now_ns();
             if (left > 0 && wait_for(c->fd, POLLOUT, left) >= 0) continue;
         }

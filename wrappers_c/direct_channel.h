@@ -77,8 +77,8 @@ int ps_channel_connect_resumable(const char *endpoint, size_t frame_max, int64_t
                                  ps_channel *attempt, char *error, size_t error_size);
 
 /* Queues one encoded frame (sending what is queued first if it does not fit). PS_OK, or
- * PS_EREMOTE: the peer is gone, or it read nothing for send_wait_ns (a frame may have gone out
- * in part, and the channel sends nothing more). */
+ * PS_EREMOTE: the peer is gone, or it read less than PS_CHANNEL_BUFFER_BYTES in send_wait_ns (a
+ * frame may have gone out in part, and the channel sends nothing more). */
 int ps_channel_write(ps_channel *c, const unsigned char *frame, size_t length);
 /* Sends what is queued (with `more`: TCP may hold it back, see above); the same statuses. */
 int ps_channel_flush(ps_channel *c, int more);

@@ -50,7 +50,11 @@
  *           listed before the first client comes, while a thread replaces its list over and
  *           over: every PING of a client with a listed key is answered, no PING of a client
  *           with another key is.
+ *   slow    a direct connection whose sends wait at most 300 ms for room, to a peer that reads
+ *           16 KiB every 20 ms: a send of 1 MiB, about 1.3 s of reading, goes through (the peer
+ *           reads, if slowly), and once the peer stops reading, the next one fails.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
@@ -59,7 +63,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <zmq.h>
 
@@ -933,6 +939,70 @@ static void run_auth(int64_t tries) {
     ps_server_stop(a.server, -1);
 }
 
+/* ---- slow: a peer that reads slowly is not one that reads nothing ---------------------------- */
+
+enum { SLOW_SEND = 1 << 20, SLOW_READ = 16384 };
+#define SLOW_WAIT (300 * MS)      /* the longest the sender waits for room */
+#define SLOW_PAUSE (20 * MS)      /* between the reader's reads */
+
+typedef struct slow_reader {
+    int fd;
+    _Atomic size_t until;         /* bytes to read, then stop reading */
+    _Atomic size_t read;
+} slow_reader;
+
+/* Reads what has come, SLOW_READ bytes at most, every SLOW_PAUSE (the channel's socket does not
+ * block), until it has read `until` bytes or the sender is gone. */
+static void *read_slowly(void *arg) {
+    slow_reader *r = arg;
+    char buffer[SLOW_READ];
+    while (atomic_load(&r->read) < atomic_load(&r->until)) {
+        ssize_t n = recv(r->fd, buffer, sizeof buffer, 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+        if (n > 0) atomic_fetch_add(&r->read, (size_t)n);
+        nanosleep(&(struct timespec){0, SLOW_PAUSE}, NULL);
+    }
+    return NULL;
+}
+
+static void run_slow(void) {
+    atomic_store(&scene_running, "slow");
+    int listener;
+    char endpoint[PS_CHANNEL_ENDPOINT_MAX];
+    ps_channel sender, peer;
+    char error[256] = "";
+    if (ps_channel_listen(PS_TRANSPORT_IPC, NULL, &listener, endpoint, sizeof endpoint) != PS_OK ||
+        ps_channel_connect(endpoint, SLOW_READ, SLOW_WAIT, ps_now_ns() + WAIT, &sender, error, sizeof error) != PS_OK ||
+        ps_channel_accept(listener, SLOW_READ, SLOW_WAIT, &peer) != PS_OK) {
+        fail("slow: cannot connect over '%s': %s", endpoint, error);
+        return;
+    }
+    int room = SLOW_READ; /* a small buffer, so that the send waits for the reader over and over */
+    setsockopt(sender.fd, SOL_SOCKET, SO_SNDBUF, &room, sizeof room);
+    unsigned char *bytes = calloc(1, SLOW_SEND);
+    slow_reader reader = {.fd = peer.fd, .until = SLOW_SEND};
+    pthread_t thread;
+    start_thread(&thread, read_slowly, &reader);
+    struct iovec whole = {bytes, SLOW_SEND};
+    int64_t started = ps_now_ns();
+    int rc = ps_channel_send_parts(&sender, &whole, 1);
+    CHECK(rc == PS_OK, "slow: a send to a peer that reads %d bytes every %lld ms failed (%s) after %lld ms, %zu of "
+          "%d bytes read", SLOW_READ, SLOW_PAUSE / MS, ps_status_name(rc), (ps_now_ns() - started) / MS,
+          atomic_load(&reader.read), SLOW_SEND);
+    if (rc != PS_OK) atomic_store(&reader.until, 0); /* what is left will not come */
+    pthread_join(thread, NULL); /* it read everything: now it reads nothing */
+    whole = (struct iovec){bytes, SLOW_SEND};
+    started = ps_now_ns();
+    rc = ps_channel_send_parts(&sender, &whole, 1);
+    int64_t waited = ps_now_ns() - started;
+    CHECK(rc == PS_EREMOTE && waited < WAIT, "slow: a send to a peer that reads nothing returned %s after %lld ms",
+          ps_status_name(rc), waited / MS);
+    free(bytes);
+    ps_channel_close(&sender);
+    ps_channel_close(&peer);
+    close(listener);
+}
+
 int main(int argc, char **argv) {
     stress_run run = stress_begin("stress_remote", argc, argv, 500, RUN_BUDGET);
     int64_t rounds = run.rounds;
@@ -964,6 +1034,7 @@ int main(int argc, char **argv) {
     run_streams(s.streams, endpoint, rounds * 8);
     run_allreduce(space, endpoint, rounds);
     run_auth(rounds / 50 + 1);
+    run_slow();
     CHECK(server_counter(&s, "direct") == server_counter(&s, "builds"), "not every link was direct");
     CHECK(server_counter(&s, "bad_frames") == 0, "%" PRId64 " frames refused", server_counter(&s, "bad_frames"));
 
