@@ -21,8 +21,8 @@ import time
 import pytest
 import zmq
 from child_processes import counters
-from wire_frames import (BUILD, CONNECT, IPC, MOVE, OBSERVE, PING, PS_EINVAL, PS_OK, SECRET_BYTES, TCP, Direct, decode,
-                         encode, open_link)
+from wire_frames import (BUILD, CONNECT, HEADER, IPC, MOVE, OBSERVE, PING, PS_EINVAL, PS_OK, SECRET_BYTES, TCP, Direct,
+                         decode, encode, open_link)
 
 import paths
 from paths import _native, build_path, make_path, stage
@@ -221,6 +221,51 @@ def test_a_server_cannot_send_its_clients_connection_to_another_host(zmq_context
             elsewhere.accept()  # nobody came
     finally:
         elsewhere.close()
+
+
+def test_an_answer_whose_tuple_is_the_wrong_size_breaks_the_connection_and_says_so(zmq_context):
+    """A server (gone hostile) answers an observe of a 'q' element with 4 bytes: the call fails
+    naming the answer, and the connection counts as broken, so the next call is not sent on it."""
+    link = socket.socket()
+    link.bind(("127.0.0.1", 0))
+    link.listen(1)
+    port = link.getsockname()[1]
+
+    sent_on: list[bytes] = []
+
+    def answer_short() -> None:
+        connection, _ = link.accept()
+        with connection:
+            for answer in (b"", b"\0" * 4):  # CONNECT's, then the observe's
+                request = decode(recv_frame(connection))
+                connection.sendall(encode(request["op"], answer, request_id=request["request_id"], handle_id=1))
+            connection.settimeout(1.0)
+            with contextlib.suppress(TimeoutError):
+                sent_on.append(connection.recv(65536))  # b"": the client closed
+
+    def recv_frame(connection) -> bytes:
+        frame = b""
+        while len(frame) < HEADER.size or len(frame) < HEADER.size + HEADER.unpack_from(frame)[3]:
+            frame += connection.recv(65536)
+        return frame
+
+    server = threading.Thread(target=answer_short)
+    server.start()
+    try:
+        with server_naming_link(zmq_context, f"tcp://127.0.0.1:{port}") as main_port:
+            host = f"tcp://127.0.0.1:{main_port}"
+            h = build_path(make_path(stage("remote", host=host, proto="tcp", timeout_ms=2000),
+                                     stage("core", name="SHORT", format="q")), pastset=paths.PastSet())
+            with pytest.raises(ConnectionError, match=re.escape(
+                    f"remote {host}: an answer whose tuple is not of the element's size: a malformed answer")):
+                h.observe()
+            with pytest.raises(ConnectionError, match=re.escape(f"remote {host}: not sent: the connection broke earlier "
+                                                                "(an answer whose tuple is not of the element's size")):
+                h.last()
+    finally:
+        server.join(PATIENCE_S)
+        link.close()
+    assert sent_on in ([], [b""])  # nothing more came on the broken connection
 
 
 def test_a_signal_does_not_cut_short_the_wait_for_a_direct_connection(zmq_context):

@@ -411,7 +411,8 @@ static int round_trips(ps_link *link, ps_op *op) {
         if (rc != PS_OK) return broken(r, c, "no answer", rc);
         int status = answer.status;
         if (shape & PS_OP_TUPLE_OUT && status == PS_OK) {
-            if (answer.payload_length != tuple_size) return PS_EREMOTE;
+            if (answer.payload_length != tuple_size)
+                return broken(r, c, "an answer whose tuple is not of the element's size", PS_EINVAL);
             memcpy(op->out, answer.payload, tuple_size);
         }
         if (shape & PS_OP_TUPLES_OUT && status == PS_OK && (rc = take_range(r, c, id, &answer, op)) != PS_OK)
