@@ -104,12 +104,19 @@ def observe(endpoint: str, proto: str, element: str, timeout_ms: str) -> int:
     return 0
 
 
+UNREAD_TUPLES = 4_000_000  # 32 MiB, pipelined 16 MiB ahead: more than the sockets' buffers hold, so a send waits
+
+
 def interrupted(endpoint: str, proto: str, call: str) -> int:
     remote = stage("remote", host=endpoint, proto=proto, timeout_ms=60_000)
     plain = build_path(make_path(remote, stage("core", name="INTERRUPTED", format="q")))
     batched = build_path(make_path(stage("batch", max_moves=1000), remote, stage("core", name="INTERRUPTED", format="q")))
+    pipelined = build_path(make_path(stage("remote", host=endpoint, proto=proto, timeout_ms=60_000, window=1024),
+                                     stage("core", name="INTERRUPTED", format="q")))
+    unread = [(i,) for i in range(UNREAD_TUPLES)] if call == "move_many_unread" else []
     calls = {"observe": lambda: plain.observe(0), "move": lambda: plain.move(1),
              "move_many": lambda: plain.move_many([(i,) for i in range(5000)]), "last": plain.last,
+             "move_many_unread": lambda: pipelined.move_many(unread),
              "fence": lambda: [batched.move(i) for i in range(10)] and paths.fence(batched)}
     say("READY")
     if sys.stdin.readline().strip() == "go":

@@ -156,11 +156,13 @@ def test_killed_server_ends_a_client_process(children, proto):
     assert not process_exists(client.pid)
 
 
-@pytest.mark.parametrize("call", ["observe", "move", "move_many", "last", "fence"])
+@pytest.mark.parametrize("call", ["observe", "move", "move_many", "last", "fence", "move_many_unread"])
 def test_ctrl_c_is_heard_while_a_stopped_server_owes_an_answer(children, proto, call):
     """A server that stops answering (SIGSTOP, a hang) while a Python call waits for its answer:
     Ctrl-C is heard once the answer is overdue (a live server answers within its 1 s slice), not
-    after the remote's timeout_ms (60 s here), when the server would be taken as gone."""
+    after the remote's timeout_ms (60 s here), when the server would be taken as gone. So it is
+    while a send waits for the stopped server to read (move_many_unread: pipelined further ahead
+    than the sockets' buffers hold)."""
     server, address = children.paths_serve()
     client = children.peer("interrupted", address, proto, call)
     client.expect("READY")

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "control_plane.h"
 #include "pastset.h"
 #include "waitpoint.h"
 
@@ -238,7 +239,8 @@ int ps_channel_connect(const char *endpoint, size_t frame_max, int64_t send_wait
 
 /* Sends the parts, all of them, in order (advancing them as they go), while the peer reads: each
  * wait for room lasts until the peer has taken PS_CHANNEL_BUFFER_BYTES more, at most send_wait_ns,
- * so that a slow peer is waited for and one that barely reads is not. With `more`, TCP may hold
+ * so that a slow peer is waited for and one that barely reads is not; the waits go in slices that
+ * ask whether the caller gave up (Ctrl-C) or the process is exiting. With `more`, TCP may hold
  * them back for what follows (MSG_MORE: at most 200 ms, the kernel's cork limit); a Unix socket
  * sends them at once. */
 static int send_parts(ps_channel *c, struct iovec *parts, int count, int more) {
@@ -266,8 +268,8 @@ static int send_parts(ps_channel *c, struct iovec *parts, int count, int more) {
                 deadline = ps_now_ns() + c->send_wait_ns;
                 taken = 0;
             }
-            int64_t left = deadline - ps_now_ns();
-            if (left > 0 && wait_for(c->fd, POLLOUT, left) >= 0) continue;
+            int64_t end = ps_interruptible_slice_end(deadline), left = end - ps_now_ns();
+            if (end && left > 0 && wait_for(c->fd, POLLOUT, left) >= 0) continue;
         }
         c->send_failed = 1;
         return PS_EREMOTE;

@@ -93,14 +93,26 @@ static void explain(remote_stage *r, const char *what, const char *detail) {
     ps_stage_explain(&r->base, "remote %s: %s%s%s", r->endpoint, what, detail ? ": " : "", detail ? detail : "");
 }
 
-/* The caller's own socket to its link. A send waits at most timeout_ms: over inproc, which does
- * not reconnect, a link whose socket has closed leaves it nowhere to queue. */
+/* The caller's own socket to its link. */
 static void *open_socket(remote_stage *r, const char *endpoint) {
     ps_curve_client keys = {r->server_key, r->client_public, r->client_secret};
-    void *socket = ps_control_socket(endpoint, &keys);
-    int wait_ms = (int)(r->timeout_ns / 1000000);
-    if (socket) zmq_setsockopt(socket, ZMQ_SNDTIMEO, &wait_ms, sizeof wait_ms);
-    return socket;
+    return ps_control_socket(endpoint, &keys);
+}
+
+/* Sends a request on the link's ZeroMQ socket. While its queue is full (a server that does not
+ * read, or over inproc a link whose socket has closed, which leaves it nowhere to queue) it waits
+ * for room at most timeout_ms, in slices that ask whether the caller gave up (Ctrl-C) or the
+ * process is exiting. Whether it was sent. */
+static int send_zmq(const remote_stage *r, void *socket, const void *bytes, size_t length) {
+    int64_t deadline = ps_now_ns() + r->timeout_ns;
+    for (;;) {
+        if (zmq_send(socket, bytes, length, ZMQ_DONTWAIT) == (int)length) return 1;
+        if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) return 0;
+        int64_t end = ps_interruptible_slice_end(deadline), left = end - ps_now_ns();
+        if (!end || left <= 0) return 0;
+        zmq_pollitem_t item = {socket, 0, ZMQ_POLLOUT, 0};
+        zmq_poll(&item, 1, (long)((left + 999999) / 1000000));
+    }
 }
 
 /* Sends an encoded request on the direct connection. A pipelined request followed by more (one of
@@ -123,8 +135,7 @@ static uint64_t send_request(remote_stage *r, connection *c, void *socket, uint8
                         payload, (uint32_t)payload_length};
     size_t length = ps_wire_encode(&request, c->request, c->capacity);
     if (!length) return 0;
-    int sent = socket ? zmq_send(socket, c->request, length, 0) == (int)length
-                      : send_direct(r, c, length, pipelined) == PS_OK;
+    int sent = socket ? send_zmq(r, socket, c->request, length) : send_direct(r, c, length, pipelined) == PS_OK;
     if (!sent) return 0;
     atomic_fetch_add_explicit(&r->requests, 1, memory_order_relaxed);
     return request.request_id;
