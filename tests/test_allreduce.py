@@ -226,7 +226,8 @@ def test_a_member_that_never_joins_is_named_and_its_partners_learn_it(group):
     assert time.monotonic() - begun < 3
     assert "1 member(s) did not join within 300 ms, among them member 2 (its server " in zero
     assert g.servers[2].endpoint in zero
-    assert f"lost member 0 (its server {g.servers[0].endpoint})" in one, "member 0's partners learn it at once"
+    assert f"member 2 (its server {g.servers[2].endpoint}) did not join in time (heard from member 0)" in one, \
+        "member 0's partners learn it at once, and who broke the group"
 
 
 SAME = "every member needs the same nodes, algorithm, fanin and element format; "
@@ -266,6 +267,34 @@ def test_members_made_for_groups_of_other_shapes_sum_nothing_and_say_how_they_di
         assert isinstance(result, str) or rank in agreeing and result == (3,), (rank, results)
     for rank, text in says.items():
         assert SAME + text in results[rank], (rank, results[rank])
+
+
+@pytest.mark.parametrize("size, made", [
+    (6, {rank: {"algorithm": "tree", "fanin": fanin} for rank, fanin in enumerate([2, 2, 4, 2, 3, 4])}),
+    (5, {1: {"nodes": 2}}),
+    (6, {rank: {"algorithm": "tree"} for rank in (0, 3, 4)}),
+], ids=["fanins", "nodes", "algorithms"])
+def test_every_member_of_a_group_whose_shapes_differ_fails_at_once_saying_so(group, size, made):
+    """Members that never meet the one that differs, or ask a member that broke the group already,
+    or wait for a partner that counts them as no partner of its: each fails well within
+    timeout_ms, saying that the shapes differ (and how, where it knows), never that a live member
+    did not join."""
+    name = f"G-differ-{size}-{len(made)}"
+    g = group(size, name=name, format="q", timeout_ms=20_000)
+
+    def path(rank):
+        own = made.get(rank, {})
+        nodes = ",".join(server.endpoint for server in g.servers[:own.get("nodes", size)])
+        params = {k: v for k, v in own.items() if k in ("algorithm", "fanin")}
+        element = stage("core", name=name if rank == 0 else f"{name}-{rank}", format="q")
+        return make_path(stage("allreduce", group=name, nodes=nodes, rank=rank, timeout_ms=20_000, **params), element)
+
+    g.handles = [build_path(path(rank), context=g.servers[rank].context) for rank in range(size)]
+    begun = time.monotonic()
+    results = g.each(one_round(ConnectionError))
+    assert time.monotonic() - begun < 10, results
+    for rank, text in enumerate(results):
+        assert isinstance(text, str) and SAME + "this one has " in text, (rank, results)
 
 
 def test_members_whose_differences_build_the_same_rounds_sum_together(group):
@@ -334,6 +363,85 @@ def test_a_member_process_that_dies_is_named_at_once():
             del handle
         finally:
             server.close()
+
+
+def test_survivors_of_a_killed_member_name_it_not_the_partner_that_told_them(group):
+    """Member 3 of 4 (recursive doubling) is killed mid-run. Member 0 never speaks to it: it hears
+    of the break from member 1 or 2, alive, which it must not blame as if they had failed; every
+    survivor names member 3, and those that heard of it name who told them."""
+    g = group(3, name="G-killed", format="q")
+    with ChildProcesses() as children:
+        killed = children.peer("member", "G-killed", 3, 1_000_000)
+        endpoint = killed.expect("READY ")
+        g.nodes = f"{g.nodes},{endpoint}"
+        killed.send(g.nodes)
+        g.build()
+
+        def run(rank, handle):
+            with pytest.raises(ConnectionError) as failed:
+                for r in range(1_000_000):
+                    handle.move((rank + 1,), timeout=TIMEOUT_S)
+                    assert handle.observe(timeout=TIMEOUT_S) == (10,)
+                    if rank == 0 and r == 20:
+                        killed.signal(signal.SIGKILL)
+            return str(failed.value)
+
+        results = g.each(run)
+    named = f"member 3 (its server {endpoint})"
+    for rank, text in enumerate(results):
+        assert named in text and "lost member 0" not in text and "lost member 1" not in text \
+            and "lost member 2" not in text, (rank, results)
+    assert f"{named} left the group (heard from member " in results[0], results[0]
+
+
+def test_a_member_waiting_for_a_stalled_partner_learns_its_other_partners_broke_the_group(group):
+    """Recursive doubling of 4: member 0 waits for member 1, alive but stalled (its caller makes no
+    call), when member 3 goes mid-run and member 2, its partner, breaks the group. Member 2 is
+    member 0's partner of the next step: member 0 hears it from member 2 and fails at once,
+    naming member 3, instead of timing out, call after call, waiting for member 1."""
+    g = group(4, name="G-stalled", format="q", timeout_ms=60_000)
+    g.build()
+    assert g.each(one_round(ConnectionError)) == [(10,)] * 4
+    zero, two = g.handles[0], g.handles[2]
+    zero.move((1,), timeout=TIMEOUT_S)
+    with pytest.raises(TimeoutError):
+        zero.observe(timeout=SHORT_S)  # member 1 makes no call
+    del g.handles[3]
+    gc.collect()  # member 3's stage goes: its connections close
+    two.move((3,), timeout=TIMEOUT_S)
+    with pytest.raises(ConnectionError, match="member 3 "):
+        two.observe(timeout=TIMEOUT_S)
+    begun = time.monotonic()
+    with pytest.raises(ConnectionError) as failed:
+        zero.observe(timeout=TIMEOUT_S)
+    assert time.monotonic() - begun < TIMEOUT_S / 2
+    assert f"member 3 (its server {g.servers[3].endpoint}) left the group (heard from member 2)" in str(failed.value)
+
+
+def test_partners_that_finish_their_last_round_and_go_leave_the_others_round_whole(group):
+    """Members 1 and 3 complete the round and are released while member 0 still waits for member
+    2's part (member 2 has moved, not observed): their connections closing is no break of the
+    group, for neither has a part left in member 0's round; the round completes at 0 and 2."""
+    g = group(4, name="G-done", format="q")
+    g.build()
+    assert g.each(one_round(ConnectionError)) == [(10,)] * 4  # joined: a move's parts go out at once
+    for rank, handle in enumerate(g.handles):
+        handle.move((rank + 1,), timeout=TIMEOUT_S)
+    done = [None] * 4
+    finishing = [threading.Thread(target=lambda r=r: done.__setitem__(r, g.handles[r].observe(timeout=TIMEOUT_S)))
+                 for r in (1, 3)]
+    for thread in finishing:
+        thread.start()
+    for thread in finishing:
+        thread.join(TIMEOUT_S * 2)
+    assert done[1] == done[3] == (10,)
+    zero, two = g.handles[0], g.handles[2]
+    del g.handles[3], g.handles[1]
+    gc.collect()
+    with pytest.raises(TimeoutError):
+        zero.observe(timeout=0.5)  # still waiting for member 2, which has not observed yet
+    assert two.observe(timeout=TIMEOUT_S) == (10,)
+    assert zero.observe(timeout=TIMEOUT_S) == (10,)
 
 
 def peer_request(endpoint: str, group: str, rank: int) -> dict:

@@ -18,7 +18,7 @@ import time
 
 import pytest
 from child_processes import counters
-from wire_frames import (BATCH_PAYLOAD, BEHIND, BUILD, CONNECT, EXCHANGE, FIRST, GROUP_MAX, HEADER, IPC, LAST,
+from wire_frames import (BATCH_PAYLOAD, BEHIND, BREAK, BUILD, CONNECT, EXCHANGE, FIRST, GROUP_MAX, HEADER, IPC, LAST,
                          MAX_PAYLOAD, MOVE, MOVE_MANY, OBSERVE, OBSERVE_AT, OP_LIMIT, PART, PEER, PING, PS_EINVAL,
                          PS_ESTATE, PS_OK, RELEASE,
                          SPEC_MAX, TCP, TRANSPORTS,
@@ -56,7 +56,7 @@ def refused_by_server(parts: list[bytes], at_link: bool, link_id: int) -> bool:
         payload_ok = length % TUPLE_SIZE == 0 and 0 < length <= BATCH_PAYLOAD and request["argument"] in (0, 1)
     else:
         payload_ok = length == (TUPLE_SIZE if request["op"] in (MOVE, EXCHANGE) else 0)
-    return (request["handle_id"] != link_id or not payload_ok or request["op"] in (BUILD, CONNECT, PEER, PART) or
+    return (request["handle_id"] != link_id or not payload_ok or request["op"] in (BUILD, CONNECT, PEER, PART, BREAK) or
             request["status"] not in (0, BEHIND))
 
 

@@ -16,8 +16,8 @@ from paths.model.path_spec import path_to_json
 HEADER = struct.Struct("<BBHIQQqq")  # version, op, status, payload_length, request, handle, argument, value
 VERSION = 1
 (BUILD, MOVE, OBSERVE, OBSERVE_AT, FIRST, LAST, DELTA, AXE, RELEASE, PING, EXCHANGE, CONNECT, MOVE_MANY, OBSERVE_RANGE,
- FLUSH, FENCE, PEER, PART) = range(1, 19)
-OP_LIMIT = 19
+ FLUSH, FENCE, PEER, PART, BREAK) = range(1, 20)
+OP_LIMIT = 20
 RANGE_MAX_BYTES = 1 << 22  # an OBSERVE_RANGE asks for at most this many bytes of tuples (or one larger tuple)
 BATCH_PAYLOAD = 16384  # a MOVE_MANY carries at most this many bytes of tuples (or one larger tuple)
 ZMQ, TCP, IPC = TRANSPORTS = (0, 1, 2)  # a BUILD's argument

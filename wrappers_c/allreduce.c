@@ -28,7 +28,14 @@
  * rounds would not fit this member's: members given different nodes would sum in part, silently.
  * Members then exchange PART frames; a frame that is not the one expected (its round, sender and
  * step) breaks the group, as a closed connection does: every later operation fails with
- * PS_EREMOTE, naming the member, whose connections then close too.
+ * PS_EREMOTE, naming the member. The member then tells its partners why (BREAK: the member that
+ * broke the group, and how) and closes its connections; they break in turn and pass the news on,
+ * so each names the member that broke the group and the partner it heard it from, never a
+ * partner that only passed it on. A member that broke its group stays listed as broken, with
+ * that news, for the partners that ask its server while they join, and for one that finds its
+ * connection closed with no word of why. A wait for one partner looks at the other partners'
+ * connections between slices: one closed with a BREAK, or with a part left in the round, breaks
+ * the group there too.
  *
  * A round is the schedule of sends and receives computed for this member when it is made; the
  * caller works through it, and a receive that times out leaves it where it stopped, for the
@@ -58,11 +65,12 @@ enum {
     CONNECT_WAIT_MS = 1000, /* ... each within this long */
     JOIN_PAUSE_MS = 1,    /* a joining member looks again this soon */
     ASK_AGAIN_MS = 2,     /* a partner not listed yet is asked again this soon */
+    ASK_WHY_MS = 200,     /* a partner gone with no word of why: its server is asked this long */
     TAG_DOWN = 64,        /* tags of a round's way down (its way up and steps: below it) */
 };
 static const int64_t MS = 1000000;
 static const int64_t SEND_WAIT_NS = 1000000000LL;   /* a member that reads nothing this long is gone */
-static const int64_t RECEIVE_SLICE_NS = 100000000LL; /* a wait without a deadline looks up this often */
+static const int64_t RECEIVE_SLICE_NS = 100000000LL; /* a wait looks up (at its other partners) this often */
 
 typedef enum step_kind { SEND, ADD, TAKE } step_kind; /* send the running sum; add a partner's; take its total */
 
@@ -82,6 +90,7 @@ typedef struct partner {
     unsigned char secret[PS_WIRE_SECRET]; /* and the secret to present there */
     uint64_t shape;         /* and its group's shape */
     ps_channel attempt;     /* the connection to it under way (fd -1: none) */
+    int asked_again;        /* refused there once: its server was asked again (did it break the group?) */
 } partner;
 
 typedef struct allreduce_stage {
@@ -100,6 +109,7 @@ typedef struct allreduce_stage {
     uint32_t steps;
     partner *partners;
     uint32_t partner_count;
+    struct pollfd *watched; /* the partners looked at while the member waits for one of them */
     size_t frame_max;
     /* Joining: until every partner is in. */
     int listener;           /* -1 when none (no partner of higher rank) or closed */
@@ -220,6 +230,29 @@ static uint64_t group_shape(const allreduce_stage *a) {
 
 /* ---- failures ------------------------------------------------------------------------------ */
 
+/* How a member broke its group. QUIT: this member gave up (its process exits, out of memory); its
+ * partners hear that it left (GONE). */
+typedef enum cause { GONE = 1, STRAY, ABSENT, UNREACHABLE, SHAPE, QUIT } cause;
+
+/* Why a group broke, as its members pass it on (BREAK, and the PEER answer for a member that broke
+ * it): the member that broke it, how, and for SHAPE that member's shape. */
+typedef struct news {
+    uint32_t culprit;
+    uint32_t cause;
+    uint64_t shape;
+} news;
+
+static void put_news(unsigned char out[PS_PEER_NEWS], news n) {
+    uint64_t words[] = {n.culprit | (uint64_t)n.cause << 32, n.shape};
+    for (int i = 0; i < PS_PEER_NEWS; i++) out[i] = (unsigned char)(words[i / 8] >> (8 * (i % 8)));
+}
+
+static news get_news(const unsigned char *in) {
+    uint64_t words[2] = {0, 0};
+    for (int i = 0; i < PS_PEER_NEWS; i++) words[i / 8] |= (uint64_t)in[i] << (8 * (i % 8));
+    return (news){(uint32_t)words[0], (uint32_t)(words[0] >> 32), words[1]};
+}
+
 /* "allreduce 'GROUP', member R of N: WHAT", in the stage's error. */
 static void explain(allreduce_stage *a, const char *fmt, ...) {
     char detail[PS_STAGE_ERROR_MAX - PS_GROUP_MAX - 64];
@@ -228,6 +261,17 @@ static void explain(allreduce_stage *a, const char *fmt, ...) {
     vsnprintf(detail, sizeof detail, fmt, args);
     va_end(args);
     ps_stage_explain(&a->base, "allreduce '%s', member %u of %u: %s", a->group, a->rank, a->size, detail);
+}
+
+typedef struct member_name { char text[PS_PEER_ENDPOINT_MAX + 64]; } member_name;
+
+/* "member R (its server S)", or "member R, past this group's". */
+static member_name name_of(const allreduce_stage *a, uint64_t rank) {
+    member_name name;
+    if (rank < a->size) snprintf(name.text, sizeof name.text, "member %llu (its server %s)", (unsigned long long)rank,
+                                 a->servers[rank]);
+    else snprintf(name.text, sizeof name.text, "member %llu, past this group's", (unsigned long long)rank);
+    return name;
 }
 
 static void close_listener(allreduce_stage *a);
@@ -246,23 +290,46 @@ static void hang_up(allreduce_stage *a) {
     }
 }
 
-/* The group is broken for good: this and every later operation fail with PS_EREMOTE, and the
- * member's connections close, so that its partners learn it at once and break in turn. */
-static int break_group(allreduce_stage *a) {
+/* Sends BREAK with the news to every partner connected, and to each connection waiting to be
+ * admitted that presented this member's secret (a partner that takes itself for joined). */
+static void tell_partners(allreduce_stage *a, const unsigned char said[PS_PEER_NEWS]) {
+    ps_frame notice = {PS_WIRE_BREAK, 0, 0, a->rank, 0, 0, said, PS_PEER_NEWS};
+    size_t length = ps_wire_encode(&notice, a->frame, a->frame_max);
+    for (uint32_t i = 0; a->partners && i < a->partner_count; i++)
+        if (a->partners[i].channel.fd >= 0) ps_channel_send(&a->partners[i].channel, a->frame, length, 0);
+    for (int i = 0; i < a->waiting_count; i++) {
+        ps_frame frame;
+        ps_channel *c = &a->waiting[i].channel;
+        if (ps_channel_receive(c, 0, &frame) == PS_OK && frame.op == PS_WIRE_CONNECT &&
+            ps_wire_presents(&frame, a->secret))
+            ps_channel_send(c, a->frame, length, 0);
+    }
+}
+
+/* The group is broken for good, for the reason `why`: this and every later operation fail with
+ * PS_EREMOTE. The member tells its partners why, and lists itself as broken for those that ask
+ * its server, then closes its connections, so that its partners learn it at once and break in
+ * turn, passing the news on. */
+static int break_group(allreduce_stage *a, news why) {
+    unsigned char said[PS_PEER_NEWS];
+    put_news(said, why);
     a->failed = PS_EREMOTE;
+    tell_partners(a, said);
+    a->listed = ps_peer_list_broken(a, a->group, a->rank, a->shape, said) == PS_OK;
     hang_up(a);
     return PS_EREMOTE;
 }
 
-/* Broken, because of member `rank`: "WHAT member R (its server S)" in the stage's error. */
-static int broken(allreduce_stage *a, const char *what, uint32_t rank) {
-    explain(a, "%s member %u (its server %s)", what, rank, a->servers[rank]);
-    return break_group(a);
+/* Broken, because of member `rank`, by `how`: "WHAT member R (its server S)" in the stage's error. */
+static int broken(allreduce_stage *a, const char *what, uint32_t rank, cause how) {
+    explain(a, "%s %s", what, name_of(a, rank).text);
+    return break_group(a, how == QUIT ? (news){a->rank, GONE, 0} : (news){rank, how, 0});
 }
 
-/* Member `rank` (of its own group, which may be larger) was made for a group of another shape:
- * broken, saying how it differs. */
-static int disagrees(allreduce_stage *a, uint64_t rank, uint64_t shape) {
+/* Member `rank` (of its own group, which may be larger) was made for a group of another shape, as
+ * this member found or (`heard`: " (heard from member P)") as a partner told: broken, saying how
+ * it differs. */
+static int disagrees(allreduce_stage *a, uint64_t rank, uint64_t shape, const char *heard) {
     char what[PS_FORMAT_MAX_TEXT + 200];
     uint32_t members = (uint32_t)(shape >> 32);
     int n = snprintf(what, sizeof what, "every member needs the same nodes, algorithm, fanin and element format; ");
@@ -273,9 +340,28 @@ static int disagrees(allreduce_stage *a, uint64_t rank, uint64_t shape) {
                  a->base.format.text);
     else
         snprintf(what + n, sizeof what - n, "this one has doubling and format '%s', another at", a->base.format.text);
-    if (rank < a->size) return broken(a, what, (uint32_t)rank);
-    explain(a, "%s member %llu, past this group's", what, (unsigned long long)rank);
-    return break_group(a);
+    explain(a, "%s %s%s", what, name_of(a, rank).text, heard);
+    return break_group(a, (news){(uint32_t)rank, SHAPE, shape});
+}
+
+/* Partner `from` broke the group and says why: broken, with its news, naming the member that broke
+ * the group and where the news came from. */
+static int heard(allreduce_stage *a, uint32_t from, news why) {
+    static const char *const how[] = {[GONE] = "left the group", [STRAY] = "sent a frame out of step",
+                                      [ABSENT] = "did not join in time", [UNREACHABLE] = "could not be reached"};
+    char source[64] = "";
+    if (why.culprit != from) snprintf(source, sizeof source, " (heard from member %u)", from);
+    if (why.cause == SHAPE) return disagrees(a, why.culprit, why.shape, source);
+    int known = why.cause < sizeof how / sizeof *how && how[why.cause];
+    explain(a, "%s %s%s", name_of(a, why.culprit).text, known ? how[why.cause] : "broke the group", source);
+    return break_group(a, why);
+}
+
+/* A BREAK from partner p: its news, or a frame out of step. */
+static int notice(allreduce_stage *a, partner *p, const ps_frame *frame) {
+    if (frame->handle_id != p->rank || frame->payload_length != PS_PEER_NEWS)
+        return broken(a, "a frame out of step (a malformed BREAK) from", p->rank, STRAY);
+    return heard(a, p->rank, get_news(frame->payload));
 }
 
 /* ---- joining ------------------------------------------------------------------------------- */
@@ -291,22 +377,28 @@ static int look_up(allreduce_stage *a, partner *p, int64_t deadline) {
         ps_frame request = {PS_WIRE_PEER, 0, 1, 0, p->rank, 0, (const unsigned char *)a->group,
                             (uint32_t)strlen(a->group)};
         if (ps_control_send(&p->lookup, a->servers[p->rank], &keys, &request) != PS_OK)
-            return broken(a, "cannot send PEER to the server of", p->rank);
+            return broken(a, "cannot send PEER to the server of", p->rank, UNREACHABLE);
     }
     ps_frame answer;
     int rc = ps_control_answer(&p->lookup, deadline, &answer);
     if (rc == PS_ETIMEDOUT) return rc;
     if (rc == PS_EINTR && !ps_remote_waits_abandoned()) return PS_ETIMEDOUT; /* the caller gave up: asked still */
-    if (rc == PS_EINTR) return broken(a, "this process is exiting: gave up joining", p->rank);
+    if (rc == PS_EINTR) return broken(a, "this process is exiting: gave up joining", p->rank, QUIT);
     if (rc == PS_OK && answer.status == PS_ESTATE) {
         p->unlisted = 1;
         ps_control_close(&p->lookup);
         p->lookup_due = ps_now_ns() + ASK_AGAIN_MS * MS;
         return PS_ESTATE;
     }
+    if (rc == PS_OK && answer.status == PS_EREMOTE && answer.payload_length == PS_PEER_NEWS) { /* p broke the group */
+        news why = get_news(answer.payload);
+        uint64_t shape = (uint64_t)answer.value;
+        ps_control_close(&p->lookup);
+        return shape != a->shape ? disagrees(a, p->rank, shape, "") : heard(a, p->rank, why);
+    }
     if (rc != PS_OK || answer.status != PS_OK || answer.payload_length <= PS_WIRE_SECRET ||
         answer.payload_length - PS_WIRE_SECRET >= PS_PEER_ENDPOINT_MAX)
-        return broken(a, "a refused or malformed answer to PEER for", p->rank);
+        return broken(a, "a refused or malformed answer to PEER for", p->rank, UNREACHABLE);
     char endpoint[PS_PEER_ENDPOINT_MAX];
     memcpy(p->secret, answer.payload, PS_WIRE_SECRET);
     p->shape = (uint64_t)answer.value;
@@ -315,7 +407,7 @@ static int look_up(allreduce_stage *a, partner *p, int64_t deadline) {
     ps_control_close(&p->lookup);
     ps_reachable_endpoint(a->servers[p->rank], endpoint, sizeof endpoint);
     p->endpoint = strdup(endpoint);
-    return p->endpoint ? PS_OK : broken(a, "out of memory: cannot connect to", p->rank);
+    return p->endpoint ? PS_OK : broken(a, "out of memory: cannot connect to", p->rank, QUIT);
 }
 
 /* Looks member p up, then connects where it listens and presents its secret and the group's shape
@@ -331,13 +423,20 @@ static int connect_to(allreduce_stage *a, partner *p, int64_t deadline) {
     int rc = ps_channel_connect_resumable(p->endpoint, a->frame_max, SEND_WAIT_NS, deadline, &p->attempt, error,
                                           sizeof error);
     if (rc == PS_ETIMEDOUT) return rc;
-    if (rc != PS_OK) return broken(a, "cannot connect to", p->rank);
+    if (rc != PS_OK && !p->asked_again) { /* its listener may have closed as it broke the group: ask its server */
+        free(p->endpoint);
+        p->endpoint = NULL;
+        p->asked_again = 1;
+        return PS_ESTATE;
+    }
+    if (rc != PS_OK) return broken(a, "cannot connect to", p->rank, UNREACHABLE);
     p->channel = p->attempt;
     p->attempt = (ps_channel){.fd = -1};
     ps_frame hello = {PS_WIRE_CONNECT, 0, 0, a->rank, 0, (int64_t)a->shape, p->secret, PS_WIRE_SECRET};
     size_t length = ps_wire_encode(&hello, a->frame, a->frame_max);
-    if (ps_channel_send(&p->channel, a->frame, length, 0) != PS_OK) return broken(a, "cannot present itself to", p->rank);
-    return p->shape == a->shape ? PS_OK : disagrees(a, p->rank, p->shape);
+    if (ps_channel_send(&p->channel, a->frame, length, 0) != PS_OK)
+        return broken(a, "cannot present itself to", p->rank, GONE);
+    return p->shape == a->shape ? PS_OK : disagrees(a, p->rank, p->shape, "");
 }
 
 static partner *missing_partner(allreduce_stage *a, uint64_t rank) {
@@ -369,7 +468,7 @@ static int judge(allreduce_stage *a, ps_presenting *p, int now) {
     if (received == PS_ETIMEDOUT && !now && ps_now_ns() < p->due) return PS_OK;
     if (received == PS_OK && frame.op == PS_WIRE_CONNECT && ps_wire_presents(&frame, a->secret) &&
         (uint64_t)frame.value != a->shape) /* a member of the group, whatever its rank: it disagrees */
-        return disagrees(a, frame.handle_id, (uint64_t)frame.value);
+        return disagrees(a, frame.handle_id, (uint64_t)frame.value, "");
     partner *in = received == PS_OK ? presented(a, &frame) : NULL;
     if (!in) {
         refuse(a, p);
@@ -399,10 +498,14 @@ static int admit(allreduce_stage *a) {
     return PS_OK;
 }
 
-/* Stops listening: every partner is in. */
-static void close_listener(allreduce_stage *a) {
-    if (a->listed) ps_peer_unlist(a->group, a->rank);
+/* Takes the member off its process's list (its own entry only). */
+static void unlist(allreduce_stage *a) {
+    if (a->listed) ps_peer_unlist(a, a->group, a->rank);
     a->listed = 0;
+}
+
+/* Stops listening: every partner is in, or the group is broken. */
+static void close_listener(allreduce_stage *a) {
     while (a->waiting_count) refuse(a, &a->waiting[a->waiting_count - 1]);
     if (a->listener >= 0) close(a->listener);
     a->listener = -1;
@@ -417,6 +520,58 @@ static void pause_for_peers(allreduce_stage *a) {
     poll(items, (nfds_t)n, JOIN_PAUSE_MS);
 }
 
+/* Whether partner p has a step left in the round under way (before the group has joined: any). */
+static int has_part(const allreduce_stage *a, const partner *p) {
+    if (!a->joined) return 1;
+    for (uint32_t i = a->next_step; a->started && i < a->steps; i++)
+        if (&a->partners[a->schedule[i].partner] == p) return 1;
+    return 0;
+}
+
+/* Partner p's connection closed with no word of why: its server says whether p broke the group
+ * (a member that breaks it before it admits a partner has no connection to tell it on), else p
+ * left. Broken either way. */
+static int lost(allreduce_stage *a, partner *p) {
+    free(p->endpoint);
+    p->endpoint = NULL;
+    p->lookup_due = 0;
+    if (look_up(a, p, ps_now_ns() + ASK_WHY_MS * MS) == PS_EREMOTE) return PS_EREMOTE;
+    return broken(a, "the connection closed or failed: lost", p->rank, GONE);
+}
+
+/* Partner p's connection closed while the member waited for another: a BREAK, the last it sent,
+ * says why. One that sent nothing and has no part left in the round under way may have finished
+ * its rounds and gone: its end is closed too (a later receive from it fails); any other left the
+ * group. PS_OK, or broken. */
+static int closed(allreduce_stage *a, partner *p) {
+    ps_frame frame;
+    int rc, sent = 0;
+    while ((rc = ps_channel_receive(&p->channel, 0, &frame)) == PS_OK && frame.op != PS_WIRE_BREAK) sent = 1;
+    if (rc == PS_OK) return notice(a, p, &frame);
+    if (rc == PS_ETIMEDOUT && !sent) return PS_OK; /* not closed after all */
+    if (rc == PS_EREMOTE && !sent && !has_part(a, p)) {
+        ps_channel_close(&p->channel);
+        return PS_OK;
+    }
+    return lost(a, p);
+}
+
+/* Looks, without waiting, whether the connection of a partner other than `awaited` (NULL: any)
+ * has closed: a slow path's check, between the waits for a frame. PS_OK, or broken. */
+static int watch_partners(allreduce_stage *a, const partner *awaited) {
+    nfds_t n = 0;
+    for (uint32_t i = 0; i < a->partner_count; i++)
+        if (&a->partners[i] != awaited && a->partners[i].channel.fd >= 0)
+            a->watched[n++] = (struct pollfd){a->partners[i].channel.fd, POLLRDHUP, 0};
+    if (n == 0 || poll(a->watched, n, 0) <= 0) return PS_OK;
+    for (uint32_t i = 0, j = 0; i < a->partner_count; i++) {
+        partner *p = &a->partners[i];
+        if (p == awaited || p->channel.fd < 0) continue;
+        if (a->watched[j++].revents && closed(a, p) != PS_OK) return PS_EREMOTE;
+    }
+    return PS_OK;
+}
+
 /* Connects every partner: PS_OK, PS_ETIMEDOUT at the caller's deadline (joining goes on at the
  * next call), or broken (a partner missing at the group's own deadline, timeout_ms after the
  * first operation). */
@@ -429,12 +584,13 @@ static int join(allreduce_stage *a, int64_t deadline) {
             partner *p = &a->partners[i];
             if (p->channel.fd < 0 && p->rank < a->rank && connect_to(a, p, until) == PS_EREMOTE) return PS_EREMOTE;
         }
-        if (admit(a) != PS_OK) return PS_EREMOTE;
+        if (admit(a) != PS_OK || watch_partners(a, NULL) != PS_OK) return PS_EREMOTE;
         uint32_t missing = 0;
         partner *first = NULL;
         for (uint32_t i = 0; i < a->partner_count; i++)
             if (a->partners[i].channel.fd < 0 && missing++ == 0) first = &a->partners[i];
         if (!missing) {
+            unlist(a);
             close_listener(a);
             a->joined = 1;
             return PS_OK;
@@ -447,7 +603,7 @@ static int join(allreduce_stage *a, int64_t deadline) {
                      first->unlisted ? " (its server answers PEER that it lists no such member: not made, made "
                                        "for other nodes, or in its group already)"
                      : first->lookup.socket ? " (a server that did not answer PEER: is it up?)" : "");
-            return broken(a, what, first->rank);
+            return broken(a, what, first->rank, ABSENT);
         }
         if (now >= until) return PS_ETIMEDOUT;
         pause_for_peers(a);
@@ -460,25 +616,28 @@ static int send_part(allreduce_stage *a, const step *s) {
     partner *p = &a->partners[s->partner];
     ps_frame part = {PS_WIRE_PART, 0, a->completed, a->rank, s->tag, 0, a->sum, (uint32_t)a->base.tuple_size};
     size_t length = ps_wire_encode(&part, a->frame, a->frame_max);
-    if (ps_channel_send(&p->channel, a->frame, length, 0) != PS_OK) return broken(a, "cannot send to", p->rank);
+    if (ps_channel_send(&p->channel, a->frame, length, 0) != PS_OK) return broken(a, "cannot send to", p->rank, GONE);
     return PS_OK;
 }
 
 /* Receives the step's PART from its partner by the deadline (PS_FOREVER: none) and adds or
- * takes it. PS_OK, PS_ETIMEDOUT, or broken. */
+ * takes it; between slices of the wait, looks at the other partners. PS_OK, PS_ETIMEDOUT, or
+ * broken. */
 static int receive_part(allreduce_stage *a, const step *s, int64_t deadline) {
     partner *p = &a->partners[s->partner];
     ps_frame frame;
     int rc;
     do {
-        int64_t end = deadline == PS_FOREVER ? ps_now_ns() + RECEIVE_SLICE_NS : deadline;
-        rc = ps_channel_receive(&p->channel, end, &frame);
-    } while (rc == PS_ETIMEDOUT && deadline == PS_FOREVER);
+        int64_t slice = ps_now_ns() + RECEIVE_SLICE_NS;
+        rc = ps_channel_receive(&p->channel, deadline == PS_FOREVER || deadline > slice ? slice : deadline, &frame);
+        if (rc == PS_ETIMEDOUT && watch_partners(a, p) != PS_OK) return PS_EREMOTE;
+    } while (rc == PS_ETIMEDOUT && (deadline == PS_FOREVER || ps_now_ns() < deadline));
     if (rc == PS_ETIMEDOUT) return rc;
-    if (rc == PS_EREMOTE) return broken(a, "the connection closed or failed: lost", p->rank);
+    if (rc == PS_EREMOTE) return lost(a, p);
+    if (rc == PS_OK && frame.op == PS_WIRE_BREAK) return notice(a, p, &frame);
     if (rc != PS_OK || frame.op != PS_WIRE_PART || frame.handle_id != p->rank || frame.request_id != a->completed ||
         frame.argument != s->tag || frame.payload_length != a->base.tuple_size)
-        return broken(a, "a frame out of step (not this round's PART) from", p->rank);
+        return broken(a, "a frame out of step (not this round's PART) from", p->rank, STRAY);
     if (s->kind == ADD) ps_tuple_add(&a->base.format, a->sum, frame.payload);
     else memcpy(a->sum, frame.payload, a->base.tuple_size);
     return PS_OK;
@@ -626,7 +785,9 @@ static int allreduce_counters(ps_stage *stage, ps_counter *out, int max) {
 static void allreduce_destroy(ps_stage *stage) {
     allreduce_stage *a = (allreduce_stage *)stage;
     hang_up(a);
+    unlist(a);
     free(a->partners);
+    free(a->watched);
     free(a->schedule);
     free(a->servers);
     free(a->server_keys);
@@ -668,7 +829,8 @@ static size_t frame_max_of(size_t tuple_size) {
 static size_t allreduce_footprint(const ps_params *params, size_t tuple_size) {
     uint32_t size = split_list(ps_params_str(params, "nodes"), NULL, 0);
     uint32_t links = size > 1 ? size : 1; /* at most this many partners, at most twice as many steps */
-    return sizeof(allreduce_stage) + size * (PS_PEER_ENDPOINT_MAX + 41) + links * sizeof(partner) +
+    return sizeof(allreduce_stage) + size * (PS_PEER_ENDPOINT_MAX + 41) +
+           links * (sizeof(partner) + sizeof(struct pollfd)) +
            2 * (links + 64) * sizeof(step) + 3 * frame_max_of(tuple_size) + 2 * ROUNDS_AHEAD * tuple_size +
            (size_t)(size > 1 ? size - 1 : 0) * 2 * ps_channel_buffer_bytes(frame_max_of(tuple_size));
 }
@@ -747,7 +909,7 @@ static int start_listening(allreduce_stage *a, char *error, size_t error_size) {
         snprintf(error, error_size, "stage 'allreduce': cannot listen for its peers on '%s'", host);
         return PS_EREMOTE;
     }
-    int rc = ps_peer_list(a->group, a->rank, endpoint, a->secret, a->shape);
+    int rc = ps_peer_list(a, a->group, a->rank, endpoint, a->secret, a->shape);
     if (rc == PS_ESTATE)
         snprintf(error, error_size, "stage 'allreduce': member %u of group '%s' is in this process already (give each "
                  "group a name of its own)", a->rank, a->group);
@@ -776,6 +938,7 @@ static int allreduce_create(const ps_params *params, const ps_build_context *con
         a->fanin = !tree ? 0 : fanin < a->size ? fanin : a->size;
         a->shape = group_shape(a);
         a->partners = calloc(a->size, sizeof *a->partners); /* at most size - 1 partners */
+        a->watched = calloc(a->size, sizeof *a->watched);
         build_schedule(&builder); /* counts */
         a->schedule = calloc(builder.count + 1, sizeof *a->schedule);
         builder.out = a->schedule;
@@ -788,7 +951,7 @@ static int allreduce_create(const ps_params *params, const ps_build_context *con
         a->partials = malloc(ROUNDS_AHEAD * format->size);
         a->totals = malloc(ROUNDS_AHEAD * format->size);
         a->frame = malloc(a->frame_max);
-        if (!a->partners || !a->schedule || !a->sum || !a->echo || !a->partials || !a->totals || !a->frame)
+        if (!a->partners || !a->watched || !a->schedule || !a->sum || !a->echo || !a->partials || !a->totals || !a->frame)
             rc = PS_ENOMEM;
     }
     if (rc == PS_OK) rc = start_listening(a, error, error_size);

@@ -8,11 +8,14 @@
 #include "pastset.h"
 
 typedef struct member {
+    const void *owner;
     char group[PS_GROUP_MAX + 1];
     uint32_t rank;
     char endpoint[PS_PEER_ENDPOINT_MAX];
     unsigned char secret[PS_WIRE_SECRET];
     uint64_t shape;
+    int broken;
+    unsigned char news[PS_PEER_NEWS];
     struct member *next;
 } member;
 
@@ -25,42 +28,70 @@ static member **place_of(const char *group, uint32_t rank) {
     return at;
 }
 
-int ps_peer_list(const char *group, uint32_t rank, const char *endpoint, const unsigned char secret[PS_WIRE_SECRET],
-                 uint64_t shape) {
-    member *m = calloc(1, sizeof *m);
-    if (!m) return PS_ENOMEM;
-    strncpy(m->group, group, PS_GROUP_MAX);
-    m->rank = rank;
-    strncpy(m->endpoint, endpoint, PS_PEER_ENDPOINT_MAX - 1);
-    memcpy(m->secret, secret, PS_WIRE_SECRET);
-    m->shape = shape;
+/* Puts m where its group and rank are listed: in place of a member that broke its group, or with
+ * `own` of owner's own; PS_ESTATE (m freed) when another member holds the place. */
+static int place(member *m, int own) {
     pthread_mutex_lock(&lock);
-    member **at = place_of(m->group, rank);
-    int taken = *at != NULL;
-    if (!taken) *at = m;
+    member **at = place_of(m->group, m->rank), *was = *at;
+    int taken = was && (own ? was->owner != m->owner : !was->broken);
+    if (!taken) {
+        m->next = was ? was->next : NULL;
+        *at = m;
+    }
     pthread_mutex_unlock(&lock);
-    if (taken) free(m);
+    free(taken ? m : was);
     return taken ? PS_ESTATE : PS_OK;
 }
 
-void ps_peer_unlist(const char *group, uint32_t rank) {
+static member *made(const void *owner, const char *group, uint32_t rank, uint64_t shape) {
+    member *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->owner = owner;
+    strncpy(m->group, group, PS_GROUP_MAX);
+    m->rank = rank;
+    m->shape = shape;
+    return m;
+}
+
+int ps_peer_list(const void *owner, const char *group, uint32_t rank, const char *endpoint,
+                 const unsigned char secret[PS_WIRE_SECRET], uint64_t shape) {
+    member *m = made(owner, group, rank, shape);
+    if (!m) return PS_ENOMEM;
+    strncpy(m->endpoint, endpoint, PS_PEER_ENDPOINT_MAX - 1);
+    memcpy(m->secret, secret, PS_WIRE_SECRET);
+    return place(m, 0);
+}
+
+int ps_peer_list_broken(const void *owner, const char *group, uint32_t rank, uint64_t shape,
+                        const unsigned char news[PS_PEER_NEWS]) {
+    member *m = made(owner, group, rank, shape);
+    if (!m) return PS_ENOMEM;
+    m->broken = 1;
+    memcpy(m->news, news, PS_PEER_NEWS);
+    place(m, 1);
+    return PS_OK;
+}
+
+void ps_peer_unlist(const void *owner, const char *group, uint32_t rank) {
     pthread_mutex_lock(&lock);
     member **at = place_of(group, rank);
-    member *gone = *at;
+    member *gone = *at && (*at)->owner == owner ? *at : NULL;
     if (gone) *at = gone->next;
     pthread_mutex_unlock(&lock);
     free(gone);
 }
 
 int ps_peer_find(const char *group, uint32_t rank, char endpoint[PS_PEER_ENDPOINT_MAX],
-                 unsigned char secret[PS_WIRE_SECRET], uint64_t *shape) {
+                 unsigned char secret[PS_WIRE_SECRET], unsigned char news[PS_PEER_NEWS], uint64_t *shape) {
     pthread_mutex_lock(&lock);
     member *m = *place_of(group, rank);
+    int rc = !m ? PS_ESTATE : m->broken ? PS_EREMOTE : PS_OK;
     if (m) {
         memcpy(endpoint, m->endpoint, PS_PEER_ENDPOINT_MAX);
         memcpy(secret, m->secret, PS_WIRE_SECRET);
+        memcpy(news, m->news, PS_PEER_NEWS);
         *shape = m->shape;
     }
     pthread_mutex_unlock(&lock);
-    return m ? PS_OK : PS_ESTATE;
+    return rc;
 }

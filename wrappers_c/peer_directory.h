@@ -1,8 +1,9 @@
 /* peer_directory.h — the allreduce members this process hosts, by group and rank: where each one
  * listens for the peers of its group, the secret they present, and the group's shape as the
  * member was made (what its partners must agree on: allreduce.c). A member lists itself when
- * it is made and unlists itself once its peers are in (or when it goes); the process's server
- * answers a PEER request from here (wire.md), so a peer learns both on the control plane.
+ * it is made and unlists itself once its peers are in (or when it goes); one that breaks its group
+ * lists itself as broken instead, with the news of why, until it goes. The process's server
+ * answers a PEER request from here (wire.md), so a peer learns all this on the control plane.
  */
 #ifndef WRAPPERS_PEER_DIRECTORY_H
 #define WRAPPERS_PEER_DIRECTORY_H
@@ -16,16 +17,26 @@
 extern "C" {
 #endif
 
-enum { PS_GROUP_MAX = 255, PS_PEER_ENDPOINT_MAX = 256 };
+enum {
+    PS_GROUP_MAX = 255,
+    PS_PEER_ENDPOINT_MAX = 256,
+    PS_PEER_NEWS = 16, /* why a member broke its group, as its peers pass it on (wire.md, "Allreduce") */
+};
 
-/* Lists member `rank` of `group`: PS_OK, PS_ESTATE when the process lists it already, PS_ENOMEM. */
-int ps_peer_list(const char *group, uint32_t rank, const char *endpoint, const unsigned char secret[PS_WIRE_SECRET],
-                 uint64_t shape);
-/* Takes the member off the list (nothing if it is not on it). */
-void ps_peer_unlist(const char *group, uint32_t rank);
-/* Where member `rank` of `group` listens, its secret and shape: PS_OK, or PS_ESTATE when it is not listed. */
+/* Lists member `rank` of `group`, made by `owner`: PS_OK, PS_ESTATE when the process lists it
+ * already (a member that broke its group gives its place up), PS_ENOMEM. */
+int ps_peer_list(const void *owner, const char *group, uint32_t rank, const char *endpoint,
+                 const unsigned char secret[PS_WIRE_SECRET], uint64_t shape);
+/* Lists owner's member as one that broke its group, with its news, in place of what it listed
+ * (nothing when another member holds the place now): PS_OK, or PS_ENOMEM. */
+int ps_peer_list_broken(const void *owner, const char *group, uint32_t rank, uint64_t shape,
+                        const unsigned char news[PS_PEER_NEWS]);
+/* Takes owner's member off the list (nothing if it is not on it). */
+void ps_peer_unlist(const void *owner, const char *group, uint32_t rank);
+/* Member `rank` of `group`: its shape and PS_OK with where it listens and its secret, PS_EREMOTE
+ * with its news when it broke its group, or PS_ESTATE when it is not listed. */
 int ps_peer_find(const char *group, uint32_t rank, char endpoint[PS_PEER_ENDPOINT_MAX],
-                 unsigned char secret[PS_WIRE_SECRET], uint64_t *shape);
+                 unsigned char secret[PS_WIRE_SECRET], unsigned char news[PS_PEER_NEWS], uint64_t *shape);
 
 #ifdef __cplusplus
 }

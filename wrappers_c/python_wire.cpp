@@ -21,6 +21,7 @@ py::dict wire_protocol() {
     control["connect"] = static_cast<int>(PS_WIRE_CONNECT);
     control["peer"] = static_cast<int>(PS_WIRE_PEER);
     control["part"] = static_cast<int>(PS_WIRE_PART);
+    control["break"] = static_cast<int>(PS_WIRE_BREAK);
     py::dict transports;
     transports["zmq"] = static_cast<int>(PS_TRANSPORT_ZMQ);
     transports["tcp"] = static_cast<int>(PS_TRANSPORT_TCP);
@@ -45,7 +46,7 @@ py::dict wire_protocol() {
 void bind_wire(py::module_ &m) {
     m.def("wire_protocol", &wire_protocol,
           "{version, header, max_payload, batch_payload, secret, spec_max, group_max, op_first, op_limit, control:\n"
-          "{build, release, ping, connect, peer, part}, transports: {zmq, tcp, ipc}}: the wire protocol's constants\n"
+          "{build, release, ping, connect, peer, part, break}, transports: {zmq, tcp, ipc}}: the wire protocol's constants\n"
           "(wire.md). A stage operation's op code is its kind's (operations()); a well-formed frame's op is\n"
           "op_first <= op < op_limit.");
 }

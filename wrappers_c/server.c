@@ -791,14 +791,15 @@ static void answer_main(ps_server *s, const zmq_msg_t *routing_id, uint8_t op, i
 /* Where a listed allreduce member of this process listens, its secret and its group's shape
  * (peer_directory.h): what its group's other members ask for before they connect to it. The
  * server answers from the list and creates nothing; a member not listed (not made yet, or with
- * its peers already in) is answered PS_ESTATE. */
+ * its peers already in) is answered PS_ESTATE, one that broke its group PS_EREMOTE with its news. */
 static void answer_peer(ps_server *s, const zmq_msg_t *routing_id, const ps_frame *request) {
     char group[PS_GROUP_MAX + 1], endpoint[PS_PEER_ENDPOINT_MAX];
-    unsigned char found[PS_WIRE_SECRET + PS_PEER_ENDPOINT_MAX];
+    unsigned char found[PS_WIRE_SECRET + PS_PEER_ENDPOINT_MAX], news[PS_PEER_NEWS];
     snprintf(group, sizeof group, "%.*s", (int)request->payload_length, (const char *)request->payload);
     uint32_t rank = (uint32_t)request->argument;
     uint64_t shape;
-    if (ps_peer_find(group, rank, endpoint, found, &shape) != PS_OK) {
+    int listed = ps_peer_find(group, rank, endpoint, found, news, &shape);
+    if (listed == PS_ESTATE) {
         char text[PS_GROUP_MAX + 96];
         snprintf(text, sizeof text, "no member %u of allreduce group '%s' is waiting for its peers here", rank, group);
         answer_main(s, routing_id, PS_WIRE_PEER, PS_ESTATE, request->request_id, 0, text);
@@ -806,8 +807,9 @@ static void answer_peer(ps_server *s, const zmq_msg_t *routing_id, const ps_fram
     }
     size_t length = strnlen(endpoint, sizeof endpoint);
     memcpy(found + PS_WIRE_SECRET, endpoint, length);
-    size_t size = encode_answer(s->main_answer, sizeof s->main_answer, PS_WIRE_PEER, PS_OK, request->request_id, 0,
-                                (int64_t)shape, found, PS_WIRE_SECRET + length);
+    int broke = listed == PS_EREMOTE;
+    size_t size = encode_answer(s->main_answer, sizeof s->main_answer, PS_WIRE_PEER, listed, request->request_id, 0,
+                                (int64_t)shape, broke ? news : found, broke ? PS_PEER_NEWS : PS_WIRE_SECRET + length);
     send_answer(s->main_socket, zmq_msg_data((zmq_msg_t *)routing_id), zmq_msg_size((zmq_msg_t *)routing_id),
                 s->main_answer, size);
 }

@@ -35,10 +35,11 @@ typedef enum ps_wire_op {
     PS_WIRE_PEER = 17,   /* where an allreduce member listens: payload its group, argument its rank;
                             answer payload: its secret, then its endpoint */
     PS_WIRE_PART = 18,   /* a partial or total between allreduce members (wire.md, "Allreduce") */
+    PS_WIRE_BREAK = 19,  /* an allreduce member broke its group: payload the news of why */
 } ps_wire_op;
 
 /* Op codes a well-formed frame may carry: PS_WIRE_OP_FIRST <= op < PS_WIRE_OP_LIMIT. */
-enum { PS_WIRE_OP_FIRST = 1, PS_WIRE_OP_LIMIT = 19 };
+enum { PS_WIRE_OP_FIRST = 1, PS_WIRE_OP_LIMIT = 20 };
 
 /* A request for tuples out (observe_range) carries how many it asks for: PS_WIRE_COUNT bytes,
  * u32 little-endian. Its answer comes in frames of at most ps_wire_batch_tuples each, whose

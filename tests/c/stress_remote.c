@@ -760,10 +760,10 @@ static void *member_thread(void *arg) {
  * secret from no partner's rank. Returns how many connections it made. */
 static int hostile_peers(const char *group) {
     char endpoint[PS_PEER_ENDPOINT_MAX], error[256];
-    unsigned char secret[PS_WIRE_SECRET], wrong[PS_WIRE_SECRET], garbage[PS_WIRE_HEADER];
+    unsigned char secret[PS_WIRE_SECRET], wrong[PS_WIRE_SECRET], garbage[PS_WIRE_HEADER], news[PS_PEER_NEWS];
     unsigned char frame[PS_WIRE_HEADER + PS_WIRE_SECRET];
     uint64_t shape;
-    if (ps_peer_find(group, 0, endpoint, secret, &shape) != PS_OK) {
+    if (ps_peer_find(group, 0, endpoint, secret, news, &shape) != PS_OK) {
         fail("allreduce: group '%s' rank 0 is not listed", group);
         return 0;
     }
