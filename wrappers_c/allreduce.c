@@ -69,7 +69,7 @@ enum {
     TAG_DOWN = 64,        /* tags of a round's way down (its way up and steps: below it) */
 };
 static const int64_t MS = 1000000;
-static const int64_t SEND_WAIT_NS = 1000000000LL;   /* a member that reads nothing this long is gone */
+static const int64_t SEND_WAIT_NS = 1000000000LL;   /* a member that reads (nearly) nothing this long is gone */
 static const int64_t RECEIVE_SLICE_NS = 100000000LL; /* a wait looks up (at its other partners) this often */
 
 typedef enum step_kind { SEND, ADD, TAKE } step_kind; /* send the running sum; add a partner's; take its total */

@@ -43,7 +43,7 @@ enum {
 };
 static const int64_t MS = 1000000;
 static const int64_t OP_SLICE_NS = 1000000000LL; /* the longest one operation waits here */
-static const int64_t SEND_WAIT_NS = 1000000000LL; /* a direct client that reads nothing this long is gone */
+static const int64_t SEND_WAIT_NS = 1000000000LL; /* a direct client that reads (nearly) nothing this long is gone */
 static const int64_t LATE_NS = 1000000;           /* an answer that took this long is sent at once */
 
 /* The file a ZeroMQ socket bound to ipc://PATH made. ZeroMQ removes it only once its I/O thread
