@@ -444,6 +444,36 @@ def test_partners_that_finish_their_last_round_and_go_leave_the_others_round_who
     assert zero.observe(timeout=TIMEOUT_S) == (10,)
 
 
+def test_a_group_built_again_is_not_told_the_news_of_an_old_one_that_broke_after_joining(group):
+    """A group of 2 (timeout_ms 1 s) joins and runs a round; member 1 is released, so member 0's
+    next round breaks the group, after it had joined. With that broken member 0 still alive, the
+    group is built again once its timeout_ms has passed, member 1 first: it waits for the new
+    member 0, joins it and sums, instead of failing at once on the old member 0's news."""
+    g = group(2, name="G-again", format="q", timeout_ms=1000)
+    g.build()
+    assert g.each(one_round(ConnectionError)) == [(3,)] * 2
+    old_zero = g.handles[0]
+    del g.handles[1]
+    gc.collect()
+    with pytest.raises(ConnectionError, match="lost member 1"):
+        old_zero.move((1,), timeout=TIMEOUT_S)
+        old_zero.observe(timeout=TIMEOUT_S)
+    time.sleep(1.2)  # the old member 0's news is older than its group's timeout_ms
+
+    def member(rank):  # a fresh stage tree (the old member 0's stays, broken)
+        return build_path(g.path(rank), context=BuildContext(paths.PastSet()) if rank == 0 else g.servers[1].context)
+
+    one = member(1)
+    done = []
+    first = threading.Thread(target=lambda: done.append(one_round(ConnectionError)(1, one)))
+    first.start()
+    time.sleep(0.3)  # member 1 looks for member 0 meanwhile
+    assert one_round(ConnectionError)(0, member(0)) == (3,)
+    first.join(TIMEOUT_S * 2)
+    assert done == [(3,)]
+    del old_zero
+
+
 def peer_request(endpoint: str, group: str, rank: int) -> dict:
     context = wire_frames.zmq.Context.instance()
     dealer = wire_frames.dealer(context, endpoint)

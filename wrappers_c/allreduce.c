@@ -308,14 +308,16 @@ static void tell_partners(allreduce_stage *a, const unsigned char said[PS_PEER_N
 
 /* The group is broken for good, for the reason `why`: this and every later operation fail with
  * PS_EREMOTE. The member tells its partners why, and lists itself as broken for those that ask
- * its server, then closes its connections, so that its partners learn it at once and break in
- * turn, passing the news on. */
+ * its server (one that had joined for timeout_ms: as long as a member may still be joining, and
+ * no longer, so that a new group of the same name built later finds nothing of it), then closes
+ * its connections, so that its partners learn it at once and break in turn, passing the news on. */
 static int break_group(allreduce_stage *a, news why) {
     unsigned char said[PS_PEER_NEWS];
     put_news(said, why);
     a->failed = PS_EREMOTE;
     tell_partners(a, said);
-    a->listed = ps_peer_list_broken(a, a->group, a->rank, a->shape, said) == PS_OK;
+    int64_t until = a->listed ? 0 : ps_now_ns() + a->timeout_ns;
+    if (ps_peer_list_broken(a, a->group, a->rank, a->shape, said, until) == PS_OK) a->listed = 1;
     hang_up(a);
     return PS_EREMOTE;
 }
@@ -467,7 +469,8 @@ static int judge(allreduce_stage *a, ps_presenting *p, int now) {
     int received = ps_channel_receive(&p->channel, 0, &frame); /* no wait: it is there or not */
     if (received == PS_ETIMEDOUT && !now && ps_now_ns() < p->due) return PS_OK;
     if (received == PS_OK && frame.op == PS_WIRE_CONNECT && ps_wire_presents(&frame, a->secret) &&
-        (uint64_t)frame.value != a->shape) /* a member of the group, whatever its rank: it disagrees */
+        (uint64_t)frame.value != a->shape && frame.handle_id < (uint64_t)frame.value >> 32)
+        /* a member of the group (a rank of its own group's), whatever its rank: it disagrees */
         return disagrees(a, frame.handle_id, (uint64_t)frame.value, "");
     partner *in = received == PS_OK ? presented(a, &frame) : NULL;
     if (!in) {
@@ -616,8 +619,7 @@ static int send_part(allreduce_stage *a, const step *s) {
     partner *p = &a->partners[s->partner];
     ps_frame part = {PS_WIRE_PART, 0, a->completed, a->rank, s->tag, 0, a->sum, (uint32_t)a->base.tuple_size};
     size_t length = ps_wire_encode(&part, a->frame, a->frame_max);
-    if (ps_channel_send(&p->channel, a->frame, length, 0) != PS_OK) return broken(a, "cannot send to", p->rank, GONE);
-    return PS_OK;
+    return ps_channel_send(&p->channel, a->frame, length, 0) == PS_OK ? PS_OK : lost(a, p);
 }
 
 /* Receives the step's PART from its partner by the deadline (PS_FOREVER: none) and adds or

@@ -15,6 +15,7 @@ typedef struct member {
     unsigned char secret[PS_WIRE_SECRET];
     uint64_t shape;
     int broken;
+    int64_t until;          /* a broken listing made after its member had joined: it goes then */
     unsigned char news[PS_PEER_NEWS];
     struct member *next;
 } member;
@@ -28,12 +29,15 @@ static member **place_of(const char *group, uint32_t rank) {
     return at;
 }
 
+/* Whether a listing is still what its member says (a broken one past its time is not). */
+static int live(const member *m) { return m && (!m->until || ps_now_ns() < m->until); }
+
 /* Puts m where its group and rank are listed: in place of a member that broke its group, or with
  * `own` of owner's own; PS_ESTATE (m freed) when another member holds the place. */
 static int place(member *m, int own) {
     pthread_mutex_lock(&lock);
     member **at = place_of(m->group, m->rank), *was = *at;
-    int taken = was && (own ? was->owner != m->owner : !was->broken);
+    int taken = live(was) && (own ? was->owner != m->owner : !was->broken);
     if (!taken) {
         m->next = was ? was->next : NULL;
         *at = m;
@@ -63,13 +67,13 @@ int ps_peer_list(const void *owner, const char *group, uint32_t rank, const char
 }
 
 int ps_peer_list_broken(const void *owner, const char *group, uint32_t rank, uint64_t shape,
-                        const unsigned char news[PS_PEER_NEWS]) {
+                        const unsigned char news[PS_PEER_NEWS], int64_t until) {
     member *m = made(owner, group, rank, shape);
     if (!m) return PS_ENOMEM;
     m->broken = 1;
+    m->until = until;
     memcpy(m->news, news, PS_PEER_NEWS);
-    place(m, 1);
-    return PS_OK;
+    return place(m, 1);
 }
 
 void ps_peer_unlist(const void *owner, const char *group, uint32_t rank) {
@@ -85,6 +89,7 @@ int ps_peer_find(const char *group, uint32_t rank, char endpoint[PS_PEER_ENDPOIN
                  unsigned char secret[PS_WIRE_SECRET], unsigned char news[PS_PEER_NEWS], uint64_t *shape) {
     pthread_mutex_lock(&lock);
     member *m = *place_of(group, rank);
+    if (!live(m)) m = NULL;
     int rc = !m ? PS_ESTATE : m->broken ? PS_EREMOTE : PS_OK;
     if (m) {
         memcpy(endpoint, m->endpoint, PS_PEER_ENDPOINT_MAX);
