@@ -505,7 +505,10 @@ def test_peer_tells_a_listed_member_only_and_hostile_connections_are_refused(gro
     attempts = [b"\xff" * 40,  # garbage
                 wire_frames.encode(wire_frames.CONNECT, wrong, handle_id=1, value=shape),  # a wrong secret
                 wire_frames.encode(wire_frames.CONNECT, secret, handle_id=0, value=shape),  # no partner's rank
-                wire_frames.encode(wire_frames.CONNECT, secret, handle_id=5, value=shape)]
+                wire_frames.encode(wire_frames.CONNECT, secret, handle_id=5, value=shape),
+                # another shape, from a rank outside its own group of 2: no member (a rank of 2**32 + 1 read
+                # as 1 blamed member 1 for the shape and broke the group)
+                wire_frames.encode(wire_frames.CONNECT, secret, handle_id=2**32 + 1, value=shape ^ 1)]
     for frame in attempts:
         with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as hostile:
             hostile.sendall(frame)
