@@ -296,6 +296,38 @@ def test_a_signal_does_not_cut_short_the_wait_for_a_direct_connection(zmq_contex
     assert time.monotonic() - started >= 1.5  # not before its timeout (2 s) was up
 
 
+def test_ctrl_c_ends_the_wait_for_a_direct_connection(zmq_context):
+    """The same slow connection, with a timeout of 20 s: a signal whose handler raises (Ctrl-C)
+    ends the wait within a slice, and the build raises what the handler raised."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    queued = [socket.socket() for _ in range(4)]
+    for connection in queued:
+        connection.setblocking(False)
+        connection.connect_ex(("127.0.0.1", port))
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    handler = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with server_naming_link(zmq_context, f"tcp://127.0.0.1:{port}") as main_port, \
+                pytest.raises(KeyboardInterrupt):
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            started = time.monotonic()
+            build_path(make_path(stage("remote", host=f"tcp://127.0.0.1:{main_port}", proto="tcp", timeout_ms=20_000),
+                                 stage("core", name="SLOW", format="q")), pastset=paths.PastSet())
+        heard = time.monotonic() - started
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, handler)
+        for connection in queued + [listener]:
+            connection.close()
+    assert heard < 3.0, f"heard after {heard:.1f} s"
+
+
 def test_a_zmq_links_answers_to_a_stranger_tell_it_nothing_of_the_links_id(peer_server, zmq_context):
     """Without CURVE, a ZeroMQ link serves any connection that names its id: the id is its client's
     secret, so an answer to a frame naming another id (or none it can read) names that one."""

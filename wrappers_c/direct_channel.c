@@ -203,8 +203,14 @@ int ps_channel_connect_resumable(const char *endpoint, size_t frame_max, int64_t
     if (rc != 0 && fd >= 0 && (errno == EINPROGRESS || errno == EINTR)) {
         int ready;
         do { /* a deadline passed still looks once; a signal ends a wait early (wait_for gives 0, as at
-                the deadline): then wait on until the deadline */
-            int64_t left = deadline_ns - ps_now_ns();
+                the deadline): then wait on until the deadline, in slices that ask whether the caller
+                gave up (Ctrl-C) or the process is exiting */
+            int64_t end = ps_interruptible_slice_end(deadline_ns), left = end - ps_now_ns();
+            if (!end) {
+                ready = -1;
+                errno = EINTR;
+                break;
+            }
             ready = wait_for(fd, POLLOUT, left > 0 ? left : 0);
         } while (ready == 0 && ps_now_ns() < deadline_ns);
         int failure = ready < 0 ? errno : 0;
