@@ -75,8 +75,9 @@ typedef enum ps_wire_transport {
     PS_TRANSPORT_LIMIT
 } ps_wire_transport;
 
-/* A decoded frame. For a request, `status` is 0 and `value` holds the timeout in nanoseconds
- * (< 0: none); for an answer, `status` is the operation's status and `argument` is 0. */
+/* A decoded frame. For a request, `status` is 0 or PS_WIRE_BEHIND (sent behind requests not
+ * answered yet) and `value` holds the timeout in nanoseconds (< 0: none); for an answer, `status`
+ * is the operation's status and `argument` a link's axe point as its path shows it (else 0). */
 typedef struct ps_frame {
     uint8_t op;
     uint16_t status;
