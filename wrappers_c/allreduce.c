@@ -243,14 +243,13 @@ typedef struct news {
 } news;
 
 static void put_news(unsigned char out[PS_PEER_NEWS], news n) {
-    uint64_t words[] = {n.culprit | (uint64_t)n.cause << 32, n.shape};
-    for (int i = 0; i < PS_PEER_NEWS; i++) out[i] = (unsigned char)(words[i / 8] >> (8 * (i % 8)));
+    ps_wire_put_u32(n.culprit, out);
+    ps_wire_put_u32(n.cause, out + 4);
+    ps_wire_put_u64(n.shape, out + 8);
 }
 
 static news get_news(const unsigned char *in) {
-    uint64_t words[2] = {0, 0};
-    for (int i = 0; i < PS_PEER_NEWS; i++) words[i / 8] |= (uint64_t)in[i] << (8 * (i % 8));
-    return (news){(uint32_t)words[0], (uint32_t)(words[0] >> 32), words[1]};
+    return (news){ps_wire_get_u32(in), ps_wire_get_u32(in + 4), ps_wire_get_u64(in + 8)};
 }
 
 /* "allreduce 'GROUP', member R of N: WHAT", in the stage's error. */

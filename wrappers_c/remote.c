@@ -402,7 +402,7 @@ static int round_trips(ps_link *link, ps_op *op) {
         size_t payload_length = (size_t)n * tuple_size;
         unsigned char count[PS_WIRE_COUNT];
         if (shape & PS_OP_TUPLES_OUT) {
-            ps_wire_put_count(op->count, count);
+            ps_wire_put_u32(op->count, count);
             payload = count;
             payload_length = sizeof count;
         }

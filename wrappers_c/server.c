@@ -290,7 +290,7 @@ static int operation_of(link_worker *w, const ps_frame *request, ps_op *op) {
                   .value = -1};
     if (shape & PS_OP_TUPLES_OUT) {
         if (request->payload_length != PS_WIRE_COUNT) return PS_EINVAL;
-        op->count = ps_wire_get_count(request->payload);
+        op->count = ps_wire_get_u32(request->payload);
         if (op->count == 0 || op->count > ps_op_range_max(w->tuple_size)) return PS_EINVAL;
         if (op->count > slice_tuples(w)) op->count = slice_tuples(w); /* the first slice (send_range) */
         op->in = NULL;
@@ -445,7 +445,7 @@ static void range_end(link_worker *w, const ps_op *first, uint32_t *asked, int64
  * frame of the one before goes out, so that a frame's value is never more than what follows, and
  * 0 only in the last. A next slice that finds nothing (axed meanwhile) ends the answer there. */
 static int send_range(link_worker *w, const ps_frame *request, const ps_op *first, const answer_sink *sink) {
-    uint32_t asked = ps_wire_get_count(request->payload), wanted = first->count, got = (uint32_t)first->value;
+    uint32_t asked = ps_wire_get_u32(request->payload), wanted = first->count, got = (uint32_t)first->value;
     int64_t timeout_ns = 0;
     if (got == wanted && got < asked) range_end(w, first, &asked, &timeout_ns);
     for (uint32_t done = 0, current = 0;; current = !current) {

@@ -78,8 +78,10 @@ int ps_wire_decode(const unsigned char *buf, size_t length, ps_frame *out) {
     return 0;
 }
 
-void ps_wire_put_count(uint32_t count, unsigned char *out) { put32(out, count); }
-uint32_t ps_wire_get_count(const unsigned char *in) { return get32(in); }
+void ps_wire_put_u32(uint32_t value, unsigned char *out) { put32(out, value); }
+uint32_t ps_wire_get_u32(const unsigned char *in) { return get32(in); }
+void ps_wire_put_u64(uint64_t value, unsigned char *out) { put64(out, value); }
+uint64_t ps_wire_get_u64(const unsigned char *in) { return get64(in); }
 
 int ps_wire_presents(const ps_frame *frame, const unsigned char *secret) {
     if (frame->payload_length != PS_WIRE_SECRET) return 0;

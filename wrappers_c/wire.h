@@ -45,8 +45,12 @@ enum { PS_WIRE_OP_FIRST = 1, PS_WIRE_OP_LIMIT = 20 };
  * u32 little-endian. Its answer comes in frames of at most ps_wire_batch_tuples each, whose
  * `value` is 0 in the last and else at most the tuples still to come (wire.md, "Ranges"). */
 enum { PS_WIRE_COUNT = 4 };
-void ps_wire_put_count(uint32_t count, unsigned char *out);
-uint32_t ps_wire_get_count(const unsigned char *in);
+
+/* A payload's little-endian fields: that count (u32), a BREAK's news (wire.md, "Allreduce"). */
+void ps_wire_put_u32(uint32_t value, unsigned char *out);
+uint32_t ps_wire_get_u32(const unsigned char *in);
+void ps_wire_put_u64(uint64_t value, unsigned char *out);
+uint64_t ps_wire_get_u64(const unsigned char *in);
 
 /* The argument of a frame of tuples in (MOVE_MANY): the first frame of a stream, or one that
  * continues it, run only when the stream's frame before it took effect whole (wire.md). */
