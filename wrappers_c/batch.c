@@ -51,6 +51,7 @@ static const int64_t RELEASE_WAIT_NS = 1000000000LL;   /* a caller that goes sen
  * `owner`. */
 typedef struct caller {
     _Alignas(CACHE_LINE) unsigned char *tuples; /* buffers * capacity tuples; NULL: no caller here */
+    unsigned char *filling;      /* the filling buffer: buffer_of(handed) */
     uint32_t count;              /* tuples in the filling buffer, which is buffer handed % buffers */
     uint32_t counts[MAX_BUFFERS];/* tuples in each handed buffer */
     uint32_t resume;             /* the sending thread's: tuples of the oldest handed buffer sent before
@@ -151,6 +152,7 @@ static int wait_sent(batch_stage *b, caller *c, uint32_t slot, uint32_t on_way, 
  * before it returns, so that the counters say so), the one filling. */
 static int take_failure(batch_stage *b, caller *c, uint32_t slot) {
     uint32_t done, of, unsure;
+    if (!ps_deferred_failure_pending(&c->failure)) return PS_OK; /* every move asks */
     int status = ps_deferred_failure_take(&c->failure, &done, &of, &unsure);
     if (status == PS_OK) return PS_OK;
     atomic_store_explicit(&c->resume_at, atomic_load_explicit(&c->handed, memory_order_relaxed), memory_order_relaxed);
@@ -199,7 +201,7 @@ static int send_down(batch_stage *b, caller *c, ps_link *down, const unsigned ch
  * the front of the buffer; another failure drops it and is returned, explained. */
 static int send_filling(batch_stage *b, caller *c, ps_link *down, int64_t deadline) {
     if (c->count == 0) return PS_OK;
-    unsigned char *tuples = buffer_of(b, c, atomic_load_explicit(&c->handed, memory_order_relaxed));
+    unsigned char *tuples = c->filling;
     uint32_t took, unsure;
     int rc = send_down(b, c, down, tuples, c->count, ps_remaining(deadline), &took, &unsure);
     if (rc == PS_ETIMEDOUT) {
@@ -228,6 +230,7 @@ static void hand_off(batch_stage *b, caller *c, uint32_t slot) {
     uint32_t handed = atomic_load_explicit(&c->handed, memory_order_relaxed);
     c->counts[handed % b->buffers] = c->count;
     empty(c);
+    c->filling = buffer_of(b, c, handed + 1);
     atomic_store_explicit(&c->handed, handed + 1, memory_order_release);
     atomic_fetch_add_explicit(&b->handoffs, 1, memory_order_relaxed);
     mark_work(b, slot);
@@ -417,8 +420,7 @@ static int buffer_moves(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
             if ((rc = take_failure(b, c, link->slot)) != PS_OK) return settle(c, op, made, said, done, rc);
         }
         uint32_t k = n - op->done < b->capacity - c->count ? n - op->done : b->capacity - c->count;
-        unsigned char *buffer = buffer_of(b, c, atomic_load_explicit(&c->handed, memory_order_relaxed));
-        memcpy(buffer + (size_t)c->count * size, in + (size_t)op->done * size, (size_t)k * size);
+        memcpy(c->filling + (size_t)c->count * size, in + (size_t)op->done * size, (size_t)k * size);
         if (c->count == 0 && b->flush_ns) note_first(b, c);
         c->count += k;
         c->made += k;
@@ -542,6 +544,7 @@ static int batch_attach(ps_stage *stage, uint32_t slot) {
     caller *c = &b->callers[slot];
     c->tuples = malloc((size_t)b->buffers * b->capacity * b->base.tuple_size);
     if (!c->tuples) return PS_ENOMEM;
+    c->filling = buffer_of(b, c, atomic_load_explicit(&c->handed, memory_order_relaxed));
     empty(c);
     c->made = c->said_lost = 0;
     atomic_store(&c->applied, 0);
