@@ -268,3 +268,33 @@ def test_a_stray_connection_that_stays_does_not_keep_the_link_of_a_client_gone()
             stray.close()
     finally:
         ctx.destroy(linger=0)
+
+
+def test_a_stray_connection_whose_descriptor_the_client_then_gets_is_not_the_client_going():
+    """A stray that connects and closes just before the client connects leaves its descriptor
+    free, and the client's connection gets it: the stray's close, read after the client's first
+    request, is not the client's. The link still serves its client after its next idle slices.
+    Several links, so that on one at least the stray's close is read after the request."""
+    ctx = zmq.Context()
+    try:
+        with paths.runtime.server.PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
+            clients = []
+            for n in range(6):
+                link_id, where, _ = open_link(ctx, server.endpoint, f"REUSED{n}", ZMQ)
+                stray = dealer(ctx, where)
+                stray.send(encode(PING, request_id=1))
+                zmq_answer(stray)  # answered: the stray's connection was accepted
+                stray.close()
+                time.sleep(0.005)  # its close reaches the server, which frees the descriptor
+                client = dealer(ctx, where)
+                client.send(encode(PING, request_id=2, handle_id=link_id))
+                assert decode(zmq_answer(client), answer=True)["status"] == 0
+                clients.append((link_id, client))
+            time.sleep(0.5)  # idle slices: every link has read its connections' comings and goings
+            for link_id, client in clients:
+                client.send(encode(PING, request_id=3, handle_id=link_id))
+                assert decode(zmq_answer(client), answer=True)["status"] == 0
+            assert server.native.counters()["abandoned"] == 0
+            assert server.native.counters()["live"] == len(clients)
+    finally:
+        ctx.destroy(linger=0)

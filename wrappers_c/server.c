@@ -382,6 +382,26 @@ static void peer_change(void *monitor, link_peers *peers) {
     zmq_msg_close(&address);
 }
 
+/* Reads the connection events so far. */
+static void read_peer_changes(link_worker *w, link_peers *peers) {
+    for (;;) {
+        zmq_pollitem_t item = {w->peers_monitor, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&item, 1, 0) <= 0) return;
+        peer_change(w->peers_monitor, peers);
+    }
+}
+
+/* The client's request came on connection `fd`. A connection new to the link: the events so
+ * far, its own accepting among them, are of connections before it, and one of those that closed
+ * may have had the same descriptor (a stray's, freed just before the client came); so they are
+ * read first, and only later ones tell of this connection. */
+static void client_came_on(link_worker *w, link_peers *peers, int fd) {
+    if (fd == peers->client_fd) return;
+    if (w->peers_monitor) read_peer_changes(w, peers);
+    peers->client_fd = fd;
+    peers->client_left = 0;
+}
+
 /* Whether the link's client is gone for good, after reading the connection events so far: the
  * connection its requests came on closed (its process ended: nobody will release the link), or,
  * with no such connection known, every connection closed after the client was served, or no
@@ -390,11 +410,7 @@ static void peer_change(void *monitor, link_peers *peers) {
  * stays keep it once the client's connection closed. */
 static int client_gone(link_worker *w, link_peers *peers, int served, int64_t first_peer_due) {
     if (!w->peers_monitor) return 0;
-    for (;;) {
-        zmq_pollitem_t item = {w->peers_monitor, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&item, 1, 0) <= 0) break;
-        peer_change(w->peers_monitor, peers);
-    }
+    read_peer_changes(w, peers);
     if (peers->client_left) return 1;
     if (peers->open > 0) return 0;
     return served || ps_now_ns() > first_peer_due;
@@ -584,7 +600,7 @@ static int serve_zmq(link_worker *w) {
         answer_request(w, whole ? &request : NULL, owner, &released, &from_client, &sink);
         if (from_client) { /* the connection it came on is the client's (-1 where ZeroMQ names none) */
             served = 1;
-            peers.client_fd = zmq_msg_get(&frame, ZMQ_SRCFD);
+            client_came_on(w, &peers, zmq_msg_get(&frame, ZMQ_SRCFD));
         }
         zmq_msg_close(&routing_id);
         zmq_msg_close(&frame);
