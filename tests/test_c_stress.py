@@ -6,7 +6,7 @@ here — into an archive once, and each stress test links what it uses from that
 
 - tests/c/stress_pastset.c: the PastSet core (pastset/*.c).
 - tests/c/stress_stages.c: the stage layer (wrappers_c/ over pastset/): reduce-sum trees,
-  pass-through stages, links, counters, move_many.
+  pass-through stages, links, counters, move_many, failures explained to their own thread.
 - tests/c/stress_kernel_run.c: kernel runs, the C side of paths.h (threads, barriers, handles
   through the run's hooks, reports, a failing thread), over the stage layer.
 - tests/c/stress_batch.c: the aggregation stages: batch under many callers with every buffer

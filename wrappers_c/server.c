@@ -523,7 +523,7 @@ static int answer_request(link_worker *w, const ps_frame *request, int runnable,
         value = shape & (PS_OP_VALUE_OUT | PS_OP_TUPLES_OUT) || rc == PS_EAXED ? op.value : (int64_t)op.done;
         payload_length = shape & PS_OP_TUPLE_OUT && rc == PS_OK ? w->tuple_size : 0;
         if (ps_status_is_explained(rc) && ps_stage_explanations() != explained) { /* said while it ran */
-            ps_stage_error(w->link->stage, why, sizeof why);
+            ps_stage_explained_here(why, sizeof why);
             payload = why;
             payload_length = strnlen(why, ANSWER_TEXT_MAX); /* within a frame: it holds 8 KiB of tuples at least */
         }

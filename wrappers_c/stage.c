@@ -125,19 +125,25 @@ void ps_stage_print_error(ps_stage *stage, const char *what) {
     fprintf(stderr, "paths: %s: %s\n", what, why);
 }
 
-static _Atomic uint64_t explanations; /* stage errors written in this process */
+static _Thread_local uint64_t explained_here;               /* stage errors this thread wrote */
+static _Thread_local char said_here[PS_STAGE_ERROR_MAX];    /* ... and the last one's text */
 
 void ps_stage_explain(ps_stage *stage, const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);
-    pthread_mutex_lock(&stage->links_lock);
-    vsnprintf(stage->error, sizeof stage->error, fmt, args);
-    pthread_mutex_unlock(&stage->links_lock);
+    vsnprintf(said_here, sizeof said_here, fmt, args);
     va_end(args);
-    atomic_fetch_add_explicit(&explanations, 1, memory_order_relaxed);
+    pthread_mutex_lock(&stage->links_lock);
+    snprintf(stage->error, sizeof stage->error, "%s", said_here);
+    pthread_mutex_unlock(&stage->links_lock);
+    explained_here++;
 }
 
-uint64_t ps_stage_explanations(void) { return atomic_load_explicit(&explanations, memory_order_relaxed); }
+uint64_t ps_stage_explanations(void) { return explained_here; }
+
+void ps_stage_explained_here(char *out, size_t size) {
+    if (size) snprintf(out, size, "%s", said_here);
+}
 
 int ps_stage_refuse_inherited(ps_stage *stage, const char *held) {
     ps_stage_explain(stage, "%s: this process did not make the handle: a forked child inherits its parent's %s, "

@@ -30,6 +30,10 @@
  *             detach a cache above the same element over and over, a thread reads every stage's
  *             counters throughout (they never go back, and end exact); the owner's references go
  *             first, in shuffled order, and the last release frees everything (LeakSanitizer).
+ *   explain   16 threads on one reduce-sum make moves it refuses, each thread a count of its own,
+ *             all at once: each thread's failures are its own to explain (stage_base.h), each
+ *             counted once by its thread and told in its own words, never in another thread's,
+ *             though every one is written to the one stage's error.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -47,6 +51,7 @@
 
 #include "pastset.h"
 #include "stage.h"
+#include "stage_base.h" /* ps_stage_explanations, ps_stage_explained_here */
 #include "trace.h"
 
 enum { THREADS = 16, MAX_STAGES = 32, MAX_LEVELS = 3, AHEAD = 4, MAX_REPORTS = 20, MAX_COUNTERS = 32 };
@@ -1078,6 +1083,61 @@ static double run_links_scene(ps_space *space, int64_t rounds) {
 
 /* ---- main -------------------------------------------------------------------------------------------- */
 
+/* ---- explain: each thread's failures in its own words ------------------------------------------ */
+
+enum { SUM_AHEAD = 4 }; /* rounds a reduce-sum holds ahead of a caller's observes */
+
+typedef struct explain_worker {
+    ps_stage *sum;
+    int id;
+    int64_t rounds;
+    pthread_barrier_t *start;
+} explain_worker;
+
+static void *explain_refused(void *arg) {
+    explain_worker *w = arg;
+    ps_link link;
+    attach_or_die(w->sum, &link);
+    uint32_t count = SUM_AHEAD + 1 + (uint32_t)w->id; /* more than fit, and this thread's own count */
+    int64_t tuples[SUM_AHEAD + 1 + THREADS] = {0};
+    char own[64], said[PS_STAGE_ERROR_MAX];
+    snprintf(own, sizeof own, "these %u moves", count);
+    pthread_barrier_wait(w->start);
+    for (int64_t r = 0; r < w->rounds; r++) {
+        uint64_t before = ps_stage_explanations();
+        uint32_t done = 1;
+        int rc = link_move_many(&link, tuples, count, WAIT, &done);
+        ps_stage_explained_here(said, sizeof said);
+        if (rc != PS_ESTATE || done != 0) fail("explain: thread %d: %s with %u done, not refused", w->id,
+                                               ps_status_name(rc), done);
+        else if (ps_stage_explanations() != before + 1)
+            fail("explain: thread %d: %" PRIu64 " explanations counted for its one failure", w->id,
+                 ps_stage_explanations() - before);
+        else if (!strstr(said, own)) fail("explain: thread %d was told '%s', not of %s", w->id, said, own);
+        if (atomic_load(&failures)) break;
+    }
+    ps_link_detach(&link);
+    return NULL;
+}
+
+static void run_explain_scene(ps_space *space, int64_t rounds) {
+    atomic_store(&scene_running, "explain");
+    ps_stage *core = create_core(space, "explain", "q");
+    ps_stage *sum = create_sum(space, THREADS, core);
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, THREADS);
+    pthread_t threads[THREADS];
+    explain_worker workers[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        workers[i] = (explain_worker){sum, i, rounds, &start};
+        start_thread(&threads[i], explain_refused, &workers[i]);
+    }
+    for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
+    pthread_barrier_destroy(&start);
+    ps_stage_release(sum);
+    ps_stage_release(core);
+}
+
 int main(int argc, char **argv) {
     stress_run run = stress_begin("stress_stages", argc, argv, 2000, RUN_BUDGET);
     int64_t rounds = run.rounds;
@@ -1101,6 +1161,7 @@ int main(int argc, char **argv) {
     run_sum_scene(space, "timeouts", MODE_TINY_TIMEOUTS, two, 2, rounds / 4);
     run_pass_scene(space, rounds / 4, directory);
     run_links_scene(space, rounds / 4);
+    run_explain_scene(space, rounds / 4);
 
     int code = stress_end(&run);
     ps_space_free(space);
