@@ -449,6 +449,22 @@ static int send_then_pass(batch_stage *b, caller *c, ps_link *link, ps_op *op) {
     return rc;
 }
 
+/* Moves that fit in the filling buffer and neither begin it (its buffer may still be on its way)
+ * nor fill it (it goes down then), with no failure to hear of and no timer that shares the buffer:
+ * only copied, the way most moves go. Returns whether it took them. */
+static int buffered_at_once(batch_stage *b, caller *c, ps_op *op, uint32_t n) {
+    if (b->flush_ns || c->count == 0 || n >= b->capacity - c->count || ps_deferred_failure_pending(&c->failure))
+        return 0; /* the timer's first: with it, the buffer is the caller's only within take_owner */
+    size_t size = b->base.tuple_size;
+    unsigned char *to = c->filling + (size_t)c->count * size;
+    if (size == sizeof(int64_t) && n == 1) memcpy(to, op->in, sizeof(int64_t)); /* one word: no call */
+    else memcpy(to, op->in, (size_t)n * size);
+    c->count += n;
+    c->made += n;
+    op->done = n;
+    return 1;
+}
+
 static int batch_call(ps_link *link, ps_op *op) {
     batch_stage *b = batch_of(link);
     caller *c = &b->callers[link->slot];
@@ -456,6 +472,7 @@ static int batch_call(ps_link *link, ps_op *op) {
         return ps_stage_refuse_inherited(&b->base, b->has_sender ? "buffers and sender thread" : "buffers");
     uint32_t shape = ps_op_kinds[op->kind].shape;
     int moves_only = shape & (PS_OP_TUPLE_IN | PS_OP_TUPLES_IN) && !(shape & (PS_OP_TUPLE_OUT | PS_OP_TUPLES_OUT));
+    if (moves_only && op->done == 0 && buffered_at_once(b, c, op, ps_op_tuples_in(op))) return PS_OK;
     if (b->flush_ns) take_owner(c);
     int rc = moves_only ? buffer_moves(b, c, link, op) : send_then_pass(b, c, link, op);
     if (b->flush_ns) give_owner(b, c);
