@@ -35,7 +35,7 @@ and the short rounds of small k most: at k = 10 with the delay, batching saves a
 round, and one turn's round lies up to 5% off the median.
 At k = 10,000 the curve is flat from about 256 to 4096: on 2 cores those factors' rounds lie within
 a few per cent (at most about 10%) of each other, which is what decides where the best one falls
-from run to run. A caller puts a move into its buffer in about 15 ns and the server appends a
+from run to run. A caller puts a move into its buffer in about 10-15 ns and the server appends a
 frame's tuples in bulk, so a message (one of batch's sends) costs far more than its tuples: a
 hand-off to batch's sender thread and a frame's write, 3-4 us, the remote not waiting for its
 answer (with the delay, the caller sends its buffers into the delay's wire itself). Larger factors

@@ -298,3 +298,21 @@ def test_a_stray_connection_whose_descriptor_the_client_then_gets_is_not_the_cli
             assert server.native.counters()["live"] == len(clients)
     finally:
         ctx.destroy(linger=0)
+
+
+def test_a_failure_is_told_in_its_own_words_not_in_an_older_refusals():
+    """A reduce-sum over a remote: its refusal of an observe with no move first, heard, then the
+    server gone. The failure says the remote's reason, not the sum's older refusal (which its
+    stage still keeps, above the remote's)."""
+    with paths.runtime.server.PathServer("tcp://127.0.0.1:*", pastset=paths.PastSet()).start() as server:
+        handle = build_path(make_path(stage("reduce-sum", num_threads=1),
+                                      stage("remote", host=server.endpoint, timeout_ms=TIMEOUT_MS),
+                                      stage("core", name="OWNWORDS", format="q")))
+        with pytest.raises(RuntimeError, match="move first"):
+            handle.observe()
+        handle.move((1,))
+        assert handle.observe() == (1,)
+    with pytest.raises(ConnectionError) as failed:
+        handle.move((2,))
+        handle.observe()
+    assert "remote tcp://127.0.0.1:" in str(failed.value) and "move first" not in str(failed.value)

@@ -25,6 +25,8 @@ int ps_stage_init(ps_stage *stage, const ps_stage_kind *kind, const ps_tuple_for
     stage->free_slots = NULL;
     stage->free_count = 0;
     stage->below = below;
+    stage->error[0] = 0;
+    stage->error_serial = 0;
     stage->moves_queued = 0; /* a kind whose moves are queued says so after this */
     stage->axe_point = below && kind->role == PS_PASS_THROUGH ? below->axe_point : NULL; /* the core sets its own */
     if (kind->role == PS_PASS_THROUGH) {
@@ -109,12 +111,16 @@ uint32_t ps_stage_link_count(const ps_stage *stage) {
 }
 const ps_tuple_format *ps_stage_format(const ps_stage *stage) { return &stage->format; }
 ps_stage *ps_stage_below(const ps_stage *stage) { return stage->below; }
+static _Atomic uint64_t errors_written; /* stage errors written in the process: their order */
+
 void ps_stage_error(ps_stage *stage, char *out, size_t size) {
     if (size) *out = 0;
-    for (int found = 0; stage && !found; stage = stage->below) {
+    for (uint64_t newest = 0; stage; stage = stage->below) {
         pthread_mutex_lock(&stage->links_lock);
-        found = stage->error[0] != 0;
-        if (found && size) snprintf(out, size, "%s", stage->error);
+        if (stage->error[0] && stage->error_serial > newest) {
+            newest = stage->error_serial;
+            if (size) snprintf(out, size, "%s", stage->error);
+        }
         pthread_mutex_unlock(&stage->links_lock);
     }
 }
@@ -135,6 +141,7 @@ void ps_stage_explain(ps_stage *stage, const char *fmt, ...) {
     va_end(args);
     pthread_mutex_lock(&stage->links_lock);
     snprintf(stage->error, sizeof stage->error, "%s", said_here);
+    stage->error_serial = atomic_fetch_add_explicit(&errors_written, 1, memory_order_relaxed) + 1;
     pthread_mutex_unlock(&stage->links_lock);
     explained_here++;
 }

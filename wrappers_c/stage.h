@@ -199,9 +199,10 @@ ps_stage *ps_stage_below(const ps_stage *stage);
  * bytes (wire.md), and the stage names itself before it. */
 enum { PS_STAGE_ERROR_MAX = 1280 };
 /* The last failure explained by the stage or by a stage below it ("" if none): what a status
- * code alone cannot say, such as which server did not answer. Copied into out (size bytes, cut
- * to fit; PS_STAGE_ERROR_MAX holds any), each stage's line read under its lock: another thread
- * may be explaining a failure of its own meanwhile. */
+ * code alone cannot say, such as which server did not answer. Of the lines these stages keep, the
+ * one written last: an older one (a refusal the caller has heard of) is not the failure of now.
+ * Copied into out (size bytes, cut to fit; PS_STAGE_ERROR_MAX holds any), each stage's line read
+ * under its lock: another thread may be explaining a failure of its own meanwhile. */
 void ps_stage_error(ps_stage *stage, char *out, size_t size);
 /* Prints `paths: <what>: <that explanation>` on stderr: a failure a caller that leaves can no
  * longer be told of. */

@@ -28,6 +28,7 @@ struct ps_stage {
     int64_t retired_operations;    /* counters of links already detached */
     int64_t retired_bytes, retired_waits;
     char error[PS_STAGE_ERROR_MAX]; /* the last failure worth explaining, for messages (a server's refusal) */
+    uint64_t error_serial;         /* when it was written, in the process's order of stage errors */
     int moves_queued;              /* its moves return once on their way, before they take effect (a
                                       pipelined delay): a stage above need not send them from a thread */
     const int64_t *axe_point;      /* the element's axe point (ps_axe_point), where the stage passes
