@@ -316,3 +316,27 @@ def test_a_failure_is_told_in_its_own_words_not_in_an_older_refusals():
         handle.move((2,))
         handle.observe()
     assert "remote tcp://127.0.0.1:" in str(failed.value) and "move first" not in str(failed.value)
+
+
+def test_a_shared_sums_failed_round_is_explained_to_every_contributor(children):
+    """Two clients share a sum on a server, whose round goes down through a remote to a second
+    server, killed. The client whose move completes the round drives it down (its move itself
+    succeeds); each contributor's observe then fails, told in the driving call's words: the second
+    server's remote, named."""
+    first, first_endpoint = children.paths_serve("--allow-remote", "tcp://127.0.0.1:*")
+    second, second_endpoint = children.paths_serve()
+    path = make_path(stage("remote", host=first_endpoint, timeout_ms=5000), stage("reduce-sum", num_threads=2),
+                     stage("remote", host=second_endpoint, timeout_ms=TIMEOUT_MS),
+                     stage("core", name="SHARED", format="q"))
+    one, other = build_path(path, pastset=paths.PastSet()), build_path(path, pastset=paths.PastSet())
+    one.move(1)
+    other.move(2)
+    assert one.observe(timeout=5) == (3,) and other.observe(timeout=5) == (3,)
+    second.signal(signal.SIGKILL)
+    assert second.wait(PATIENCE_S) == -signal.SIGKILL
+    one.move(1)
+    other.move(2)  # completes the round: its link's thread on the first server drives it down
+    for handle in (one, other):
+        with pytest.raises(ConnectionError) as failed:
+            handle.observe(timeout=5)
+        assert f"remote {second_endpoint}" in str(failed.value), str(failed.value)

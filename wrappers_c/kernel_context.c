@@ -311,13 +311,14 @@ enum { RELEASE_FLUSH_MS = 1000 };
 static int flush_held_back(paths_kernel_ctx *c, ps_link *link, const char *when, int say_why) {
     if (!link->moved_last) return PS_OK;
     ps_op op = {.kind = PS_OP_FLUSH, .timeout_ns = RELEASE_FLUSH_MS * 1000000LL};
+    ps_error_mark began = ps_stage_error_mark();
     int rc = ps_link_call(link, &op);
     if (rc != PS_OK) ps_failure_cause_clear(); /* the explanation says it: no later call raises it */
     if (rc == PS_ETIMEDOUT) return PS_OK; /* on its way still (a slow link, a full bound): it stays in
                                              the stage's care, whose own release says what is lost */
     if (rc == PS_OK || !say_why) return rc;
     char why[PS_STAGE_ERROR_MAX];
-    ps_stage_error(link->stage, why, sizeof why);
+    ps_stage_error_since(link->stage, began, why, sizeof why);
     return explain(c, rc, "%s: the moves a handle held back could not go down: %s", when,
                    *why ? why : ps_status_name(rc));
 }
@@ -396,6 +397,7 @@ static int run_barrier(paths_kernel_ctx *c, int64_t timeout_ns) {
     int rc = PS_OK;
     if (!c->barrier && !(c->barrier = acquire_link(c, PS_BARRIER_ELEMENT, "q", &rc))) return rc;
     int64_t deadline = ps_deadline(timeout_ns), one = 1, total = 0;
+    ps_error_mark began = ps_stage_error_mark();
     if (!c->barrier_moved) {
         ps_op move = {.kind = PS_OP_MOVE, .in = &one, .timeout_ns = timeout_ns};
         rc = ps_link_call(c->barrier, &move);
@@ -406,7 +408,7 @@ static int run_barrier(paths_kernel_ctx *c, int64_t timeout_ns) {
     if (rc == PS_OK) c->barrier_moved = 0;
     if (rc != PS_OK) {
         char why[PS_STAGE_ERROR_MAX];
-        ps_stage_error(c->barrier->stage, why, sizeof why);
+        ps_stage_error_since(c->barrier->stage, began, why, sizeof why);
         return explain(c, rc, "paths_barrier: %s%s%s", ps_status_name(rc), *why ? ": " : "", why);
     }
     if (total != c->run->threads)

@@ -85,12 +85,13 @@ void fence(const py::object &handles, const py::object &timeout) {
         }
     } claimed(held);
     size_t failed = 0;
+    ps_error_mark began = ps_stage_error_mark();
     int rc = wait_in_slices([&](int64_t slice) { return ps_links_fence(links.data(), links.size(), slice, &failed); },
                             timeout, PS_FOREVER);
     if (rc == PS_OK) return;
     std::string what = "fence of " + std::to_string(held.size()) + " handle" + (held.size() == 1 ? "" : "s");
     if (held.size() > 1) what += ", at handle " + std::to_string(failed) + " (" + held[failed]->label() + ")";
-    std::string why = rc == PS_ETIMEDOUT ? "" : held[failed]->explanation();
+    std::string why = rc == PS_ETIMEDOUT ? "" : held[failed]->explanation(began);
     raise_status(rc, why.empty() ? what : what + " (" + why + ")");
 }
 

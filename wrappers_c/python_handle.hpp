@@ -28,6 +28,14 @@ inline std::string stage_error(ps_stage *stage) {
     return line;
 }
 
+// What the stage or one below it said of a failed call this thread began at `since`
+// (ps_stage_error_since: "" if nothing).
+inline std::string stage_error_since(ps_stage *stage, ps_error_mark since) {
+    char line[PS_STAGE_ERROR_MAX];
+    ps_stage_error_since(stage, since, line, sizeof line);
+    return line;
+}
+
 // One reference to a built C stage, owned by Python. Keeps the PastSet alive for the core.
 class Stage {
 public:
@@ -72,6 +80,7 @@ public:
         if (!link_) {
             link_ = &owned_;
             int rc;
+            ps_error_mark began = ps_stage_error_mark();
             {
                 ReleasedGil released;  // a remote stage waits for its server here ...
                 WaitsHearSignals hearing;          // ... hearing Ctrl-C
@@ -86,7 +95,7 @@ public:
                 throw py::value_error("attach to stage '" + stage_->kind() + "': its fan-in of " +
                                       std::to_string(stage_->max_links()) + " callers (or one below it) is used up");
             if (rc != PS_OK) {
-                std::string why = stage_error(stage_->get());
+                std::string why = stage_error_since(stage_->get(), began);
                 raise_status(rc, "attach to stage '" + stage_->kind() + "'" + (why.empty() ? "" : ": " + why));
             }
             owns_ = true;
@@ -108,6 +117,7 @@ public:
         if (owned) claim();  // seq_cst, against release_if_idle
         int rc = PS_ECLOSED;
         ps_failure_cause_clear();  // one an earlier call left: not this one's
+        began_ = ps_stage_error_mark();
         if (!released_.load() && link_) {
             rc = ps_link_call(link_, op);
             moved_ += op->done;
@@ -164,11 +174,13 @@ public:
     // reset: what a Python stage's call already did below when it raises.
     int64_t moved() const { return moved_; }
     void reset_moved() { moved_ = 0; }
-    // What the stage could say about its last failure (a remote names its server).
-    std::string explanation() const {
+    // What the stage could say about the failure of its last call (a remote names its server),
+    // or of a call this thread began at `since`.
+    std::string explanation() const { return explanation(began_); }
+    std::string explanation(ps_error_mark since) const {
         if (!stage_ || released_.load()) return "the handle was released";
         if (!link_) return "a Python stage's `below` is a handle only during the call it was given to";
-        return stage_error(stage_->get());
+        return stage_error_since(stage_->get(), since);
     }
     // The view a Python stage gets of its link below has the link only while a call it serves runs
     // (nullptr otherwise: its caller's handle, and the link with it, may be gone): lends it one.
@@ -192,6 +204,7 @@ private:
     std::atomic<bool> released_{false};
     int64_t deadline_ = PS_FOREVER;
     int64_t moved_ = 0;
+    ps_error_mark began_{};  // where its last call began, for explanation()
 };
 
 using Handle = Endpoint<LinkCalls>;

@@ -55,6 +55,7 @@ typedef struct round_slot {
     unsigned char *sum;           /* a line of its own */
     unsigned char *total;         /* total_inline, or a buffer of its own for larger tuples */
     unsigned char *buffers;       /* what was allocated for the above */
+    char why[PS_STAGE_ERROR_MAX]; /* a failed round: what the stages below said to its driver */
 } round_slot;
 
 typedef struct reduce_sum_stage {
@@ -89,8 +90,11 @@ static void wake_observers(reduce_sum_stage *s) {
     for (int i = 0; i < ROUND_SLOTS; i++) ps_waitpoint_wake(&s->slots[i].ready_wp);
 }
 
-static void finish_round(reduce_sum_stage *s, round_slot *slot, uint64_t round, int status) {
+/* The round's status is what its downward call (begun at `began`) returned. */
+static void finish_round(reduce_sum_stage *s, round_slot *slot, uint64_t round, int status, ps_error_mark began) {
     slot->status = status;
+    slot->why[0] = 0;
+    if (ps_status_is_explained(status)) ps_stage_error_since(s->base.below, began, slot->why, sizeof slot->why);
     atomic_store_explicit(&slot->ready, round + 1, memory_order_release);
     atomic_store(&s->down_observed, round + 1);
     ps_waitpoint_wake(&slot->ready_wp);
@@ -111,9 +115,10 @@ static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
             if (moved > observed && !forwards(s)) {
                 round_slot *slot = &s->slots[observed % ROUND_SLOTS];
                 ps_op observe = {.kind = PS_OP_OBSERVE, .out = slot->total, .timeout_ns = timeout_ns};
+                ps_error_mark began = ps_stage_error_mark();
                 rc = ps_link_call(down, &observe);
                 if (rc == PS_ETIMEDOUT) break;
-                finish_round(s, slot, observed, rc);
+                finish_round(s, slot, observed, rc, began);
             } else {
                 round_slot *slot = &s->slots[moved % ROUND_SLOTS];
                 if (atomic_load_explicit(&slot->summed, memory_order_acquire) != moved + 1) break;
@@ -129,12 +134,13 @@ static int drive(reduce_sum_stage *s, int64_t timeout_ns) {
                     /* Move the sum down and observe the total: one round trip through a remote. */
                     ps_op exchange = {.kind = PS_OP_EXCHANGE, .in = slot->sum, .out = slot->total,
                                       .timeout_ns = timeout_ns};
+                    ps_error_mark began = ps_stage_error_mark();
                     rc = ps_link_call(down, &exchange);
                     int did_move = exchange.done != 0;
                     if (did_move) atomic_store(&s->down_moved, moved + 1);
                     if (rc == PS_ETIMEDOUT) break; /* moved: the observe is left pending; else both are */
                     if (!did_move) atomic_store(&s->down_moved, moved + 1); /* a failed move: no total comes */
-                    finish_round(s, slot, moved, rc);
+                    finish_round(s, slot, moved, rc, began);
                 }
             }
             rc = PS_OK;
@@ -215,6 +221,13 @@ static int wait_round(ps_link *link, uint64_t round, int64_t timeout_ns) {
     }
 }
 
+/* A round's status for one of its callers: a failure told again in the caller's own thread, in
+ * its driver's words (ps_stage_error_since finds them for the caller's call). */
+static int round_status(reduce_sum_stage *s, const round_slot *slot) {
+    if (slot->status != PS_OK && slot->why[0]) ps_stage_explain(&s->base, "%s", slot->why);
+    return slot->status;
+}
+
 static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
     reduce_sum_stage *s = sum_of(link);
     uint64_t round = link->observes;
@@ -228,7 +241,7 @@ static int sum_observe(ps_link *link, void *out, int64_t timeout_ns) {
     round_slot *slot = &s->root->slots[round % ROUND_SLOTS];
     memcpy(out, slot->total, s->base.tuple_size);
     link->observes = round + 1;
-    return slot->status;
+    return round_status(s, slot);
 }
 
 /* A move_many is that many contributions, of consecutive rounds: taken whole when they all fit in
@@ -306,7 +319,7 @@ static int sum_fence(ps_link *link, ps_op *op) {
     if (link->moves > link->observes) {
         uint64_t last = link->moves - 1;
         int rc = wait_round(link, last, op->timeout_ns);
-        if (rc == PS_OK) rc = sum_of(link)->root->slots[last % ROUND_SLOTS].status;
+        if (rc == PS_OK) rc = round_status(sum_of(link), &sum_of(link)->root->slots[last % ROUND_SLOTS]);
         if (rc != PS_OK) return rc;
     }
     int64_t timeout_ns = op->timeout_ns;

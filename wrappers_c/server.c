@@ -361,6 +361,7 @@ typedef struct link_peers {
     int open;        /* connections accepted and not closed yet */
     int client_fd;   /* the connection the client's last request came on (-1: none known) */
     int client_left; /* that connection closed */
+    int adopting;    /* the events read are those before client_fd's first request (client_came_on) */
 } link_peers;
 
 /* Reads one monitor event into the peers: a connection accepted or closed. */
@@ -375,7 +376,8 @@ static void peer_change(void *monitor, link_peers *peers) {
         memcpy(&code, data, sizeof code);
         memcpy(&fd, data + 2, sizeof fd);
         peers->open += code == ZMQ_EVENT_ACCEPTED ? 1 : code == ZMQ_EVENT_DISCONNECTED ? -1 : 0;
-        if (code == ZMQ_EVENT_DISCONNECTED && (int)fd == peers->client_fd) peers->client_left = 1;
+        if ((int)fd == peers->client_fd && code == ZMQ_EVENT_DISCONNECTED) peers->client_left = 1;
+        if ((int)fd == peers->client_fd && code == ZMQ_EVENT_ACCEPTED && peers->adopting) peers->client_left = 0;
     }
     if (zmq_msg_more(&event)) zmq_msg_recv(&address, monitor, 0);
     zmq_msg_close(&event);
@@ -391,15 +393,18 @@ static void read_peer_changes(link_worker *w, link_peers *peers) {
     }
 }
 
-/* The client's request came on connection `fd`. A connection new to the link: the events so
- * far, its own accepting among them, are of connections before it, and one of those that closed
- * may have had the same descriptor (a stray's, freed just before the client came); so they are
- * read first, and only later ones tell of this connection. */
+/* The client's request came on connection `fd`, new to the link. The events so far end with its
+ * accepting, after those of any connection before it with the same descriptor (a stray's, freed
+ * just before the client came), and may go on with its closing (a client gone since): so, of the
+ * events for that descriptor read now, the last one says whether the client's connection is
+ * open. Later ones are the client's. */
 static void client_came_on(link_worker *w, link_peers *peers, int fd) {
     if (fd == peers->client_fd) return;
-    if (w->peers_monitor) read_peer_changes(w, peers);
     peers->client_fd = fd;
     peers->client_left = 0;
+    peers->adopting = 1;
+    if (w->peers_monitor) read_peer_changes(w, peers);
+    peers->adopting = 0;
 }
 
 /* Whether the link's client is gone for good, after reading the connection events so far: the
@@ -493,13 +498,14 @@ static int answer_request(link_worker *w, const ps_frame *request, int runnable,
     ps_op op;
     int ran = 0;
     uint8_t code = 0;
-    uint64_t request_id = 0, explained = 0;
+    uint64_t request_id = 0;
+    ps_error_mark began = {0, 0};
     *from_client = 0;
     if (request) {
         code = request->op;
         request_id = request->request_id;
         if (runnable) {
-            explained = ps_stage_explanations();
+            began = ps_stage_error_mark();
             rc = run_request(w, request, &op, &ran);
         }
         *released = request->op == PS_WIRE_RELEASE && rc == PS_OK;
@@ -513,8 +519,9 @@ static int answer_request(link_worker *w, const ps_frame *request, int runnable,
     uint32_t shape = ran ? ps_op_kinds[op.kind].shape : 0;
     if (shape & PS_OP_TUPLES_OUT && rc == PS_OK) return send_range(w, request, &op, sink);
     /* The answer's value: the kind's value (a tuple freed by axe: the first live index), or else
-     * the tuples of the request that took effect. Its payload: the tuple out, or a failure's
-     * explanation by the link's path, as text. */
+     * the tuples of the request that took effect. Its payload: the tuple out, or the explanation of
+     * the failure written while it ran (ps_stage_error_since), as text: never an older one, nor
+     * another client's that this link's path does not share. */
     int64_t value = 0;
     const void *payload = w->tuple;
     size_t payload_length = 0;
@@ -522,8 +529,8 @@ static int answer_request(link_worker *w, const ps_frame *request, int runnable,
     if (ran) {
         value = shape & (PS_OP_VALUE_OUT | PS_OP_TUPLES_OUT) || rc == PS_EAXED ? op.value : (int64_t)op.done;
         payload_length = shape & PS_OP_TUPLE_OUT && rc == PS_OK ? w->tuple_size : 0;
-        if (ps_status_is_explained(rc) && ps_stage_explanations() != explained) { /* said while it ran */
-            ps_stage_explained_here(why, sizeof why);
+        if (ps_status_is_explained(rc)) {
+            ps_stage_error_since(w->link->stage, began, why, sizeof why);
             payload = why;
             payload_length = strnlen(why, ANSWER_TEXT_MAX); /* within a frame: it holds 8 KiB of tuples at least */
         }

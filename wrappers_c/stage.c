@@ -111,11 +111,14 @@ uint32_t ps_stage_link_count(const ps_stage *stage) {
 }
 const ps_tuple_format *ps_stage_format(const ps_stage *stage) { return &stage->format; }
 ps_stage *ps_stage_below(const ps_stage *stage) { return stage->below; }
-static _Atomic uint64_t errors_written; /* stage errors written in the process: their order */
+static _Atomic uint64_t errors_written;                     /* stage errors written in the process: their order */
+static _Thread_local uint64_t explained_here;               /* ... and by this thread */
+static _Thread_local char said_here[PS_STAGE_ERROR_MAX];    /* ... the last one's text */
 
-void ps_stage_error(ps_stage *stage, char *out, size_t size) {
+/* The newest line the stages of the path from `stage` down keep, of those written after `after`. */
+static void newest_error(ps_stage *stage, uint64_t after, char *out, size_t size) {
     if (size) *out = 0;
-    for (uint64_t newest = 0; stage; stage = stage->below) {
+    for (uint64_t newest = after; stage; stage = stage->below) {
         pthread_mutex_lock(&stage->links_lock);
         if (stage->error[0] && stage->error_serial > newest) {
             newest = stage->error_serial;
@@ -125,14 +128,22 @@ void ps_stage_error(ps_stage *stage, char *out, size_t size) {
     }
 }
 
+void ps_stage_error(ps_stage *stage, char *out, size_t size) { newest_error(stage, 0, out, size); }
+
+ps_error_mark ps_stage_error_mark(void) {
+    return (ps_error_mark){explained_here, atomic_load_explicit(&errors_written, memory_order_relaxed)};
+}
+
+void ps_stage_error_since(ps_stage *stage, ps_error_mark since, char *out, size_t size) {
+    if (explained_here == since.here) newest_error(stage, since.written, out, size);
+    else if (size) snprintf(out, size, "%s", said_here);
+}
+
 void ps_stage_print_error(ps_stage *stage, const char *what) {
     char why[PS_STAGE_ERROR_MAX];
     ps_stage_error(stage, why, sizeof why);
     fprintf(stderr, "paths: %s: %s\n", what, why);
 }
-
-static _Thread_local uint64_t explained_here;               /* stage errors this thread wrote */
-static _Thread_local char said_here[PS_STAGE_ERROR_MAX];    /* ... and the last one's text */
 
 void ps_stage_explain(ps_stage *stage, const char *fmt, ...) {
     va_list args;
@@ -144,12 +155,6 @@ void ps_stage_explain(ps_stage *stage, const char *fmt, ...) {
     stage->error_serial = atomic_fetch_add_explicit(&errors_written, 1, memory_order_relaxed) + 1;
     pthread_mutex_unlock(&stage->links_lock);
     explained_here++;
-}
-
-uint64_t ps_stage_explanations(void) { return explained_here; }
-
-void ps_stage_explained_here(char *out, size_t size) {
-    if (size) snprintf(out, size, "%s", said_here);
 }
 
 int ps_stage_refuse_inherited(ps_stage *stage, const char *held) {

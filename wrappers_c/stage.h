@@ -204,6 +204,18 @@ enum { PS_STAGE_ERROR_MAX = 1280 };
  * Copied into out (size bytes, cut to fit; PS_STAGE_ERROR_MAX holds any), each stage's line read
  * under its lock: another thread may be explaining a failure of its own meanwhile. */
 void ps_stage_error(ps_stage *stage, char *out, size_t size);
+/* Where a call began, for ps_stage_error_since: the stage errors written so far, by the calling
+ * thread and in the process. */
+typedef struct ps_error_mark {
+    uint64_t here, written;
+} ps_error_mark;
+ps_error_mark ps_stage_error_mark(void);
+/* The explanation of a failed call the calling thread began at `since`: the last stage error the
+ * thread wrote since, else the newest a stage of the path from `stage` down got since (another
+ * thread's, on a stage they share: a sum's round that the caller completing it drove down); ""
+ * if none. An older line (a refusal its caller has heard of, another caller's failure before)
+ * is never this call's; nor is another thread's while this one wrote its own. */
+void ps_stage_error_since(ps_stage *stage, ps_error_mark since, char *out, size_t size);
 /* Prints `paths: <what>: <that explanation>` on stderr: a failure a caller that leaves can no
  * longer be told of. */
 void ps_stage_print_error(ps_stage *stage, const char *what);

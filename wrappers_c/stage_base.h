@@ -47,14 +47,8 @@ static inline int ps_axe_may_have_taken_effect(int rc) {
 }
 
 /* Sets the stage's error (its explanation of a failure) to the formatted text, cut to fit; every
- * stage's error is written here. ps_stage_explanations counts these writes by the calling thread,
- * and ps_stage_explained_here gives the text of its last: a server sends an explanation with a
- * failure only if its thread wrote one while the operation ran, and that one, so that a client is
- * never told another client's (their paths may share stages, each stage's error the last
- * written by anyone). */
+ * stage's error is written here (and counted for ps_stage_error_since). */
 void ps_stage_explain(ps_stage *stage, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-uint64_t ps_stage_explanations(void);
-void ps_stage_explained_here(char *out, size_t size);
 
 /* A caller's link made in its parent process (forks.h): what the stage holds for it (buffers, a
  * thread's queue, a connection) is the parent's, for the parent to send. Says so in the stage's

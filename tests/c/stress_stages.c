@@ -31,9 +31,8 @@
  *             counters throughout (they never go back, and end exact); the owner's references go
  *             first, in shuffled order, and the last release frees everything (LeakSanitizer).
  *   explain   16 threads on one reduce-sum make moves it refuses, each thread a count of its own,
- *             all at once: each thread's failures are its own to explain (stage_base.h), each
- *             counted once by its thread and told in its own words, never in another thread's,
- *             though every one is written to the one stage's error.
+ *             all at once: each thread's failure is told in its own words (ps_stage_error_since),
+ *             never in another thread's, though every one is written to the one stage's error.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -51,7 +50,6 @@
 
 #include "pastset.h"
 #include "stage.h"
-#include "stage_base.h" /* ps_stage_explanations, ps_stage_explained_here */
 #include "trace.h"
 
 enum { THREADS = 16, MAX_STAGES = 32, MAX_LEVELS = 3, AHEAD = 4, MAX_REPORTS = 20, MAX_COUNTERS = 32 };
@@ -1104,15 +1102,12 @@ static void *explain_refused(void *arg) {
     snprintf(own, sizeof own, "these %u moves", count);
     pthread_barrier_wait(w->start);
     for (int64_t r = 0; r < w->rounds; r++) {
-        uint64_t before = ps_stage_explanations();
+        ps_error_mark began = ps_stage_error_mark();
         uint32_t done = 1;
         int rc = link_move_many(&link, tuples, count, WAIT, &done);
-        ps_stage_explained_here(said, sizeof said);
+        ps_stage_error_since(w->sum, began, said, sizeof said);
         if (rc != PS_ESTATE || done != 0) fail("explain: thread %d: %s with %u done, not refused", w->id,
                                                ps_status_name(rc), done);
-        else if (ps_stage_explanations() != before + 1)
-            fail("explain: thread %d: %" PRIu64 " explanations counted for its one failure", w->id,
-                 ps_stage_explanations() - before);
         else if (!strstr(said, own)) fail("explain: thread %d was told '%s', not of %s", w->id, said, own);
         if (atomic_load(&failures)) break;
     }
