@@ -416,6 +416,10 @@ def test_a_member_waiting_for_a_stalled_partner_learns_its_other_partners_broke_
         zero.observe(timeout=TIMEOUT_S)
     assert time.monotonic() - begun < TIMEOUT_S / 2
     assert f"member 3 (its server {g.servers[3].endpoint}) left the group (heard from member 2)" in str(failed.value)
+    for later in (lambda: zero.move((2,), timeout=TIMEOUT_S), lambda: two.observe(timeout=TIMEOUT_S)):
+        with pytest.raises(ConnectionError) as told_again:  # a later call is told why, too
+            later()
+        assert f"member 3 (its server {g.servers[3].endpoint})" in str(told_again.value)
 
 
 def test_partners_that_finish_their_last_round_and_go_leave_the_others_round_whole(group):

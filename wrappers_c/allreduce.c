@@ -131,6 +131,8 @@ typedef struct allreduce_stage {
     unsigned char *partials;/* ROUNDS_AHEAD slots: a round's partial, as moved */
     unsigned char *totals;  /* ROUNDS_AHEAD slots: a round's total, once completed */
     int status[ROUNDS_AHEAD]; /* a completed round's status */
+    char why[ROUNDS_AHEAD][PS_STAGE_ERROR_MAX]; /* a completed round's failure, as the stage below said it */
+    char broke[PS_STAGE_ERROR_MAX]; /* why the group broke, as the stage said it */
     unsigned char *frame;   /* an encoded PART */
     _Atomic int64_t rounds, refused;
 } allreduce_stage;
@@ -314,6 +316,7 @@ static int break_group(allreduce_stage *a, news why) {
     unsigned char said[PS_PEER_NEWS];
     put_news(said, why);
     a->failed = PS_EREMOTE;
+    ps_stage_error(&a->base, a->broke, sizeof a->broke); /* what the caller that broke it was just told */
     tell_partners(a, said);
     int64_t until = a->listed ? 0 : ps_now_ns() + a->timeout_ns;
     if (ps_peer_list_broken(a, a->group, a->rank, a->shape, said, until) == PS_OK) a->listed = 1;
@@ -695,10 +698,12 @@ static int complete_until(allreduce_stage *a, uint64_t last, int64_t deadline) {
         int status = PS_OK;
         if (!a->started) rc = start_round(a);
         if (rc == PS_OK) rc = advance(a, 1, deadline);
+        ps_error_mark began = ps_stage_error_mark();
         if (rc == PS_OK && a->down != 2) rc = go_down(a, deadline, &status);
         if (rc != PS_OK) return rc;
         memcpy(slot_of(a, a->totals, a->completed), a->sum, a->base.tuple_size);
         a->status[a->completed % ROUNDS_AHEAD] = status;
+        ps_stage_said_since(began, a->why[a->completed % ROUNDS_AHEAD], PS_STAGE_ERROR_MAX);
         a->completed++;
         a->started = 0;
         atomic_store_explicit(&a->rounds, (int64_t)a->completed, memory_order_relaxed);
@@ -711,10 +716,24 @@ static int refused_call(allreduce_stage *a, const char *why) {
     return PS_ESTATE;
 }
 
+/* A failure met in an earlier call, told again to this one: the group's break, ... */
+static int still_broken(allreduce_stage *a) {
+    ps_stage_explain(&a->base, "%s", a->broke);
+    return a->failed;
+}
+
+/* ... or a completed round's. */
+static int round_status(allreduce_stage *a, uint64_t round) {
+    int status = a->status[round % ROUNDS_AHEAD];
+    const char *why = a->why[round % ROUNDS_AHEAD];
+    if (status != PS_OK && why[0]) ps_stage_explain(&a->base, "%s", why);
+    return status;
+}
+
 /* A move never waits: its partial goes out to the partners at once when the member has joined
  * its group and has no earlier round under way; else it waits its turn, for a later call. */
 static int allreduce_move(allreduce_stage *a, const void *tuple) {
-    if (a->failed) return a->failed;
+    if (a->failed) return still_broken(a);
     if (a->moved >= a->observed + ROUNDS_AHEAD)
         return refused_call(a, "a move more than 4 rounds ahead of this caller's observes: observe first");
     memcpy(slot_of(a, a->partials, a->moved), tuple, a->base.tuple_size);
@@ -725,13 +744,13 @@ static int allreduce_move(allreduce_stage *a, const void *tuple) {
 }
 
 static int allreduce_observe(allreduce_stage *a, void *out, int64_t timeout_ns) {
-    if (a->failed) return a->failed;
+    if (a->failed) return still_broken(a);
     if (a->observed == a->moved) return refused_call(a, "an observe with no move of its own before it: each "
                                                         "observe answers one");
     int rc = complete_until(a, a->observed, ps_deadline(timeout_ns));
     if (rc != PS_OK) return rc;
     memcpy(out, slot_of(a, a->totals, a->observed), a->base.tuple_size);
-    return a->status[a->observed++ % ROUNDS_AHEAD];
+    return round_status(a, a->observed++);
 }
 
 /* A move_many is that many partials, of consecutive rounds: taken whole when they all fit in the
@@ -748,9 +767,9 @@ static int allreduce_move_many(ps_link *link, ps_op *op) {
 static int allreduce_fence(ps_link *link, ps_op *op) {
     allreduce_stage *a = allreduce_of(link);
     int64_t deadline = ps_deadline(op->timeout_ns);
-    if (a->failed) return a->failed;
+    if (a->failed) return still_broken(a);
     int rc = a->moved > a->completed ? complete_until(a, a->moved - 1, deadline) : PS_OK;
-    for (uint64_t r = a->observed; rc == PS_OK && r < a->moved; r++) rc = a->status[r % ROUNDS_AHEAD];
+    for (uint64_t r = a->observed; rc == PS_OK && r < a->moved; r++) rc = round_status(a, r);
     if (rc != PS_OK) return rc;
     int64_t timeout_ns = op->timeout_ns;
     op->timeout_ns = ps_remaining(deadline);

@@ -113,13 +113,13 @@ int paths_axe(paths_handle *h, int64_t index);    /* free the tuples before inde
 size_t paths_tuple_size(const paths_handle *h);
 const char *paths_format(const paths_handle *h);
 const char *paths_strerror(int status);           /* "PATHS_ETIMEDOUT: a timeout passed", ... */
-/* What a status alone cannot say about the calling thread's last operation (or fence) on h, failed,
- * as one line: what a stage of h's path explained while it ran (which server did not answer; a
- * batch's failed send and how many of its moves took effect); "" when none did, or h is NULL.
- * Stages are shared by the handles merged into them: where the thread's own call explained
- * nothing, the line may be another handle's, written on a stage they share meanwhile (a sum's
- * round another caller drove down). It is the calling thread's copy, kept until the thread calls
- * paths_handle_error again. */
+/* What a status alone cannot say about the calling thread's last operation, failed, when it was
+ * on h (or a fence that failed at h), as one line: what a stage of h's path explained while it ran
+ * (which server did not answer; a batch's failed send and how many of its moves took effect); ""
+ * when none did, or h is NULL. Asked of another handle: the last failure a stage of its path
+ * explained. Stages are shared by the handles merged into them, so where the thread's own call
+ * explained nothing, the line may be another handle's. It is the calling thread's copy, kept
+ * until the thread calls paths_handle_error again. */
 const char *paths_handle_error(const paths_handle *h);
 
 /* ---- the kernel's context ------------------------------------------------------------------ */

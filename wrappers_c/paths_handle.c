@@ -17,12 +17,15 @@ _Static_assert(PATHS_EFAILED >= PS_STATUS_COUNT, "PATHS_EFAILED is none of the c
 static ps_link *link_of(paths_handle *h) { return (ps_link *)h; }
 static const ps_link *const_link_of(const paths_handle *h) { return (const ps_link *)h; }
 
-/* Where the thread's last operation began, for paths_handle_error. */
+/* The thread's last operation (a failed fence: the handle it failed at), and where it began; for
+ * paths_handle_error. */
+static _Thread_local const paths_handle *last_handle;
 static _Thread_local ps_error_mark last_began;
 
 /* One operation through the handle's link. A C caller hears of a failure by its status: a cause
  * it left this thread (a Python stage's exception, failure_cause.h) has nobody to reach. */
 static int call(paths_handle *h, ps_op *op) {
+    last_handle = h;
     last_began = ps_stage_error_mark();
     int rc = ps_link_call(link_of(h), op);
     if (rc != PS_OK) ps_failure_cause_clear();
@@ -87,9 +90,12 @@ int paths_fence(paths_handle *const *handles, size_t n, int64_t timeout_ns) {
     for (size_t i = 0; i < n; i++)
         if (!handles[i]) return PS_EINVAL; /* before any handle's moves go down */
     size_t failed;
-    last_began = ps_stage_error_mark();
+    ps_error_mark began = ps_stage_error_mark();
     int rc = ps_links_fence((ps_link *const *)handles, n, timeout_ns, &failed);
-    if (rc != PS_OK) ps_failure_cause_clear();
+    if (rc == PS_OK) return rc;
+    ps_failure_cause_clear();
+    last_handle = handles[failed]; /* the handle it failed at: paths_handle_error's */
+    last_began = began;
     return rc;
 }
 
@@ -117,7 +123,8 @@ const char *paths_format(const paths_handle *h) { return h ? ps_stage_format(con
 const char *paths_handle_error(const paths_handle *h) {
     static _Thread_local char line[PS_STAGE_ERROR_MAX];
     line[0] = 0;
-    if (h) ps_stage_error_since(const_link_of(h)->stage, last_began, line, sizeof line);
+    if (h && h == last_handle) ps_stage_error_since(const_link_of(h)->stage, last_began, line, sizeof line);
+    else if (h) ps_stage_error(const_link_of(h)->stage, line, sizeof line); /* not its last operation's */
     return line;
 }
 

@@ -520,8 +520,9 @@ static int answer_request(link_worker *w, const ps_frame *request, int runnable,
     if (shape & PS_OP_TUPLES_OUT && rc == PS_OK) return send_range(w, request, &op, sink);
     /* The answer's value: the kind's value (a tuple freed by axe: the first live index), or else
      * the tuples of the request that took effect. Its payload: the tuple out, or the explanation of
-     * the failure written while it ran (ps_stage_error_since), as text: never an older one, nor
-     * another client's that this link's path does not share. */
+     * the failure its thread wrote while it ran (ps_stage_said_since), as text: never an older
+     * one, nor another client's. (A stage tells a failure met in an earlier call again, in the
+     * caller's thread: a sum's failed round, a batch's failed send.) */
     int64_t value = 0;
     const void *payload = w->tuple;
     size_t payload_length = 0;
@@ -530,7 +531,7 @@ static int answer_request(link_worker *w, const ps_frame *request, int runnable,
         value = shape & (PS_OP_VALUE_OUT | PS_OP_TUPLES_OUT) || rc == PS_EAXED ? op.value : (int64_t)op.done;
         payload_length = shape & PS_OP_TUPLE_OUT && rc == PS_OK ? w->tuple_size : 0;
         if (ps_status_is_explained(rc)) {
-            ps_stage_error_since(w->link->stage, began, why, sizeof why);
+            ps_stage_said_since(began, why, sizeof why);
             payload = why;
             payload_length = strnlen(why, ANSWER_TEXT_MAX); /* within a frame: it holds 8 KiB of tuples at least */
         }

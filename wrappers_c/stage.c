@@ -134,9 +134,13 @@ ps_error_mark ps_stage_error_mark(void) {
     return (ps_error_mark){explained_here, atomic_load_explicit(&errors_written, memory_order_relaxed)};
 }
 
+void ps_stage_said_since(ps_error_mark since, char *out, size_t size) {
+    if (size) snprintf(out, size, "%s", explained_here == since.here ? "" : said_here);
+}
+
 void ps_stage_error_since(ps_stage *stage, ps_error_mark since, char *out, size_t size) {
     if (explained_here == since.here) newest_error(stage, since.written, out, size);
-    else if (size) snprintf(out, size, "%s", said_here);
+    else ps_stage_said_since(since, out, size);
 }
 
 void ps_stage_print_error(ps_stage *stage, const char *what) {

@@ -216,6 +216,10 @@ ps_error_mark ps_stage_error_mark(void);
  * if none. An older line (a refusal its caller has heard of, another caller's failure before)
  * is never this call's; nor is another thread's while this one wrote its own. */
 void ps_stage_error_since(ps_stage *stage, ps_error_mark since, char *out, size_t size);
+/* Only the first of those: the last stage error the calling thread wrote since `since` (""). What
+ * a server tells a client, and what a stage keeps of a failure to tell its callers again: never
+ * another thread's, which may be another client's on a stage they share. */
+void ps_stage_said_since(ps_error_mark since, char *out, size_t size);
 /* Prints `paths: <what>: <that explanation>` on stderr: a failure a caller that leaves can no
  * longer be told of. */
 void ps_stage_print_error(ps_stage *stage, const char *what);
