@@ -316,7 +316,9 @@ static int break_group(allreduce_stage *a, news why) {
     unsigned char said[PS_PEER_NEWS];
     put_news(said, why);
     a->failed = PS_EREMOTE;
-    ps_stage_error(&a->base, a->broke, sizeof a->broke); /* what the caller that broke it was just told */
+    pthread_mutex_lock(&a->base.links_lock); /* what the caller that broke it was just told: */
+    snprintf(a->broke, sizeof a->broke, "%s", a->base.error); /* this stage's line, its caller's own */
+    pthread_mutex_unlock(&a->base.links_lock);
     tell_partners(a, said);
     int64_t until = a->listed ? 0 : ps_now_ns() + a->timeout_ns;
     if (ps_peer_list_broken(a, a->group, a->rank, a->shape, said, until) == PS_OK) a->listed = 1;
@@ -703,7 +705,7 @@ static int complete_until(allreduce_stage *a, uint64_t last, int64_t deadline) {
         if (rc != PS_OK) return rc;
         memcpy(slot_of(a, a->totals, a->completed), a->sum, a->base.tuple_size);
         a->status[a->completed % ROUNDS_AHEAD] = status;
-        ps_stage_said_since(began, a->why[a->completed % ROUNDS_AHEAD], PS_STAGE_ERROR_MAX);
+        if (status != PS_OK) ps_stage_said_since(began, a->why[a->completed % ROUNDS_AHEAD], PS_STAGE_ERROR_MAX);
         a->completed++;
         a->started = 0;
         atomic_store_explicit(&a->rounds, (int64_t)a->completed, memory_order_relaxed);

@@ -93,8 +93,7 @@ static void wake_observers(reduce_sum_stage *s) {
 /* The round's status is what its downward call (begun at `began`, in this thread) returned. */
 static void finish_round(reduce_sum_stage *s, round_slot *slot, uint64_t round, int status, ps_error_mark began) {
     slot->status = status;
-    slot->why[0] = 0;
-    if (ps_status_is_explained(status)) ps_stage_said_since(began, slot->why, sizeof slot->why);
+    if (status != PS_OK) ps_stage_said_since(began, slot->why, sizeof slot->why); /* read on failure only */
     atomic_store_explicit(&slot->ready, round + 1, memory_order_release);
     atomic_store(&s->down_observed, round + 1);
     ps_waitpoint_wake(&slot->ready_wp);
