@@ -499,7 +499,7 @@ static int answer_request(link_worker *w, const ps_frame *request, int runnable,
     int ran = 0;
     uint8_t code = 0;
     uint64_t request_id = 0;
-    ps_error_mark began = {0, 0};
+    ps_error_mark began = {0};
     *from_client = 0;
     if (request) {
         code = request->op;

@@ -112,8 +112,8 @@ uint32_t ps_stage_link_count(const ps_stage *stage) {
 const ps_tuple_format *ps_stage_format(const ps_stage *stage) { return &stage->format; }
 ps_stage *ps_stage_below(const ps_stage *stage) { return stage->below; }
 static _Atomic uint64_t errors_written;                     /* stage errors written in the process: their order */
-static _Thread_local uint64_t explained_here;               /* ... and by this thread */
-static _Thread_local char said_here[PS_STAGE_ERROR_MAX];    /* ... the last one's text */
+static _Thread_local uint64_t said_serial;                  /* the last one this thread wrote (0: none) */
+static _Thread_local char said_here[PS_STAGE_ERROR_MAX];    /* ... and its text */
 
 /* The newest line the stages of the path from `stage` down keep, of those written after `after`. */
 static void newest_error(ps_stage *stage, uint64_t after, char *out, size_t size) {
@@ -130,17 +130,19 @@ static void newest_error(ps_stage *stage, uint64_t after, char *out, size_t size
 
 void ps_stage_error(ps_stage *stage, char *out, size_t size) { newest_error(stage, 0, out, size); }
 
+/* One load, no thread-local: a sum's driver takes a mark each round. A line this thread writes
+ * after it is numbered above it (one counter, read and then added to by the same thread). */
 ps_error_mark ps_stage_error_mark(void) {
-    return (ps_error_mark){explained_here, atomic_load_explicit(&errors_written, memory_order_relaxed)};
+    return (ps_error_mark){atomic_load_explicit(&errors_written, memory_order_relaxed)};
 }
 
 void ps_stage_said_since(ps_error_mark since, char *out, size_t size) {
-    if (size) snprintf(out, size, "%s", explained_here == since.here ? "" : said_here);
+    if (size) snprintf(out, size, "%s", said_serial > since.written ? said_here : "");
 }
 
 void ps_stage_error_since(ps_stage *stage, ps_error_mark since, char *out, size_t size) {
-    if (explained_here == since.here) newest_error(stage, since.written, out, size);
-    else ps_stage_said_since(since, out, size);
+    if (said_serial > since.written) ps_stage_said_since(since, out, size);
+    else newest_error(stage, since.written, out, size);
 }
 
 void ps_stage_print_error(ps_stage *stage, const char *what) {
@@ -156,9 +158,8 @@ void ps_stage_explain(ps_stage *stage, const char *fmt, ...) {
     va_end(args);
     pthread_mutex_lock(&stage->links_lock);
     snprintf(stage->error, sizeof stage->error, "%s", said_here);
-    stage->error_serial = atomic_fetch_add_explicit(&errors_written, 1, memory_order_relaxed) + 1;
+    stage->error_serial = said_serial = atomic_fetch_add_explicit(&errors_written, 1, memory_order_relaxed) + 1;
     pthread_mutex_unlock(&stage->links_lock);
-    explained_here++;
 }
 
 int ps_stage_refuse_inherited(ps_stage *stage, const char *held) {

@@ -204,10 +204,9 @@ enum { PS_STAGE_ERROR_MAX = 1280 };
  * Copied into out (size bytes, cut to fit; PS_STAGE_ERROR_MAX holds any), each stage's line read
  * under its lock: another thread may be explaining a failure of its own meanwhile. */
 void ps_stage_error(ps_stage *stage, char *out, size_t size);
-/* Where a call began, for ps_stage_error_since: the stage errors written so far, by the calling
- * thread and in the process. */
+/* Where a call began, for ps_stage_error_since: the stage errors written so far in the process. */
 typedef struct ps_error_mark {
-    uint64_t here, written;
+    uint64_t written;
 } ps_error_mark;
 ps_error_mark ps_stage_error_mark(void);
 /* The explanation of a failed call the calling thread began at `since`: the last stage error the
